@@ -1,0 +1,61 @@
+#include "core/tensor.h"
+
+#include <sstream>
+
+namespace troupe {
+
+tensor::tensor(dtype type, tensor_shape shape) : dtype_(type), shape_(std::move(shape)) {
+  assert(dtype_size(type) > 0);
+  buffer_ = buffer::allocate(byte_size());
+  data_ = buffer_->data();
+}
+
+tensor tensor::zeros(dtype type, tensor_shape shape) {
+  tensor t(type, std::move(shape));
+  std::memset(t.raw_data(), 0, t.byte_size());
+  return t;
+}
+
+tensor tensor::reshaped(tensor_shape shape) const {
+  assert(shape.num_elements() == num_elements());
+  tensor t(*this);
+  t.shape_ = std::move(shape);
+  return t;
+}
+
+tensor tensor::deep_copy() const {
+  if (!initialized()) return tensor();
+  tensor t(dtype_, shape_);
+  std::memcpy(t.raw_data(), raw_data(), byte_size());
+  return t;
+}
+
+std::string tensor::debug_string(int max_entries) const {
+  if (!initialized()) return "<uninitialized tensor>";
+  std::ostringstream out;
+  out << dtype_name(dtype_) << " " << shape_.to_string() << " {";
+  std::int64_t n = std::min<std::int64_t>(num_elements(), max_entries);
+  visit_dtype(dtype_, [&]<class T>() {
+    for (std::int64_t i = 0; i < n; ++i) {
+      if (i > 0) out << ", ";
+      T v = data<T>()[i];
+      if constexpr (sizeof(T) == 1 && !std::is_same_v<T, bool>) {
+        out << static_cast<int>(v);
+      } else {
+        out << v;
+      }
+    }
+  });
+  if (num_elements() > n) out << ", ...";
+  out << "}";
+  return out.str();
+}
+
+bool tensor::equals(const tensor& other) const {
+  if (initialized() != other.initialized()) return false;
+  if (!initialized()) return true;
+  return dtype_ == other.dtype_ && shape_ == other.shape_ &&
+         std::memcmp(raw_data(), other.raw_data(), byte_size()) == 0;
+}
+
+}  // namespace troupe

@@ -1,0 +1,93 @@
+#include "core/thread_pool.h"
+
+#define EIGEN_USE_THREADS
+#include <unsupported/Eigen/CXX11/ThreadPool>
+
+#include <algorithm>
+#include <atomic>
+#include <condition_variable>
+#include <cstdlib>
+#include <mutex>
+#include <thread>
+
+namespace troupe {
+
+struct compute_pool::impl {
+  explicit impl(int threads) : pool(threads) {}
+  Eigen::ThreadPool pool;
+};
+
+compute_pool::compute_pool(int num_threads, std::string /*name*/)
+    : num_threads_(std::max(1, num_threads)),
+      impl_(std::make_unique<impl>(num_threads_)) {}
+
+compute_pool::~compute_pool() = default;
+
+void compute_pool::schedule(std::function<void()> fn) { impl_->pool.Schedule(std::move(fn)); }
+
+bool compute_pool::in_pool() const { return impl_->pool.CurrentThreadId() >= 0; }
+
+namespace {
+
+struct parallel_state {
+  std::int64_t n;
+  std::int64_t block_size;
+  std::int64_t num_blocks;
+  std::function<void(std::int64_t, std::int64_t)> fn;
+  std::atomic<std::int64_t> next{0};
+  std::atomic<std::int64_t> done{0};
+  std::mutex mutex;
+  std::condition_variable finished;
+
+  // Claims and runs blocks until none is left.
+  void work() {
+    for (;;) {
+      std::int64_t b = next.fetch_add(1, std::memory_order_relaxed);
+      if (b >= num_blocks) return;
+      std::int64_t begin = b * block_size;
+      fn(begin, std::min(n, begin + block_size));
+      if (done.fetch_add(1, std::memory_order_acq_rel) + 1 == num_blocks) {
+        std::lock_guard<std::mutex> lock(mutex);
+        finished.notify_all();
+      }
+    }
+  }
+};
+
+}  // namespace
+
+void compute_pool::parallel_for(std::int64_t n, double cost_per_unit,
+                                const std::function<void(std::int64_t, std::int64_t)>& fn) {
+  if (n <= 0) return;
+  constexpr double k_min_block_ns = 20000;  // below this, a wake-up costs more than it saves
+  double total = static_cast<double>(n) * std::max(cost_per_unit, 0.1);
+  std::int64_t max_blocks = static_cast<std::int64_t>(total / k_min_block_ns);
+  std::int64_t num_blocks = std::min<std::int64_t>({max_blocks, n, 4 * num_threads_});
+  if (num_threads_ == 1 || num_blocks <= 1) {
+    fn(0, n);
+    return;
+  }
+  auto state = std::make_shared<parallel_state>();
+  state->n = n;
+  state->block_size = (n + num_blocks - 1) / num_blocks;
+  state->num_blocks = (n + state->block_size - 1) / state->block_size;
+  state->fn = fn;
+  // The caller works too, so num_threads - 1 helpers keep num_threads threads busy.
+  int helpers = static_cast<int>(std::min<std::int64_t>(num_threads_, state->num_blocks) - 1);
+  for (int i = 0; i < helpers; ++i) {
+    impl_->pool.Schedule([state] { state->work(); });
+  }
+  state->work();
+  std::unique_lock<std::mutex> lock(state->mutex);
+  state->finished.wait(lock, [&] { return state->done.load() == state->num_blocks; });
+}
+
+int default_num_threads() {
+  if (const char* env = std::getenv("TROUPE_NUM_THREADS")) {
+    int n = std::atoi(env);
+    if (n > 0) return n;
+  }
+  return std::max(1u, std::thread::hardware_concurrency());
+}
+
+}  // namespace troupe

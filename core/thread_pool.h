@@ -1,0 +1,50 @@
+// compute_pool: the threads a device runs kernels on, and intra-op parallelism.
+//
+// schedule() queues a closure; parallel_for() splits a range into blocks that pool threads
+// and the caller claim from a shared counter, so a caller only ever waits for blocks
+// that some running thread has already claimed: nested parallel_for calls from pool
+// threads cannot deadlock. With one thread everything runs inline in the caller.
+//
+// Thread safety: all methods may be called from any thread.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+
+namespace troupe {
+
+class compute_pool {
+ public:
+  // REQUIRES: num_threads >= 1.
+  explicit compute_pool(int num_threads, std::string name = "troupe-compute");
+  ~compute_pool();
+
+  compute_pool(const compute_pool&) = delete;
+  compute_pool& operator=(const compute_pool&) = delete;
+
+  int num_threads() const { return num_threads_; }
+
+  // Runs `fn` on a pool thread (or inline when the pool has no worker threads).
+  void schedule(std::function<void()> fn);
+
+  // Calls fn(begin, end) over [0, n) in blocks; `cost_per_unit` is an estimate in
+  // nanoseconds of one unit's work, used to decide how many blocks are worth it (below
+  // ~20 us of work in all, everything runs inline).
+  void parallel_for(std::int64_t n, double cost_per_unit,
+                    const std::function<void(std::int64_t, std::int64_t)>& fn);
+
+  // True on one of this pool's threads.
+  bool in_pool() const;
+
+ private:
+  struct impl;
+  int num_threads_;
+  std::unique_ptr<impl> impl_;
+};
+
+// The number of hardware threads, or TROUPE_NUM_THREADS when set.
+int default_num_threads();
+
+}  // namespace troupe

@@ -1,0 +1,8 @@
+// CPU kernels: (being written).
+#include "kernels/kernel_registry.h"
+
+namespace troupe::kernels {
+
+void register_cwise_kernels(kernel_registry& registry) {}
+
+}  // namespace troupe::kernels

@@ -1,0 +1,162 @@
+// The kernel interface: the code that computes one op on one device type.
+//
+// A kernel is built once per node when a partition is prepared; its constructor reads and
+// validates the node's attributes (reporting errors through kernel_construction), so that
+// compute() is the hot path. Kernels are shared by concurrent steps: compute() must not
+// mutate the kernel (stateful kernels guard their own state).
+//
+//   class relu_kernel final : public op_kernel {
+//    public:
+//     explicit relu_kernel(kernel_construction& c) : op_kernel(c) {}
+//     void compute(kernel_context& ctx) override {
+//       const tensor& x = ctx.input(0);
+//       tensor& y = ctx.allocate_output(0, x.shape());
+//       ...
+//     }
+//   };
+//
+// An asynchronous kernel (Recv, queue and variable ops, actor-backed ops) derives from
+// async_op_kernel and calls done() exactly once, from any thread, when it has finished
+// (after setting outputs or failing). Errors: ctx.fail(status) and return; the executor
+// aborts the step and reports the node's name with the error.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "core/status.h"
+#include "core/tensor.h"
+#include "core/thread_pool.h"
+#include "graph/attr.h"
+#include "graph/op_registry.h"
+#include "graph/proto/node_def.pb.h"
+
+namespace troupe::kernels {
+
+// What a kernel's constructor sees: the node, its op schema, its input/output dtypes.
+class kernel_construction {
+ public:
+  kernel_construction(const tf::NodeDef& node, const graph::op_def& op,
+                      std::vector<dtype> input_types, std::vector<dtype> output_types)
+      : node_(node), op_(op), input_types_(std::move(input_types)),
+        output_types_(std::move(output_types)) {}
+
+  const tf::NodeDef& node() const { return node_; }
+  const graph::op_def& op() const { return op_; }
+  const std::vector<dtype>& input_types() const { return input_types_; }
+  const std::vector<dtype>& output_types() const { return output_types_; }
+
+  // Reads an attribute; on failure records the error (the kernel is then discarded).
+  template <class T>
+  bool get_attr(std::string_view name, T* out) {
+    status s = graph::get_attr(node_, name, out);
+    if (!s.ok()) fail(std::move(s));
+    return status_.ok();
+  }
+  void fail(status s) {
+    if (status_.ok()) status_ = std::move(s);
+  }
+  const status& construction_status() const { return status_; }
+
+ private:
+  const tf::NodeDef& node_;
+  const graph::op_def& op_;
+  std::vector<dtype> input_types_;
+  std::vector<dtype> output_types_;
+  status status_;
+};
+
+// Per-step information a kernel may need beyond its inputs.
+struct step_info {
+  std::int64_t step_id = 0;
+  compute_pool* pool = nullptr;  // intra-op parallelism; never null during compute
+};
+
+// What one execution of a kernel sees: inputs, outputs, the step, the device's pool.
+class kernel_context {
+ public:
+  kernel_context(std::span<const tensor> inputs, std::span<tensor> outputs,
+                 const std::vector<dtype>& output_types, const step_info& step)
+      : inputs_(inputs), outputs_(outputs), output_types_(output_types), step_(step) {}
+
+  int num_inputs() const { return static_cast<int>(inputs_.size()); }
+  int num_outputs() const { return static_cast<int>(outputs_.size()); }
+  const tensor& input(int i) const { return inputs_[static_cast<std::size_t>(i)]; }
+  std::span<const tensor> inputs() const { return inputs_; }
+  dtype output_type(int i) const { return output_types_[static_cast<std::size_t>(i)]; }
+
+  // Allocates output i with its declared dtype (uninitialized bytes).
+  tensor& allocate_output(int i, tensor_shape shape) {
+    auto& out = outputs_[static_cast<std::size_t>(i)];
+    out = tensor(output_type(i), std::move(shape));
+    return out;
+  }
+  // Sets output i to an existing tensor (sharing its buffer).
+  void set_output(int i, tensor t) { outputs_[static_cast<std::size_t>(i)] = std::move(t); }
+  tensor& output(int i) { return outputs_[static_cast<std::size_t>(i)]; }
+
+  // Reuses input `input_index`'s buffer for output `output_index` when no one else holds
+  // it and dtype and size match; otherwise allocates. For element-wise kernels.
+  tensor& forward_input_or_allocate_output(int input_index, int output_index, tensor_shape shape);
+
+  void fail(status s) {
+    if (status_.ok()) status_ = std::move(s);
+  }
+  // invalid_argument with the given message parts.
+  template <class... Args>
+  void fail_invalid_argument(const Args&... args) {
+    fail(invalid_argument_error(args...));
+  }
+  bool ok() const { return status_.ok(); }
+  const status& get_status() const { return status_; }
+
+  const step_info& step() const { return step_; }
+  compute_pool& pool() const { return *step_.pool; }
+
+ private:
+  std::span<const tensor> inputs_;
+  std::span<tensor> outputs_;
+  const std::vector<dtype>& output_types_;
+  const step_info& step_;
+  status status_;
+};
+
+class op_kernel {
+ public:
+  explicit op_kernel(const kernel_construction& c)
+      : name_(c.node().name()), op_(c.node().op()) {}
+  virtual ~op_kernel() = default;
+
+  // Synchronous kernels override this.
+  virtual void compute(kernel_context& ctx) = 0;
+  virtual bool is_async() const { return false; }
+  // False for kernels cheaper than a thread hand-off (~16 us): the executor runs those
+  // inline instead of on another pool thread.
+  virtual bool is_expensive() const { return true; }
+
+  const std::string& name() const { return name_; }
+  const std::string& op() const { return op_; }
+
+ private:
+  std::string name_;
+  std::string op_;
+};
+
+class async_op_kernel : public op_kernel {
+ public:
+  using op_kernel::op_kernel;
+  using done_callback = std::function<void()>;
+
+  // Calls done exactly once, from any thread, when the outputs are set or ctx failed.
+  // REQUIRES: ctx stays valid until done is called (the executor guarantees it).
+  virtual void compute_async(kernel_context& ctx, done_callback done) = 0;
+
+  void compute(kernel_context& ctx) final;  // not used: the executor calls compute_async
+  bool is_async() const final { return true; }
+};
+
+}  // namespace troupe::kernels

@@ -1,0 +1,76 @@
+// The kernel registry: which kernel computes an op on a device type for given attribute
+// dtypes. A registration names the op, the device type ("CPU", "GPU"), type constraints
+// on attributes (e.g. T = float) and a factory. Lookup picks the first registration whose
+// constraints all match the node's attributes.
+//
+//   registry.add("Relu", "CPU", {{"T", dtype::float32}}, make_kernel<relu_kernel<float>>);
+//
+// Thread safety: add() must finish before concurrent lookups begin.
+#pragma once
+
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "kernels/kernel.h"
+
+namespace troupe::kernels {
+
+using kernel_factory = std::function<std::unique_ptr<op_kernel>(kernel_construction&)>;
+
+template <class Kernel>
+std::unique_ptr<op_kernel> make_kernel(kernel_construction& c) {
+  return std::make_unique<Kernel>(c);
+}
+
+struct type_constraint {
+  std::string attr;
+  dtype type;
+};
+
+class kernel_registry {
+ public:
+  kernel_registry() = default;
+  kernel_registry(const kernel_registry&) = delete;
+  kernel_registry& operator=(const kernel_registry&) = delete;
+
+  void add(std::string op, std::string device_type, std::vector<type_constraint> constraints,
+           kernel_factory factory);
+
+  // Instantiates the kernel for a node. Errors: no kernel for this op/device/dtype
+  // (naming the node, the op, the device type and the registered dtypes), or the
+  // kernel constructor's own error.
+  result<std::unique_ptr<op_kernel>> create(const std::string& device_type,
+                                            const tf::NodeDef& node, const graph::op_def& op,
+                                            std::vector<dtype> input_types,
+                                            std::vector<dtype> output_types) const;
+
+  bool has_kernel(const std::string& device_type, const tf::NodeDef& node) const;
+
+  // Every built-in kernel (built once, on first use) plus what was added since.
+  static kernel_registry& builtin();
+
+ private:
+  struct registration {
+    std::string device_type;
+    std::vector<type_constraint> constraints;
+    kernel_factory factory;
+  };
+  const registration* find(const std::string& device_type, const tf::NodeDef& node) const;
+
+  std::map<std::string, std::vector<registration>, std::less<>> kernels_;
+};
+
+// Registers `Kernel<T>` for op on CPU for each T in List, constrained on attribute `attr`.
+template <template <class> class Kernel, class List>
+void add_typed_kernels(kernel_registry& registry, const std::string& op,
+                       const std::string& attr = "T", const std::string& device = "CPU") {
+  for_each_type<List>([&]<class T>() {
+    registry.add(op, device, {{attr, dtype_of<T>}}, make_kernel<Kernel<T>>);
+  });
+}
+
+}  // namespace troupe::kernels

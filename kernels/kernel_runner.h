@@ -1,0 +1,28 @@
+// Runs one kernel on given inputs, outside any graph: for tests, constant folding and
+// tools. The node needs its op and attributes; its inputs are taken from `inputs`
+// (whose dtypes must match the op's input types).
+//
+//   tf::NodeDef node;  node.set_name("add");  node.set_op("AddV2");
+//   (*node.mutable_attr())["T"] = graph::attr_value(dtype::float32);
+//   auto outputs = kernels::run_kernel(node, {a, b});
+#pragma once
+
+#include <vector>
+
+#include "core/status.h"
+#include "core/tensor.h"
+#include "core/thread_pool.h"
+#include "graph/op_registry.h"
+#include "kernels/kernel_registry.h"
+
+namespace troupe::kernels {
+
+// The pool used when none is given (default_num_threads() threads, built on first use).
+compute_pool& default_compute_pool();
+
+result<std::vector<tensor>> run_kernel(tf::NodeDef node, const std::vector<tensor>& inputs,
+                                       compute_pool* pool = nullptr,
+                                       const graph::op_registry& ops = graph::op_registry::builtin(),
+                                       const kernel_registry& kernels = kernel_registry::builtin());
+
+}  // namespace troupe::kernels
