@@ -1,1 +1,337 @@
-// (being written)
+#include "actors/executor.h"
+
+#include <atomic>
+#include <condition_variable>
+#include <future>
+#include <map>
+#include <mutex>
+
+namespace troupe::actors {
+
+struct executable::plan {
+  struct edge {
+    int output;      // which output of the producer
+    int consumer;    // plan node index (-1: a fetch only)
+    int slot;        // absolute index into the step's input array
+  };
+  struct node {
+    std::unique_ptr<kernels::op_kernel> kernel;
+    const graph::node* graph_node = nullptr;
+    int input_offset = 0;
+    int num_inputs = 0;
+    int output_offset = 0;
+    int num_outputs = 0;
+    int initial_pending = 0;
+    std::vector<edge> out_edges;           // sorted so each output's last edge moves
+    std::vector<int> control_out;
+    std::vector<std::pair<int, int>> fetch_outputs;  // (output, fetch index)
+    bool expensive = true;
+    bool async = false;
+  };
+  std::vector<node> nodes;
+  std::vector<int> roots;
+  int total_inputs = 0;
+  int total_outputs = 0;
+  std::vector<std::vector<int>> feed_slots;  // feed index -> input slots it fills
+  std::vector<int> fetch_from_feed;          // fetch index -> feed index, or -1
+};
+
+struct executable::step {
+  const executable* exec;
+  compute_pool* pool;
+  kernels::step_info info;
+  std::vector<tensor> inputs;
+  std::vector<tensor> outputs;
+  std::unique_ptr<std::atomic<int>[]> pending;
+  std::vector<tensor> fetches;
+  std::atomic<int> outstanding{0};
+  std::atomic<bool> aborted{false};
+  std::mutex error_mutex;
+  status error;
+  done_callback done;
+
+  void fail(status s) {
+    std::lock_guard<std::mutex> lock(error_mutex);
+    if (error.ok()) error = std::move(s);
+    aborted.store(true, std::memory_order_release);
+  }
+};
+
+executable::~executable() = default;
+
+int executable::num_nodes() const { return static_cast<int>(plan_->nodes.size()); }
+
+result<std::shared_ptr<const executable>> executable::create(
+    const executable_spec& spec, const kernels::kernel_registry& registry) {
+  auto exec = std::shared_ptr<executable>(new executable());
+  exec->spec_ = spec;
+  exec->plan_ = std::make_unique<plan>();
+  plan& p = *exec->plan_;
+  const graph::graph& g = *spec.graph;
+
+  std::map<graph::endpoint, int> fed;
+  for (std::size_t i = 0; i < spec.feeds.size(); ++i) {
+    if (!fed.emplace(spec.feeds[i], static_cast<int>(i)).second) {
+      const auto& n = g.get(spec.feeds[i].node);
+      return invalid_argument_error("tensor '", n.name(), ":", spec.feeds[i].index, "' is fed twice");
+    }
+  }
+  std::vector<int> index_of(static_cast<std::size_t>(g.num_nodes()), -1);
+  for (int id : g.topological_order()) {
+    if (std::find(spec.nodes.begin(), spec.nodes.end(), id) == spec.nodes.end()) continue;
+    index_of[static_cast<std::size_t>(id)] = static_cast<int>(p.nodes.size());
+    p.nodes.emplace_back();
+    p.nodes.back().graph_node = &g.get(id);
+  }
+  p.feed_slots.resize(spec.feeds.size());
+  for (auto& pn : p.nodes) {
+    const graph::node& n = *pn.graph_node;
+    if (n.op_name() == "Placeholder") {
+      return invalid_argument_error("placeholder '", n.name(), "' must be fed: a fetch or target of "
+                                    "this step depends on it");
+    }
+    auto kernel = registry.create(spec.device_type, n.def, *n.op, n.input_types, n.output_types);
+    if (!kernel.ok()) return kernel.error();
+    pn.kernel = std::move(*kernel);
+    pn.async = pn.kernel->is_async();
+    pn.expensive = pn.kernel->is_expensive();
+    pn.input_offset = p.total_inputs;
+    pn.num_inputs = static_cast<int>(n.inputs.size());
+    p.total_inputs += pn.num_inputs;
+    pn.output_offset = p.total_outputs;
+    pn.num_outputs = n.num_outputs();
+    p.total_outputs += pn.num_outputs;
+  }
+  for (std::size_t c = 0; c < p.nodes.size(); ++c) {
+    auto& consumer = p.nodes[c];
+    const graph::node& n = *consumer.graph_node;
+    for (int i = 0; i < consumer.num_inputs; ++i) {
+      const graph::endpoint& src = n.inputs[static_cast<std::size_t>(i)];
+      int slot = consumer.input_offset + i;
+      if (auto f = fed.find(src); f != fed.end()) {
+        p.feed_slots[static_cast<std::size_t>(f->second)].push_back(slot);
+        continue;
+      }
+      int producer = index_of[static_cast<std::size_t>(src.node)];
+      if (producer < 0) {
+        return internal_error("node '", n.name(), "' needs '", g.get(src.node).name(),
+                              "', which is neither fed nor in the step");
+      }
+      p.nodes[static_cast<std::size_t>(producer)].out_edges.push_back({src.index, static_cast<int>(c), slot});
+      ++consumer.initial_pending;
+    }
+    for (int ctl : n.control_inputs) {
+      int producer = index_of[static_cast<std::size_t>(ctl)];
+      if (producer < 0) continue;  // a control input on a pruned (fed-only) node
+      p.nodes[static_cast<std::size_t>(producer)].control_out.push_back(static_cast<int>(c));
+      ++consumer.initial_pending;
+    }
+  }
+  p.fetch_from_feed.assign(spec.fetches.size(), -1);
+  for (std::size_t f = 0; f < spec.fetches.size(); ++f) {
+    const auto& e = spec.fetches[f];
+    if (auto it = fed.find(e); it != fed.end()) {
+      p.fetch_from_feed[f] = it->second;
+      continue;
+    }
+    int producer = index_of[static_cast<std::size_t>(e.node)];
+    if (producer < 0) {
+      return internal_error("fetch '", g.get(e.node).name(), "' is not produced by the step");
+    }
+    p.nodes[static_cast<std::size_t>(producer)].fetch_outputs.push_back({e.index, static_cast<int>(f)});
+  }
+  for (std::size_t i = 0; i < p.nodes.size(); ++i) {
+    auto& edges = p.nodes[i].out_edges;
+    std::stable_sort(edges.begin(), edges.end(), [](const plan::edge& a, const plan::edge& b) {
+      return a.output < b.output;
+    });
+    if (p.nodes[i].initial_pending == 0) p.roots.push_back(static_cast<int>(i));
+  }
+  return std::shared_ptr<const executable>(std::move(exec));
+}
+
+status executable::check_feeds(const std::vector<tensor>& feeds) const {
+  if (feeds.size() != spec_.feeds.size()) {
+    return invalid_argument_error("the step expects ", spec_.feeds.size(), " feeds but got ", feeds.size());
+  }
+  for (std::size_t i = 0; i < feeds.size(); ++i) {
+    const auto& e = spec_.feeds[i];
+    const graph::node& n = spec_.graph->get(e.node);
+    dtype want = n.output_types[static_cast<std::size_t>(e.index)];
+    const partial_shape& shape = n.output_shapes[static_cast<std::size_t>(e.index)];
+    std::string name = e.index == 0 ? n.name() : str_cat(n.name(), ":", e.index);
+    if (!feeds[i].initialized()) return invalid_argument_error("feed '", name, "' is an empty tensor");
+    if (feeds[i].type() != want) {
+      return invalid_argument_error("feed '", name, "' is ", dtype_name(feeds[i].type()),
+                                    " but the graph expects ", dtype_name(want));
+    }
+    if (!shape.is_compatible_with(feeds[i].shape())) {
+      return invalid_argument_error("feed '", name, "' has shape ", feeds[i].shape().to_string(),
+                                    " but the graph expects ", shape.to_string());
+    }
+  }
+  return status();
+}
+
+struct executor_access {
+  using plan = executable::plan;
+  using step = executable::step;
+
+  static void finish_step(const std::shared_ptr<step>& s) {
+    const plan& p = *s->exec->plan_;
+    if (!s->aborted.load(std::memory_order_acquire)) {
+      for (std::size_t f = 0; f < p.fetch_from_feed.size(); ++f) {
+        if (!s->fetches[f].initialized()) {
+          s->fail(internal_error("fetch ", f, " was not produced"));
+          break;
+        }
+      }
+    }
+    auto done = std::move(s->done);
+    if (s->aborted.load(std::memory_order_acquire)) {
+      done(s->error);
+    } else {
+      done(std::move(s->fetches));
+    }
+  }
+
+  // Called when node `index` has finished computing (ctx status in `st`).
+  static void complete(const std::shared_ptr<step>& s, int index, const status& st,
+                       std::vector<int>& inline_ready) {
+    const plan& p = *s->exec->plan_;
+    const plan::node& n = p.nodes[static_cast<std::size_t>(index)];
+    for (int i = 0; i < n.num_inputs; ++i) s->inputs[static_cast<std::size_t>(n.input_offset + i)] = tensor();
+    if (!st.ok()) {
+      const std::string& name = n.graph_node->name();
+      s->fail(st.message().find("'" + name + "'") == std::string::npos
+                  ? st.with_context(str_cat("node '", name, "' (", n.graph_node->op_name(), ")"))
+                  : st);
+    }
+    if (!s->aborted.load(std::memory_order_acquire)) {
+      tensor* outputs = s->outputs.data() + n.output_offset;
+      for (auto [output, fetch] : n.fetch_outputs) s->fetches[static_cast<std::size_t>(fetch)] = outputs[output];
+      for (int o = 0; o < n.num_outputs; ++o) {
+        if (!outputs[o].initialized() && (!n.out_edges.empty() || !n.fetch_outputs.empty())) {
+          bool used = std::any_of(n.out_edges.begin(), n.out_edges.end(),
+                                  [&](const plan::edge& e) { return e.output == o; });
+          if (used) {
+            s->fail(internal_error("node '", n.graph_node->name(), "' (", n.graph_node->op_name(),
+                                   ") did not produce output ", o));
+            break;
+          }
+        }
+      }
+    }
+    tensor* outputs = s->outputs.data() + n.output_offset;
+    if (!s->aborted.load(std::memory_order_acquire)) {
+      std::vector<int> expensive;
+      auto release = [&](int consumer) {
+        if (s->pending[consumer].fetch_sub(1, std::memory_order_acq_rel) == 1) {
+          s->outstanding.fetch_add(1, std::memory_order_relaxed);
+          if (p.nodes[static_cast<std::size_t>(consumer)].expensive) expensive.push_back(consumer);
+          else inline_ready.push_back(consumer);
+        }
+      };
+      const std::size_t num_edges = n.out_edges.size();
+      for (std::size_t e = 0; e < num_edges; ++e) {
+        const plan::edge& edge = n.out_edges[e];
+        bool last_use = e + 1 == num_edges || n.out_edges[e + 1].output != edge.output;
+        if (last_use) {
+          s->inputs[static_cast<std::size_t>(edge.slot)] = std::move(outputs[edge.output]);
+        } else {
+          s->inputs[static_cast<std::size_t>(edge.slot)] = outputs[edge.output];
+        }
+        release(edge.consumer);
+      }
+      for (int c : n.control_out) release(c);
+      // Keep one expensive node for this thread when it has nothing else to do.
+      if (!expensive.empty() && inline_ready.empty()) {
+        inline_ready.push_back(expensive.back());
+        expensive.pop_back();
+      }
+      for (int e : expensive) {
+        s->pool->schedule([s, e] { process(s, e); });
+      }
+    }
+    for (int o = 0; o < n.num_outputs; ++o) outputs[o] = tensor();
+    if (s->outstanding.fetch_sub(1, std::memory_order_acq_rel) == 1) finish_step(s);
+  }
+
+  // Runs ready nodes, starting with `first`, until no inline work is left.
+  static void process(const std::shared_ptr<step>& s, int first) {
+    const plan& p = *s->exec->plan_;
+    std::vector<int> ready{first};
+    while (!ready.empty()) {
+      int index = ready.back();
+      ready.pop_back();
+      const plan::node& n = p.nodes[static_cast<std::size_t>(index)];
+      if (s->aborted.load(std::memory_order_acquire)) {
+        complete(s, index, status(), ready);
+        continue;
+      }
+      std::span<const tensor> inputs(s->inputs.data() + n.input_offset, static_cast<std::size_t>(n.num_inputs));
+      std::span<tensor> outputs(s->outputs.data() + n.output_offset, static_cast<std::size_t>(n.num_outputs));
+      if (n.async) {
+        auto ctx = std::make_shared<kernels::kernel_context>(inputs, outputs, n.graph_node->output_types, s->info);
+        static_cast<kernels::async_op_kernel&>(*n.kernel).compute_async(*ctx, [s, index, ctx] {
+          std::vector<int> more;
+          complete(s, index, ctx->get_status(), more);
+          for (int m : more) process(s, m);
+        });
+        continue;
+      }
+      kernels::kernel_context ctx(inputs, outputs, n.graph_node->output_types, s->info);
+      n.kernel->compute(ctx);
+      complete(s, index, ctx.get_status(), ready);
+    }
+  }
+};
+
+void executable::run(std::int64_t step_id, std::vector<tensor> feeds, compute_pool& pool,
+                     done_callback done) const {
+  const plan& p = *plan_;
+  auto s = std::make_shared<step>();
+  s->exec = this;
+  s->pool = &pool;
+  s->info.step_id = step_id;
+  s->info.pool = &pool;
+  s->inputs.resize(static_cast<std::size_t>(p.total_inputs));
+  s->outputs.resize(static_cast<std::size_t>(p.total_outputs));
+  s->pending.reset(new std::atomic<int>[p.nodes.size()]);
+  for (std::size_t i = 0; i < p.nodes.size(); ++i) s->pending[i].store(p.nodes[i].initial_pending, std::memory_order_relaxed);
+  s->fetches.resize(p.fetch_from_feed.size());
+  s->done = std::move(done);
+  for (std::size_t f = 0; f < p.fetch_from_feed.size(); ++f) {
+    if (p.fetch_from_feed[f] >= 0) s->fetches[f] = feeds[static_cast<std::size_t>(p.fetch_from_feed[f])];
+  }
+  for (std::size_t f = 0; f < p.feed_slots.size(); ++f) {
+    for (int slot : p.feed_slots[f]) s->inputs[static_cast<std::size_t>(slot)] = feeds[f];
+  }
+  feeds.clear();  // the slots hold the only references now, so kernels may reuse them
+  if (p.roots.empty()) {
+    executor_access::finish_step(s);
+    return;
+  }
+  s->outstanding.store(static_cast<int>(p.roots.size()), std::memory_order_relaxed);
+  // Roots: expensive ones go to the pool, cheap ones run here, in the caller's thread.
+  std::vector<int> cheap;
+  for (int r : p.roots) {
+    if (p.nodes[static_cast<std::size_t>(r)].expensive) {
+      pool.schedule([s, r] { executor_access::process(s, r); });
+    } else {
+      cheap.push_back(r);
+    }
+  }
+  for (int r : cheap) executor_access::process(s, r);
+}
+
+result<std::vector<tensor>> executable::run_and_wait(std::int64_t step_id, std::vector<tensor> feeds,
+                                                     compute_pool& pool) const {
+  TROUPE_RETURN_IF_ERROR(check_feeds(feeds));
+  std::promise<result<std::vector<tensor>>> promise;
+  auto future = promise.get_future();
+  run(step_id, std::move(feeds), pool, [&promise](result<std::vector<tensor>> r) { promise.set_value(std::move(r)); });
+  return future.get();
+}
+
+}  // namespace troupe::actors

@@ -1,8 +1,9 @@
 #include "core/npy.h"
 
 #include <cstring>
-#include <fstream>
 #include <sstream>
+
+#include "core/file.h"
 
 namespace troupe {
 namespace {
@@ -124,11 +125,9 @@ result<tensor> parse_npy(const std::string& bytes, const std::string& what) {
 }
 
 result<tensor> read_npy(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return not_found_error("cannot open '", path, "'");
-  std::ostringstream contents;
-  contents << in.rdbuf();
-  return parse_npy(contents.str(), path);
+  auto bytes = read_file(path);
+  if (!bytes.ok()) return bytes.error();
+  return parse_npy(*bytes, path);
 }
 
 std::string serialize_npy(const tensor& t) {
@@ -161,13 +160,7 @@ status write_npy(const std::string& path, const tensor& t) {
   if (dtype_size(t.type()) == 0 || !is_numeric(t.type())) {
     return unimplemented_error("cannot write a ", dtype_name(t.type()), " tensor to ", path);
   }
-  std::ofstream out(path, std::ios::binary);
-  if (!out) return not_found_error("cannot open '", path, "' for writing");
-  std::string bytes = serialize_npy(t);
-  out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-  out.close();
-  if (!out) return data_loss_error("writing '", path, "' failed");
-  return status();
+  return write_file(path, serialize_npy(t));
 }
 
 }  // namespace troupe

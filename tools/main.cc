@@ -1,1 +1,30 @@
-int main() { return 0; }
+// The `troupe` command line.
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include "tools/commands.h"
+
+namespace {
+constexpr const char* k_usage =
+    "usage: troupe COMMAND [ARGS]\n"
+    "commands:\n"
+    "  demo [--out DIR]   build a small model in C++, run it, and say what happened\n"
+    "  eval --graph G.pbtxt|G.pb --feed NAME[:i]=X.npy ... --fetch NAME[:i] ... --out DIR\n"
+    "                     run one step of a GraphDef and write each fetch as .npy\n"
+    "  help               this text\n";
+}
+
+int main(int argc, char** argv) {
+  std::vector<std::string> args(argv + 1, argv + argc);
+  if (args.empty() || args[0] == "help" || args[0] == "--help" || args[0] == "-h") {
+    std::cout << k_usage;
+    return args.empty() ? 2 : 0;
+  }
+  std::string command = args[0];
+  args.erase(args.begin());
+  if (command == "eval") return troupe::tools::eval_command(args, std::cout, std::cerr);
+  if (command == "demo") return troupe::tools::demo_command(args, std::cout, std::cerr);
+  std::cerr << "troupe: unknown command '" << command << "'\n" << k_usage;
+  return 2;
+}

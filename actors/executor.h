@@ -1,0 +1,80 @@
+// executable: a prepared plan for running a set of nodes of a graph on one device, and
+// the executor that runs it, one step at a time or many steps at once.
+//
+// Preparing instantiates each node's kernel once and precomputes, for every node, where
+// its inputs live in a flat per-step array and which inputs its outputs feed. A step
+// then needs no lookups: a node whose inputs are all present runs; when it finishes,
+// its outputs are moved into its consumers' slots (the last consumer gets the buffer
+// itself, so element-wise kernels can work in place) and consumers whose count reaches
+// zero become ready. Cheap ready nodes run inline on the same thread; of expensive ones,
+// one runs inline and the rest go to the compute pool, so independent nodes run in
+// parallel. No message is sent per node.
+//
+// The first failing node aborts the step: nothing further is started, and `done`
+// receives that node's error (named) once every running node has finished.
+//
+// Thread safety: an executable is immutable and may run any number of steps at once.
+// This file does not depend on CAF; the device actor drives it.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/status.h"
+#include "core/tensor.h"
+#include "core/thread_pool.h"
+#include "graph/graph.h"
+#include "kernels/kernel_registry.h"
+
+namespace troupe::actors {
+
+struct executable_spec {
+  std::shared_ptr<const graph::graph> graph;
+  std::vector<int> nodes;                 // the nodes to run (any order)
+  std::vector<graph::endpoint> feeds;     // tensors supplied by the caller, in order
+  std::vector<graph::endpoint> fetches;   // tensors returned to the caller, in order
+  std::string device_type = "CPU";
+};
+
+class executable {
+ public:
+  using done_callback = std::function<void(result<std::vector<tensor>>)>;
+
+  // Instantiates kernels. Errors: a needed Placeholder that is not fed, a node with no
+  // kernel for the device, a kernel constructor rejecting its attributes.
+  static result<std::shared_ptr<const executable>> create(
+      const executable_spec& spec,
+      const kernels::kernel_registry& registry = kernels::kernel_registry::builtin());
+  ~executable();
+
+  // Checks the feeds' dtypes and shapes against the graph (errors name the feed).
+  status check_feeds(const std::vector<tensor>& feeds) const;
+
+  // Runs one step. `done` is called exactly once, on whichever thread finishes last,
+  // with the fetches in order or the first error. REQUIRES: check_feeds(feeds).ok();
+  // `pool` outlives the step.
+  void run(std::int64_t step_id, std::vector<tensor> feeds, compute_pool& pool,
+           done_callback done) const;
+
+  // Runs one step and waits for it (for tests, tools and benchmarks; never call it on an
+  // actor's thread).
+  result<std::vector<tensor>> run_and_wait(std::int64_t step_id, std::vector<tensor> feeds,
+                                           compute_pool& pool) const;
+
+  int num_nodes() const;
+  const executable_spec& spec() const { return spec_; }
+
+ private:
+  friend struct executor_access;
+  struct plan;
+  struct step;
+  executable() = default;
+
+  executable_spec spec_;
+  std::unique_ptr<plan> plan_;
+};
+
+}  // namespace troupe::actors

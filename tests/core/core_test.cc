@@ -1,0 +1,192 @@
+// core: status, dtype, shape, tensor, buffer pool, Philox, compute pool, .npy.
+#include <catch2/catch.hpp>
+
+#include <atomic>
+#include <cstdio>
+#include <set>
+#include <thread>
+
+#include "core/file.h"
+#include "core/npy.h"
+#include "core/random.h"
+#include "core/tensor.h"
+#include "core/tensor_eigen.h"
+#include "core/thread_pool.h"
+
+using namespace troupe;
+
+TEST_CASE("status carries a code and a message; ok is cheap", "[core]") {
+  status ok;
+  CHECK(ok.ok());
+  CHECK(ok.to_string() == "OK");
+  status s = invalid_argument_error("node '", "x", "' has ", 3, " inputs");
+  CHECK_FALSE(s.ok());
+  CHECK(s.error_code() == code::invalid_argument);
+  CHECK(s.to_string() == "INVALID_ARGUMENT: node 'x' has 3 inputs");
+  CHECK(s.with_context("loading g.pb").message() == "loading g.pb: node 'x' has 3 inputs");
+  status copy = s;
+  CHECK(copy == s);
+}
+
+TEST_CASE("result holds a value or an error", "[core]") {
+  result<int> good = 5;
+  REQUIRE(good.ok());
+  CHECK(*good == 5);
+  result<int> bad = not_found_error("missing");
+  CHECK_FALSE(bad.ok());
+  CHECK(bad.error().error_code() == code::not_found);
+  result<int> from_ok = status();  // a programmer error turned into an internal error
+  CHECK(from_ok.error().error_code() == code::internal);
+}
+
+TEST_CASE("dtype numbering and names follow TensorFlow", "[core]") {
+  CHECK(static_cast<int>(dtype::float32) == 1);
+  CHECK(static_cast<int>(dtype::int64) == 9);
+  CHECK(static_cast<int>(dtype::bool_) == 10);
+  CHECK(static_cast<int>(dtype::resource) == 20);
+  CHECK(dtype_name(dtype::float32) == "float");
+  CHECK(dtype_enum_name(dtype::int32) == "DT_INT32");
+  CHECK(*parse_dtype("DT_DOUBLE") == dtype::float64);
+  CHECK(*parse_dtype("float32") == dtype::float32);
+  CHECK_FALSE(parse_dtype("floot").ok());
+  CHECK(dtype_size(dtype::int16) == 2);
+  int visited = 0;
+  CHECK(visit_dtype(dtype::uint8, [&]<class T>() { visited = sizeof(T); }));
+  CHECK(visited == 1);
+  CHECK_FALSE(visit_dtype(dtype::string, [&]<class T>() {}));
+}
+
+TEST_CASE("shapes: known and partial", "[core]") {
+  tensor_shape s{2, 3, 4};
+  CHECK(s.num_elements() == 24);
+  CHECK(s.to_string() == "[2,3,4]");
+  CHECK(tensor_shape{}.num_elements() == 1);
+  CHECK_FALSE(tensor_shape::make({2, -1}).ok());
+  CHECK_FALSE(tensor_shape::make({1LL << 40, 1LL << 40}).ok());
+  partial_shape p{-1, 3};
+  CHECK(p.to_string() == "[?,3]");
+  CHECK(p.is_compatible_with(tensor_shape{7, 3}));
+  CHECK_FALSE(p.is_compatible_with(tensor_shape{7, 4}));
+  CHECK_FALSE(p.is_compatible_with(tensor_shape{3}));
+  CHECK(partial_shape::unknown().is_compatible_with(tensor_shape{1, 2, 3}));
+  CHECK(*p.merge(partial_shape{5, -1}) == partial_shape{5, 3});
+  CHECK_FALSE(p.merge(partial_shape{5, 4}).ok());
+}
+
+TEST_CASE("tensors share buffers on copy and are 64-byte aligned", "[core]") {
+  tensor a(dtype::float32, {3, 4});
+  CHECK(reinterpret_cast<std::uintptr_t>(a.raw_data()) % 64 == 0);
+  CHECK(a.ref_count_is_one());
+  tensor b = a;
+  CHECK(b.shares_buffer_with(a));
+  CHECK_FALSE(a.ref_count_is_one());
+  b = tensor();
+  CHECK(a.ref_count_is_one());
+  auto m = tensor::from_vector<float>({1, 2, 3, 4, 5, 6}, {2, 3});
+  CHECK(matrix_view<float>(m)(1, 2) == 6);
+  CHECK(flat_array<float>(m).sum() == 21);
+  tensor r = m.reshaped({3, 2});
+  CHECK(r.shares_buffer_with(m));
+  CHECK(r.shape() == tensor_shape{3, 2});
+  tensor c = m.deep_copy();
+  CHECK_FALSE(c.shares_buffer_with(m));
+  CHECK(c.equals(m));
+  c.data<float>()[0] = 9;
+  CHECK_FALSE(c.equals(m));
+  CHECK(m.debug_string() == "float [2,3] {1, 2, 3, 4, 5, 6}");
+  tensor empty(dtype::int32, {0, 5});
+  CHECK(empty.num_elements() == 0);
+  CHECK(empty.initialized());
+}
+
+TEST_CASE("the buffer pool reuses freed blocks", "[core]") {
+  auto before = get_allocator_stats();
+  for (int i = 0; i < 100; ++i) {
+    tensor t(dtype::float32, {1000 + i % 3});
+    t.data<float>()[0] = 1;
+  }
+  auto after = get_allocator_stats();
+  CHECK(after.allocations - before.allocations == 100);
+  CHECK(after.cache_hits - before.cache_hits >= 97);
+}
+
+TEST_CASE("philox4x32-10 matches the Random123 known answer", "[core]") {
+  philox zero(0, 0);
+  auto block = zero.next();
+  CHECK(block[0] == 0x6627e8d5u);
+  CHECK(block[1] == 0xe169c58du);
+  CHECK(block[2] == 0xbc57ac4cu);
+  CHECK(block[3] == 0x9b00dbd8u);
+  philox a(7, 9), b(7, 9);
+  b.skip(3);
+  for (int i = 0; i < 3; ++i) a.next();
+  CHECK(a.next() == b.next());
+  float f = uint32_to_float(0xffffffffu);
+  CHECK(f < 1.0f);
+  CHECK(uint32_to_float(0) == 0.0f);
+}
+
+TEST_CASE("compute_pool parallel_for covers the range exactly once, even nested", "[core]") {
+  compute_pool pool(2);
+  std::vector<std::atomic<int>> hits(100000);
+  pool.parallel_for(100000, 1000.0, [&](std::int64_t begin, std::int64_t end) {
+    for (auto i = begin; i < end; ++i) hits[static_cast<std::size_t>(i)]++;
+  });
+  for (auto& h : hits) REQUIRE(h.load() == 1);
+  std::atomic<std::int64_t> total{0};
+  std::atomic<int> outer_done{0};
+  for (int t = 0; t < 4; ++t) {
+    pool.schedule([&] {
+      pool.parallel_for(64, 1e6, [&](std::int64_t b, std::int64_t e) {
+        pool.parallel_for(64, 1e6, [&](std::int64_t b2, std::int64_t e2) { total += (e - b) * (e2 - b2); });
+      });
+      outer_done++;
+    });
+  }
+  while (outer_done.load() < 4) std::this_thread::yield();
+  CHECK(total.load() == 4 * 64 * 64);
+  int calls = 0;
+  pool.parallel_for(10, 1.0, [&](std::int64_t b, std::int64_t e) { calls++; });
+  CHECK(calls == 1);  // too little work to split
+}
+
+TEST_CASE(".npy round trip for every dtype, and clear errors", "[core]") {
+  auto check = [](const tensor& t) {
+    auto back = parse_npy(serialize_npy(t), "memory");
+    REQUIRE(back.ok());
+    CHECK(back->equals(t));
+  };
+  check(tensor::from_vector<float>({1.5f, -2, 3, 4, 5, 6}, {2, 3}));
+  check(tensor::from_vector<double>({1, 2}, {2}));
+  check(tensor::from_vector<std::int64_t>({-1, 1LL << 40}, {2, 1}));
+  check(tensor::from_vector<std::int32_t>({7}, {}));
+  check(tensor::from_vector<std::uint8_t>({1, 2, 255}, {3}));
+  check(tensor::from_vector<bool>({true, false}, {2}));
+  check(tensor::from_vector<std::int8_t>({-3}, {1, 1, 1}));
+  check(tensor(dtype::float32, {0, 3}));
+
+  CHECK(parse_npy("hello", "x.npy").error().message().find("x.npy: not a .npy file") == 0);
+  std::string good = serialize_npy(tensor::from_vector<float>({1, 2}, {2}));
+  auto truncated = parse_npy(good.substr(0, good.size() - 1), "t.npy");
+  CHECK(truncated.error().message().find("needs 8") != std::string::npos);
+  std::string complex = good;
+  complex.replace(complex.find("<f4"), 3, "<c8");
+  CHECK(parse_npy(complex, "c.npy").error().error_code() == code::unimplemented);
+  CHECK(read_npy("/nonexistent/x.npy").error().error_code() == code::not_found);
+}
+
+TEST_CASE("numpy-written header forms parse (version 1, shape spellings)", "[core]") {
+  // A header exactly as numpy 1.x writes it for np.arange(3, dtype='<i8').
+  std::string header = "{'descr': '<i8', 'fortran_order': False, 'shape': (3,), }";
+  header.append(64 - (10 + header.size() + 1) % 64, ' ');
+  header += '\n';
+  std::string bytes("\x93NUMPY\x01\x00", 8);
+  bytes += static_cast<char>(header.size());
+  bytes += '\0';
+  bytes += header;
+  for (std::int64_t v : {0, 1, 2}) bytes.append(reinterpret_cast<const char*>(&v), 8);
+  auto t = parse_npy(bytes, "arange.npy");
+  REQUIRE(t.ok());
+  CHECK(t->shape() == tensor_shape{3});
+  CHECK(t->data<std::int64_t>()[2] == 2);
+}

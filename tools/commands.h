@@ -1,0 +1,20 @@
+// The `troupe` command line's subcommands. Each takes its arguments (after the
+// subcommand's name), writes to the given streams, and returns the process exit code.
+#pragma once
+
+#include <ostream>
+#include <string>
+#include <vector>
+
+namespace troupe::tools {
+
+// troupe eval --graph G.pbtxt|G.pb --feed NAME[:i]=X.npy ... --fetch NAME[:i] ... --out DIR
+int eval_command(const std::vector<std::string>& args, std::ostream& out, std::ostream& err);
+
+// troupe demo: builds a small graph in C++, runs it, and says what happened.
+int demo_command(const std::vector<std::string>& args, std::ostream& out, std::ostream& err);
+
+// The file name a fetch is written to: every character outside [A-Za-z0-9._-] becomes '_'.
+std::string fetch_file_name(const std::string& fetch);
+
+}  // namespace troupe::tools
