@@ -173,6 +173,7 @@ class [[nodiscard]] result {
   T&& value() && { return std::get<0>(std::move(value_)); }
   T& operator*() & { return value(); }
   const T& operator*() const& { return value(); }
+  T&& operator*() && { return std::move(*this).value(); }
   T* operator->() { return &value(); }
   const T* operator->() const { return &value(); }
 
