@@ -123,8 +123,13 @@ struct session::impl {
 session::session(std::unique_ptr<impl> p) : impl_(std::move(p)) {}
 
 result<std::unique_ptr<session>> session::create(graph::graph g, session_options options) {
+  return create(std::make_shared<const graph::graph>(std::move(g)), options);
+}
+
+result<std::unique_ptr<session>> session::create(std::shared_ptr<const graph::graph> g,
+                                                 session_options options) {
   auto p = std::make_unique<impl>();
-  p->graph = std::make_shared<const graph::graph>(std::move(g));
+  p->graph = std::move(g);
   int compute = options.compute_threads > 0 ? options.compute_threads : default_num_threads();
   p->pool = std::make_unique<compute_pool>(compute);
   p->config = std::make_unique<caf::actor_system_config>();

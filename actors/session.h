@@ -43,6 +43,8 @@ using run_callback = std::function<void(result<std::vector<tensor>>)>;
 class session {
  public:
   static result<std::unique_ptr<session>> create(graph::graph g, session_options options = {});
+  static result<std::unique_ptr<session>> create(std::shared_ptr<const graph::graph> g,
+                                                 session_options options = {});
   ~session();
 
   session(const session&) = delete;
