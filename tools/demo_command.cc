@@ -29,12 +29,14 @@ int demo_command(const std::vector<std::string>& args, std::ostream& out, std::o
   // 1. Build: logits = relu(x W1 + b1) W2 + b2, probabilities = softmax(logits).
   auto root = graph::scope::new_root();
   auto x = ops::placeholder(root.with_name("x"), dtype::float32, {-1, 784});
+  std::vector<std::string> weights;  // the weight tensors' names, to fetch once and feed after
   auto layer = [&](const std::string& name, graph::output in, std::int64_t fan_in, std::int64_t fan_out, int seed) {
     auto s = root.sub(name);
     auto shape = ops::constant(s.with_name("shape"), tensor::from_vector<std::int32_t>(
                                                          {static_cast<int>(fan_in), static_cast<int>(fan_out)}));
     auto w = ops::mul(s, ops::truncated_normal(s.with_name("init"), shape, dtype::float32, k_seed, seed),
                       ops::scalar(s.with_name("stddev"), 0.05f));
+    weights.push_back(w.name());
     auto b = ops::constant(s.with_name("bias"), tensor::zeros(dtype::float32, {fan_out}));
     return ops::bias_add(s, ops::matmul(s, in, w), b);
   };
@@ -71,7 +73,9 @@ int demo_command(const std::vector<std::string>& args, std::ostream& out, std::o
   for (std::int64_t i = 0; i < batch.num_elements(); ++i) {
     batch.data<float>()[i] = static_cast<float>((i * 7919) % 256) / 255.0f;
   }
-  auto result = (*session)->run({{"x", batch}}, {"prob", "predicted"});
+  // The random initializers draw new values every step (as TensorFlow's do), so the first
+  // step also fetches the weights, and later steps feed them back in.
+  auto result = (*session)->run({{"x", batch}}, {"prob", "predicted", weights[0], weights[1]});
   if (!result.ok()) {
     err << "step failed: " << result.error() << "\n";
     return 1;
@@ -82,6 +86,7 @@ int demo_command(const std::vector<std::string>& args, std::ostream& out, std::o
   out << "2. ran one step on a batch of 64: prob is " << dtype_name(p.type()) << " "
       << p.shape().to_string() << " (row 0 sums to " << std::fixed << std::setprecision(4)
       << row_sum << "), predicted is " << (*result)[1].debug_string(8) << "\n";
+  actors::feed_list feeds = {{"x", batch}, {weights[0], (*result)[2]}, {weights[1], (*result)[3]}};
 
   // 3. Many steps at once, from several threads, sharing the prepared step.
   constexpr int k_threads = 4;
@@ -92,14 +97,14 @@ int demo_command(const std::vector<std::string>& args, std::ostream& out, std::o
   for (int t = 0; t < k_threads; ++t) {
     threads.emplace_back([&] {
       for (int i = 0; i < k_steps; ++i) {
-        auto r = (*session)->run({{"x", batch}}, {"prob"});
+        auto r = (*session)->run(feeds, {"prob"});
         if (!r.ok() || !r->at(0).equals(p)) ++failures;
       }
     });
   }
   for (auto& t : threads) t.join();
   double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  out << "3. ran " << k_threads * k_steps << " steps from " << k_threads << " threads in "
+  out << "3. ran " << k_threads * k_steps << " steps (weights fed) from " << k_threads << " threads in "
       << std::setprecision(3) << seconds << " s (" << std::setprecision(1)
       << k_threads * k_steps / seconds << " steps/s); " << failures.load()
       << " differed from step 2; prepared step signatures: " << (*session)->num_prepared() << "\n";
