@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cstdio>
+#include <cstdlib>
 #include <mutex>
 
 namespace troupe::graph {
@@ -328,6 +330,14 @@ std::vector<std::string> op_registry::op_names() const {
   std::vector<std::string> names;
   for (const auto& [name, def] : ops_) names.push_back(name);
   return names;
+}
+
+void add_builtin_op(op_registry& registry, op_schema schema) {
+  status s = registry.add(std::move(schema));
+  if (!s.ok()) {
+    std::fprintf(stderr, "troupe: malformed built-in op schema: %s\n", s.to_string().c_str());
+    std::abort();
+  }
 }
 
 op_registry& op_registry::builtin() {

@@ -109,6 +109,10 @@ class op_registry {
   std::map<std::string, std::unique_ptr<op_def>, std::less<>> ops_;
 };
 
+// Registers a built-in op. A built-in schema that does not parse is a programmer error:
+// it stops the program at start-up with the schema's error.
+void add_builtin_op(op_registry& registry, op_schema schema);
+
 // Fills in missing attributes that have defaults and checks every attribute against the
 // schema (presence, kind, allowed values, minimums). Errors name the node.
 status add_defaults_and_validate_attrs(const op_def& op, tf::NodeDef* node);

@@ -1,8 +1,193 @@
-// Op schemas: (being written).
+// Op schemas: dense-layer and classifier ops, spelled as TensorFlow's raw ops.
+//
+//   MatMul                             product = op(a) * op(b), op = optional transpose
+//   BiasAdd, BiasAddGrad               add a per-channel bias (NHWC: last dim, NCHW: dim 1)
+//   Softmax, LogSoftmax                over the last dimension
+//   SoftmaxCrossEntropyWithLogits      dense labels, broadcastable to the features
+//   SparseSoftmaxCrossEntropyWithLogits  integer class labels
+//
+// Kernels: kernels/cpu/matmul_kernels.cc and kernels/cpu/nn_kernels.cc.
+#include <cstdio>
+#include <cstdlib>
+
 #include "graph/op_registry.h"
 
 namespace troupe::graph {
 
-void register_nn_ops(op_registry& registry) {}
+namespace {
+
+// Merges two possibly unknown dimensions (-1); false when both are known and differ.
+bool merge_dim(std::int64_t a, std::int64_t b, std::int64_t* out) {
+  if (a >= 0 && b >= 0 && a != b) return false;
+  *out = a >= 0 ? a : b;
+  return true;
+}
+
+status matmul_shape(shape_context& ctx) {
+  TROUPE_RETURN_IF_ERROR(ctx.require_rank(0, 2));
+  TROUPE_RETURN_IF_ERROR(ctx.require_rank(1, 2));
+  bool transpose_a = false;
+  bool transpose_b = false;
+  TROUPE_RETURN_IF_ERROR(ctx.get_attr("transpose_a", &transpose_a));
+  TROUPE_RETURN_IF_ERROR(ctx.get_attr("transpose_b", &transpose_b));
+  const partial_shape& a = ctx.input(0);
+  const partial_shape& b = ctx.input(1);
+  std::int64_t m = -1, k_a = -1, k_b = -1, n = -1;
+  if (a.known_rank()) {
+    m = a.dim(transpose_a ? 1 : 0);
+    k_a = a.dim(transpose_a ? 0 : 1);
+  }
+  if (b.known_rank()) {
+    k_b = b.dim(transpose_b ? 1 : 0);
+    n = b.dim(transpose_b ? 0 : 1);
+  }
+  std::int64_t k;
+  if (!merge_dim(k_a, k_b, &k)) {
+    return ctx.error("matrix size-incompatible: a ", a.to_string(),
+                     transpose_a ? " (transposed)" : "", " has inner dimension ", k_a, " but b ",
+                     b.to_string(), transpose_b ? " (transposed)" : "", " has inner dimension ",
+                     k_b);
+  }
+  ctx.set_output(0, partial_shape{m, n});
+  return status();
+}
+
+// The channel dimension of a BiasAdd value of rank `rank`.
+int bias_channel_dim(const std::string& data_format, int rank) {
+  return data_format == "NCHW" ? 1 : rank - 1;
+}
+
+status bias_add_shape(shape_context& ctx) {
+  TROUPE_RETURN_IF_ERROR(ctx.require_rank_at_least(0, 2));
+  TROUPE_RETURN_IF_ERROR(ctx.require_rank(1, 1));
+  std::string data_format;
+  TROUPE_RETURN_IF_ERROR(ctx.get_attr("data_format", &data_format));
+  const partial_shape& value = ctx.input(0);
+  const partial_shape& bias = ctx.input(1);
+  if (!value.known_rank()) {
+    ctx.set_output(0, value);
+    return status();
+  }
+  std::vector<std::int64_t> dims = value.dims();
+  int channel = bias_channel_dim(data_format, value.rank());
+  std::int64_t bias_size = bias.known_rank() ? bias.dim(0) : -1;
+  auto& c = dims[static_cast<std::size_t>(channel)];
+  if (!merge_dim(c, bias_size, &c)) {
+    return ctx.error("bias ", bias.to_string(), " does not match the channel dimension ",
+                     channel, " of value ", value.to_string(), " (data_format ", data_format,
+                     ")");
+  }
+  ctx.set_output(0, partial_shape(std::move(dims)));
+  return status();
+}
+
+status bias_add_grad_shape(shape_context& ctx) {
+  TROUPE_RETURN_IF_ERROR(ctx.require_rank_at_least(0, 2));
+  std::string data_format;
+  TROUPE_RETURN_IF_ERROR(ctx.get_attr("data_format", &data_format));
+  const partial_shape& grad = ctx.input(0);
+  std::int64_t channels = -1;
+  if (grad.known_rank()) channels = grad.dim(bias_channel_dim(data_format, grad.rank()));
+  ctx.set_output(0, partial_shape{channels});
+  return status();
+}
+
+status softmax_shape(shape_context& ctx) {
+  TROUPE_RETURN_IF_ERROR(ctx.require_rank_at_least(0, 1));
+  ctx.set_output(0, ctx.input(0));
+  return status();
+}
+
+// Features and labels broadcast to a [batch, classes] matrix (TensorFlow allows e.g.
+// labels of shape [classes] or [1, classes] for every row).
+status softmax_xent_shape(shape_context& ctx) {
+  auto merged = broadcast_shapes(ctx.input(0), ctx.input(1));
+  if (!merged.ok()) return ctx.error("features and labels: ", merged.error().message());
+  const partial_shape& s = *merged;
+  if (s.known_rank() && s.rank() != 2) {
+    return ctx.error("features ", ctx.input(0).to_string(), " and labels ",
+                     ctx.input(1).to_string(), " must broadcast to rank 2 but broadcast to ",
+                     s.to_string());
+  }
+  std::int64_t batch = s.known_rank() ? s.dim(0) : -1;
+  ctx.set_output(0, partial_shape{batch});
+  ctx.set_output(1, s.known_rank() ? s : partial_shape::unknown_of_rank(2));
+  return status();
+}
+
+status sparse_softmax_xent_shape(shape_context& ctx) {
+  TROUPE_RETURN_IF_ERROR(ctx.require_rank(0, 2));
+  TROUPE_RETURN_IF_ERROR(ctx.require_rank(1, 1));
+  const partial_shape& features = ctx.input(0);
+  const partial_shape& labels = ctx.input(1);
+  std::int64_t batch = -1, classes = -1;
+  if (features.known_rank()) {
+    batch = features.dim(0);
+    classes = features.dim(1);
+  }
+  if (!merge_dim(batch, labels.known_rank() ? labels.dim(0) : -1, &batch)) {
+    return ctx.error("features ", features.to_string(), " and labels ", labels.to_string(),
+                     " disagree on the batch size");
+  }
+  ctx.set_output(0, partial_shape{batch});
+  ctx.set_output(1, partial_shape{batch, classes});
+  return status();
+}
+
+}  // namespace
+
+void register_nn_ops(op_registry& registry) {
+  add_builtin_op(registry, op_schema("MatMul")
+                             .input("a: T")
+                             .input("b: T")
+                             .output("product: T")
+                             .attr("transpose_a: bool = false")
+                             .attr("transpose_b: bool = false")
+                             .attr("T: {float, double, int32, int64}")
+                             .shape_fn(matmul_shape));
+
+  add_builtin_op(registry,
+               op_schema("BiasAdd")
+                   .input("value: T")
+                   .input("bias: T")
+                   .output("output: T")
+                   .attr("T: {float, double, int8, int16, int32, int64, uint8, uint16}")
+                   .attr("data_format: {'NHWC', 'NCHW'} = 'NHWC'")
+                   .shape_fn(bias_add_shape));
+  add_builtin_op(registry,
+               op_schema("BiasAddGrad")
+                   .input("out_backprop: T")
+                   .output("output: T")
+                   .attr("T: {float, double, int8, int16, int32, int64, uint8, uint16}")
+                   .attr("data_format: {'NHWC', 'NCHW'} = 'NHWC'")
+                   .shape_fn(bias_add_grad_shape));
+
+  add_builtin_op(registry, op_schema("Softmax")
+                             .input("logits: T")
+                             .output("softmax: T")
+                             .attr("T: {float, double}")
+                             .shape_fn(softmax_shape));
+  add_builtin_op(registry, op_schema("LogSoftmax")
+                             .input("logits: T")
+                             .output("logsoftmax: T")
+                             .attr("T: {float, double}")
+                             .shape_fn(softmax_shape));
+
+  add_builtin_op(registry, op_schema("SoftmaxCrossEntropyWithLogits")
+                             .input("features: T")
+                             .input("labels: T")
+                             .output("loss: T")
+                             .output("backprop: T")
+                             .attr("T: {float, double}")
+                             .shape_fn(softmax_xent_shape));
+  add_builtin_op(registry, op_schema("SparseSoftmaxCrossEntropyWithLogits")
+                             .input("features: T")
+                             .input("labels: Tlabels")
+                             .output("loss: T")
+                             .output("backprop: T")
+                             .attr("T: {float, double}")
+                             .attr("Tlabels: {int32, int64} = DT_INT64")
+                             .shape_fn(sparse_softmax_xent_shape));
+}
 
 }  // namespace troupe::graph

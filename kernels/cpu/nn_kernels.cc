@@ -1,8 +1,344 @@
-// CPU kernels: (being written).
+// CPU kernels: BiasAdd, BiasAddGrad, Softmax, LogSoftmax, SoftmaxCrossEntropyWithLogits,
+// SparseSoftmaxCrossEntropyWithLogits.
+//
+// The softmax family works on rows of the last dimension and is numerically stable: each
+// row is shifted by its maximum before exp, and log-sums are taken of the shifted values.
+// Rows are split over the compute pool; within a row Eigen's vectorized exp does the work.
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+// GCC 12 reports Eigen's AVX-512 exp (built on _mm512_undefined_*) as "maybe uninitialized";
+// a known false positive that would otherwise bury real warnings from this file.
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+
+#include "core/tensor_eigen.h"
 #include "kernels/kernel_registry.h"
 
 namespace troupe::kernels {
 
-void register_nn_kernels(kernel_registry& registry) {}
+namespace {
+
+template <class T>
+using row_array = Eigen::Map<Eigen::Array<T, Eigen::Dynamic, 1>>;
+template <class T>
+using const_row_array = Eigen::Map<const Eigen::Array<T, Eigen::Dynamic, 1>>;
+
+// ~ nanoseconds per element of exp-heavy row work, for parallel_for.
+constexpr double k_softmax_ns_per_element = 2.0;
+
+// The [batch, channels, spatial] view of a BiasAdd value: NHWC puts channels last
+// (spatial = 1), NCHW puts them in dimension 1.
+struct bias_layout {
+  std::int64_t batch = 1;
+  std::int64_t channels = 1;
+  std::int64_t spatial = 1;
+};
+
+bias_layout layout_of(const tensor_shape& shape, bool nchw) {
+  bias_layout l;
+  int channel_dim = nchw ? 1 : shape.rank() - 1;
+  for (int i = 0; i < shape.rank(); ++i) {
+    if (i < channel_dim) l.batch *= shape.dim(i);
+    else if (i == channel_dim) l.channels = shape.dim(i);
+    else l.spatial *= shape.dim(i);
+  }
+  return l;
+}
+
+class bias_kernel_base : public op_kernel {
+ public:
+  explicit bias_kernel_base(kernel_construction& c) : op_kernel(c) {
+    std::string format;
+    if (!c.get_attr("data_format", &format)) return;
+    if (format != "NHWC" && format != "NCHW") {
+      c.fail(invalid_argument_error("data_format must be 'NHWC' or 'NCHW', not '", format, "'"));
+    }
+    nchw_ = format == "NCHW";
+  }
+
+ protected:
+  bool nchw_ = false;
+};
+
+template <class T>
+class bias_add_kernel final : public bias_kernel_base {
+ public:
+  using bias_kernel_base::bias_kernel_base;
+
+  void compute(kernel_context& ctx) override {
+    const tensor& value = ctx.input(0);
+    const tensor& bias = ctx.input(1);
+    if (value.rank() < 2) {
+      ctx.fail(invalid_argument_error("BiasAdd value must have rank >= 2, but is ", value.shape()));
+      return;
+    }
+    bias_layout l = layout_of(value.shape(), nchw_);
+    if (bias.rank() != 1 || bias.dim(0) != l.channels) {
+      ctx.fail(invalid_argument_error("BiasAdd bias ", bias.shape(), " must be a vector of ",
+                                      l.channels, " elements, the channel dimension of value ",
+                                      value.shape(), nchw_ ? " (NCHW)" : " (NHWC)"));
+      return;
+    }
+    tensor& output = ctx.forward_input_or_allocate_output(0, 0, value.shape());
+    const T* in = value.data<T>();
+    const T* b = bias.data<T>();
+    T* out = output.data<T>();
+    std::int64_t rows = l.batch * l.channels;  // rows of `spatial` elements
+    if (rows == 0 || l.spatial == 0) return;
+    if (!nchw_ || l.spatial == 1) {
+      std::int64_t c = l.channels;
+      ctx.pool().parallel_for(l.batch, static_cast<double>(c) * 0.3,
+                              [&](std::int64_t begin, std::int64_t end) {
+                                for (std::int64_t i = begin; i < end; ++i) {
+                                  for (std::int64_t j = 0; j < c; ++j) {
+                                    out[i * c + j] = in[i * c + j] + b[j];
+                                  }
+                                }
+                              });
+      return;
+    }
+    std::int64_t s = l.spatial;
+    ctx.pool().parallel_for(rows, static_cast<double>(s) * 0.3,
+                            [&](std::int64_t begin, std::int64_t end) {
+                              for (std::int64_t r = begin; r < end; ++r) {
+                                T add = b[r % l.channels];
+                                for (std::int64_t j = 0; j < s; ++j) out[r * s + j] = in[r * s + j] + add;
+                              }
+                            });
+  }
+};
+
+// The bias gradient: out_backprop summed over every dimension but the channel one.
+template <class T>
+class bias_add_grad_kernel final : public bias_kernel_base {
+ public:
+  using bias_kernel_base::bias_kernel_base;
+
+  void compute(kernel_context& ctx) override {
+    const tensor& grad = ctx.input(0);
+    if (grad.rank() < 2) {
+      ctx.fail(invalid_argument_error("BiasAddGrad out_backprop must have rank >= 2, but is ",
+                                      grad.shape()));
+      return;
+    }
+    bias_layout l = layout_of(grad.shape(), nchw_);
+    tensor& output = ctx.allocate_output(0, tensor_shape{l.channels});
+    T* out = output.data<T>();
+    std::fill_n(out, l.channels, T(0));
+    const T* in = grad.data<T>();
+    for (std::int64_t n = 0; n < l.batch; ++n) {
+      for (std::int64_t c = 0; c < l.channels; ++c) {
+        const T* row = in + (n * l.channels + c) * l.spatial;
+        if (l.spatial == 1) {
+          out[c] += row[0];
+        } else {
+          T sum = 0;
+          for (std::int64_t j = 0; j < l.spatial; ++j) sum += row[j];
+          out[c] += sum;
+        }
+      }
+    }
+  }
+};
+
+// ---- Softmax, LogSoftmax. ----
+
+template <class T, bool Log>
+class softmax_kernel final : public op_kernel {
+ public:
+  explicit softmax_kernel(kernel_construction& c) : op_kernel(c) {}
+
+  void compute(kernel_context& ctx) override {
+    const tensor& logits = ctx.input(0);
+    if (logits.rank() < 1) {
+      ctx.fail(invalid_argument_error(op(), " logits must have rank >= 1, but is a scalar"));
+      return;
+    }
+    tensor& output = ctx.allocate_output(0, logits.shape());
+    std::int64_t classes = logits.dim(logits.rank() - 1);
+    if (output.num_elements() == 0) return;
+    std::int64_t rows = logits.num_elements() / classes;
+    const T* in = logits.data<T>();
+    T* out = output.data<T>();
+    ctx.pool().parallel_for(
+        rows, static_cast<double>(classes) * k_softmax_ns_per_element,
+        [&](std::int64_t begin, std::int64_t end) {
+          for (std::int64_t r = begin; r < end; ++r) {
+            const_row_array<T> x(in + r * classes, classes);
+            row_array<T> y(out + r * classes, classes);
+            T max = x.maxCoeff();
+            y = (x - max).exp();
+            T sum = y.sum();
+            if constexpr (Log) y = (x - max) - std::log(sum);
+            else y *= T(1) / sum;
+          }
+        });
+  }
+};
+
+template <class T>
+using softmax = softmax_kernel<T, false>;
+template <class T>
+using log_softmax = softmax_kernel<T, true>;
+
+// One row of softmax cross-entropy: backprop = softmax(x) - labels, returns the loss
+// sum(labels * (log(sum(exp(x - max))) - (x - max))).
+template <class T>
+T xent_row(const T* features, const T* labels, T* backprop, std::int64_t classes) {
+  const_row_array<T> x(features, classes);
+  const_row_array<T> p(labels, classes);
+  row_array<T> g(backprop, classes);
+  T max = x.maxCoeff();
+  g = (x - max).exp();
+  T sum = g.sum();
+  T log_sum = std::log(sum);
+  T loss = (p * (log_sum - (x - max))).sum();
+  g = g * (T(1) / sum) - p;
+  return loss;
+}
+
+// Copies a tensor of rank <= 2 broadcast to [rows, cols].
+template <class T>
+std::vector<T> broadcast_to_matrix(const tensor& t, std::int64_t rows, std::int64_t cols) {
+  std::int64_t r = t.rank() == 2 ? t.dim(0) : 1;
+  std::int64_t c = t.rank() >= 1 ? t.dim(t.rank() - 1) : 1;
+  std::int64_t row_stride = r == 1 ? 0 : c;
+  std::int64_t col_stride = c == 1 ? 0 : 1;
+  std::vector<T> out(static_cast<std::size_t>(rows * cols));
+  const T* in = t.data<T>();
+  for (std::int64_t i = 0; i < rows; ++i) {
+    for (std::int64_t j = 0; j < cols; ++j) out[i * cols + j] = in[i * row_stride + j * col_stride];
+  }
+  return out;
+}
+
+template <class T>
+class softmax_xent_kernel final : public op_kernel {
+ public:
+  explicit softmax_xent_kernel(kernel_construction& c) : op_kernel(c) {}
+
+  void compute(kernel_context& ctx) override {
+    const tensor& features = ctx.input(0);
+    const tensor& labels = ctx.input(1);
+    // Broadcast the two shapes (each of rank <= 2) to [batch, classes].
+    auto bad = [&] {
+      ctx.fail(invalid_argument_error("features ", features.shape(), " and labels ",
+                                      labels.shape(), " must broadcast to a [batch, classes] matrix"));
+    };
+    if (features.rank() > 2 || labels.rank() > 2 || std::max(features.rank(), labels.rank()) < 2) {
+      bad();
+      return;
+    }
+    std::int64_t dims[2];
+    for (int i = 0; i < 2; ++i) {
+      int fi = features.rank() - 2 + i;
+      int li = labels.rank() - 2 + i;
+      std::int64_t f = fi >= 0 ? features.dim(fi) : 1;
+      std::int64_t l = li >= 0 ? labels.dim(li) : 1;
+      if (f != l && f != 1 && l != 1) {
+        bad();
+        return;
+      }
+      dims[i] = f == 1 ? l : f;
+    }
+    std::int64_t batch = dims[0], classes = dims[1];
+    tensor& loss = ctx.allocate_output(0, tensor_shape{batch});
+    tensor& backprop = ctx.allocate_output(1, tensor_shape{batch, classes});
+    if (batch == 0) return;
+    if (classes == 0) {
+      std::fill_n(loss.data<T>(), batch, T(0));
+      return;
+    }
+    std::vector<T> features_copy, labels_copy;
+    const T* x = features.data<T>();
+    const T* p = labels.data<T>();
+    if (features.shape() != backprop.shape()) {
+      features_copy = broadcast_to_matrix<T>(features, batch, classes);
+      x = features_copy.data();
+    }
+    if (labels.shape() != backprop.shape()) {
+      labels_copy = broadcast_to_matrix<T>(labels, batch, classes);
+      p = labels_copy.data();
+    }
+    T* l = loss.data<T>();
+    T* g = backprop.data<T>();
+    ctx.pool().parallel_for(batch, static_cast<double>(classes) * k_softmax_ns_per_element,
+                            [&](std::int64_t begin, std::int64_t end) {
+                              for (std::int64_t r = begin; r < end; ++r) {
+                                l[r] = xent_row(x + r * classes, p + r * classes,
+                                                g + r * classes, classes);
+                              }
+                            });
+  }
+};
+
+template <class T, class Label>
+class sparse_softmax_xent_kernel final : public op_kernel {
+ public:
+  explicit sparse_softmax_xent_kernel(kernel_construction& c) : op_kernel(c) {}
+
+  void compute(kernel_context& ctx) override {
+    const tensor& features = ctx.input(0);
+    const tensor& labels = ctx.input(1);
+    if (features.rank() != 2 || labels.rank() != 1 || labels.dim(0) != features.dim(0)) {
+      ctx.fail(invalid_argument_error("features must be [batch, classes] and labels [batch], but "
+                                      "features are ", features.shape(), " and labels ",
+                                      labels.shape()));
+      return;
+    }
+    std::int64_t batch = features.dim(0), classes = features.dim(1);
+    const Label* y = labels.data<Label>();
+    for (std::int64_t i = 0; i < batch; ++i) {
+      if (y[i] < 0 || static_cast<std::int64_t>(y[i]) >= classes) {
+        ctx.fail(invalid_argument_error("label ", static_cast<std::int64_t>(y[i]), " at index ", i,
+                                        " is outside the valid range of classes [0, ", classes,
+                                        ") (features ", features.shape(), ")"));
+        return;
+      }
+    }
+    tensor& loss = ctx.allocate_output(0, tensor_shape{batch});
+    tensor& backprop = ctx.allocate_output(1, tensor_shape{batch, classes});
+    if (batch == 0) return;
+    const T* x_all = features.data<T>();
+    T* l = loss.data<T>();
+    T* g_all = backprop.data<T>();
+    ctx.pool().parallel_for(
+        batch, static_cast<double>(classes) * k_softmax_ns_per_element,
+        [&](std::int64_t begin, std::int64_t end) {
+          for (std::int64_t r = begin; r < end; ++r) {
+            const_row_array<T> x(x_all + r * classes, classes);
+            row_array<T> g(g_all + r * classes, classes);
+            auto label = static_cast<std::int64_t>(y[r]);
+            T max = x.maxCoeff();
+            g = (x - max).exp();
+            T sum = g.sum();
+            l[r] = std::log(sum) - (x[label] - max);
+            g *= T(1) / sum;
+            g[label] -= T(1);
+          }
+        });
+  }
+};
+
+using bias_types = type_list<float, double, std::int8_t, std::int16_t, std::int32_t,
+                             std::int64_t, std::uint8_t, std::uint16_t>;
+
+}  // namespace
+
+void register_nn_kernels(kernel_registry& registry) {
+  add_typed_kernels<bias_add_kernel, bias_types>(registry, "BiasAdd");
+  add_typed_kernels<bias_add_grad_kernel, bias_types>(registry, "BiasAddGrad");
+  add_typed_kernels<softmax, float_types>(registry, "Softmax");
+  add_typed_kernels<log_softmax, float_types>(registry, "LogSoftmax");
+  add_typed_kernels<softmax_xent_kernel, float_types>(registry, "SoftmaxCrossEntropyWithLogits");
+  for_each_type<float_types>([&]<class T>() {
+    for_each_type<index_types>([&]<class Label>() {
+      registry.add("SparseSoftmaxCrossEntropyWithLogits", "CPU",
+                   {{"T", dtype_of<T>}, {"Tlabels", dtype_of<Label>}},
+                   make_kernel<sparse_softmax_xent_kernel<T, Label>>);
+    });
+  });
+}
 
 }  // namespace troupe::kernels

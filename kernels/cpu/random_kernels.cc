@@ -1,8 +1,189 @@
-// CPU kernels: (being written).
+// CPU kernels: RandomUniform, RandomStandardNormal, TruncatedNormal.
+//
+// Each kernel owns a Philox generator seeded from (seed, seed2), or from a fresh random
+// seed when both are 0 (as TensorFlow). A compute() call reserves a range of the
+// generator's counter under a mutex, then fills the output in parallel: output group g
+// is drawn from a copy of the reserved generator skipped to block g * blocks_per_group.
+// The values therefore depend only on the seeds and on how many calls came before, never
+// on the number of threads; a fresh kernel with the same seeds replays the same sequence
+// of tensors.
+//
+// The layout of the stream is TensorFlow's (PhiloxRandomOp with FillPhiloxRandom): each
+// call reserves 256 blocks per output, fixed-cost distributions use the blocks in order,
+// and the rejection sampler gives each group of outputs a budget of 256 samples per output.
+#include <algorithm>
+#include <cmath>
+#include <mutex>
+
+#include "core/random.h"
 #include "kernels/kernel_registry.h"
 
 namespace troupe::kernels {
 
-void register_random_kernels(kernel_registry& registry) {}
+namespace {
+
+// Counter blocks reserved per output by each call (TensorFlow's multiplier).
+constexpr std::uint64_t k_reserved_blocks_per_output = 256;
+
+// Values one 128-bit block yields: four from 32 bits each (float), two from 64 (double).
+template <class T>
+constexpr int k_values_per_block = sizeof(T) == 4 ? 4 : 2;
+
+template <class T>
+void uniforms_from_block(const philox::block& b, T* out) {
+  if constexpr (sizeof(T) == 4) {
+    for (std::size_t i = 0; i < 4; ++i) out[i] = uint32_to_float(b[i]);
+  } else {
+    out[0] = uint64_to_double(b[0], b[1]);
+    out[1] = uint64_to_double(b[2], b[3]);
+  }
+}
+
+template <class T>
+void normals_from_block(const philox::block& b, T* out) {
+  if constexpr (sizeof(T) == 4) {
+    for (std::size_t pair = 0; pair < 2; ++pair) {
+      auto z = box_muller(uint32_to_float(b[2 * pair]), uint32_to_float(b[2 * pair + 1]));
+      out[2 * pair] = static_cast<float>(z[0]);
+      out[2 * pair + 1] = static_cast<float>(z[1]);
+    }
+  } else {
+    auto z = box_muller(uint64_to_double(b[0], b[1]), uint64_to_double(b[2], b[3]));
+    out[0] = z[0];
+    out[1] = z[1];
+  }
+}
+
+// A distribution turns Philox blocks into `group_size` values of T. `blocks_per_group` is
+// how far apart groups start in the stream: the blocks a group uses or, for a rejection
+// sampler, a budget it is never expected to exceed.
+
+template <class T>
+struct uniform_distribution {
+  static constexpr int group_size = 4;
+  static constexpr std::uint64_t blocks_per_group = 4 / k_values_per_block<T>;
+  void operator()(philox& gen, T* out) const {
+    for (int i = 0; i < group_size; i += k_values_per_block<T>)
+      uniforms_from_block(gen.next(), out + i);
+  }
+};
+
+template <class T>
+struct normal_distribution {
+  static constexpr int group_size = 4;
+  static constexpr std::uint64_t blocks_per_group = 4 / k_values_per_block<T>;
+  void operator()(philox& gen, T* out) const {
+    for (int i = 0; i < group_size; i += k_values_per_block<T>)
+      normals_from_block(gen.next(), out + i);
+  }
+};
+
+// Standard normals with |x| >= 2 rejected and drawn again (the test is on the value as T,
+// so rounding cannot land outside). About 95% of candidates are kept, so a group needs one
+// or two blocks; its budget of 256 blocks per output is exceeded with probability far
+// below 1e-300 (it would then read into the next group's blocks: still deterministic).
+template <class T>
+struct truncated_normal_distribution {
+  static constexpr int group_size = k_values_per_block<T>;
+  static constexpr std::uint64_t blocks_per_group = group_size * k_reserved_blocks_per_output / 4;
+  void operator()(philox& gen, T* out) const {
+    constexpr T k_bound = 2;
+    int filled = 0;
+    while (filled < group_size) {
+      T candidates[k_values_per_block<T>];
+      normals_from_block(gen.next(), candidates);
+      for (T z : candidates) {
+        if (filled < group_size && std::abs(z) < k_bound) out[filled++] = z;
+      }
+    }
+  }
+};
+
+// The shape operand of a random op: a vector of non-negative dimensions.
+result<tensor_shape> shape_from_tensor(const tensor& t) {
+  if (t.rank() != 1) {
+    return invalid_argument_error("shape must be a vector, but has shape ", t.shape().to_string());
+  }
+  std::vector<std::int64_t> dims;
+  visit_dtype<index_types>(t.type(), [&]<class I>() {
+    for (I d : t.flat<I>()) dims.push_back(static_cast<std::int64_t>(d));
+  });
+  auto shape = tensor_shape::make(std::move(dims));
+  if (!shape.ok()) {
+    return invalid_argument_error("shape ", t.debug_string(),
+                                  " is not a valid shape: ", shape.error().message());
+  }
+  return shape;
+}
+
+template <class T, template <class> class Distribution>
+class random_kernel final : public op_kernel {
+ public:
+  explicit random_kernel(kernel_construction& c) : op_kernel(c) {
+    std::int64_t seed = 0, seed2 = 0;
+    if (!c.get_attr("seed", &seed) || !c.get_attr("seed2", &seed2)) return;
+    if (seed == 0 && seed2 == 0) {
+      generator_ = philox(random_seed(), random_seed());
+    } else {
+      generator_ = philox(static_cast<std::uint64_t>(seed), static_cast<std::uint64_t>(seed2));
+    }
+  }
+
+  void compute(kernel_context& ctx) override {
+    auto shape = shape_from_tensor(ctx.input(0));
+    if (!shape.ok()) {
+      ctx.fail(shape.error());
+      return;
+    }
+    tensor& out = ctx.allocate_output(0, std::move(*shape));
+    using distribution = Distribution<T>;
+    constexpr std::int64_t group_size = distribution::group_size;
+    std::int64_t n = out.num_elements();
+    std::int64_t groups = (n + group_size - 1) / group_size;
+    philox base;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      base = generator_;
+      generator_.skip(static_cast<std::uint64_t>(n) * k_reserved_blocks_per_output);
+    }
+    T* data = out.data<T>();
+    // Roughly 10 ns per output for Philox and the conversion.
+    constexpr double cost = 10.0 * group_size;
+    ctx.pool().parallel_for(groups, cost, [&](std::int64_t begin, std::int64_t end) {
+      distribution draw;
+      T values[group_size];
+      for (std::int64_t g = begin; g < end; ++g) {
+        philox gen = base;
+        gen.skip(static_cast<std::uint64_t>(g) * distribution::blocks_per_group);
+        draw(gen, values);
+        std::int64_t first = g * group_size;
+        std::int64_t count = std::min(group_size, n - first);
+        for (std::int64_t i = 0; i < count; ++i) data[first + i] = values[i];
+      }
+    });
+  }
+
+ private:
+  std::mutex mutex_;
+  philox generator_;  // guarded by mutex_
+};
+
+template <template <class> class Distribution>
+void add_random_kernels(kernel_registry& registry, const std::string& op) {
+  for_each_type<float_types>([&]<class T>() {
+    for_each_type<index_types>([&]<class I>() {
+      registry.add(op, "CPU", {{"dtype", dtype_of<T>}, {"T", dtype_of<I>}},
+                   make_kernel<random_kernel<T, Distribution>>);
+    });
+  });
+}
+
+}  // namespace
+
+void register_random_kernels(kernel_registry& registry) {
+  add_random_kernels<uniform_distribution>(registry, "RandomUniform");
+  add_random_kernels<normal_distribution>(registry, "RandomStandardNormal");
+  add_random_kernels<truncated_normal_distribution>(registry, "TruncatedNormal");
+}
 
 }  // namespace troupe::kernels
