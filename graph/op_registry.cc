@@ -253,6 +253,16 @@ op_schema& op_schema::shape_fn(shape_function fn) {
   return *this;
 }
 
+op_schema& op_schema::gradient(gradient_function fn) {
+  def_.gradient = std::move(fn);
+  return *this;
+}
+
+op_schema& op_schema::no_gradient() {
+  def_.not_differentiable = true;
+  return *this;
+}
+
 status op_registry::add(op_schema schema) {
   if (!schema.status_.ok()) return schema.status_.with_context(str_cat("op ", schema.def_.name));
   op_def& def = schema.def_;

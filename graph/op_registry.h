@@ -60,6 +60,13 @@ struct attr_def {
 class shape_context;
 using shape_function = std::function<status(shape_context&)>;
 
+// Gradients (graph/gradients.h defines the context): given the forward node and the
+// gradients flowing into its outputs, a gradient function builds nodes computing the
+// gradient of each input, writing one output per input (an invalid output: none).
+struct output;
+struct gradient_context;
+using gradient_function = std::function<status(const gradient_context&, std::vector<output>*)>;
+
 struct op_def {
   std::string name;
   std::vector<arg_def> inputs;
@@ -67,6 +74,8 @@ struct op_def {
   std::vector<attr_def> attrs;
   bool is_stateful = false;
   shape_function shape;  // empty: outputs of unknown shape
+  gradient_function gradient;       // empty: differentiating through it is an error...
+  bool not_differentiable = false;  // ...unless it is declared to have no gradient
 
   const attr_def* find_attr(std::string_view attr) const;
 };
@@ -81,6 +90,9 @@ class op_schema {
   op_schema& attr(std::string_view spec);
   op_schema& stateful();
   op_schema& shape_fn(shape_function fn);
+  op_schema& gradient(gradient_function fn);
+  // No gradient flows through this op (Shape, ArgMax, comparisons, ...).
+  op_schema& no_gradient();
 
  private:
   friend class op_registry;
