@@ -49,7 +49,9 @@ class partial_shape {
   partial_shape(const tensor_shape& s)  // NOLINT: every known shape is a partial one
       : known_rank_(true), dims_(s.dims()) {}
 
+  // Note: partial_shape{} is the unknown shape; a scalar is partial_shape::scalar().
   static partial_shape unknown() { return partial_shape(); }
+  static partial_shape scalar() { return partial_shape(std::vector<std::int64_t>{}); }
   static partial_shape unknown_of_rank(int rank) {
     return partial_shape(std::vector<std::int64_t>(static_cast<std::size_t>(rank), -1));
   }

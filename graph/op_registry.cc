@@ -535,7 +535,7 @@ status broadcast_binary_shape(shape_context& ctx) {
 }
 
 status scalar_shape(shape_context& ctx) {
-  for (int i = 0; i < ctx.num_outputs(); ++i) ctx.set_output(i, partial_shape{});
+  for (int i = 0; i < ctx.num_outputs(); ++i) ctx.set_output(i, partial_shape::scalar());
   return status();
 }
 

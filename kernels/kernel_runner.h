@@ -1,6 +1,7 @@
 // Runs one kernel on given inputs, outside any graph: for tests, constant folding and
 // tools. The node needs its op and attributes; its inputs are taken from `inputs`
-// (whose dtypes must match the op's input types).
+// (whose dtypes must match the op's input types). A tensor whose only holder is `inputs`
+// may be reused in place by the kernel: keep a reference if you need it unchanged.
 //
 //   tf::NodeDef node;  node.set_name("add");  node.set_op("AddV2");
 //   (*node.mutable_attr())["T"] = graph::attr_value(dtype::float32);
