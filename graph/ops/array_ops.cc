@@ -5,11 +5,16 @@
 // Shape functions use the graph-time value of an input when it is a Const (the shape
 // operand of Reshape, the axis of ConcatV2, ...) to give fully known shapes, and fall back
 // to a known rank or an unknown shape otherwise. They report only what is certainly wrong.
+//
+// Gradients (TensorFlow's array_grad.py): ops that only move values pass the gradient back
+// rearranged the inverse way; sources, shape queries and StopGradient have none.
 #include <cstdio>
 #include <cstdlib>
 #include <optional>
 
+#include "graph/gradients.h"
 #include "graph/op_registry.h"
+#include "graph/ops.h"
 
 namespace troupe::graph {
 
@@ -337,6 +342,104 @@ status squeeze_shape(shape_context& ctx) {
   return status();
 }
 
+// ---- Gradients. ----
+
+using grads = std::vector<output>*;
+
+// The value of a forward input when it is a constant, else nullptr.
+const tensor* constant_input(const gradient_context& ctx, int i) {
+  return ctx.s.current_graph().constant_value(ctx.forward.inputs[static_cast<std::size_t>(i)]);
+}
+
+// Identity-like ops: each output's gradient goes to the input at the same position.
+status pass_through_grad(const gradient_context& ctx, grads dx) {
+  *dx = ctx.grad_outputs;
+  return status();
+}
+
+// Reshape, ExpandDims, Squeeze: the gradient reshaped to the input's shape.
+status reshape_grad(const gradient_context& ctx, grads dx) {
+  dx->assign(ctx.inputs.size(), output{});
+  (*dx)[0] = reshape_to_shape_of(ctx.s, ctx.grad_outputs[0], ctx.inputs[0]);
+  return status();
+}
+
+// Fill: the value's gradient is the sum of everything it was copied to.
+status fill_grad(const gradient_context& ctx, grads dx) {
+  const scope& s = ctx.s;
+  output flat = ops::reshape(s, ctx.grad_outputs[0], ops::constant(s, tensor::from_vector<std::int32_t>({-1})));
+  *dx = {output{}, ops::sum(s, flat, ops::constant(s, tensor::scalar<std::int32_t>(0)))};
+  return status();
+}
+
+status transpose_grad(const gradient_context& ctx, grads dx) {
+  const scope& s = ctx.s;
+  output inverse;
+  if (const tensor* perm = constant_input(ctx, 1)) {
+    std::vector<std::int64_t> p = index_values(*perm);
+    std::vector<std::int32_t> inv(p.size());
+    for (std::size_t i = 0; i < p.size(); ++i) inv[static_cast<std::size_t>(p[i])] = static_cast<std::int32_t>(i);
+    inverse = ops::constant(s, tensor::from_vector(inv));
+  } else {
+    inverse = s.add("InvertPermutation", {ctx.inputs[1]}).out();
+  }
+  *dx = {ops::transpose(s, ctx.grad_outputs[0], inverse), output{}};
+  return status();
+}
+
+// ConcatV2: each input's gradient is its slice of dy. The slices' offsets are constants when
+// every input's shape and the axis are known now, else ConcatOffset computes them.
+status concat_grad(const gradient_context& ctx, grads dx) {
+  const scope& s = ctx.s;
+  const int n = static_cast<int>(ctx.inputs.size()) - 1;
+  const output& dy = ctx.grad_outputs[0];
+  dx->clear();
+  const tensor* axis_value = constant_input(ctx, n);
+  bool all_known = axis_value != nullptr;
+  for (int i = 0; i < n && all_known; ++i) {
+    const partial_shape& shape = ctx.inputs[static_cast<std::size_t>(i)].shape;
+    all_known = shape.known_rank() && shape.fully_defined();
+  }
+  if (all_known) {
+    int rank = ctx.inputs[0].shape.rank();
+    std::int64_t axis = index_values(*axis_value)[0];
+    if (axis < 0) axis += rank;
+    std::int64_t offset = 0;
+    for (int i = 0; i < n; ++i) {
+      const partial_shape& shape = ctx.inputs[static_cast<std::size_t>(i)].shape;
+      std::vector<std::int32_t> begin(static_cast<std::size_t>(rank), 0);
+      begin[static_cast<std::size_t>(axis)] = static_cast<std::int32_t>(offset);
+      offset += shape.dim(static_cast<int>(axis));
+      dx->push_back(s.add("Slice", {dy, ops::constant(s, tensor::from_vector(begin)),
+                                    shape_of(s, ctx.inputs[static_cast<std::size_t>(i)])})
+                        .out());
+    }
+  } else {
+    output axis = ctx.inputs[static_cast<std::size_t>(n)];
+    if (axis.type != dtype::int32) axis = ops::cast(s, axis, dtype::int32);
+    std::vector<output> shapes;
+    for (int i = 0; i < n; ++i) shapes.push_back(shape_of(s, ctx.inputs[static_cast<std::size_t>(i)]));
+    operation offsets = s.add("ConcatOffset", {axis, input(shapes)});
+    for (int i = 0; i < n; ++i) {
+      dx->push_back(s.add("Slice", {dy, offsets.out(i), shapes[static_cast<std::size_t>(i)]}).out());
+    }
+  }
+  dx->push_back(output{});
+  return status();
+}
+
+// Pack: Unpack the gradient along the same axis.
+status pack_grad(const gradient_context& ctx, grads dx) {
+  std::int64_t axis = 0;
+  TROUPE_RETURN_IF_ERROR(get_attr(ctx.forward.def, "axis", &axis));
+  auto num = static_cast<std::int64_t>(ctx.inputs.size());
+  operation parts = ctx.s.add("Unpack", {ctx.grad_outputs[0]},
+                              {{"num", attr_value(num)}, {"axis", attr_value(axis)}});
+  dx->clear();
+  for (int i = 0; i < static_cast<int>(num); ++i) dx->push_back(parts.out(i));
+  return status();
+}
+
 }  // namespace
 
 void register_array_ops(op_registry& registry) {
@@ -344,73 +447,85 @@ void register_array_ops(op_registry& registry) {
                        .output("output: dtype")
                        .attr("value: tensor")
                        .attr("dtype: type")
-                       .shape_fn(const_shape));
+                       .shape_fn(const_shape)
+                       .no_gradient());
   add_builtin_op(registry, op_schema("Placeholder")
                        .output("output: dtype")
                        .attr("dtype: type")
                        .attr("shape: shape = ?")
-                       .shape_fn(placeholder_shape));
+                       .shape_fn(placeholder_shape)
+                       .no_gradient());
   add_builtin_op(registry, op_schema("PlaceholderWithDefault")
                        .input("input: dtype")
                        .output("output: dtype")
                        .attr("dtype: type")
                        .attr("shape: shape")
-                       .shape_fn(placeholder_with_default_shape));
+                       .shape_fn(placeholder_with_default_shape)
+                       .gradient(pass_through_grad));
   add_builtin_op(registry, op_schema("Identity")
                        .input("input: T")
                        .output("output: T")
                        .attr("T: type")
-                       .shape_fn(unchanged_shape));
+                       .shape_fn(unchanged_shape)
+                       .gradient(pass_through_grad));
   add_builtin_op(registry, op_schema("IdentityN")
                        .input("input: T")
                        .output("output: T")
                        .attr("T: list(type) >= 1")
-                       .shape_fn(identity_n_shape));
-  add_builtin_op(registry, op_schema("NoOp").shape_fn(no_outputs_shape));
+                       .shape_fn(identity_n_shape)
+                       .gradient(pass_through_grad));
+  add_builtin_op(registry, op_schema("NoOp").shape_fn(no_outputs_shape).no_gradient());
   add_builtin_op(registry, op_schema("StopGradient")
                        .input("input: T")
                        .output("output: T")
                        .attr("T: type")
-                       .shape_fn(unchanged_shape));
+                       .shape_fn(unchanged_shape)
+                       .no_gradient());
   add_builtin_op(registry, op_schema("Reshape")
                        .input("tensor: T")
                        .input("shape: Tshape")
                        .output("output: T")
                        .attr("T: type")
                        .attr("Tshape: {int32, int64} = DT_INT32")
-                       .shape_fn(reshape_shape));
+                       .shape_fn(reshape_shape)
+                       .gradient(reshape_grad));
   add_builtin_op(registry, op_schema("Shape")
                        .input("input: T")
                        .output("output: out_type")
                        .attr("T: type")
                        .attr("out_type: {int32, int64} = DT_INT32")
-                       .shape_fn(shape_shape));
+                       .shape_fn(shape_shape)
+                       .no_gradient());
   add_builtin_op(registry, op_schema("Size")
                        .input("input: T")
                        .output("output: out_type")
                        .attr("T: type")
                        .attr("out_type: {int32, int64} = DT_INT32")
-                       .shape_fn(scalar_shape));
+                       .shape_fn(scalar_shape)
+                       .no_gradient());
   // As in TensorFlow, Rank has no out_type: it is always int32.
   add_builtin_op(registry, op_schema("Rank")
                        .input("input: T")
                        .output("output: int32")
                        .attr("T: type")
-                       .shape_fn(scalar_shape));
+                       .shape_fn(scalar_shape)
+                       .no_gradient());
   add_builtin_op(registry, op_schema("Fill")
                        .input("dims: index_type")
                        .input("value: T")
                        .output("output: T")
                        .attr("T: type")
                        .attr("index_type: {int32, int64} = DT_INT32")
-                       .shape_fn(fill_shape));
+                       .shape_fn(fill_shape)
+                       .gradient(fill_grad));
   add_builtin_op(registry, op_schema("Transpose")
                        .input("x: T")
                        .input("perm: Tperm")
                        .output("y: T")
                        .attr("T: type")
                        .attr("Tperm: {int32, int64} = DT_INT32")
-                       .shape_fn(transpose_shape));
+                       .shape_fn(transpose_shape)
+                       .gradient(transpose_grad));
   add_builtin_op(registry, op_schema("ConcatV2")
                        .input("values: N * T")
                        .input("axis: Tidx")
@@ -418,27 +533,31 @@ void register_array_ops(op_registry& registry) {
                        .attr("N: int >= 2")
                        .attr("T: type")
                        .attr("Tidx: {int32, int64} = DT_INT32")
-                       .shape_fn(concat_shape));
+                       .shape_fn(concat_shape)
+                       .gradient(concat_grad));
   add_builtin_op(registry, op_schema("Pack")
                        .input("values: N * T")
                        .output("output: T")
                        .attr("N: int >= 1")
                        .attr("T: type")
                        .attr("axis: int = 0")
-                       .shape_fn(pack_shape));
+                       .shape_fn(pack_shape)
+                       .gradient(pack_grad));
   add_builtin_op(registry, op_schema("ExpandDims")
                        .input("input: T")
                        .input("dim: Tdim")
                        .output("output: T")
                        .attr("T: type")
                        .attr("Tdim: {int32, int64} = DT_INT32")
-                       .shape_fn(expand_dims_shape));
+                       .shape_fn(expand_dims_shape)
+                       .gradient(reshape_grad));
   add_builtin_op(registry, op_schema("Squeeze")
                        .input("input: T")
                        .output("output: T")
                        .attr("T: type")
                        .attr("squeeze_dims: list(int) >= 0 = []")
-                       .shape_fn(squeeze_shape));
+                       .shape_fn(squeeze_shape)
+                       .gradient(reshape_grad));
 }
 
 }  // namespace troupe::graph

@@ -13,10 +13,15 @@
 // TensorFlow accepts any type (Equal, Select, Cast, ZerosLike, ...) so does the schema,
 // and a dtype without a kernel is reported by the kernel lookup.
 // Kernels: kernels/cpu/cwise_kernels.cc.
+//
+// Gradients follow TensorFlow's math_grad.py: binary ops sum their gradient over the
+// broadcast axes (sum_to_shape_of), comparisons, ZerosLike and OnesLike have none.
 #include <cstdio>
 #include <cstdlib>
 
+#include "graph/gradients.h"
 #include "graph/op_registry.h"
+#include "graph/ops.h"
 
 namespace troupe::graph {
 
@@ -95,14 +100,136 @@ status add_n_shape(shape_context& ctx) {
   return status();
 }
 
-void add_unary(op_registry& registry, const char* name, const char* types, const char* in = "x: T",
-               const char* out = "y: T") {
-  add_builtin_op(registry, op_schema(name).input(in).output(out).attr(types).shape_fn(unchanged_shape));
+op_schema unary_schema(const char* name, const char* types, const char* in = "x: T",
+                       const char* out = "y: T") {
+  return std::move(op_schema(name).input(in).output(out).attr(types).shape_fn(unchanged_shape));
 }
 
-void add_binary(op_registry& registry, const char* name, const char* types) {
-  add_builtin_op(registry, op_schema(name).input("x: T").input("y: T").output("z: T").attr(types).shape_fn(
-                       broadcast_binary_shape));
+op_schema binary_schema(const char* name, const char* types) {
+  return std::move(op_schema(name).input("x: T").input("y: T").output("z: T").attr(types).shape_fn(
+      broadcast_binary_shape));
+}
+
+// ---- Gradients. dy is the gradient of the (only) output; it is always valid there. ----
+
+using grads = std::vector<output>*;
+
+output dy_of(const gradient_context& ctx) { return ctx.grad_outputs[0]; }
+output x_of(const gradient_context& ctx) { return ctx.inputs[0]; }
+output y_of(const gradient_context& ctx) { return ctx.outputs[0]; }
+// An op of the form (a, b -> c) without an ops:: wrapper.
+output binary_op(const scope& s, const char* op, output a, output b) { return s.add(op, {a, b}).out(); }
+
+status neg_grad(const gradient_context& ctx, grads dx) {
+  *dx = {ops::neg(ctx.s, dy_of(ctx))};
+  return status();
+}
+status abs_grad(const gradient_context& ctx, grads dx) {
+  *dx = {ops::mul(ctx.s, dy_of(ctx), ctx.s.add("Sign", {x_of(ctx)}).out())};
+  return status();
+}
+status square_grad(const gradient_context& ctx, grads dx) {
+  output two = scalar_of(ctx.s, x_of(ctx).type, 2.0);
+  *dx = {ops::mul(ctx.s, dy_of(ctx), ops::mul(ctx.s, two, x_of(ctx)))};
+  return status();
+}
+status sqrt_grad(const gradient_context& ctx, grads dx) {
+  *dx = {binary_op(ctx.s, "SqrtGrad", y_of(ctx), dy_of(ctx))};
+  return status();
+}
+status rsqrt_grad(const gradient_context& ctx, grads dx) {
+  *dx = {binary_op(ctx.s, "RsqrtGrad", y_of(ctx), dy_of(ctx))};
+  return status();
+}
+status exp_grad(const gradient_context& ctx, grads dx) {
+  *dx = {ops::mul(ctx.s, dy_of(ctx), y_of(ctx))};
+  return status();
+}
+status log_grad(const gradient_context& ctx, grads dx) {
+  *dx = {ops::div(ctx.s, dy_of(ctx), x_of(ctx))};
+  return status();
+}
+status tanh_grad(const gradient_context& ctx, grads dx) {
+  *dx = {binary_op(ctx.s, "TanhGrad", y_of(ctx), dy_of(ctx))};
+  return status();
+}
+status sigmoid_grad(const gradient_context& ctx, grads dx) {
+  *dx = {binary_op(ctx.s, "SigmoidGrad", y_of(ctx), dy_of(ctx))};
+  return status();
+}
+status relu_grad(const gradient_context& ctx, grads dx) {
+  *dx = {binary_op(ctx.s, "ReluGrad", dy_of(ctx), x_of(ctx))};
+  return status();
+}
+
+// Binary ops: the gradients with respect to the broadcast result, summed back to each
+// input's shape.
+status binary_grads(const gradient_context& ctx, grads dx, output dx_full, output dy_full) {
+  *dx = {sum_to_shape_of(ctx.s, dx_full, ctx.inputs[0]), sum_to_shape_of(ctx.s, dy_full, ctx.inputs[1])};
+  return status();
+}
+status add_grad(const gradient_context& ctx, grads dx) {
+  return binary_grads(ctx, dx, dy_of(ctx), dy_of(ctx));
+}
+status sub_grad(const gradient_context& ctx, grads dx) {
+  return binary_grads(ctx, dx, dy_of(ctx), ops::neg(ctx.s, dy_of(ctx)));
+}
+status mul_grad(const gradient_context& ctx, grads dx) {
+  const output& x = ctx.inputs[0];
+  const output& y = ctx.inputs[1];
+  return binary_grads(ctx, dx, ops::mul(ctx.s, dy_of(ctx), y), ops::mul(ctx.s, x, dy_of(ctx)));
+}
+// d(x/y)/dy = -x / y^2.
+status real_div_grad(const gradient_context& ctx, grads dx) {
+  const scope& s = ctx.s;
+  const output& x = ctx.inputs[0];
+  const output& y = ctx.inputs[1];
+  output neg_x_over_y2 = ops::div(s, ops::div(s, ops::neg(s, x), y), y);
+  return binary_grads(ctx, dx, ops::div(s, dy_of(ctx), y), ops::mul(s, dy_of(ctx), neg_x_over_y2));
+}
+// Maximum/Minimum: the gradient goes to x where x wins (ties go to x, as in TensorFlow).
+status select_binary_grad(const gradient_context& ctx, grads dx, const char* x_wins) {
+  const scope& s = ctx.s;
+  output mask = binary_op(s, x_wins, ctx.inputs[0], ctx.inputs[1]);
+  output zeros = ops::zeros_like(s, dy_of(ctx));
+  return binary_grads(ctx, dx, ops::select(s, mask, dy_of(ctx), zeros),
+                      ops::select(s, mask, zeros, dy_of(ctx)));
+}
+status maximum_grad(const gradient_context& ctx, grads dx) {
+  return select_binary_grad(ctx, dx, "GreaterEqual");
+}
+status minimum_grad(const gradient_context& ctx, grads dx) {
+  return select_binary_grad(ctx, dx, "LessEqual");
+}
+
+status add_n_grad(const gradient_context& ctx, grads dx) {
+  dx->assign(ctx.inputs.size(), dy_of(ctx));
+  return status();
+}
+// Only casts between floating types carry a gradient.
+status cast_grad(const gradient_context& ctx, grads dx) {
+  dtype from = ctx.inputs[0].type;
+  dtype to = ctx.outputs[0].type;
+  if (is_floating(from) && is_floating(to)) *dx = {ops::cast(ctx.s, dy_of(ctx), from)};
+  else *dx = {output{}};
+  return status();
+}
+// Select (TF1): t and e have the output's shape; the condition gets no gradient.
+status select_grad(const gradient_context& ctx, grads dx) {
+  const scope& s = ctx.s;
+  const output& c = ctx.inputs[0];
+  output zeros = ops::zeros_like(s, ctx.inputs[1]);
+  *dx = {output{}, s.add("Select", {c, dy_of(ctx), zeros}).out(),
+         s.add("Select", {c, zeros, dy_of(ctx)}).out()};
+  return status();
+}
+status select_v2_grad(const gradient_context& ctx, grads dx) {
+  const scope& s = ctx.s;
+  const output& c = ctx.inputs[0];
+  output zeros = ops::zeros_like(s, dy_of(ctx));
+  *dx = {output{}, sum_to_shape_of(s, ops::select(s, c, dy_of(ctx), zeros), ctx.inputs[1]),
+         sum_to_shape_of(s, ops::select(s, c, zeros, dy_of(ctx)), ctx.inputs[2])};
+  return status();
 }
 
 void add_comparison(op_registry& registry, const char* name) {
@@ -111,7 +238,8 @@ void add_comparison(op_registry& registry, const char* name) {
                        .input("y: T")
                        .output("z: bool")
                        .attr(k_real_types)
-                       .shape_fn(broadcast_binary_shape));
+                       .shape_fn(broadcast_binary_shape)
+                       .no_gradient());
 }
 
 void add_equality(op_registry& registry, const char* name) {
@@ -121,30 +249,32 @@ void add_equality(op_registry& registry, const char* name) {
                        .output("z: bool")
                        .attr("T: type")
                        .attr("incompatible_shape_error: bool = true")
-                       .shape_fn(equality_shape));
+                       .shape_fn(equality_shape)
+                       .no_gradient());
 }
 
 }  // namespace
 
 void register_math_ops(op_registry& registry) {
-  add_unary(registry, "Neg", k_signed_types);
-  add_unary(registry, "Abs", k_signed_types);
-  add_unary(registry, "Square", k_real_types);
-  add_unary(registry, "Sqrt", k_float_types);
-  add_unary(registry, "Rsqrt", k_float_types);
-  add_unary(registry, "Exp", k_float_types);
-  add_unary(registry, "Log", k_float_types);
-  add_unary(registry, "Tanh", k_float_types);
-  add_unary(registry, "Sigmoid", k_float_types);
-  add_unary(registry, "Relu", k_real_types, "features: T", "activations: T");
+  add_builtin_op(registry, unary_schema("Neg", k_signed_types).gradient(neg_grad));
+  add_builtin_op(registry, unary_schema("Abs", k_signed_types).gradient(abs_grad));
+  add_builtin_op(registry, unary_schema("Square", k_real_types).gradient(square_grad));
+  add_builtin_op(registry, unary_schema("Sqrt", k_float_types).gradient(sqrt_grad));
+  add_builtin_op(registry, unary_schema("Rsqrt", k_float_types).gradient(rsqrt_grad));
+  add_builtin_op(registry, unary_schema("Exp", k_float_types).gradient(exp_grad));
+  add_builtin_op(registry, unary_schema("Log", k_float_types).gradient(log_grad));
+  add_builtin_op(registry, unary_schema("Tanh", k_float_types).gradient(tanh_grad));
+  add_builtin_op(registry, unary_schema("Sigmoid", k_float_types).gradient(sigmoid_grad));
+  add_builtin_op(registry, unary_schema("Relu", k_real_types, "features: T", "activations: T")
+                             .gradient(relu_grad));
 
-  add_binary(registry, "Add", k_real_types);
-  add_binary(registry, "AddV2", k_real_types);
-  add_binary(registry, "Sub", k_real_types);
-  add_binary(registry, "Mul", k_real_types);
-  add_binary(registry, "RealDiv", k_real_types);
-  add_binary(registry, "Maximum", k_real_types);
-  add_binary(registry, "Minimum", k_real_types);
+  add_builtin_op(registry, binary_schema("Add", k_real_types).gradient(add_grad));
+  add_builtin_op(registry, binary_schema("AddV2", k_real_types).gradient(add_grad));
+  add_builtin_op(registry, binary_schema("Sub", k_real_types).gradient(sub_grad));
+  add_builtin_op(registry, binary_schema("Mul", k_real_types).gradient(mul_grad));
+  add_builtin_op(registry, binary_schema("RealDiv", k_real_types).gradient(real_div_grad));
+  add_builtin_op(registry, binary_schema("Maximum", k_real_types).gradient(maximum_grad));
+  add_builtin_op(registry, binary_schema("Minimum", k_real_types).gradient(minimum_grad));
 
   add_equality(registry, "Equal");
   add_equality(registry, "NotEqual");
@@ -159,14 +289,16 @@ void register_math_ops(op_registry& registry) {
                        .input("e: T")
                        .output("output: T")
                        .attr("T: type")
-                       .shape_fn(select_shape));
+                       .shape_fn(select_shape)
+                       .gradient(select_grad));
   add_builtin_op(registry, op_schema("SelectV2")
                        .input("condition: bool")
                        .input("t: T")
                        .input("e: T")
                        .output("output: T")
                        .attr("T: type")
-                       .shape_fn(select_v2_shape));
+                       .shape_fn(select_v2_shape)
+                       .gradient(select_v2_grad));
 
   add_builtin_op(registry, op_schema("Cast")
                        .input("x: SrcT")
@@ -174,15 +306,17 @@ void register_math_ops(op_registry& registry) {
                        .attr("SrcT: type")
                        .attr("DstT: type")
                        .attr("Truncate: bool = false")
-                       .shape_fn(unchanged_shape));
-  add_unary(registry, "ZerosLike", "T: type");
-  add_unary(registry, "OnesLike", "T: type");
+                       .shape_fn(unchanged_shape)
+                       .gradient(cast_grad));
+  add_builtin_op(registry, unary_schema("ZerosLike", "T: type").no_gradient());
+  add_builtin_op(registry, unary_schema("OnesLike", "T: type").no_gradient());
   add_builtin_op(registry, op_schema("AddN")
                        .input("inputs: N * T")
                        .output("sum: T")
                        .attr("N: int >= 1")
                        .attr(k_real_types)
-                       .shape_fn(add_n_shape));
+                       .shape_fn(add_n_shape)
+                       .gradient(add_n_grad));
 }
 
 }  // namespace troupe::graph

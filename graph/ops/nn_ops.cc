@@ -6,11 +6,14 @@
 //   SoftmaxCrossEntropyWithLogits      dense labels, broadcastable to the features
 //   SparseSoftmaxCrossEntropyWithLogits  integer class labels
 //
-// Kernels: kernels/cpu/matmul_kernels.cc and kernels/cpu/nn_kernels.cc.
+// Kernels: kernels/cpu/matmul_kernels.cc and kernels/cpu/nn_kernels.cc. Gradients follow
+// TensorFlow's math_grad.py and nn_grad.py; BiasAddGrad has none yet (no second order).
 #include <cstdio>
 #include <cstdlib>
 
+#include "graph/gradients.h"
 #include "graph/op_registry.h"
+#include "graph/ops.h"
 
 namespace troupe::graph {
 
@@ -134,6 +137,117 @@ status sparse_softmax_xent_shape(shape_context& ctx) {
   return status();
 }
 
+// ---- Gradients. ----
+
+using grads = std::vector<output>*;
+
+// product = op(a) op(b): each input's gradient is a product of dy with the other input,
+// transposed as TensorFlow's _MatMulGrad does for the four combinations.
+status matmul_grad(const gradient_context& ctx, grads dx) {
+  bool ta = false, tb = false;
+  TROUPE_RETURN_IF_ERROR(get_attr(ctx.forward.def, "transpose_a", &ta));
+  TROUPE_RETURN_IF_ERROR(get_attr(ctx.forward.def, "transpose_b", &tb));
+  const scope& s = ctx.s;
+  const output& a = ctx.inputs[0];
+  const output& b = ctx.inputs[1];
+  const output& dy = ctx.grad_outputs[0];
+  if (!ta && !tb) {
+    *dx = {ops::matmul(s, dy, b, false, true), ops::matmul(s, a, dy, true, false)};
+  } else if (!ta && tb) {
+    *dx = {ops::matmul(s, dy, b, false, false), ops::matmul(s, dy, a, true, false)};
+  } else if (ta && !tb) {
+    *dx = {ops::matmul(s, b, dy, false, true), ops::matmul(s, a, dy, false, false)};
+  } else {
+    *dx = {ops::matmul(s, b, dy, true, true), ops::matmul(s, dy, a, true, true)};
+  }
+  return status();
+}
+
+status bias_add_grad(const gradient_context& ctx, grads dx) {
+  std::string data_format;
+  TROUPE_RETURN_IF_ERROR(get_attr(ctx.forward.def, "data_format", &data_format));
+  const output& dy = ctx.grad_outputs[0];
+  *dx = {dy, ctx.s.add("BiasAddGrad", {dy}, {{"data_format", attr_value(data_format)}}).out()};
+  return status();
+}
+
+output last_axis(const scope& s) { return ops::constant(s, tensor::scalar<std::int32_t>(-1)); }
+
+// [batch] -> [batch, 1].
+output expand_last(const scope& s, const output& x) {
+  return s.add("ExpandDims", {x, last_axis(s)}).out();
+}
+
+// dx = (dy - sum(dy * y, last axis)) * y.
+status softmax_grad(const gradient_context& ctx, grads dx) {
+  const scope& s = ctx.s;
+  const output& y = ctx.outputs[0];
+  const output& dy = ctx.grad_outputs[0];
+  output dot = ops::sum(s, ops::mul(s, dy, y), last_axis(s), true);
+  *dx = {ops::mul(s, ops::sub(s, dy, dot), y)};
+  return status();
+}
+
+// dx = dy - sum(dy, last axis) * exp(y).
+status log_softmax_grad(const gradient_context& ctx, grads dx) {
+  const scope& s = ctx.s;
+  const output& dy = ctx.grad_outputs[0];
+  output total = ops::sum(s, dy, last_axis(s), true);
+  *dx = {ops::sub(s, dy, ops::mul(s, total, ops::exp(s, ctx.outputs[0])))};
+  return status();
+}
+
+// The gradient of the features of both cross-entropy ops, from the loss gradient (times
+// the backprop output) and, when one flows in, the backprop output's own gradient
+// (TensorFlow's _BroadcastMul and second-order term).
+output xent_features_grad(const gradient_context& ctx, const output& features) {
+  const scope& s = ctx.s;
+  const output& backprop = ctx.outputs[1];
+  output grad;
+  if (ctx.grad_outputs[0].valid()) {
+    output dloss = expand_last(s, ctx.grad_outputs[0]);
+    grad = ops::mul(s, dloss, backprop);
+  }
+  if (ctx.grad_outputs[1].valid()) {
+    const output& dbackprop = ctx.grad_outputs[1];
+    output softmax = ops::softmax(s, features);
+    output dot = ops::sum(s, ops::mul(s, dbackprop, softmax), last_axis(s), true);
+    output second = ops::mul(s, ops::sub(s, dbackprop, dot), softmax);
+    grad = grad.valid() ? ops::add(s, grad, second) : second;
+  }
+  return grad;
+}
+
+status softmax_xent_grad(const gradient_context& ctx, grads dx) {
+  const scope& s = ctx.s;
+  const output& features = ctx.inputs[0];
+  const output& labels = ctx.inputs[1];
+  const output& backprop = ctx.outputs[1];
+  // Features broadcast to [batch, classes] when labels widened them.
+  output wide_features = features.shape == backprop.shape && features.shape.fully_defined()
+                             ? features
+                             : ops::add(s, features, ops::zeros_like(s, backprop));
+  output dfeatures = xent_features_grad(ctx, wide_features);
+  // The labels enter the loss through -log_softmax(features) and the backprop output
+  // through -labels.
+  output dlabels;
+  if (ctx.grad_outputs[0].valid()) {
+    output dloss = expand_last(s, ctx.grad_outputs[0]);
+    dlabels = ops::mul(s, dloss, ops::neg(s, ops::log_softmax(s, wide_features)));
+  }
+  if (ctx.grad_outputs[1].valid()) {
+    output minus = ops::neg(s, ctx.grad_outputs[1]);
+    dlabels = dlabels.valid() ? ops::add(s, dlabels, minus) : minus;
+  }
+  *dx = {sum_to_shape_of(s, dfeatures, features), sum_to_shape_of(s, dlabels, labels)};
+  return status();
+}
+
+status sparse_softmax_xent_grad(const gradient_context& ctx, grads dx) {
+  *dx = {xent_features_grad(ctx, ctx.inputs[0]), output{}};
+  return status();
+}
+
 }  // namespace
 
 void register_nn_ops(op_registry& registry) {
@@ -144,7 +258,8 @@ void register_nn_ops(op_registry& registry) {
                              .attr("transpose_a: bool = false")
                              .attr("transpose_b: bool = false")
                              .attr("T: {float, double, int32, int64}")
-                             .shape_fn(matmul_shape));
+                             .shape_fn(matmul_shape)
+                             .gradient(matmul_grad));
 
   add_builtin_op(registry,
                op_schema("BiasAdd")
@@ -153,7 +268,8 @@ void register_nn_ops(op_registry& registry) {
                    .output("output: T")
                    .attr("T: {float, double, int8, int16, int32, int64, uint8, uint16}")
                    .attr("data_format: {'NHWC', 'NCHW'} = 'NHWC'")
-                   .shape_fn(bias_add_shape));
+                   .shape_fn(bias_add_shape)
+                   .gradient(bias_add_grad));
   add_builtin_op(registry,
                op_schema("BiasAddGrad")
                    .input("out_backprop: T")
@@ -166,12 +282,14 @@ void register_nn_ops(op_registry& registry) {
                              .input("logits: T")
                              .output("softmax: T")
                              .attr("T: {float, double}")
-                             .shape_fn(softmax_shape));
+                             .shape_fn(softmax_shape)
+                             .gradient(softmax_grad));
   add_builtin_op(registry, op_schema("LogSoftmax")
                              .input("logits: T")
                              .output("logsoftmax: T")
                              .attr("T: {float, double}")
-                             .shape_fn(softmax_shape));
+                             .shape_fn(softmax_shape)
+                             .gradient(log_softmax_grad));
 
   add_builtin_op(registry, op_schema("SoftmaxCrossEntropyWithLogits")
                              .input("features: T")
@@ -179,7 +297,8 @@ void register_nn_ops(op_registry& registry) {
                              .output("loss: T")
                              .output("backprop: T")
                              .attr("T: {float, double}")
-                             .shape_fn(softmax_xent_shape));
+                             .shape_fn(softmax_xent_shape)
+                             .gradient(softmax_xent_grad));
   add_builtin_op(registry, op_schema("SparseSoftmaxCrossEntropyWithLogits")
                              .input("features: T")
                              .input("labels: Tlabels")
@@ -187,7 +306,8 @@ void register_nn_ops(op_registry& registry) {
                              .output("backprop: T")
                              .attr("T: {float, double}")
                              .attr("Tlabels: {int32, int64} = DT_INT64")
-                             .shape_fn(sparse_softmax_xent_shape));
+                             .shape_fn(sparse_softmax_xent_shape)
+                             .gradient(sparse_softmax_xent_grad));
 }
 
 }  // namespace troupe::graph

@@ -46,7 +46,8 @@ op_schema random_op(std::string name) {
       .attr("dtype: {float, double}")
       .attr("T: {int32, int64}")
       .stateful()
-      .shape_fn(shape_from_shape_vector);
+      .shape_fn(shape_from_shape_vector)
+      .no_gradient();
   return schema;
 }
 

@@ -5,10 +5,16 @@
 //
 // Axes may be negative (counted from the end); an empty axis list leaves the input as it
 // is; a repeated axis is an error. Kernels: kernels/cpu/reduction_kernels.cc.
+//
+// Gradients (TensorFlow's math_grad.py): Sum and Mean spread the gradient back over the
+// reduced axes by broadcasting; Max and Min split it evenly among the elements equal to
+// the extremum; Prod has none yet; ArgMax and ArgMin are not differentiable.
 #include <cstdio>
 #include <cstdlib>
 
+#include "graph/gradients.h"
 #include "graph/op_registry.h"
+#include "graph/ops.h"
 
 namespace troupe::graph {
 
@@ -98,12 +104,87 @@ status arg_reduction_shape(shape_context& ctx) {
   return status();
 }
 
+// ---- Gradients. ----
+
+using grads = std::vector<output>*;
+
+// The forward output's shape with the reduced axes kept as 1: a constant when the input's
+// shape and the axes are known now, else the shape of a keep_dims reduction of the input.
+output kept_dims_shape(const gradient_context& ctx) {
+  const scope& s = ctx.s;
+  const output& x = ctx.inputs[0];
+  const tensor* axes_value = s.current_graph().constant_value(ctx.forward.inputs[1]);
+  if (axes_value != nullptr && x.shape.known_rank() && x.shape.fully_defined()) {
+    auto axes = read_axes(*axes_value);
+    if (axes.ok()) {
+      std::vector<std::int32_t> dims;
+      for (std::int64_t d : x.shape.dims()) dims.push_back(static_cast<std::int32_t>(d));
+      for (std::int64_t a : *axes) dims[static_cast<std::size_t>(a < 0 ? a + x.shape.rank() : a)] = 1;
+      return ops::constant(s, tensor::from_vector(dims));
+    }
+  }
+  return ops::shape(s, s.add(ctx.forward.op_name(), {x, ctx.inputs[1]},
+                             {{"keep_dims", attr_value(true)}, {"Tidx", attr_value(ctx.inputs[1].type)}})
+                           .out());
+}
+
+// `value` (of the forward output's shape) reshaped to keep the reduced axes as 1.
+output with_kept_dims(const gradient_context& ctx, const output& value) {
+  bool keep_dims = false;
+  if (get_attr(ctx.forward.def, "keep_dims", &keep_dims).ok() && keep_dims) return value;
+  return ops::reshape(ctx.s, value, kept_dims_shape(ctx));
+}
+
+// dy broadcast back over the reduced axes.
+output spread_over_reduced_axes(const gradient_context& ctx) {
+  const scope& s = ctx.s;
+  return ops::add(s, with_kept_dims(ctx, ctx.grad_outputs[0]), ops::zeros_like(s, ctx.inputs[0]));
+}
+
+status sum_grad(const gradient_context& ctx, grads dx) {
+  *dx = {spread_over_reduced_axes(ctx), output{}};
+  return status();
+}
+
+// Sum's gradient divided by how many inputs each output averaged.
+status mean_grad(const gradient_context& ctx, grads dx) {
+  const scope& s = ctx.s;
+  const output& x = ctx.inputs[0];
+  const output& y = ctx.outputs[0];
+  output count;
+  if (x.shape.known_rank() && x.shape.fully_defined() && y.shape.known_rank() &&
+      y.shape.fully_defined()) {
+    double n = static_cast<double>(x.shape.num_elements()) /
+               static_cast<double>(std::max<std::int64_t>(1, y.shape.num_elements()));
+    count = scalar_of(s, x.type, n);
+  } else {
+    count = ops::div(s, ops::cast(s, ops::size(s, x), x.type), ops::cast(s, ops::size(s, y), x.type));
+  }
+  *dx = {ops::div(s, spread_over_reduced_axes(ctx), count), output{}};
+  return status();
+}
+
+// Max and Min: the elements equal to the extremum share its gradient equally.
+status extremum_grad(const gradient_context& ctx, grads dx) {
+  const scope& s = ctx.s;
+  const output& x = ctx.inputs[0];
+  output y_kept = with_kept_dims(ctx, ctx.outputs[0]);
+  output dy_kept = with_kept_dims(ctx, ctx.grad_outputs[0]);
+  output selected = ops::cast(s, ops::equal(s, y_kept, x), x.type);
+  output num_selected = ops::sum(s, selected, ctx.inputs[1], true);
+  *dx = {ops::mul(s, ops::div(s, selected, num_selected), dy_kept), output{}};
+  return status();
+}
+
 constexpr const char* k_reduction_types = "T: {float, double, int8, int16, int32, int64, uint8, uint16}";
 
 }  // namespace
 
 void register_reduction_ops(op_registry& registry) {
-  for (const char* name : {"Sum", "Mean", "Max", "Min", "Prod"}) {
+  const std::pair<const char*, gradient_function> reductions[] = {
+      {"Sum", sum_grad}, {"Mean", mean_grad}, {"Max", extremum_grad}, {"Min", extremum_grad},
+      {"Prod", nullptr}};
+  for (const auto& [name, gradient] : reductions) {
     add_builtin_op(registry, op_schema(name)
                                .input("input: T")
                                .input("reduction_indices: Tidx")
@@ -111,7 +192,8 @@ void register_reduction_ops(op_registry& registry) {
                                .attr("keep_dims: bool = false")
                                .attr(k_reduction_types)
                                .attr("Tidx: {int32, int64} = DT_INT32")
-                               .shape_fn(reduction_shape));
+                               .shape_fn(reduction_shape)
+                               .gradient(gradient));
   }
   for (const char* name : {"ArgMax", "ArgMin"}) {
     add_builtin_op(registry, op_schema(name)
@@ -121,7 +203,8 @@ void register_reduction_ops(op_registry& registry) {
                                .attr(k_reduction_types)
                                .attr("Tidx: {int32, int64} = DT_INT32")
                                .attr("output_type: {int32, int64} = DT_INT64")
-                               .shape_fn(arg_reduction_shape));
+                               .shape_fn(arg_reduction_shape)
+                               .no_gradient());
   }
 }
 

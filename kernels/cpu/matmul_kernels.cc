@@ -2,32 +2,20 @@
 // Eigen's blocked product, split over the compute pool by rows of the product.
 //
 // OpenBLAS keeps one process-wide thread count. The kernel sets it to the compute pool's
-// thread count the first time it sees that pool size (a relaxed atomic check per call),
-// so OpenBLAS and the pool share one thread budget instead of each assuming the machine.
+// thread count the first time it sees that pool size (kernels/cpu/blas.h), so OpenBLAS
+// and the pool share one thread budget instead of each assuming the machine.
 #include <cblas.h>
 
 #include <algorithm>
-#include <atomic>
 #include <limits>
-#include <mutex>
 
 #include "core/tensor_eigen.h"
+#include "kernels/cpu/blas.h"
 #include "kernels/kernel_registry.h"
 
 namespace troupe::kernels {
 
 namespace {
-
-// Makes OpenBLAS use `threads` threads. Cheap when nothing changes.
-void use_openblas_threads(int threads) {
-  static std::atomic<int> current{0};
-  if (current.load(std::memory_order_relaxed) == threads) return;
-  static std::mutex mutex;
-  std::lock_guard<std::mutex> lock(mutex);
-  if (current.load(std::memory_order_relaxed) == threads) return;
-  openblas_set_num_threads(threads);
-  current.store(threads, std::memory_order_relaxed);
-}
 
 // C[m, n] = op(A) * op(B) for row-major A, B with leading dimensions lda, ldb.
 void gemm(bool transpose_a, bool transpose_b, std::int64_t m, std::int64_t n, std::int64_t k,

@@ -1,0 +1,427 @@
+// CPU kernels: Conv2D, Conv2DBackpropInput, Conv2DBackpropFilter (float, double) as
+// im2col + OpenBLAS gemm on NHWC images; NCHW is transposed to NHWC and back.
+//
+// With the HWIO filter seen as a [K = kh*kw*in_c, out_c] matrix and the patches of the
+// input as an [M = batch*out_h*out_w, K] matrix (one row per output pixel, laid out
+// [kh, kw, in_c] like the filter), the three ops are gemms:
+//
+//   Conv2D                output[M, out_c]    = patches * filter
+//   Conv2DBackpropInput   d_patches[M, K]     = out_backprop * filter^T, then col2im adds
+//                                               each patch row back into its window
+//   Conv2DBackpropFilter  d_filter[K, out_c]  = patches^T * out_backprop
+//
+// A 1x1 filter with stride 1 and no padding needs no patches: the NHWC input already is
+// the [M, in_c] matrix. Otherwise the patches are built a chunk of rows at a time (about
+// k_chunk_bytes, so they stay in cache between im2col and the gemm's packing) with the
+// rows of a chunk split over the compute pool; the gemm itself is OpenBLAS's, threaded with
+// the pool's size (kernels/cpu/blas.h). Measured on LeNet and AlexNet layers against
+// PyTorch in bench/conv_bench.cc and bench/peers/conv_peer.py.
+#include <algorithm>
+#include <cstring>
+#include <limits>
+
+#include "kernels/cpu/blas.h"
+#include "kernels/cpu/spatial.h"
+#include "kernels/kernel_registry.h"
+
+namespace troupe::kernels {
+
+namespace {
+
+// The patch buffer of one chunk: big enough for gemms of a few hundred rows, small enough
+// to stay in the L2/L3 caches between im2col and the gemm.
+constexpr std::int64_t k_chunk_bytes = 1 << 20;
+
+struct conv_shape {
+  window_geometry g;
+  std::int64_t out_c = 0;
+  std::int64_t rows() const { return g.batch * g.out_h * g.out_w; }   // M
+  std::int64_t patch() const { return g.window_h * g.window_w * g.channels; }  // K
+  // A 1x1 filter at stride 1 without padding: the input is the patch matrix.
+  bool pointwise() const {
+    return g.window_h == 1 && g.window_w == 1 && g.stride_h == 1 && g.stride_w == 1 &&
+           g.pad_top == 0 && g.pad_left == 0 && g.out_h == g.in_h && g.out_w == g.in_w;
+  }
+};
+
+// Writes patch rows [row_begin, row_end) of the NHWC input to `patches` (row-major, K
+// columns), zeros where the window hangs over the padding.
+template <class T>
+void im2col(const conv_shape& s, const T* input, std::int64_t row_begin, std::int64_t row_end,
+            T* patches) {
+  const window_geometry& g = s.g;
+  const std::int64_t k = s.patch();
+  const std::int64_t c = g.channels;
+  const std::int64_t window_row = g.window_w * c;
+  std::int64_t ox = row_begin % g.out_w;
+  std::int64_t oy = (row_begin / g.out_w) % g.out_h;
+  std::int64_t n = row_begin / (g.out_w * g.out_h);
+  for (std::int64_t row = row_begin; row < row_end; ++row) {
+    T* dst = patches + (row - row_begin) * k;
+    const T* image = input + n * g.in_h * g.in_w * c;
+    const std::int64_t iy0 = oy * g.stride_h - g.pad_top;
+    const std::int64_t ix0 = ox * g.stride_w - g.pad_left;
+    for (std::int64_t ky = 0; ky < g.window_h; ++ky) {
+      T* dst_row = dst + ky * window_row;
+      const std::int64_t iy = iy0 + ky * g.dilation_h;
+      if (iy < 0 || iy >= g.in_h) {
+        std::fill_n(dst_row, window_row, T(0));
+        continue;
+      }
+      const T* src_row = image + iy * g.in_w * c;
+      if (g.dilation_w == 1) {
+        // The in-bounds part of the window's row is contiguous in NHWC.
+        std::int64_t kx_begin = std::clamp<std::int64_t>(-ix0, 0, g.window_w);
+        std::int64_t kx_end = std::clamp<std::int64_t>(g.in_w - ix0, kx_begin, g.window_w);
+        std::fill_n(dst_row, kx_begin * c, T(0));
+        std::memcpy(dst_row + kx_begin * c, src_row + (ix0 + kx_begin) * c,
+                    static_cast<std::size_t>((kx_end - kx_begin) * c) * sizeof(T));
+        std::fill_n(dst_row + kx_end * c, (g.window_w - kx_end) * c, T(0));
+      } else {
+        for (std::int64_t kx = 0; kx < g.window_w; ++kx) {
+          const std::int64_t ix = ix0 + kx * g.dilation_w;
+          if (ix < 0 || ix >= g.in_w) std::fill_n(dst_row + kx * c, c, T(0));
+          else std::memcpy(dst_row + kx * c, src_row + ix * c, static_cast<std::size_t>(c) * sizeof(T));
+        }
+      }
+    }
+    if (++ox == g.out_w) {
+      ox = 0;
+      if (++oy == g.out_h) {
+        oy = 0;
+        ++n;
+      }
+    }
+  }
+}
+
+// Adds patch rows [row_begin, row_end) back into their windows of the NHWC input gradient
+// (the adjoint of im2col). REQUIRES: no other thread writes the same images meanwhile.
+template <class T>
+void col2im(const conv_shape& s, const T* patches, std::int64_t row_begin, std::int64_t row_end,
+            T* input_grad) {
+  const window_geometry& g = s.g;
+  const std::int64_t k = s.patch();
+  const std::int64_t c = g.channels;
+  const std::int64_t window_row = g.window_w * c;
+  std::int64_t ox = row_begin % g.out_w;
+  std::int64_t oy = (row_begin / g.out_w) % g.out_h;
+  std::int64_t n = row_begin / (g.out_w * g.out_h);
+  for (std::int64_t row = row_begin; row < row_end; ++row) {
+    const T* src = patches + (row - row_begin) * k;
+    T* image = input_grad + n * g.in_h * g.in_w * c;
+    const std::int64_t iy0 = oy * g.stride_h - g.pad_top;
+    const std::int64_t ix0 = ox * g.stride_w - g.pad_left;
+    for (std::int64_t ky = 0; ky < g.window_h; ++ky) {
+      const std::int64_t iy = iy0 + ky * g.dilation_h;
+      if (iy < 0 || iy >= g.in_h) continue;
+      const T* src_row = src + ky * window_row;
+      T* dst_row = image + iy * g.in_w * c;
+      if (g.dilation_w == 1) {
+        std::int64_t kx_begin = std::clamp<std::int64_t>(-ix0, 0, g.window_w);
+        std::int64_t kx_end = std::clamp<std::int64_t>(g.in_w - ix0, kx_begin, g.window_w);
+        const T* from = src_row + kx_begin * c;
+        T* to = dst_row + (ix0 + kx_begin) * c;
+        for (std::int64_t i = 0, e = (kx_end - kx_begin) * c; i < e; ++i) to[i] += from[i];
+      } else {
+        for (std::int64_t kx = 0; kx < g.window_w; ++kx) {
+          const std::int64_t ix = ix0 + kx * g.dilation_w;
+          if (ix < 0 || ix >= g.in_w) continue;
+          const T* from = src_row + kx * c;
+          T* to = dst_row + ix * c;
+          for (std::int64_t i = 0; i < c; ++i) to[i] += from[i];
+        }
+      }
+    }
+    if (++ox == g.out_w) {
+      ox = 0;
+      if (++oy == g.out_h) {
+        oy = 0;
+        ++n;
+      }
+    }
+  }
+}
+
+// Rows of the patch matrix per chunk.
+template <class T>
+std::int64_t chunk_rows(const conv_shape& s) {
+  return std::max<std::int64_t>(1, k_chunk_bytes / (s.patch() * static_cast<std::int64_t>(sizeof(T))));
+}
+
+// Fills `patches` with rows [begin, end), split over the pool.
+template <class T>
+void im2col_parallel(const conv_shape& s, const T* input, std::int64_t begin, std::int64_t end,
+                     T* patches, compute_pool& pool) {
+  pool.parallel_for(end - begin, static_cast<double>(s.patch()) * 0.3,
+                    [&](std::int64_t b, std::int64_t e) {
+                      im2col(s, input, begin + b, begin + e, patches + b * s.patch());
+                    });
+}
+
+// output[M, out_c] = patches(input) * filter.
+template <class T>
+void conv_forward(const conv_shape& s, const T* input, const T* filter, T* output,
+                  compute_pool& pool) {
+  const std::int64_t m = s.rows(), k = s.patch(), n = s.out_c;
+  if (s.pointwise()) {
+    blas_gemm(false, false, m, n, k, T(1), input, k, filter, n, T(0), output, n);
+    return;
+  }
+  const std::int64_t chunk = std::min(chunk_rows<T>(s), m);
+  tensor scratch(dtype_of<T>, tensor_shape{chunk * k});
+  T* patches = scratch.data<T>();
+  for (std::int64_t begin = 0; begin < m; begin += chunk) {
+    std::int64_t end = std::min(m, begin + chunk);
+    im2col_parallel(s, input, begin, end, patches, pool);
+    blas_gemm(false, false, end - begin, n, k, T(1), patches, k, filter, n, T(0),
+              output + begin * n, n);
+  }
+}
+
+// input_grad = col2im(out_backprop * filter^T).
+template <class T>
+void conv_backprop_input(const conv_shape& s, const T* filter, const T* out_backprop,
+                         T* input_grad, compute_pool& pool) {
+  const window_geometry& g = s.g;
+  const std::int64_t m = s.rows(), k = s.patch(), n = s.out_c;
+  if (s.pointwise()) {
+    blas_gemm(false, true, m, k, n, T(1), out_backprop, n, filter, n, T(0), input_grad, k);
+    return;
+  }
+  std::fill_n(input_grad, g.batch * g.in_h * g.in_w * g.channels, T(0));
+  const std::int64_t chunk = std::min(chunk_rows<T>(s), m);
+  tensor scratch(dtype_of<T>, tensor_shape{chunk * k});
+  T* d_patches = scratch.data<T>();
+  const std::int64_t per_image = g.out_h * g.out_w;
+  for (std::int64_t begin = 0; begin < m; begin += chunk) {
+    std::int64_t end = std::min(m, begin + chunk);
+    blas_gemm(false, true, end - begin, k, n, T(1), out_backprop + begin * n, n, filter, n, T(0),
+              d_patches, k);
+    // Windows of one image overlap, so the chunk is split by image.
+    std::int64_t first_image = begin / per_image, last_image = (end - 1) / per_image;
+    pool.parallel_for(last_image - first_image + 1,
+                      static_cast<double>(k) * static_cast<double>(end - begin) /
+                          static_cast<double>(last_image - first_image + 1) * 0.5,
+                      [&](std::int64_t b, std::int64_t e) {
+                        for (std::int64_t image = first_image + b; image < first_image + e; ++image) {
+                          std::int64_t r0 = std::max(begin, image * per_image);
+                          std::int64_t r1 = std::min(end, (image + 1) * per_image);
+                          col2im(s, d_patches + (r0 - begin) * k, r0, r1, input_grad);
+                        }
+                      });
+  }
+}
+
+// filter_grad[K, out_c] = patches(input)^T * out_backprop.
+template <class T>
+void conv_backprop_filter(const conv_shape& s, const T* input, const T* out_backprop,
+                          T* filter_grad, compute_pool& pool) {
+  const std::int64_t m = s.rows(), k = s.patch(), n = s.out_c;
+  if (m == 0) {
+    std::fill_n(filter_grad, k * n, T(0));
+    return;
+  }
+  if (s.pointwise()) {
+    blas_gemm(true, false, k, n, m, T(1), input, k, out_backprop, n, T(0), filter_grad, n);
+    return;
+  }
+  const std::int64_t chunk = std::min(chunk_rows<T>(s), m);
+  tensor scratch(dtype_of<T>, tensor_shape{chunk * k});
+  T* patches = scratch.data<T>();
+  for (std::int64_t begin = 0; begin < m; begin += chunk) {
+    std::int64_t end = std::min(m, begin + chunk);
+    im2col_parallel(s, input, begin, end, patches, pool);
+    blas_gemm(true, false, k, n, end - begin, T(1), patches, k, out_backprop + begin * n, n,
+              begin == 0 ? T(0) : T(1), filter_grad, n);
+  }
+}
+
+// What every convolution kernel shares: the validated window attributes, and the checks
+// that turn input shapes into a conv_shape.
+class conv_kernel_base : public op_kernel {
+ public:
+  explicit conv_kernel_base(kernel_construction& c) : op_kernel(c) {
+    status s = read_window_options(c.node(), /*with_dilations=*/true, /*with_ksize=*/false,
+                                   &options_);
+    if (!s.ok()) c.fail(std::move(s));
+  }
+
+ protected:
+  // The shape for an (NHWC-or-NCHW) input shape and an HWIO filter shape; `what_input`
+  // names the input in errors. False after failing ctx.
+  bool make_shape(kernel_context& ctx, const tensor_shape& input, std::string_view what_input,
+                  const tensor_shape& filter, conv_shape* s) const {
+    if (input.rank() != 4) {
+      ctx.fail_invalid_argument(what_input, " must be 4-D (", format(), ") but is ", input);
+      return false;
+    }
+    if (filter.rank() != 4) {
+      ctx.fail_invalid_argument("filter must be 4-D [height, width, in_channels, out_channels] "
+                                "but is ", filter);
+      return false;
+    }
+    tensor_shape nhwc = to_nhwc_shape(input, options_.nchw);
+    if (nhwc.dim(3) != filter.dim(2)) {
+      ctx.fail_invalid_argument(what_input, " ", input, " (", format(), ") has ", nhwc.dim(3),
+                                " channels but filter ", filter, " expects ", filter.dim(2),
+                                " (grouped convolution is not supported)");
+      return false;
+    }
+    constexpr std::int64_t k_blas_max = std::numeric_limits<blasint>::max();
+    if (filter.dim(0) * filter.dim(1) * filter.dim(2) > k_blas_max || filter.dim(3) > k_blas_max ||
+        nhwc.dim(1) * nhwc.dim(2) * nhwc.dim(3) > k_blas_max) {
+      ctx.fail(unimplemented_error("Conv2D of ", input, " with filter ", filter,
+                                   ": a dimension exceeds the BLAS index range"));
+      return false;
+    }
+    status st = make_window_geometry(nhwc.dim(0), nhwc.dim(1), nhwc.dim(2), nhwc.dim(3),
+                                     filter.dim(0), filter.dim(1), options_, &s->g);
+    if (!st.ok()) {
+      ctx.fail_invalid_argument(what_input, " ", input, " (", format(), "), filter ", filter,
+                                ", ", options_.describe(), ": ", st.message());
+      return false;
+    }
+    s->out_c = filter.dim(3);
+    return true;
+  }
+
+  tensor_shape output_shape(const conv_shape& s) const {
+    return from_nhwc_shape(tensor_shape{s.g.batch, s.g.out_h, s.g.out_w, s.out_c}, options_.nchw);
+  }
+  tensor_shape input_shape(const conv_shape& s) const {
+    return from_nhwc_shape(tensor_shape{s.g.batch, s.g.in_h, s.g.in_w, s.g.channels},
+                           options_.nchw);
+  }
+
+  // A 4-element int32 shape operand (input_sizes, filter_sizes), or false after failing ctx.
+  static bool read_sizes(kernel_context& ctx, int index, std::string_view what,
+                         tensor_shape* out) {
+    const tensor& t = ctx.input(index);
+    if (t.rank() != 1 || t.num_elements() != 4) {
+      ctx.fail_invalid_argument(what, " must be a vector of 4 sizes but has shape ", t.shape());
+      return false;
+    }
+    std::vector<std::int64_t> dims;
+    for (std::int32_t d : t.flat<std::int32_t>()) {
+      if (d < 0) {
+        ctx.fail_invalid_argument(what, " ", t.debug_string(), " has a negative size");
+        return false;
+      }
+      dims.push_back(d);
+    }
+    *out = tensor_shape(std::move(dims));
+    return true;
+  }
+
+  // Checks out_backprop has the forward output's shape.
+  bool check_out_backprop(kernel_context& ctx, const conv_shape& s, const tensor_shape& got) const {
+    tensor_shape want = output_shape(s);
+    if (got != want) {
+      ctx.fail_invalid_argument("out_backprop ", got, " must have the forward output's shape ",
+                                want, " (", format(), ", ", options_.describe(), ")");
+      return false;
+    }
+    return true;
+  }
+
+  const char* format() const { return options_.nchw ? "NCHW" : "NHWC"; }
+
+  window_options options_;
+};
+
+template <class T>
+class conv2d_kernel final : public conv_kernel_base {
+ public:
+  using conv_kernel_base::conv_kernel_base;
+
+  void compute(kernel_context& ctx) override {
+    const tensor& input = ctx.input(0);
+    const tensor& filter = ctx.input(1);
+    conv_shape s;
+    if (!make_shape(ctx, input.shape(), "input", filter.shape(), &s)) return;
+    tensor& output = ctx.allocate_output(0, output_shape(s));
+    if (output.num_elements() == 0) return;
+    if (s.patch() == 0) {
+      std::fill_n(output.data<T>(), output.num_elements(), T(0));
+      return;
+    }
+    compute_pool& pool = ctx.pool();
+    use_openblas_threads(pool.num_threads());
+    tensor nhwc_input = nhwc_view<T>(input, options_.nchw, pool);
+    if (!options_.nchw) {
+      conv_forward(s, nhwc_input.data<T>(), filter.data<T>(), output.data<T>(), pool);
+      return;
+    }
+    tensor nhwc_output(dtype_of<T>, tensor_shape{s.g.batch, s.g.out_h, s.g.out_w, s.out_c});
+    conv_forward(s, nhwc_input.data<T>(), filter.data<T>(), nhwc_output.data<T>(), pool);
+    transpose_images<T>(nhwc_output.data<T>(), output.data<T>(), nhwc_output.shape(), false, pool);
+  }
+};
+
+template <class T>
+class conv2d_backprop_input_kernel final : public conv_kernel_base {
+ public:
+  using conv_kernel_base::conv_kernel_base;
+
+  void compute(kernel_context& ctx) override {
+    tensor_shape input_sizes;
+    if (!read_sizes(ctx, 0, "input_sizes", &input_sizes)) return;
+    const tensor& filter = ctx.input(1);
+    const tensor& out_backprop = ctx.input(2);
+    conv_shape s;
+    if (!make_shape(ctx, input_sizes, "input_sizes", filter.shape(), &s)) return;
+    if (!check_out_backprop(ctx, s, out_backprop.shape())) return;
+    tensor& input_grad = ctx.allocate_output(0, input_sizes);
+    if (input_grad.num_elements() == 0) return;
+    if (out_backprop.num_elements() == 0 || s.patch() == 0) {
+      std::fill_n(input_grad.data<T>(), input_grad.num_elements(), T(0));
+      return;
+    }
+    compute_pool& pool = ctx.pool();
+    use_openblas_threads(pool.num_threads());
+    tensor nhwc_backprop = nhwc_view<T>(out_backprop, options_.nchw, pool);
+    if (!options_.nchw) {
+      conv_backprop_input(s, filter.data<T>(), nhwc_backprop.data<T>(), input_grad.data<T>(), pool);
+      return;
+    }
+    tensor nhwc_grad(dtype_of<T>, to_nhwc_shape(input_sizes, true));
+    conv_backprop_input(s, filter.data<T>(), nhwc_backprop.data<T>(), nhwc_grad.data<T>(), pool);
+    transpose_images<T>(nhwc_grad.data<T>(), input_grad.data<T>(), nhwc_grad.shape(), false, pool);
+  }
+};
+
+template <class T>
+class conv2d_backprop_filter_kernel final : public conv_kernel_base {
+ public:
+  using conv_kernel_base::conv_kernel_base;
+
+  void compute(kernel_context& ctx) override {
+    const tensor& input = ctx.input(0);
+    tensor_shape filter_sizes;
+    if (!read_sizes(ctx, 1, "filter_sizes", &filter_sizes)) return;
+    const tensor& out_backprop = ctx.input(2);
+    conv_shape s;
+    if (!make_shape(ctx, input.shape(), "input", filter_sizes, &s)) return;
+    if (!check_out_backprop(ctx, s, out_backprop.shape())) return;
+    tensor& filter_grad = ctx.allocate_output(0, filter_sizes);
+    if (filter_grad.num_elements() == 0) return;
+    compute_pool& pool = ctx.pool();
+    use_openblas_threads(pool.num_threads());
+    tensor nhwc_input = nhwc_view<T>(input, options_.nchw, pool);
+    tensor nhwc_backprop = nhwc_view<T>(out_backprop, options_.nchw, pool);
+    conv_backprop_filter(s, nhwc_input.data<T>(), nhwc_backprop.data<T>(), filter_grad.data<T>(),
+                         pool);
+  }
+};
+
+}  // namespace
+
+void register_conv_kernels(kernel_registry& registry) {
+  using types = type_list<float, double>;
+  add_typed_kernels<conv2d_kernel, types>(registry, "Conv2D");
+  add_typed_kernels<conv2d_backprop_input_kernel, types>(registry, "Conv2DBackpropInput");
+  add_typed_kernels<conv2d_backprop_filter_kernel, types>(registry, "Conv2DBackpropFilter");
+}
+
+}  // namespace troupe::kernels

@@ -1,0 +1,327 @@
+// CPU kernels: MaxPool, MaxPoolGrad, AvgPool, AvgPoolGrad (float, double) on NHWC images;
+// NCHW is transposed to NHWC and back.
+//
+// Direct loops, vectorized over the channels of one pixel (contiguous in NHWC). The
+// forward ops split output rows over the compute pool; the gradients split images, since
+// windows of one image overlap and their gradients add up.
+//
+// TensorFlow's semantics: padded positions never win a max and are not counted in an
+// average (AvgPool with SAME padding divides by the number of real inputs under the
+// window). MaxPoolGrad recomputes the argmax from orig_input (orig_output is only checked
+// for its shape) and sends each gradient to the first maximum in row-major window order.
+#include <algorithm>
+#include <limits>
+#include <vector>
+
+#include "kernels/cpu/spatial.h"
+#include "kernels/kernel_registry.h"
+
+namespace troupe::kernels {
+
+namespace {
+
+// The in-bounds window of output position `o` in one dimension: [begin, end).
+inline void window_range(std::int64_t o, std::int64_t stride, std::int64_t pad,
+                         std::int64_t window, std::int64_t in, std::int64_t* begin,
+                         std::int64_t* end) {
+  std::int64_t start = o * stride - pad;
+  *begin = std::max<std::int64_t>(start, 0);
+  *end = std::min<std::int64_t>(start + window, in);
+}
+
+template <class T>
+void max_pool(const window_geometry& g, const T* input, T* output, compute_pool& pool) {
+  const std::int64_t c = g.channels;
+  const double cost = static_cast<double>(g.out_w * g.window_h * g.window_w * c) * 0.3;
+  pool.parallel_for(g.batch * g.out_h, cost, [&](std::int64_t b, std::int64_t e) {
+    for (std::int64_t r = b; r < e; ++r) {
+      std::int64_t n = r / g.out_h, oy = r % g.out_h;
+      std::int64_t y0, y1;
+      window_range(oy, g.stride_h, g.pad_top, g.window_h, g.in_h, &y0, &y1);
+      const T* image = input + n * g.in_h * g.in_w * c;
+      for (std::int64_t ox = 0; ox < g.out_w; ++ox) {
+        std::int64_t x0, x1;
+        window_range(ox, g.stride_w, g.pad_left, g.window_w, g.in_w, &x0, &x1);
+        T* out = output + (r * g.out_w + ox) * c;
+        std::fill_n(out, c, std::numeric_limits<T>::lowest());
+        for (std::int64_t y = y0; y < y1; ++y) {
+          for (std::int64_t x = x0; x < x1; ++x) {
+            const T* in = image + (y * g.in_w + x) * c;
+            for (std::int64_t i = 0; i < c; ++i) out[i] = in[i] > out[i] ? in[i] : out[i];
+          }
+        }
+      }
+    }
+  });
+}
+
+template <class T>
+void max_pool_grad(const window_geometry& g, const T* input, const T* grad, T* input_grad,
+                   compute_pool& pool) {
+  const std::int64_t c = g.channels;
+  const std::int64_t image_size = g.in_h * g.in_w * c;
+  const double cost = static_cast<double>(g.out_h * g.out_w * g.window_h * g.window_w * c) * 0.5;
+  pool.parallel_for(g.batch, cost, [&](std::int64_t b, std::int64_t e) {
+    std::vector<T> best(static_cast<std::size_t>(c));
+    std::vector<std::int64_t> best_at(static_cast<std::size_t>(c));
+    for (std::int64_t n = b; n < e; ++n) {
+      const T* image = input + n * image_size;
+      T* image_grad = input_grad + n * image_size;
+      std::fill_n(image_grad, image_size, T(0));
+      for (std::int64_t oy = 0; oy < g.out_h; ++oy) {
+        std::int64_t y0, y1;
+        window_range(oy, g.stride_h, g.pad_top, g.window_h, g.in_h, &y0, &y1);
+        for (std::int64_t ox = 0; ox < g.out_w; ++ox) {
+          std::int64_t x0, x1;
+          window_range(ox, g.stride_w, g.pad_left, g.window_w, g.in_w, &x0, &x1);
+          if (y0 >= y1 || x0 >= x1) continue;  // a window entirely in the padding
+          std::fill(best.begin(), best.end(), std::numeric_limits<T>::lowest());
+          std::fill(best_at.begin(), best_at.end(), (y0 * g.in_w + x0) * c);
+          for (std::int64_t y = y0; y < y1; ++y) {
+            for (std::int64_t x = x0; x < x1; ++x) {
+              const std::int64_t at = (y * g.in_w + x) * c;
+              const T* in = image + at;
+              for (std::int64_t i = 0; i < c; ++i) {
+                if (in[i] > best[static_cast<std::size_t>(i)]) {
+                  best[static_cast<std::size_t>(i)] = in[i];
+                  best_at[static_cast<std::size_t>(i)] = at;
+                }
+              }
+            }
+          }
+          const T* g_out = grad + ((n * g.out_h + oy) * g.out_w + ox) * c;
+          for (std::int64_t i = 0; i < c; ++i) {
+            image_grad[best_at[static_cast<std::size_t>(i)] + i] += g_out[i];
+          }
+        }
+      }
+    }
+  });
+}
+
+template <class T>
+void avg_pool(const window_geometry& g, const T* input, T* output, compute_pool& pool) {
+  const std::int64_t c = g.channels;
+  const double cost = static_cast<double>(g.out_w * g.window_h * g.window_w * c) * 0.3;
+  pool.parallel_for(g.batch * g.out_h, cost, [&](std::int64_t b, std::int64_t e) {
+    for (std::int64_t r = b; r < e; ++r) {
+      std::int64_t n = r / g.out_h, oy = r % g.out_h;
+      std::int64_t y0, y1;
+      window_range(oy, g.stride_h, g.pad_top, g.window_h, g.in_h, &y0, &y1);
+      const T* image = input + n * g.in_h * g.in_w * c;
+      for (std::int64_t ox = 0; ox < g.out_w; ++ox) {
+        std::int64_t x0, x1;
+        window_range(ox, g.stride_w, g.pad_left, g.window_w, g.in_w, &x0, &x1);
+        T* out = output + (r * g.out_w + ox) * c;
+        std::fill_n(out, c, T(0));
+        for (std::int64_t y = y0; y < y1; ++y) {
+          for (std::int64_t x = x0; x < x1; ++x) {
+            const T* in = image + (y * g.in_w + x) * c;
+            for (std::int64_t i = 0; i < c; ++i) out[i] += in[i];
+          }
+        }
+        const std::int64_t count = std::max<std::int64_t>(0, y1 - y0) * std::max<std::int64_t>(0, x1 - x0);
+        const T scale = count > 0 ? T(1) / static_cast<T>(count) : T(0);
+        for (std::int64_t i = 0; i < c; ++i) out[i] *= scale;
+      }
+    }
+  });
+}
+
+template <class T>
+void avg_pool_grad(const window_geometry& g, const T* grad, T* input_grad, compute_pool& pool) {
+  const std::int64_t c = g.channels;
+  const std::int64_t image_size = g.in_h * g.in_w * c;
+  const double cost = static_cast<double>(g.out_h * g.out_w * g.window_h * g.window_w * c) * 0.3;
+  pool.parallel_for(g.batch, cost, [&](std::int64_t b, std::int64_t e) {
+    for (std::int64_t n = b; n < e; ++n) {
+      T* image_grad = input_grad + n * image_size;
+      std::fill_n(image_grad, image_size, T(0));
+      for (std::int64_t oy = 0; oy < g.out_h; ++oy) {
+        std::int64_t y0, y1;
+        window_range(oy, g.stride_h, g.pad_top, g.window_h, g.in_h, &y0, &y1);
+        for (std::int64_t ox = 0; ox < g.out_w; ++ox) {
+          std::int64_t x0, x1;
+          window_range(ox, g.stride_w, g.pad_left, g.window_w, g.in_w, &x0, &x1);
+          if (y0 >= y1 || x0 >= x1) continue;
+          const T scale = T(1) / static_cast<T>((y1 - y0) * (x1 - x0));
+          const T* g_out = grad + ((n * g.out_h + oy) * g.out_w + ox) * c;
+          for (std::int64_t y = y0; y < y1; ++y) {
+            for (std::int64_t x = x0; x < x1; ++x) {
+              T* to = image_grad + (y * g.in_w + x) * c;
+              for (std::int64_t i = 0; i < c; ++i) to[i] += g_out[i] * scale;
+            }
+          }
+        }
+      }
+    }
+  });
+}
+
+// What every pooling kernel shares: the validated window attributes and the geometry of
+// an input shape.
+class pool_kernel_base : public op_kernel {
+ public:
+  explicit pool_kernel_base(kernel_construction& c) : op_kernel(c) {
+    status s = read_window_options(c.node(), /*with_dilations=*/false, /*with_ksize=*/true,
+                                   &options_);
+    if (!s.ok()) c.fail(std::move(s));
+  }
+
+ protected:
+  // The geometry for an input of `shape` (in data_format); false after failing ctx.
+  bool make_geometry(kernel_context& ctx, const tensor_shape& shape, std::string_view what,
+                     window_geometry* g) const {
+    if (shape.rank() != 4) {
+      ctx.fail_invalid_argument(what, " must be 4-D (", format(), ") but is ", shape);
+      return false;
+    }
+    tensor_shape nhwc = to_nhwc_shape(shape, options_.nchw);
+    status s = make_window_geometry(nhwc.dim(0), nhwc.dim(1), nhwc.dim(2), nhwc.dim(3),
+                                    options_.window_h, options_.window_w, options_, g);
+    if (!s.ok()) {
+      ctx.fail_invalid_argument(what, " ", shape, " (", format(), "), ksize ", options_.window_h,
+                                "x", options_.window_w, ", ", options_.describe(), ": ",
+                                s.message());
+      return false;
+    }
+    return true;
+  }
+
+  tensor_shape output_shape(const window_geometry& g) const {
+    return from_nhwc_shape(tensor_shape{g.batch, g.out_h, g.out_w, g.channels}, options_.nchw);
+  }
+
+  // Checks a gradient-side operand has the pooled output's shape.
+  bool check_pooled_shape(kernel_context& ctx, const window_geometry& g, std::string_view what,
+                          const tensor_shape& got) const {
+    tensor_shape want = output_shape(g);
+    if (got != want) {
+      ctx.fail_invalid_argument(what, " ", got, " must have the pooled output's shape ", want,
+                                " (", format(), ", ksize ", options_.window_h, "x",
+                                options_.window_w, ", ", options_.describe(), ")");
+      return false;
+    }
+    return true;
+  }
+
+  // Runs `body(nhwc_out)` into `out`, through an NHWC scratch tensor when NCHW.
+  template <class T, class Body>
+  void into_output(tensor& out, const tensor_shape& nhwc, compute_pool& pool, Body body) const {
+    if (!options_.nchw) {
+      body(out.data<T>());
+      return;
+    }
+    tensor scratch(dtype_of<T>, nhwc);
+    body(scratch.data<T>());
+    transpose_images<T>(scratch.data<T>(), out.data<T>(), nhwc, false, pool);
+  }
+
+  const char* format() const { return options_.nchw ? "NCHW" : "NHWC"; }
+
+  window_options options_;
+};
+
+template <class T>
+class max_pool_kernel final : public pool_kernel_base {
+ public:
+  using pool_kernel_base::pool_kernel_base;
+
+  void compute(kernel_context& ctx) override {
+    const tensor& input = ctx.input(0);
+    window_geometry g;
+    if (!make_geometry(ctx, input.shape(), "input", &g)) return;
+    tensor& output = ctx.allocate_output(0, output_shape(g));
+    if (output.num_elements() == 0) return;
+    compute_pool& pool = ctx.pool();
+    tensor in = nhwc_view<T>(input, options_.nchw, pool);
+    into_output<T>(output, tensor_shape{g.batch, g.out_h, g.out_w, g.channels}, pool,
+                   [&](T* out) { max_pool(g, in.data<T>(), out, pool); });
+  }
+};
+
+template <class T>
+class max_pool_grad_kernel final : public pool_kernel_base {
+ public:
+  using pool_kernel_base::pool_kernel_base;
+
+  void compute(kernel_context& ctx) override {
+    const tensor& orig_input = ctx.input(0);
+    window_geometry g;
+    if (!make_geometry(ctx, orig_input.shape(), "orig_input", &g)) return;
+    if (!check_pooled_shape(ctx, g, "orig_output", ctx.input(1).shape())) return;
+    if (!check_pooled_shape(ctx, g, "grad", ctx.input(2).shape())) return;
+    tensor& output = ctx.allocate_output(0, orig_input.shape());
+    if (output.num_elements() == 0) return;
+    compute_pool& pool = ctx.pool();
+    tensor in = nhwc_view<T>(orig_input, options_.nchw, pool);
+    tensor grad = nhwc_view<T>(ctx.input(2), options_.nchw, pool);
+    into_output<T>(output, in.shape(), pool, [&](T* out) {
+      max_pool_grad(g, in.data<T>(), grad.data<T>(), out, pool);
+    });
+  }
+};
+
+template <class T>
+class avg_pool_kernel final : public pool_kernel_base {
+ public:
+  using pool_kernel_base::pool_kernel_base;
+
+  void compute(kernel_context& ctx) override {
+    const tensor& input = ctx.input(0);
+    window_geometry g;
+    if (!make_geometry(ctx, input.shape(), "value", &g)) return;
+    tensor& output = ctx.allocate_output(0, output_shape(g));
+    if (output.num_elements() == 0) return;
+    compute_pool& pool = ctx.pool();
+    tensor in = nhwc_view<T>(input, options_.nchw, pool);
+    into_output<T>(output, tensor_shape{g.batch, g.out_h, g.out_w, g.channels}, pool,
+                   [&](T* out) { avg_pool(g, in.data<T>(), out, pool); });
+  }
+};
+
+template <class T>
+class avg_pool_grad_kernel final : public pool_kernel_base {
+ public:
+  using pool_kernel_base::pool_kernel_base;
+
+  void compute(kernel_context& ctx) override {
+    const tensor& sizes = ctx.input(0);
+    if (sizes.rank() != 1 || sizes.num_elements() != 4) {
+      ctx.fail_invalid_argument("orig_input_shape must be a vector of 4 sizes but has shape ",
+                                sizes.shape());
+      return;
+    }
+    std::vector<std::int64_t> dims;
+    for (std::int32_t d : sizes.flat<std::int32_t>()) {
+      if (d < 0) {
+        ctx.fail_invalid_argument("orig_input_shape ", sizes.debug_string(),
+                                  " has a negative size");
+        return;
+      }
+      dims.push_back(d);
+    }
+    tensor_shape input_shape(std::move(dims));
+    window_geometry g;
+    if (!make_geometry(ctx, input_shape, "orig_input_shape", &g)) return;
+    if (!check_pooled_shape(ctx, g, "grad", ctx.input(1).shape())) return;
+    tensor& output = ctx.allocate_output(0, input_shape);
+    if (output.num_elements() == 0) return;
+    compute_pool& pool = ctx.pool();
+    tensor grad = nhwc_view<T>(ctx.input(1), options_.nchw, pool);
+    into_output<T>(output, to_nhwc_shape(input_shape, options_.nchw), pool,
+                   [&](T* out) { avg_pool_grad(g, grad.data<T>(), out, pool); });
+  }
+};
+
+}  // namespace
+
+void register_pool_kernels(kernel_registry& registry) {
+  using types = type_list<float, double>;
+  add_typed_kernels<max_pool_kernel, types>(registry, "MaxPool");
+  add_typed_kernels<max_pool_grad_kernel, types>(registry, "MaxPoolGrad");
+  add_typed_kernels<avg_pool_kernel, types>(registry, "AvgPool");
+  add_typed_kernels<avg_pool_grad_kernel, types>(registry, "AvgPoolGrad");
+}
+
+}  // namespace troupe::kernels
