@@ -58,4 +58,13 @@ bool tensor::equals(const tensor& other) const {
          std::memcmp(raw_data(), other.raw_data(), byte_size()) == 0;
 }
 
+std::vector<std::int64_t> index_values(const tensor& t) {
+  std::vector<std::int64_t> values;
+  values.reserve(static_cast<std::size_t>(t.num_elements()));
+  visit_dtype<index_types>(t.type(), [&]<class T>() {
+    for (T v : t.flat<T>()) values.push_back(static_cast<std::int64_t>(v));
+  });
+  return values;
+}
+
 }  // namespace troupe

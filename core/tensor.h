@@ -142,4 +142,8 @@ class tensor {
   void* data_ = nullptr;
 };
 
+// The elements of an int32 or int64 tensor (of any rank) as int64: shapes, axes,
+// permutations and indices given as tensors. Empty for other dtypes.
+std::vector<std::int64_t> index_values(const tensor& t);
+
 }  // namespace troupe

@@ -20,15 +20,6 @@ namespace troupe::graph {
 
 namespace {
 
-// The elements of an int32 or int64 tensor (of any rank) as int64.
-std::vector<std::int64_t> index_values(const tensor& t) {
-  std::vector<std::int64_t> values;
-  visit_dtype<index_types>(t.type(), [&]<class T>() {
-    for (T v : t.flat<T>()) values.push_back(static_cast<std::int64_t>(v));
-  });
-  return values;
-}
-
 // The shape described by a shape-vector input (Fill's dims, a random op's shape): fully
 // known from its value, else of known rank from its own length, else unknown.
 status shape_from_shape_input(shape_context& ctx, int input, partial_shape* out) {

@@ -25,14 +25,6 @@ namespace troupe::graph {
 
 namespace {
 
-std::vector<std::int64_t> int_values(const tensor& t) {
-  std::vector<std::int64_t> values;
-  visit_dtype<index_types>(t.type(), [&]<class T>() {
-    for (T v : t.flat<T>()) values.push_back(static_cast<std::int64_t>(v));
-  });
-  return values;
-}
-
 status broadcast_gradient_args_shape(shape_context& ctx) {
   TROUPE_RETURN_IF_ERROR(ctx.require_rank(0, 1));
   TROUPE_RETURN_IF_ERROR(ctx.require_rank(1, 1));
@@ -70,13 +62,13 @@ status slice_shape(shape_context& ctx) {
     ctx.set_output(0, partial_shape::unknown_of_rank(rank));
     return status();
   }
-  std::vector<std::int64_t> sizes = int_values(*size);
+  std::vector<std::int64_t> sizes = index_values(*size);
   if (static_cast<int>(sizes.size()) != rank) {
     return ctx.error("size ", size->debug_string(), " has ", sizes.size(),
                      " entries but the input has rank ", rank);
   }
   std::vector<std::int64_t> begins;
-  if (begin != nullptr) begins = int_values(*begin);
+  if (begin != nullptr) begins = index_values(*begin);
   std::vector<std::int64_t> dims(sizes.size());
   for (std::size_t i = 0; i < sizes.size(); ++i) {
     if (sizes[i] >= 0) {

@@ -18,16 +18,6 @@ namespace {
 // ---------------------------------------------------------------------------------------
 // Helpers
 
-// The elements of an int32 or int64 tensor as int64.
-std::vector<std::int64_t> index_values(const tensor& t) {
-  std::vector<std::int64_t> values;
-  values.reserve(static_cast<std::size_t>(t.num_elements()));
-  visit_dtype<index_types>(t.type(), [&]<class T>() {
-    for (T v : t.flat<T>()) values.push_back(static_cast<std::int64_t>(v));
-  });
-  return values;
-}
-
 // Calls f.template operator()<E>() with an unsigned integer type E of `size` bytes: the
 // element type for ops that move elements without looking at them.
 template <class F>

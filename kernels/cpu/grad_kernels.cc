@@ -14,15 +14,6 @@ namespace troupe::kernels {
 
 namespace {
 
-std::vector<std::int64_t> index_values(const tensor& t) {
-  std::vector<std::int64_t> values;
-  values.reserve(static_cast<std::size_t>(t.num_elements()));
-  visit_dtype<index_types>(t.type(), [&]<class T>() {
-    for (T v : t.flat<T>()) values.push_back(static_cast<std::int64_t>(v));
-  });
-  return values;
-}
-
 template <class T>
 tensor vector_of(dtype type, const std::vector<std::int64_t>& values) {
   tensor t(type, tensor_shape{static_cast<std::int64_t>(values.size())});
