@@ -211,6 +211,45 @@ std::vector<gradient_case> gradient_cases() {
          auto labels = ops::constant(s, tensor::from_vector<std::int64_t>({1, 1, 0}));
          return ops::sparse_softmax_cross_entropy_with_logits(s, x[0], labels).out(1);
        }},
+      // Activations, element-wise math and normalization (graph/ops/nn2_ops.cc).
+      {"Relu6", {{2, 3}}, [](const scope& s, const v& x) { return s.add("Relu6", {x[0]}).out(); }, -2.0, 7.0},
+      {"Elu", {{2, 3}}, [](const scope& s, const v& x) { return s.add("Elu", {x[0]}).out(); }, -2.0, 2.0},
+      {"Softplus", {{2, 3}}, [](const scope& s, const v& x) { return s.add("Softplus", {x[0]}).out(); }, -3.0, 3.0},
+      {"LeakyRelu", {{2, 3}}, [](const scope& s, const v& x) { return s.add("LeakyRelu", {x[0]}).out(); }},
+      {"LeakyRelu alpha 0.3", {{2, 3}}, [](const scope& s, const v& x) {
+         return s.add("LeakyRelu", {x[0]}, {{"alpha", graph::attr_value(0.3f)}}).out();
+       }},
+      {"Reciprocal", {{2, 3}}, [](const scope& s, const v& x) { return s.add("Reciprocal", {x[0]}).out(); }, 0.5, 2.0},
+      {"Pow [2,3] ^ [3]", {{2, 3}, {3}}, [](const scope& s, const v& x) { return s.add("Pow", {x[0], x[1]}).out(); }, 0.5, 2.0},
+      {"FloorMod [2,3] % [3]", {{2, 3}, {3}}, [](const scope& s, const v& x) { return s.add("FloorMod", {x[0], x[1]}).out(); }, 0.5, 2.0},
+      {"ClipByValue [2,3], scalar, [3]", {{2, 3}, {}, {3}}, [](const scope& s, const v& x) {
+         output half = ops::scalar(s, 0.5);
+         output lo = ops::sub(s, ops::mul(s, x[1], half), half);  // in [-1, 0]
+         output hi = ops::add(s, ops::mul(s, x[2], half), half);  // in [0, 1]
+         return s.add("ClipByValue", {x[0], lo, hi}).out();
+       }},
+      {"L2Loss", {{2, 3}}, [](const scope& s, const v& x) { return s.add("L2Loss", {x[0]}).out(); }},
+      {"LRN", {{1, 1, 2, 4}}, [](const scope& s, const v& x) { return s.add("LRN", {x[0]}).out(); }},
+      {"LRN depth_radius 2", {{1, 2, 2, 6}}, [](const scope& s, const v& x) {
+         return s.add("LRN", {x[0]}, {{"depth_radius", graph::attr_value(2)}, {"bias", graph::attr_value(2.0f)},
+                                      {"alpha", graph::attr_value(0.5f)}, {"beta", graph::attr_value(0.75f)}})
+             .out();
+       }},
+      {"FusedBatchNormV3 training NHWC", {{2, 2, 2, 3}, {3}, {3}}, [](const scope& s, const v& x) {
+         output empty = ops::constant(s, tensor::zeros(dtype::float64, {0}));
+         return s.add("FusedBatchNormV3", {x[0], x[1], x[2], empty, empty}).out(0);
+       }},
+      {"FusedBatchNormV3 training NCHW", {{2, 3, 2, 1}, {3}, {3}}, [](const scope& s, const v& x) {
+         output empty = ops::constant(s, tensor::zeros(dtype::float64, {0}));
+         return s.add("FusedBatchNormV3", {x[0], x[1], x[2], empty, empty},
+                      {{"data_format", graph::attr_value("NCHW")}}).out(0);
+       }},
+      {"FusedBatchNormV3 inference", {{2, 2, 1, 3}, {3}, {3}}, [](const scope& s, const v& x) {
+         output mean = ops::constant(s, tensor::from_vector<double>({0.1, -0.2, 0.3}));
+         output variance = ops::constant(s, tensor::from_vector<double>({0.5, 1.0, 2.0}));
+         return s.add("FusedBatchNormV3", {x[0], x[1], x[2], mean, variance},
+                      {{"is_training", graph::attr_value(false)}}).out(0);
+       }},
       // Layout.
       {"Reshape", {{2, 3}}, [](const scope& s, const v& x) { return ops::reshape(s, x[0], i32(s, {3, 2})); }},
       {"ExpandDims", {{2, 3}}, [](const scope& s, const v& x) {
@@ -232,6 +271,55 @@ std::vector<gradient_case> gradient_cases() {
          return ops::mul(s, parts.out(0), parts.out(2));  // part 1 gets no gradient: zeros
        }},
       {"Fill value", {{}}, [](const scope& s, const v& x) { return ops::fill(s, i32(s, {2, 3}), x[0]); }},
+      // Index ops (graph/ops/index_ops.cc).
+      {"Pad", {{2, 3}}, [](const scope& s, const v& x) {
+         return s.add("Pad", {x[0], ops::constant(s, tensor::from_vector<std::int32_t>({1, 0, 0, 2}, {2, 2}))}).out();
+       }},
+      {"PadV2 int64 paddings", {{2, 3}}, [](const scope& s, const v& x) {
+         return s.add("PadV2", {x[0], ops::constant(s, tensor::from_vector<std::int64_t>({0, 1, 2, 1}, {2, 2})),
+                                ops::scalar(s, 0.5)}).out();
+       }},
+      {"Tile", {{2, 3}}, [](const scope& s, const v& x) { return s.add("Tile", {x[0], i32(s, {2, 3})}).out(); }},
+      {"StridedSlice negative stride", {{4, 5}}, [](const scope& s, const v& x) {
+         return s.add("StridedSlice", {x[0], i32(s, {3, 0}), i32(s, {0, 5}), i32(s, {-1, 2})}).out();
+       }},
+      {"StridedSlice x[1, ..., ::-2, newaxis]", {{2, 3, 4}}, [](const scope& s, const v& x) {
+         return s.add("StridedSlice", {x[0], i32(s, {1, 0, 0, 0}), i32(s, {2, 0, 0, 0}), i32(s, {1, 1, -2, 1})},
+                      {{"ellipsis_mask", graph::attr_value(2)}, {"shrink_axis_mask", graph::attr_value(1)},
+                       {"begin_mask", graph::attr_value(4)}, {"end_mask", graph::attr_value(4)},
+                       {"new_axis_mask", graph::attr_value(8)}}).out();
+       }},
+      {"Split axis 1, part 1 unused", {{2, 6}}, [](const scope& s, const v& x) {
+         auto parts = s.add("Split", {i32_scalar(s, 1), x[0]}, {{"num_split", graph::attr_value(3)}});
+         return ops::mul(s, parts.out(0), parts.out(2));
+       }},
+      {"SplitV sizes [2, -1, 1]", {{2, 5}}, [](const scope& s, const v& x) {
+         auto parts = s.add("SplitV", {x[0], i32(s, {2, -1, 1}), i32_scalar(s, -1)}, {{"num_split", graph::attr_value(3)}});
+         return ops::mul(s, parts.out(0), parts.out(1));
+       }},
+      {"GatherV2 axis 0, repeated index", {{4, 2}}, [](const scope& s, const v& x) {
+         return s.add("GatherV2", {x[0], i32(s, {2, 0, 2}), i32_scalar(s, 0)}).out();
+       }},
+      {"GatherV2 axis 1, matrix of indices", {{3, 4}}, [](const scope& s, const v& x) {
+         auto indices = ops::constant(s, tensor::from_vector<std::int64_t>({3, 0, 3, 1}, {2, 2}));
+         return s.add("GatherV2", {x[0], indices, i32_scalar(s, 1)}).out();
+       }},
+      {"UnsortedSegmentSum", {{4, 2}}, [](const scope& s, const v& x) {
+         return s.add("UnsortedSegmentSum", {x[0], i32(s, {1, 0, 1, 3}), i32_scalar(s, 4)}).out();
+       }},
+      {"DynamicPartition, partition 1 unused", {{5, 2}}, [](const scope& s, const v& x) {
+         auto parts = s.add("DynamicPartition", {x[0], i32(s, {1, 0, 1, 2, 0})}, {{"num_partitions", graph::attr_value(3)}});
+         return ops::concat(s, {ops::square(s, parts.out(0)), parts.out(2)}, i32_scalar(s, 0));
+       }},
+      {"DynamicStitch", {{2, 2}, {1, 2}}, [](const scope& s, const v& x) {
+         return s.add("DynamicStitch", {graph::input({i32(s, {0, 2}), i32(s, {1})}), graph::input({x[0], x[1]})}).out();
+       }},
+      {"TopKV2 values", {{2, 5}}, [](const scope& s, const v& x) {
+         return s.add("TopKV2", {x[0], i32_scalar(s, 3)}).out(0);
+       }},
+      {"BroadcastTo [3,1] -> [2,3,4]", {{3, 1}}, [](const scope& s, const v& x) {
+         return s.add("BroadcastTo", {x[0], i32(s, {2, 3, 4})}).out();
+       }},
       // Graph structure: several consumers, a chain, a diamond.
       {"x * x + x", {{2, 3}}, [](const scope& s, const v& x) { return ops::add(s, ops::mul(s, x[0], x[0]), x[0]); }},
       {"tanh(matmul(x, w) + b), then mean", {{2, 3}, {3, 2}, {2}}, [](const scope& s, const v& x) {
