@@ -184,13 +184,16 @@ result<std::vector<tensor>> session::run(const feed_list& feeds,
 
 void session::run_async(const feed_list& feeds, const std::vector<std::string>& fetches,
                         const std::vector<std::string>& targets, run_callback done) {
-  auto request = make_request(feeds, fetches, targets);
-  impl_->system->spawn([master = impl_->master, request = std::move(request),
-                        done = std::move(done)](caf::event_based_actor* self) mutable {
-    self->request(master, caf::infinite, run_atom::value, std::move(request))
-        .then([done](std::vector<tensor>& fetched) { done(std::move(fetched)); },
-              [done](caf::error& e) { done(to_status(e)); });
-  });
+  // The state travels as spawn arguments: CAF 0.17 dereferences a null argument tuple
+  // for argument-less function actors (UBSan reports it).
+  impl_->system->spawn(
+      [](caf::event_based_actor* self, caf::actor master, run_request request,
+         run_callback done) {
+        self->request(master, caf::infinite, run_atom::value, std::move(request))
+            .then([done](std::vector<tensor>& fetched) { done(std::move(fetched)); },
+                  [done](caf::error& e) { done(to_status(e)); });
+      },
+      impl_->master, make_request(feeds, fetches, targets), std::move(done));
 }
 
 const graph::graph& session::current_graph() const { return *impl_->graph; }
