@@ -534,6 +534,16 @@ status broadcast_binary_shape(shape_context& ctx) {
   return status();
 }
 
+status same_shape_binary(shape_context& ctx) {
+  auto merged = ctx.input(0).merge(ctx.input(1));
+  if (!merged.ok()) {
+    return ctx.error("both inputs must have the same shape, but have ", ctx.input(0).to_string(),
+                     " and ", ctx.input(1).to_string());
+  }
+  ctx.set_output(0, std::move(*merged));
+  return status();
+}
+
 status scalar_shape(shape_context& ctx) {
   for (int i = 0; i < ctx.num_outputs(); ++i) ctx.set_output(i, partial_shape::scalar());
   return status();

@@ -181,6 +181,7 @@ status shape_context::get_attr(std::string_view name, T* out) const {
 // Common shape functions.
 status unchanged_shape(shape_context& ctx);          // output 0 = input 0
 status broadcast_binary_shape(shape_context& ctx);   // numpy broadcasting of inputs 0, 1
+status same_shape_binary(shape_context& ctx);        // inputs 0 and 1 (and output 0) alike
 status scalar_shape(shape_context& ctx);             // every output is a scalar
 status no_outputs_shape(shape_context& ctx);
 // Numpy broadcasting of two partial shapes; error text names both.

@@ -33,17 +33,6 @@ status broadcast_gradient_args_shape(shape_context& ctx) {
   return status();
 }
 
-// (y or gradients, dy or features): both of the output's shape.
-status same_shape_binary(shape_context& ctx) {
-  auto merged = ctx.input(0).merge(ctx.input(1));
-  if (!merged.ok()) {
-    return ctx.error("both inputs must have the same shape, but have ", ctx.input(0).to_string(),
-                     " and ", ctx.input(1).to_string());
-  }
-  ctx.set_output(0, std::move(*merged));
-  return status();
-}
-
 status slice_shape(shape_context& ctx) {
   TROUPE_RETURN_IF_ERROR(ctx.require_rank(1, 1));
   TROUPE_RETURN_IF_ERROR(ctx.require_rank(2, 1));

@@ -46,17 +46,6 @@ bool merge_dim(std::int64_t a, std::int64_t b, std::int64_t* out) {
   return true;
 }
 
-// (a, b -> c): both inputs and the output have one shape.
-status same_shape_binary(shape_context& ctx) {
-  auto merged = ctx.input(0).merge(ctx.input(1));
-  if (!merged.ok()) {
-    return ctx.error("both inputs must have the same shape, but have ", ctx.input(0).to_string(),
-                     " and ", ctx.input(1).to_string());
-  }
-  ctx.set_output(0, std::move(*merged));
-  return status();
-}
-
 // The output has t's shape; the bounds must broadcast to it.
 status clip_by_value_shape(shape_context& ctx) {
   const partial_shape& t = ctx.input(0);
