@@ -1,5 +1,10 @@
-// CPU kernels: MatMul. float and double go to OpenBLAS (sgemm / dgemm); int32 and int64 to
-// Eigen's blocked product, split over the compute pool by rows of the product.
+// CPU kernels: MatMul. int32 and int64 use Eigen's blocked product, split over the compute
+// pool by rows of the product. float and double use whichever of OpenBLAS (sgemm / dgemm)
+// and that same Eigen path is faster on this machine, decided by measurement: the first
+// floating-point MatMul times both on a 512 x 512 x 512 product (about 10 ms, once per
+// process). Which one wins depends on the OpenBLAS kernel in use: with its AVX-512 kernel
+// OpenBLAS is faster, but under OPENBLAS_CORETYPE=Haswell (set on these machines) Eigen's
+// AVX-512 code is. TROUPE_GEMM=openblas or TROUPE_GEMM=eigen overrides the choice.
 //
 // OpenBLAS keeps one process-wide thread count. The kernel sets it to the compute pool's
 // thread count the first time it sees that pool size (kernels/cpu/blas.h), so OpenBLAS
@@ -7,7 +12,10 @@
 #include <cblas.h>
 
 #include <algorithm>
+#include <chrono>
+#include <cstdlib>
 #include <limits>
+#include <string_view>
 
 #include "core/tensor_eigen.h"
 #include "kernels/cpu/blas.h"
@@ -17,27 +25,9 @@ namespace troupe::kernels {
 
 namespace {
 
-// C[m, n] = op(A) * op(B) for row-major A, B with leading dimensions lda, ldb.
-void gemm(bool transpose_a, bool transpose_b, std::int64_t m, std::int64_t n, std::int64_t k,
-          const float* a, std::int64_t lda, const float* b, std::int64_t ldb, float* c) {
-  cblas_sgemm(CblasRowMajor, transpose_a ? CblasTrans : CblasNoTrans,
-              transpose_b ? CblasTrans : CblasNoTrans, static_cast<blasint>(m),
-              static_cast<blasint>(n), static_cast<blasint>(k), 1.0f, a,
-              static_cast<blasint>(lda), b, static_cast<blasint>(ldb), 0.0f, c,
-              static_cast<blasint>(n));
-}
-void gemm(bool transpose_a, bool transpose_b, std::int64_t m, std::int64_t n, std::int64_t k,
-          const double* a, std::int64_t lda, const double* b, std::int64_t ldb, double* c) {
-  cblas_dgemm(CblasRowMajor, transpose_a ? CblasTrans : CblasNoTrans,
-              transpose_b ? CblasTrans : CblasNoTrans, static_cast<blasint>(m),
-              static_cast<blasint>(n), static_cast<blasint>(k), 1.0, a,
-              static_cast<blasint>(lda), b, static_cast<blasint>(ldb), 0.0, c,
-              static_cast<blasint>(n));
-}
-
-// Integer products: Eigen, with rows of C split over the pool.
+// Eigen products, with rows of C split over the pool.
 template <class T>
-void integer_matmul(const tensor& a, const tensor& b, bool transpose_a, bool transpose_b,
+void eigen_matmul(const tensor& a, const tensor& b, bool transpose_a, bool transpose_b,
                     tensor& product, compute_pool& pool) {
   auto a_matrix = matrix_view<T>(a);
   auto b_matrix = matrix_view<T>(b);
@@ -55,8 +45,47 @@ void integer_matmul(const tensor& a, const tensor& b, bool transpose_a, bool tra
     if (transpose_a) multiply(a_matrix.transpose());
     else multiply(a_matrix);
   };
-  // ~1 ns per multiply-add for Eigen's integer kernels.
-  pool.parallel_for(m, static_cast<double>(n) * static_cast<double>(k), rows);
+  // ~1 ns per multiply-add for Eigen's integer kernels, ~0.01 ns for vectorized floats.
+  double ns_per_madd = std::is_floating_point_v<T> ? 0.01 : 1.0;
+  pool.parallel_for(m, static_cast<double>(n) * static_cast<double>(k) * ns_per_madd, rows);
+}
+
+enum class gemm_backend { openblas, eigen };
+
+// Times OpenBLAS and Eigen on one product of T and returns the faster.
+template <class T>
+gemm_backend measure_gemm_backend() {
+  if (const char* forced = std::getenv("TROUPE_GEMM")) {
+    if (std::string_view(forced) == "eigen") return gemm_backend::eigen;
+    if (std::string_view(forced) == "openblas") return gemm_backend::openblas;
+  }
+  constexpr std::int64_t k_size = 512;
+  tensor a(dtype_of<T>, {k_size, k_size});
+  for (std::int64_t i = 0; i < a.num_elements(); ++i) a.data<T>()[i] = static_cast<T>(i % 7) * T(0.25);
+  tensor c(dtype_of<T>, {k_size, k_size});
+  compute_pool one_thread(1);
+  use_openblas_threads(1);
+  auto best_of = [](auto&& fn) {
+    double best = 1e30;
+    for (int rep = 0; rep < 3; ++rep) {
+      auto start = std::chrono::steady_clock::now();
+      fn();
+      best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+    }
+    return best;
+  };
+  double blas = best_of([&] {
+    blas_gemm(false, false, k_size, k_size, k_size, T(1), a.data<T>(), k_size, a.data<T>(), k_size,
+              T(0), c.data<T>(), k_size);
+  });
+  double eigen = best_of([&] { eigen_matmul<T>(a, a, false, false, c, one_thread); });
+  return eigen < blas ? gemm_backend::eigen : gemm_backend::openblas;
+}
+
+template <class T>
+gemm_backend float_gemm_backend() {
+  static const gemm_backend backend = measure_gemm_backend<T>();
+  return backend;
 }
 
 template <class T>
@@ -101,11 +130,15 @@ class matmul_kernel final : public op_kernel {
       return;
     }
     if constexpr (std::is_floating_point_v<T>) {
+      if (float_gemm_backend<T>() == gemm_backend::eigen) {
+        eigen_matmul<T>(a, b, transpose_a_, transpose_b_, product, ctx.pool());
+        return;
+      }
       use_openblas_threads(ctx.pool().num_threads());
-      gemm(transpose_a_, transpose_b_, m, n, k, a.data<T>(), a.dim(1), b.data<T>(), b.dim(1),
-           product.data<T>());
+      blas_gemm(transpose_a_, transpose_b_, m, n, k, T(1), a.data<T>(), a.dim(1), b.data<T>(),
+                b.dim(1), T(0), product.data<T>(), n);
     } else {
-      integer_matmul<T>(a, b, transpose_a_, transpose_b_, product, ctx.pool());
+      eigen_matmul<T>(a, b, transpose_a_, transpose_b_, product, ctx.pool());
     }
   }
 
