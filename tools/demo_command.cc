@@ -7,6 +7,7 @@
 #include <thread>
 
 #include "actors/session.h"
+#include "core/npy.h"
 #include "graph/graph_io.h"
 #include "graph/ops.h"
 #include "tools/commands.h"
@@ -60,8 +61,8 @@ int demo_command(const std::vector<std::string>& args, std::ostream& out, std::o
     return 1;
   }
   out << "1. built a 784-512-10 perceptron: " << g->num_nodes() << " nodes, saved as " << graph_path
-      << "\n   (run it again with: build/troupe eval --graph " << graph_path
-      << " --feed x=X.npy --fetch prob --out OUT)\n";
+      << "\n   (run it again with: build/troupe eval --graph " << graph_path << " --feed x="
+      << save_dir << "/x.npy --fetch prob --out OUT)\n";
 
   // 2. One step.
   auto session = actors::session::create(std::move(*g));
@@ -75,6 +76,10 @@ int demo_command(const std::vector<std::string>& args, std::ostream& out, std::o
   }
   // The random initializers draw new values every step (as TensorFlow's do), so the first
   // step also fetches the weights, and later steps feed them back in.
+  if (auto s = write_npy(save_dir + "/x.npy", batch); !s.ok()) {
+    err << s << "\n";
+    return 1;
+  }
   auto result = (*session)->run({{"x", batch}}, {"prob", "predicted", weights[0], weights[1]});
   if (!result.ok()) {
     err << "step failed: " << result.error() << "\n";
