@@ -25,6 +25,7 @@ struct executable::plan {
     std::vector<edge> out_edges;           // sorted so each output's last edge moves
     std::vector<int> control_out;
     std::vector<std::pair<int, int>> fetch_outputs;  // (output, fetch index)
+    std::vector<int> used_outputs;         // outputs some edge or fetch reads, ascending
     bool expensive = true;
     bool async = false;
   };
@@ -145,6 +146,11 @@ result<std::shared_ptr<const executable>> executable::create(
     std::stable_sort(edges.begin(), edges.end(), [](const plan::edge& a, const plan::edge& b) {
       return a.output < b.output;
     });
+    auto& used = p.nodes[i].used_outputs;
+    for (const auto& e : edges) used.push_back(e.output);
+    for (auto [output, fetch] : p.nodes[i].fetch_outputs) used.push_back(output);
+    std::sort(used.begin(), used.end());
+    used.erase(std::unique(used.begin(), used.end()), used.end());
     if (p.nodes[i].initial_pending == 0) p.roots.push_back(static_cast<int>(i));
   }
   return std::shared_ptr<const executable>(std::move(exec));
@@ -207,22 +213,19 @@ struct executor_access {
                   ? st.with_context(str_cat("node '", name, "' (", n.graph_node->op_name(), ")"))
                   : st);
     }
+    tensor* outputs = s->outputs.data() + n.output_offset;
     if (!s->aborted.load(std::memory_order_acquire)) {
-      tensor* outputs = s->outputs.data() + n.output_offset;
-      for (auto [output, fetch] : n.fetch_outputs) s->fetches[static_cast<std::size_t>(fetch)] = outputs[output];
-      for (int o = 0; o < n.num_outputs; ++o) {
-        if (!outputs[o].initialized() && (!n.out_edges.empty() || !n.fetch_outputs.empty())) {
-          bool used = std::any_of(n.out_edges.begin(), n.out_edges.end(),
-                                  [&](const plan::edge& e) { return e.output == o; });
-          if (used) {
-            s->fail(internal_error("node '", n.graph_node->name(), "' (", n.graph_node->op_name(),
-                                   ") did not produce output ", o));
-            break;
-          }
+      for (int o : n.used_outputs) {
+        if (!outputs[o].initialized()) {
+          s->fail(internal_error("node '", n.graph_node->name(), "' (", n.graph_node->op_name(),
+                                 ") did not produce output ", o));
+          break;
         }
       }
     }
-    tensor* outputs = s->outputs.data() + n.output_offset;
+    if (!s->aborted.load(std::memory_order_acquire)) {
+      for (auto [output, fetch] : n.fetch_outputs) s->fetches[static_cast<std::size_t>(fetch)] = outputs[output];
+    }
     if (!s->aborted.load(std::memory_order_acquire)) {
       std::vector<int> expensive;
       auto release = [&](int consumer) {
