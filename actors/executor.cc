@@ -50,11 +50,18 @@ struct executable::step {
   std::mutex error_mutex;
   status error;
   done_callback done;
+  kernels::cancellation_manager cancellation;     // this step's waiting kernels
+  kernels::cancellation_manager* abort = nullptr;  // the caller's, when given
+  kernels::cancellation_manager::token abort_token = 0;
 
+  // Records the first error and cancels whatever is still waiting.
   void fail(status s) {
-    std::lock_guard<std::mutex> lock(error_mutex);
-    if (error.ok()) error = std::move(s);
-    aborted.store(true, std::memory_order_release);
+    {
+      std::lock_guard<std::mutex> lock(error_mutex);
+      if (error.ok()) error = std::move(s);
+      aborted.store(true, std::memory_order_release);
+    }
+    cancellation.start_cancel();
   }
 };
 
@@ -91,7 +98,8 @@ result<std::shared_ptr<const executable>> executable::create(
       return invalid_argument_error("placeholder '", n.name(), "' must be fed: a fetch or target of "
                                     "this step depends on it");
     }
-    auto kernel = registry.create(spec.device_type, n.def, *n.op, n.input_types, n.output_types);
+    auto kernel = registry.create(spec.device_type, n.def, *n.op, n.input_types, n.output_types,
+                                  spec.device);
     if (!kernel.ok()) return kernel.error();
     pn.kernel = std::move(*kernel);
     pn.async = pn.kernel->is_async();
@@ -185,6 +193,7 @@ struct executor_access {
 
   static void finish_step(const std::shared_ptr<step>& s) {
     const plan& p = *s->exec->plan_;
+    if (s->abort != nullptr) s->abort->deregister(s->abort_token);
     if (!s->aborted.load(std::memory_order_acquire)) {
       for (std::size_t f = 0; f < p.fetch_from_feed.size(); ++f) {
         if (!s->fetches[f].initialized()) {
@@ -247,8 +256,10 @@ struct executor_access {
         release(edge.consumer);
       }
       for (int c : n.control_out) release(c);
-      // Keep one expensive node for this thread when it has nothing else to do.
-      if (!expensive.empty() && inline_ready.empty()) {
+      // Keep one expensive node for this thread when it has nothing else to do, unless
+      // this is not a compute thread (an asynchronous kernel finishing on an actor's
+      // thread): compute never runs there.
+      if (!expensive.empty() && inline_ready.empty() && s->pool->in_pool()) {
         inline_ready.push_back(expensive.back());
         expensive.pop_back();
       }
@@ -291,13 +302,14 @@ struct executor_access {
 };
 
 void executable::run(std::int64_t step_id, std::vector<tensor> feeds, compute_pool& pool,
-                     done_callback done) const {
+                     done_callback done, kernels::cancellation_manager* abort) const {
   const plan& p = *plan_;
   auto s = std::make_shared<step>();
   s->exec = this;
   s->pool = &pool;
   s->info.step_id = step_id;
   s->info.pool = &pool;
+  s->info.cancellation = &s->cancellation;
   s->inputs.resize(static_cast<std::size_t>(p.total_inputs));
   s->outputs.resize(static_cast<std::size_t>(p.total_outputs));
   s->pending.reset(new std::atomic<int>[p.nodes.size()]);
@@ -311,6 +323,16 @@ void executable::run(std::int64_t step_id, std::vector<tensor> feeds, compute_po
     for (int slot : p.feed_slots[f]) s->inputs[static_cast<std::size_t>(slot)] = feeds[f];
   }
   feeds.clear();  // the slots hold the only references now, so kernels may reuse them
+  if (abort != nullptr) {
+    s->abort = abort;
+    s->abort_token = abort->new_token();
+    step* raw = s.get();  // finish_step deregisters before the step can go away
+    if (!abort->register_callback(s->abort_token, [raw, step_id] {
+          raw->fail(aborted_error("step ", step_id, " was aborted"));
+        })) {
+      s->fail(aborted_error("step ", step_id, " was aborted before it started"));
+    }
+  }
   if (p.roots.empty()) {
     executor_access::finish_step(s);
     return;

@@ -37,6 +37,7 @@ struct executable_spec {
   std::vector<graph::endpoint> feeds;     // tensors supplied by the caller, in order
   std::vector<graph::endpoint> fetches;   // tensors returned to the caller, in order
   std::string device_type = "CPU";
+  kernels::device* device = nullptr;      // what kernels see as their device; may be null
 };
 
 class executable {
@@ -54,10 +55,11 @@ class executable {
   status check_feeds(const std::vector<tensor>& feeds) const;
 
   // Runs one step. `done` is called exactly once, on whichever thread finishes last,
-  // with the fetches in order or the first error. REQUIRES: check_feeds(feeds).ok();
-  // `pool` outlives the step.
+  // with the fetches in order or the first error. When `abort` is given, cancelling it
+  // aborts the step (pending asynchronous kernels are cancelled; done gets `aborted`).
+  // REQUIRES: check_feeds(feeds).ok(); `pool` and `abort` outlive the step.
   void run(std::int64_t step_id, std::vector<tensor> feeds, compute_pool& pool,
-           done_callback done) const;
+           done_callback done, kernels::cancellation_manager* abort = nullptr) const;
 
   // Runs one step and waits for it (for tests, tools and benchmarks; never call it on an
   // actor's thread).

@@ -91,6 +91,7 @@ buffer* buffer::allocate(std::size_t bytes) {
 
 void buffer::unref() const {
   if (refs_.fetch_sub(1, std::memory_order_acq_rel) != 1) return;
+  if (destroy_ != nullptr) destroy_(data_, size_);
   auto& c = the_cache();
   std::size_t cls = class_;
   void* block = const_cast<buffer*>(this);

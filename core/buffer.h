@@ -30,6 +30,11 @@ class buffer {
   void unref() const;
   bool ref_count_is_one() const { return refs_.load(std::memory_order_acquire) == 1; }
 
+  // For buffers holding C++ objects (resource handles): called with the bytes just
+  // before the last reference returns the memory, to run the objects' destructors.
+  using destroy_fn = void (*)(void* data, std::size_t bytes);
+  void set_destroy(destroy_fn fn) { destroy_ = fn; }
+
   buffer(const buffer&) = delete;
   buffer& operator=(const buffer&) = delete;
 
@@ -41,6 +46,7 @@ class buffer {
   void* data_;
   std::size_t size_;
   std::size_t class_;
+  destroy_fn destroy_ = nullptr;
   mutable std::atomic<std::int64_t> refs_{1};
 };
 

@@ -2,6 +2,8 @@
 
 #include <sstream>
 
+#include "core/status.h"
+
 namespace troupe {
 
 tensor::tensor(dtype type, tensor_shape shape) : dtype_(type), shape_(std::move(shape)) {
@@ -16,6 +18,22 @@ tensor tensor::zeros(dtype type, tensor_shape shape) {
   return t;
 }
 
+tensor tensor::from_resource(resource_handle handle) {
+  tensor t;
+  t.dtype_ = dtype::resource;
+  t.buffer_ = buffer::allocate(sizeof(resource_handle));
+  t.data_ = t.buffer_->data();
+  new (t.data_) resource_handle(std::move(handle));
+  t.buffer_->set_destroy([](void* data, std::size_t) { static_cast<resource_handle*>(data)->~resource_handle(); });
+  return t;
+}
+
+std::string resource_handle::debug_string() const {
+  std::string kind = target ? std::string(target->kind()) : std::string("resource");
+  return str_cat(kind, " '", container.empty() ? name : container + "/" + name, "' on ",
+                 device.empty() ? std::string("this device") : device);
+}
+
 tensor tensor::reshaped(tensor_shape shape) const {
   assert(shape.num_elements() == num_elements());
   tensor t(*this);
@@ -25,6 +43,7 @@ tensor tensor::reshaped(tensor_shape shape) const {
 
 tensor tensor::deep_copy() const {
   if (!initialized()) return tensor();
+  if (dtype_ == dtype::resource) return from_resource(resource_value());
   tensor t(dtype_, shape_);
   std::memcpy(t.raw_data(), raw_data(), byte_size());
   return t;
@@ -32,6 +51,7 @@ tensor tensor::deep_copy() const {
 
 std::string tensor::debug_string(int max_entries) const {
   if (!initialized()) return "<uninitialized tensor>";
+  if (dtype_ == dtype::resource) return "resource [] {" + resource_value().debug_string() + "}";
   std::ostringstream out;
   out << dtype_name(dtype_) << " " << shape_.to_string() << " {";
   std::int64_t n = std::min<std::int64_t>(num_elements(), max_entries);
@@ -54,6 +74,10 @@ std::string tensor::debug_string(int max_entries) const {
 bool tensor::equals(const tensor& other) const {
   if (initialized() != other.initialized()) return false;
   if (!initialized()) return true;
+  if (dtype_ == dtype::resource || other.dtype_ == dtype::resource) {
+    return dtype_ == other.dtype_ && resource_value().target == other.resource_value().target &&
+           resource_value().name == other.resource_value().name;
+  }
   return dtype_ == other.dtype_ && shape_ == other.shape_ &&
          std::memcmp(raw_data(), other.raw_data(), byte_size()) == 0;
 }

@@ -23,6 +23,7 @@
 
 #include "core/buffer.h"
 #include "core/dtype.h"
+#include "core/resource.h"
 #include "core/shape.h"
 
 namespace troupe {
@@ -85,6 +86,8 @@ class tensor {
   }
   // A tensor of `type` and `shape` with every element set to zero.
   static tensor zeros(dtype type, tensor_shape shape);
+  // A scalar of dtype resource holding `handle` (see core/resource.h).
+  static tensor from_resource(resource_handle handle);
 
   bool initialized() const { return buffer_ != nullptr; }
   dtype type() const { return dtype_; }
@@ -122,6 +125,13 @@ class tensor {
   }
   // True when no other tensor refers to the bytes: an in-place update is safe.
   bool ref_count_is_one() const { return buffer_ != nullptr && buffer_->ref_count_is_one(); }
+
+  // The handle of a resource scalar. REQUIRES: type() == dtype::resource and
+  // num_elements() == 1.
+  const resource_handle& resource_value() const {
+    assert(dtype_ == dtype::resource && num_elements() == 1);
+    return *static_cast<const resource_handle*>(data_);
+  }
 
   // "float [2,3] {1, 2, 3, 4, 5, 6}" with at most `max_entries` values.
   std::string debug_string(int max_entries = 16) const;

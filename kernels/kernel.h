@@ -34,6 +34,8 @@
 #include "graph/attr.h"
 #include "graph/op_registry.h"
 #include "graph/proto/node_def.pb.h"
+#include "kernels/cancellation.h"
+#include "kernels/device.h"
 
 namespace troupe::kernels {
 
@@ -41,14 +43,18 @@ namespace troupe::kernels {
 class kernel_construction {
  public:
   kernel_construction(const tf::NodeDef& node, const graph::op_def& op,
-                      std::vector<dtype> input_types, std::vector<dtype> output_types)
+                      std::vector<dtype> input_types, std::vector<dtype> output_types,
+                      kernels::device* dev = nullptr)
       : node_(node), op_(op), input_types_(std::move(input_types)),
-        output_types_(std::move(output_types)) {}
+        output_types_(std::move(output_types)), device_(dev) {}
 
   const tf::NodeDef& node() const { return node_; }
   const graph::op_def& op() const { return op_; }
   const std::vector<dtype>& input_types() const { return input_types_; }
   const std::vector<dtype>& output_types() const { return output_types_; }
+  // The device the kernel will run on; null when a kernel runs outside any device
+  // (run_kernel). Kernels that need one fail construction without it.
+  kernels::device* device() const { return device_; }
 
   // Reads an attribute; on failure records the error (the kernel is then discarded).
   template <class T>
@@ -67,6 +73,7 @@ class kernel_construction {
   const graph::op_def& op_;
   std::vector<dtype> input_types_;
   std::vector<dtype> output_types_;
+  kernels::device* device_;
   status status_;
 };
 
@@ -74,6 +81,9 @@ class kernel_construction {
 struct step_info {
   std::int64_t step_id = 0;
   compute_pool* pool = nullptr;  // intra-op parallelism; never null during compute
+  // Cancelled when the step aborts; async kernels that wait on others register here.
+  // Never null during compute.
+  cancellation_manager* cancellation = nullptr;
 };
 
 // What one execution of a kernel sees: inputs, outputs, the step, the device's pool.
@@ -116,6 +126,7 @@ class kernel_context {
 
   const step_info& step() const { return step_; }
   compute_pool& pool() const { return *step_.pool; }
+  cancellation_manager& cancellation() const { return *step_.cancellation; }
 
  private:
   std::span<const tensor> inputs_;

@@ -37,7 +37,8 @@ result<std::unique_ptr<op_kernel>> kernel_registry::create(const std::string& de
                                                            const tf::NodeDef& node,
                                                            const graph::op_def& op,
                                                            std::vector<dtype> input_types,
-                                                           std::vector<dtype> output_types) const {
+                                                           std::vector<dtype> output_types,
+                                                           device* dev) const {
   const registration* r = find(device_type, node);
   if (r == nullptr) {
     std::string registered;
@@ -60,7 +61,7 @@ result<std::unique_ptr<op_kernel>> kernel_registry::create(const std::string& de
                            registered.empty() ? std::string("; the op has no kernels")
                                               : str_cat("; registered kernels:", registered));
   }
-  kernel_construction construction(node, op, std::move(input_types), std::move(output_types));
+  kernel_construction construction(node, op, std::move(input_types), std::move(output_types), dev);
   std::unique_ptr<op_kernel> kernel = r->factory(construction);
   if (!construction.construction_status().ok()) {
     return construction.construction_status().with_context(

@@ -46,7 +46,8 @@ class kernel_registry {
   result<std::unique_ptr<op_kernel>> create(const std::string& device_type,
                                             const tf::NodeDef& node, const graph::op_def& op,
                                             std::vector<dtype> input_types,
-                                            std::vector<dtype> output_types) const;
+                                            std::vector<dtype> output_types,
+                                            device* dev = nullptr) const;
 
   bool has_kernel(const std::string& device_type, const tf::NodeDef& node) const;
 

@@ -32,8 +32,10 @@ result<std::vector<tensor>> run_kernel(tf::NodeDef node, const std::vector<tenso
   }
   auto kernel = kernels.create("CPU", node, **op, input_types, output_types);
   if (!kernel.ok()) return kernel.error();
+  cancellation_manager cancellation;
   step_info step;
   step.pool = pool != nullptr ? pool : &default_compute_pool();
+  step.cancellation = &cancellation;
   std::vector<tensor> outputs(output_types.size());
   kernel_context ctx(inputs, outputs, output_types, step);
   if ((*kernel)->is_async()) {
