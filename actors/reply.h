@@ -1,0 +1,61 @@
+// reply<T>: a callback that is called exactly once, even if the actor that should call
+// it dies.
+//
+// Kernels that run on compute threads talk to actors (variables, queues, the rendezvous)
+// by sending a message that carries a reply; the actor calls it with the answer. If the
+// message is dropped (the actor is gone) or the actor ends with the reply still parked,
+// the last copy's destructor calls it with `unavailable` naming the peer, so a step fails
+// with a clear error instead of hanging.
+//
+//   caf::anon_send(var, read_atom::value, reply<tensor>([=](result<tensor> r) { ... },
+//                                                       "variable 'w'"));
+//
+// Thread safety: copies share one state; the first call wins, later calls do nothing.
+#pragma once
+
+#include <atomic>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "core/status.h"
+
+namespace troupe::actors {
+
+template <class T>
+class reply {
+ public:
+  using callback = std::function<void(result<T>)>;
+
+  reply() = default;
+  reply(callback fn, std::string peer) : state_(std::make_shared<state>(std::move(fn), std::move(peer))) {}
+
+  // Delivers the answer (first call only).
+  void operator()(result<T> r) const {
+    if (state_ != nullptr) state_->deliver(std::move(r));
+  }
+  explicit operator bool() const { return state_ != nullptr; }
+
+ private:
+  struct state {
+    state(callback f, std::string p) : fn(std::move(f)), peer(std::move(p)) {}
+    ~state() {
+      if (!called.exchange(true)) {
+        fn(unavailable_error(peer, " went away before answering"));
+      }
+    }
+    void deliver(result<T> r) {
+      if (!called.exchange(true)) fn(std::move(r));
+    }
+    callback fn;
+    std::string peer;
+    std::atomic<bool> called{false};
+  };
+  std::shared_ptr<state> state_;
+};
+
+// A reply carrying only success or an error.
+struct done_t {};
+using status_reply = reply<done_t>;
+
+}  // namespace troupe::actors

@@ -1,0 +1,63 @@
+// runtime_device: a device as the actor runtime sees it, and what actor-backed kernels
+// (variables, queues, Send/Recv, custom actor ops) reach through it.
+//
+// Kernels receive a kernels::device* at construction; in the actor runtime it is a
+// runtime_device, which adds the actor system (to spawn resource actors), the device's
+// own actor (which holds the rendezvous for Send/Recv), and the directory of every
+// device of the cluster (to address a Send to its destination).
+//
+//   auto* dev = runtime_device::from(c.device());   // in a kernel constructor
+//   if (dev == nullptr) { c.fail(failed_precondition_error("needs the actor runtime")); return; }
+//
+// Thread safety: immutable after the cluster is started, except for the resource
+// manager, which guards itself.
+#pragma once
+
+#include <caf/all.hpp>
+
+#include <map>
+#include <memory>
+#include <string>
+
+#include "core/thread_pool.h"
+#include "kernels/device.h"
+
+namespace troupe::actors {
+
+// Device name -> device actor, for every device of the cluster (one process for now).
+using device_directory = std::map<std::string, caf::actor, std::less<>>;
+
+class runtime_device final : public kernels::device {
+ public:
+  runtime_device(std::string name, std::string task, caf::actor_system& system, compute_pool& pool)
+      : kernels::device(std::move(name)), task_(std::move(task)), system_(system), pool_(pool) {}
+
+  // The runtime_device behind a kernel's device pointer, or null (outside the runtime).
+  static runtime_device* from(kernels::device* d) { return dynamic_cast<runtime_device*>(d); }
+
+  // "/job:ps/replica:0/task:1": the task this device belongs to.
+  const std::string& task() const { return task_; }
+  caf::actor_system& system() const { return system_; }
+  compute_pool& pool() const { return pool_; }
+
+  // The device's own actor (set once when it is spawned).
+  const caf::actor& self() const { return self_; }
+  void set_self(caf::actor a) { self_ = std::move(a); }
+
+  // The actor of another device of the cluster, or an invalid handle.
+  caf::actor find_device(std::string_view name) const {
+    if (directory_ == nullptr) return caf::actor();
+    auto it = directory_->find(name);
+    return it == directory_->end() ? caf::actor() : it->second;
+  }
+  void set_directory(std::shared_ptr<const device_directory> d) { directory_ = std::move(d); }
+
+ private:
+  std::string task_;
+  caf::actor_system& system_;
+  compute_pool& pool_;
+  caf::actor self_;
+  std::shared_ptr<const device_directory> directory_;
+};
+
+}  // namespace troupe::actors
