@@ -69,6 +69,15 @@ std::string scope::unique_name(const std::string& op) const {
   return name;
 }
 
+std::string scope::next_name(const std::string& op) const {
+  std::string base = prefix_ + (name_.empty() ? op : name_);
+  auto it = state_->name_counts.find(base);
+  int count = it == state_->name_counts.end() ? 0 : it->second;
+  std::string name = base;
+  while (state_->g.find(name) != nullptr) name = str_cat(base, "_", ++count);
+  return name;
+}
+
 operation scope::add(const std::string& op, std::vector<input> inputs,
                      std::map<std::string, tf::AttrValue> attrs) const {
   if (!ok()) return {};

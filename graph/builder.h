@@ -72,6 +72,11 @@ class scope {
   operation add(const std::string& op, std::vector<input> inputs,
                 std::map<std::string, tf::AttrValue> attrs = {}) const;
 
+  // The full name the next node that add() builds for `op` with this scope would get
+  // (the with_name name when set), made unique the same way; changes nothing. Lets a node
+  // carry its own name in an attribute (VarHandleOp's shared_name).
+  std::string next_name(const std::string& op) const;
+
   bool ok() const;
   status get_status() const;
   // Records an error (the first one wins).

@@ -131,6 +131,13 @@ result<std::vector<output>> add_gradients(const scope& s, const std::vector<outp
   for (std::size_t i = 0; i < xs.size(); ++i) {
     TROUPE_RETURN_IF_ERROR(check_endpoint(g, xs[i], "xs", i, &x_ends[i]));
   }
+  for (std::size_t i = 0; i < ys.size(); ++i) {
+    if (ys[i].type == dtype::resource) {
+      return invalid_argument_error("add_gradients: ys[", i, "] '", ys[i].name(),
+                                    "' is a resource handle; differentiate a value read from it "
+                                    "(ReadVariableOp, ResourceGather) instead");
+    }
+  }
   for (std::size_t i = 0; i < grad_ys.size(); ++i) {
     if (grad_ys[i].valid() && grad_ys[i].type != ys[i].type) {
       return invalid_argument_error("add_gradients: grad_ys[", i, "] '", grad_ys[i].name(),
@@ -156,6 +163,9 @@ result<std::vector<output>> add_gradients(const scope& s, const std::vector<outp
       int id = queue.front();
       queue.pop_front();
       for (auto [consumer, slot] : g.consumers(id)) {
+        // A resource handle carries no gradient: the walk never crosses one (gradients
+        // are taken with respect to the values read from variables, not their handles).
+        if (g.get(consumer).input_types[static_cast<std::size_t>(slot)] == dtype::resource) continue;
         if (!from_xs[static_cast<std::size_t>(consumer)]) {
           from_xs[static_cast<std::size_t>(consumer)] = true;
           queue.push_back(consumer);
@@ -171,7 +181,10 @@ result<std::vector<output>> add_gradients(const scope& s, const std::vector<outp
     while (!queue.empty()) {
       int id = queue.front();
       queue.pop_front();
-      for (const endpoint& in : g.get(id).inputs) {
+      const node& consumer = g.get(id);
+      for (std::size_t k = 0; k < consumer.inputs.size(); ++k) {
+        if (consumer.input_types[k] == dtype::resource) continue;
+        const endpoint& in = consumer.inputs[k];
         auto n = static_cast<std::size_t>(in.node);
         if (from_xs[n] && !on_path[n]) {
           on_path[n] = true;

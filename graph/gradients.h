@@ -11,7 +11,10 @@
 // back from ys, visiting only nodes that lie on some path xs -> ... -> ys, in an order
 // where a node's gradient function runs once every consumer on the path has contributed
 // its partial gradient (pending counts, as TensorFlow does). Partial gradients reaching
-// one tensor from several consumers are summed with AddN.
+// one tensor from several consumers are summed with AddN. Resource-typed edges (variable
+// and queue handles) carry no gradient and are never walked: differentiate with respect
+// to the values read from a variable (ReadVariableOp, ResourceGather outputs); an x that
+// is a handle gets no gradient, a y that is one is an error.
 //
 // Contract of a gradient function (registered beside the op's schema, op_schema::gradient):
 //   - it gets the forward node, its inputs and outputs as builder outputs, and one

@@ -83,8 +83,10 @@ const tensor* graph::constant_value(endpoint e) const {
 status graph::check_and_infer(node& n) {
   std::vector<partial_shape> shapes;
   std::vector<const tensor*> values;
+  std::vector<const tf::NodeDef*> producers;
   for (std::size_t i = 0; i < n.inputs.size(); ++i) {
     const node& src = get(n.inputs[i].node);
+    producers.push_back(&src.def);
     dtype have = src.output_types[static_cast<std::size_t>(n.inputs[i].index)];
     if (have != n.input_types[i]) {
       return invalid_argument_error("node '", n.name(), "' (", n.op_name(), ") input ", i,
@@ -101,6 +103,7 @@ status graph::check_and_infer(node& n) {
   }
   shape_context ctx(n.def, *n.op, std::move(shapes), std::move(values), n.input_types,
                     n.num_outputs());
+  ctx.set_input_nodes(std::move(producers));
   if (n.op->shape) {
     status s = n.op->shape(ctx);
     if (!s.ok()) {

@@ -148,6 +148,14 @@ class shape_context {
   dtype input_type(int i) const { return input_types_[static_cast<std::size_t>(i)]; }
   // The value of input i when it is known at graph time (a Const), else nullptr.
   const tensor* input_value(int i) const { return input_values_[static_cast<std::size_t>(i)]; }
+  // The node producing input i, or nullptr when the caller did not say. Lets an op that
+  // consumes a resource handle read its producer's attributes (ReadVariableOp takes its
+  // shape from VarHandleOp's `shape`), as TensorFlow's handle shape data does.
+  const tf::NodeDef* input_node(int i) const {
+    auto k = static_cast<std::size_t>(i);
+    return k < input_nodes_.size() ? input_nodes_[k] : nullptr;
+  }
+  void set_input_nodes(std::vector<const tf::NodeDef*> nodes) { input_nodes_ = std::move(nodes); }
 
   template <class T>
   status get_attr(std::string_view name, T* out) const;
@@ -169,6 +177,7 @@ class shape_context {
   const op_def& op_;
   std::vector<partial_shape> inputs_;
   std::vector<const tensor*> input_values_;
+  std::vector<const tf::NodeDef*> input_nodes_;
   std::vector<dtype> input_types_;
   std::vector<partial_shape> outputs_;
 };
