@@ -1,0 +1,409 @@
+#include "graph/nn.h"
+
+#include <numeric>
+
+#include "graph/attr.h"
+#include "graph/gradients.h"
+#include "graph/ops.h"
+
+namespace troupe::nn {
+
+using graph::attr_value;
+using graph::operation;
+
+namespace {
+
+bool fail(const scope& s, status error) {
+  s.record(std::move(error));
+  return false;
+}
+
+// The size of dimension `dim` of x's shape, which must be known; records an error naming
+// the layer otherwise.
+bool known_dim(const scope& s, const char* layer, const output& x, int rank, int dim,
+               std::int64_t* out) {
+  if (!x.shape.known_rank() || x.shape.rank() != rank) {
+    return fail(s, invalid_argument_error(layer, ": input '", x.name(), "' must have rank ", rank,
+                                          " but has shape ", x.shape.to_string()));
+  }
+  *out = x.shape.dim(dim);
+  if (*out < 0) {
+    return fail(s, invalid_argument_error(layer, ": dimension ", dim, " of input '", x.name(),
+                                          "' (shape ", x.shape.to_string(),
+                                          ") must be known to size the layer's weights"));
+  }
+  return true;
+}
+
+bool check_float(const scope& s, const char* layer, const output& x) {
+  if (x.type == dtype::float32 || x.type == dtype::float64) return true;
+  return fail(s, invalid_argument_error(layer, ": input '", x.name(), "' has dtype ",
+                                        dtype_name(x.type), "; float or double needed"));
+}
+
+// Makes a variable, records it, and reports whether it is valid.
+bool add_variable(const scope& s, variable_collection& vars, const std::string& name,
+                  const tensor_shape& shape, dtype type, const init::initializer& init,
+                  std::int64_t seed, bool trainable, variable* out) {
+  *out = graph::make_variable(s, name, shape, type, init, seed);
+  if (!out->valid()) return false;
+  vars.add(*out, trainable);
+  return true;
+}
+
+output activate(const scope& s, const activation_fn& activation, const output& y) {
+  return activation ? activation(s, y) : y;
+}
+
+output int32_vector(const scope& s, std::vector<std::int32_t> values) {
+  return ops::constant(s, tensor::from_vector(values));
+}
+
+tf::AttrValue window(int size) { return attr_value(std::vector<int>{1, size, size, 1}); }
+
+output pool(const scope& s, const char* op, const output& x, int size, int stride,
+            const std::string& padding) {
+  if (size < 1 || stride < 1) {
+    s.record(invalid_argument_error(op, ": size ", size, " and stride ", stride, " must be >= 1"));
+    return output{};
+  }
+  return s.add(op, {x}, {{"ksize", window(size)}, {"strides", window(stride)},
+                         {"padding", attr_value(padding)}})
+      .out();
+}
+
+}  // namespace
+
+output dense(const scope& s, variable_collection& vars, const output& x, int units,
+             const dense_options& options) {
+  if (!s.ok() || !x.valid()) return output{};
+  const scope ls = s.sub(options.name);
+  std::int64_t in = 0;
+  if (!check_float(s, "dense", x) || !known_dim(s, "dense", x, 2, 1, &in)) return output{};
+  if (units < 1) {
+    s.record(invalid_argument_error("dense '", options.name, "': units is ", units, " but must be >= 1"));
+    return output{};
+  }
+  variable kernel, bias;
+  if (!add_variable(ls, vars, "kernel", {in, units}, x.type, options.kernel_initializer,
+                    options.seed, options.trainable, &kernel)) {
+    return output{};
+  }
+  output y = ops::matmul(ls, x, kernel.value);
+  if (options.use_bias) {
+    if (!add_variable(ls, vars, "bias", {units}, x.type, options.bias_initializer, options.seed,
+                      options.trainable, &bias)) {
+      return output{};
+    }
+    y = ops::bias_add(ls, y, bias.value);
+  }
+  return activate(ls, options.activation, y);
+}
+
+output conv2d(const scope& s, variable_collection& vars, const output& x, int filters,
+              const conv2d_options& options) {
+  if (!s.ok() || !x.valid()) return output{};
+  const scope ls = s.sub(options.name);
+  std::int64_t in = 0;
+  if (!check_float(s, "conv2d", x) || !known_dim(s, "conv2d", x, 4, 3, &in)) return output{};
+  if (filters < 1 || options.kernel_height < 1 || options.kernel_width < 1 || options.stride < 1) {
+    s.record(invalid_argument_error("conv2d '", options.name, "': filters (", filters,
+                                    "), kernel size (", options.kernel_height, "x",
+                                    options.kernel_width, ") and stride (", options.stride,
+                                    ") must be >= 1"));
+    return output{};
+  }
+  variable kernel, bias;
+  if (!add_variable(ls, vars, "kernel",
+                    {options.kernel_height, options.kernel_width, in, filters}, x.type,
+                    options.kernel_initializer, options.seed, options.trainable, &kernel)) {
+    return output{};
+  }
+  output y = ls.add("Conv2D", {x, kernel.value},
+                    {{"strides", window(options.stride)}, {"padding", attr_value(options.padding)}})
+                 .out();
+  if (options.use_bias) {
+    if (!add_variable(ls, vars, "bias", {filters}, x.type, options.bias_initializer,
+                      options.seed, options.trainable, &bias)) {
+      return output{};
+    }
+    y = ops::bias_add(ls, y, bias.value);
+  }
+  return activate(ls, options.activation, y);
+}
+
+output max_pool(const scope& s, const output& x, int size, int stride, const std::string& padding) {
+  return pool(s, "MaxPool", x, size, stride, padding);
+}
+
+output avg_pool(const scope& s, const output& x, int size, int stride, const std::string& padding) {
+  return pool(s, "AvgPool", x, size, stride, padding);
+}
+
+output batch_norm(const scope& s, variable_collection& vars, const output& x, bool training,
+                  const batch_norm_options& options) {
+  if (!s.ok() || !x.valid()) return output{};
+  const scope ls = s.sub(options.name);
+  if (!check_float(s, "batch_norm", x)) return output{};
+  const int rank = x.shape.known_rank() ? x.shape.rank() : -1;
+  if (rank != 2 && rank != 4) {
+    s.record(invalid_argument_error("batch_norm: input '", x.name(),
+                                    "' must have rank 2 or 4 (NHWC) but has shape ",
+                                    x.shape.to_string()));
+    return output{};
+  }
+  std::int64_t channels = 0;
+  if (!known_dim(s, "batch_norm", x, rank, rank - 1, &channels)) return output{};
+  const tensor_shape shape{channels};
+  variable gamma, beta, moving_mean, moving_variance;
+  output scale, offset;
+  if (options.scale) {
+    if (!add_variable(ls, vars, "gamma", shape, x.type, init::constant_initializer(1.0), 0, true, &gamma)) {
+      return output{};
+    }
+    scale = gamma.value;
+  } else {
+    scale = init::constant(ls, shape, x.type, 1.0);
+  }
+  if (options.center) {
+    if (!add_variable(ls, vars, "beta", shape, x.type, init::zeros_initializer(), 0, true, &beta)) {
+      return output{};
+    }
+    offset = beta.value;
+  } else {
+    offset = init::zeros(ls, shape, x.type);
+  }
+  if (!add_variable(ls, vars, "moving_mean", shape, x.type, init::zeros_initializer(), 0, false,
+                    &moving_mean) ||
+      !add_variable(ls, vars, "moving_variance", shape, x.type, init::constant_initializer(1.0), 0,
+                    false, &moving_variance)) {
+    return output{};
+  }
+  output input = rank == 4 ? x : ops::reshape(ls, x, int32_vector(ls, {-1, 1, 1, static_cast<std::int32_t>(channels)}));
+  operation bn = ls.add("FusedBatchNormV3", {input, scale, offset, moving_mean.value, moving_variance.value},
+                        {{"epsilon", attr_value(static_cast<float>(options.epsilon))},
+                         {"is_training", attr_value(training)}});
+  if (!bn.valid()) return output{};
+  output y = rank == 4 ? bn.out(0)
+                       : ops::reshape(ls, bn.out(0), int32_vector(ls, {-1, static_cast<std::int32_t>(channels)}));
+  if (training) {
+    const scope us = ls.sub("update");
+    output decay = graph::scalar_of(us, x.type, 1.0 - options.momentum);
+    for (auto [moving, batch] : {std::pair{&moving_mean, bn.out(1)}, std::pair{&moving_variance, bn.out(2)}}) {
+      output delta = ops::mul(us, ops::sub(us, moving->value, batch), decay);
+      vars.update_ops.push_back(us.add("AssignSubVariableOp", {moving->handle, delta}));
+    }
+  }
+  return y;
+}
+
+output dropout(const scope& s, const output& x, double rate, std::int64_t seed, bool training) {
+  if (!s.ok() || !x.valid()) return output{};
+  if (!(rate >= 0 && rate < 1)) {
+    s.record(invalid_argument_error("dropout: rate is ", rate, " but must be in [0, 1)"));
+    return output{};
+  }
+  if (!training || rate == 0) return x;
+  const scope ds = s.sub("dropout");
+  if (!check_float(s, "dropout", x)) return output{};
+  output u = ds.add("RandomUniform", {graph::shape_of(ds, x)},
+                    {{"dtype", attr_value(x.type)},
+                     {"seed", attr_value(init::k_graph_seed)},
+                     {"seed2", attr_value(seed)}})
+                 .out();
+  output keep = ds.add("GreaterEqual", {u, graph::scalar_of(ds, x.type, rate)}).out();
+  output scaled = ops::mul(ds, x, graph::scalar_of(ds, x.type, 1.0 / (1.0 - rate)));
+  return ops::mul(ds, scaled, ops::cast(ds, keep, x.type));
+}
+
+lstm_weights make_lstm_weights(const scope& s, variable_collection& vars, int input_size,
+                               int units, dtype type, const lstm_options& options) {
+  lstm_weights w;
+  if (!s.ok()) return w;
+  if (input_size < 1 || units < 1) {
+    s.record(invalid_argument_error("lstm '", options.name, "': input size ", input_size,
+                                    " and units ", units, " must be >= 1"));
+    return w;
+  }
+  const scope ls = s.sub(options.name);
+  if (!add_variable(ls, vars, "kernel", {input_size + units, 4 * units}, type,
+                    options.kernel_initializer, options.seed, options.trainable, &w.kernel) ||
+      !add_variable(ls, vars, "bias", {4 * units}, type, options.bias_initializer, options.seed,
+                    options.trainable, &w.bias)) {
+    return lstm_weights{};
+  }
+  w.units = units;
+  w.forget_bias = options.forget_bias;
+  return w;
+}
+
+lstm_state lstm_cell(const scope& s, const lstm_weights& w, const output& x, const lstm_state& state) {
+  if (!s.ok() || !w.kernel.valid() || !x.valid()) return lstm_state{};
+  output xh = ops::concat(s, {x, state.h}, ops::scalar<std::int32_t>(s, 1));
+  output gates = ops::bias_add(s, ops::matmul(s, xh, w.kernel.value), w.bias.value);
+  operation split = s.add("Split", {ops::scalar<std::int32_t>(s, 1), gates},
+                          {{"num_split", attr_value(4)}});
+  if (!split.valid()) return lstm_state{};
+  output i = split.out(0), j = split.out(1), f = split.out(2), o = split.out(3);
+  output forget = ops::sigmoid(s, ops::add(s, f, graph::scalar_of(s, x.type, w.forget_bias)));
+  output c = ops::add(s, ops::mul(s, state.c, forget), ops::mul(s, ops::sigmoid(s, i), ops::tanh(s, j)));
+  output h = ops::mul(s, ops::tanh(s, c), ops::sigmoid(s, o));
+  return lstm_state{c, h};
+}
+
+lstm_state lstm_zero_state(const scope& s, const output& x, int units) {
+  if (!s.ok() || !x.valid()) return lstm_state{};
+  output zeros;
+  if (x.shape.known_rank() && x.shape.rank() >= 1 && x.shape.dim(0) >= 0) {
+    zeros = init::zeros(s, {x.shape.dim(0), units}, x.type);
+  } else {
+    output batch = s.add("Slice", {ops::shape(s, x), int32_vector(s, {0}), int32_vector(s, {1})}).out();
+    output dims = ops::concat(s, {batch, int32_vector(s, {units})}, ops::scalar<std::int32_t>(s, 0));
+    zeros = ops::fill(s, dims, graph::scalar_of(s, x.type, 0.0));
+  }
+  return lstm_state{zeros, zeros};
+}
+
+lstm_result lstm(const scope& s, variable_collection& vars, const std::vector<output>& inputs,
+                 int units, const lstm_options& options) {
+  lstm_result result;
+  if (!s.ok()) return result;
+  if (inputs.empty()) {
+    s.record(invalid_argument_error("lstm '", options.name, "': no inputs (one per time step)"));
+    return result;
+  }
+  std::int64_t input_size = 0;
+  if (!inputs[0].valid() || !check_float(s, "lstm", inputs[0]) ||
+      !known_dim(s, "lstm", inputs[0], 2, 1, &input_size)) {
+    return result;
+  }
+  result.weights = make_lstm_weights(s, vars, static_cast<int>(input_size), units, inputs[0].type, options);
+  if (!result.weights.kernel.valid()) return result;
+  const scope ls = s.sub(options.name);
+  lstm_state state = lstm_zero_state(ls.sub("zero_state"), inputs[0], units);
+  for (std::size_t t = 0; t < inputs.size(); ++t) {
+    state = lstm_cell(ls.sub(std::to_string(t)), result.weights, inputs[t], state);
+    result.outputs.push_back(state.h);
+  }
+  result.final_state = state;
+  return result;
+}
+
+std::vector<variable> make_embedding(const scope& s, variable_collection& vars,
+                                     std::int64_t vocab_size, std::int64_t dim, int num_shards,
+                                     dtype type, const embedding_options& options) {
+  std::vector<variable> shards;
+  if (!s.ok()) return shards;
+  if (num_shards < 1 || dim < 1 || vocab_size < num_shards) {
+    s.record(invalid_argument_error("embedding '", options.name, "': vocab_size ", vocab_size,
+                                    ", dim ", dim, " and num_shards ", num_shards,
+                                    " must satisfy 1 <= num_shards <= vocab_size and dim >= 1"));
+    return shards;
+  }
+  const scope es = s.sub(options.name);
+  for (int i = 0; i < num_shards; ++i) {
+    std::int64_t rows = vocab_size / num_shards + (i < vocab_size % num_shards ? 1 : 0);
+    variable shard;
+    if (!add_variable(es, vars, "part_" + std::to_string(i), {rows, dim}, type, options.initializer,
+                      options.seed, options.trainable, &shard)) {
+      return {};
+    }
+    shards.push_back(shard);
+  }
+  return shards;
+}
+
+output embedding_lookup(const scope& s, const std::vector<variable>& shards, const output& ids,
+                        const std::string& partition_strategy, const std::string& name) {
+  if (!s.ok() || !ids.valid()) return output{};
+  const scope ls = s.sub(name);
+  auto error = [&](const auto&... args) {
+    s.record(invalid_argument_error("embedding_lookup '", name, "': ", args...));
+    return output{};
+  };
+  if (shards.empty()) return error("no shards");
+  if (ids.type != dtype::int32 && ids.type != dtype::int64) {
+    return error("ids '", ids.name(), "' have dtype ", dtype_name(ids.type), "; int32 or int64 needed");
+  }
+  if (partition_strategy != "mod" && partition_strategy != "div") {
+    return error("partition_strategy is '", partition_strategy, "'; use 'mod' or 'div'");
+  }
+  const variable& first = shards.front();
+  std::int64_t total_rows = 0;
+  for (const variable& v : shards) {
+    if (!v.valid()) return output{};
+    std::vector<std::int64_t> inner(v.shape.dims().begin() + (v.shape.rank() > 0 ? 1 : 0), v.shape.dims().end());
+    std::vector<std::int64_t> first_inner(first.shape.dims().begin() + (first.shape.rank() > 0 ? 1 : 0),
+                                          first.shape.dims().end());
+    if (v.shape.rank() < 1 || v.type != first.type || inner != first_inner) {
+      return error("shard '", v.name, "' (", dtype_name(v.type), " ", v.shape.to_string(),
+                   ") does not match shard '", first.name, "' (", dtype_name(first.type), " ",
+                   first.shape.to_string(), "): shards share dtype and row shape");
+    }
+    total_rows += v.shape.dim(0);
+  }
+  auto gather = [&](const variable& v, const output& indices) {
+    return ls.add("ResourceGather", {v.handle, indices}, {{"dtype", attr_value(v.type)}}).out();
+  };
+  if (shards.size() == 1) return gather(first, ids);
+
+  const auto n = static_cast<std::int64_t>(shards.size());
+  auto id_scalar = [&](std::int64_t value) { return graph::scalar_of(ls, ids.type, static_cast<double>(value)); };
+  auto binary = [&](const char* op, const output& a, const output& b) { return ls.add(op, {a, b}).out(); };
+  output flat = ops::reshape(ls, ids, int32_vector(ls, {-1}));
+  output assignment, new_ids;
+  if (partition_strategy == "mod") {
+    assignment = binary("FloorMod", flat, id_scalar(n));
+    new_ids = binary("FloorDiv", flat, id_scalar(n));
+  } else {
+    const std::int64_t per_shard = total_rows / n;
+    const std::int64_t extras = total_rows % n;
+    if (per_shard == 0) return error("'div' needs at least one row per shard");
+    output shifted = ops::sub(ls, flat, id_scalar(extras));
+    assignment = ops::maximum(ls, binary("FloorDiv", flat, id_scalar(per_shard + 1)),
+                              binary("FloorDiv", shifted, id_scalar(per_shard)));
+    new_ids = ops::select(ls, ops::less(ls, assignment, id_scalar(extras)),
+                          binary("FloorMod", flat, id_scalar(per_shard + 1)),
+                          binary("FloorMod", shifted, id_scalar(per_shard)));
+  }
+  if (assignment.type != dtype::int32) assignment = ops::cast(ls, assignment, dtype::int32);
+  const tf::AttrValue num_partitions = attr_value(n);
+  operation parts = ls.add("DynamicPartition", {new_ids, assignment}, {{"num_partitions", num_partitions}});
+  // The position of every id, partitioned alike, tells DynamicStitch where rows go back.
+  output positions;
+  if (flat.shape.known_rank() && flat.shape.dim(0) >= 0) {
+    std::vector<std::int32_t> range(static_cast<std::size_t>(flat.shape.dim(0)));
+    std::iota(range.begin(), range.end(), 0);
+    positions = ops::constant(ls, tensor::from_vector(range, tensor_shape{flat.shape.dim(0)}));
+  } else {
+    output all = ops::fill(ls, ops::reshape(ls, ops::size(ls, assignment), int32_vector(ls, {1})),
+                           ops::constant(ls, tensor::scalar<bool>(true)));
+    positions = ops::reshape(ls, ops::cast(ls, ls.add("Where", {all}).out(), dtype::int32),
+                             int32_vector(ls, {-1}));
+  }
+  operation position_parts =
+      ls.add("DynamicPartition", {positions, assignment}, {{"num_partitions", num_partitions}});
+  if (!parts.valid() || !position_parts.valid()) return output{};
+  std::vector<output> rows, where;
+  for (std::int64_t i = 0; i < n; ++i) {
+    rows.push_back(gather(shards[static_cast<std::size_t>(i)], parts.out(static_cast<int>(i))));
+    where.push_back(position_parts.out(static_cast<int>(i)));
+  }
+  output stitched = ls.add("DynamicStitch", {graph::input(where), graph::input(rows)}).out();
+  // Back to ids.shape + the row shape.
+  std::vector<std::int32_t> row_dims;
+  for (int i = 1; i < first.shape.rank(); ++i) row_dims.push_back(static_cast<std::int32_t>(first.shape.dim(i)));
+  output shape;
+  if (ids.shape.known_rank() && ids.shape.fully_defined()) {
+    std::vector<std::int32_t> dims;
+    for (std::int64_t d : ids.shape.dims()) dims.push_back(static_cast<std::int32_t>(d));
+    dims.insert(dims.end(), row_dims.begin(), row_dims.end());
+    shape = int32_vector(ls, dims);
+  } else {
+    shape = ops::concat(ls, {ops::shape(ls, ids), int32_vector(ls, row_dims)},
+                        ops::scalar<std::int32_t>(ls, 0));
+  }
+  return ops::reshape(ls, stitched, shape);
+}
+
+}  // namespace troupe::nn

@@ -1,0 +1,315 @@
+#include "graph/train.h"
+
+#include <map>
+#include <utility>
+#include <vector>
+
+#include "graph/attr.h"
+#include "graph/gradients.h"
+#include "graph/ops.h"
+
+namespace troupe::train {
+
+using graph::attr_value;
+
+std::string optimizer::name() const {
+  switch (kind) {
+    case algorithm::gradient_descent: return "GradientDescent";
+    case algorithm::momentum: return "Momentum";
+    case algorithm::adagrad: return "Adagrad";
+    case algorithm::adam: return "Adam";
+    case algorithm::rms_prop: return "RMSProp";
+  }
+  return "Optimizer";
+}
+
+optimizer gradient_descent(double learning_rate) {
+  optimizer o;
+  o.kind = algorithm::gradient_descent;
+  o.learning_rate = learning_rate;
+  return o;
+}
+
+optimizer momentum(double learning_rate, double momentum, bool use_nesterov) {
+  optimizer o;
+  o.kind = algorithm::momentum;
+  o.learning_rate = learning_rate;
+  o.momentum = momentum;
+  o.use_nesterov = use_nesterov;
+  return o;
+}
+
+optimizer adagrad(double learning_rate, double initial_accumulator) {
+  optimizer o;
+  o.kind = algorithm::adagrad;
+  o.learning_rate = learning_rate;
+  o.initial_accumulator = initial_accumulator;
+  return o;
+}
+
+optimizer adam(double learning_rate, double beta1, double beta2, double epsilon) {
+  optimizer o;
+  o.kind = algorithm::adam;
+  o.learning_rate = learning_rate;
+  o.beta1 = beta1;
+  o.beta2 = beta2;
+  o.epsilon = epsilon;
+  return o;
+}
+
+optimizer rms_prop(double learning_rate, double decay, double momentum, double epsilon) {
+  optimizer o;
+  o.kind = algorithm::rms_prop;
+  o.learning_rate = learning_rate;
+  o.decay = decay;
+  o.momentum = momentum;
+  o.epsilon = epsilon;
+  return o;
+}
+
+variable make_global_step(const scope& s, variable_collection& vars) {
+  variable step = graph::make_variable(s, "global_step", tensor_shape{}, dtype::int64,
+                                       init::zeros_initializer());
+  if (step.valid()) vars.add(step, /*is_trainable=*/false);
+  return step;
+}
+
+namespace {
+
+// One read of a variable: its output (an x of add_gradients) and, for a ResourceGather,
+// the indices it read and its batch_dims.
+struct variable_read {
+  output value;
+  output indices;  // invalid for a ReadVariableOp
+  std::int64_t batch_dims = 0;
+};
+
+// The gradient a variable gets: dense parts (one per read) and sparse (rows, indices).
+struct variable_gradient {
+  std::vector<output> dense;
+  std::vector<std::pair<output, output>> sparse;  // (rows, indices)
+  bool any() const { return !dense.empty() || !sparse.empty(); }
+};
+
+bool is_float(dtype t) { return t == dtype::float32 || t == dtype::float64; }
+
+// Scalar constants of the optimizer's hyper-parameters, one per (name, dtype).
+class constants {
+ public:
+  explicit constants(scope s) : s_(std::move(s)) {}
+  output get(const std::string& name, dtype type, double value) {
+    auto key = std::make_pair(name, type);
+    auto it = cache_.find(key);
+    if (it != cache_.end()) return it->second;
+    output c = graph::scalar_of(s_.with_name(name), type, value);
+    cache_[key] = c;
+    return c;
+  }
+
+ private:
+  scope s_;
+  std::map<std::pair<std::string, dtype>, output> cache_;
+};
+
+}  // namespace
+
+result<operation> minimize(const scope& s, const optimizer& opt, const output& loss,
+                           variable_collection& vars, const variable& global_step) {
+  if (!s.ok()) return s.get_status().with_context("minimize on a scope that already failed");
+  const std::string opt_name = opt.name();
+  if (!loss.valid()) {
+    return invalid_argument_error("minimize: the loss is an invalid output (the op that should "
+                                  "have produced it failed; see the scope's status)");
+  }
+  if (!is_float(loss.type)) {
+    return invalid_argument_error("minimize: the loss '", loss.name(), "' has dtype ",
+                                  dtype_name(loss.type), "; float or double needed");
+  }
+  if (vars.trainable.empty()) {
+    return invalid_argument_error("minimize: there are no trainable variables to update");
+  }
+  const graph::graph& g = s.current_graph();
+
+  // Every read of every trainable variable, before any node is added.
+  std::vector<std::vector<variable_read>> reads(vars.trainable.size());
+  std::vector<output> xs;
+  for (std::size_t i = 0; i < vars.trainable.size(); ++i) {
+    const variable& v = vars.trainable[i];
+    const graph::node* handle = v.valid() ? g.find(v.handle.node) : nullptr;
+    if (handle == nullptr) {
+      return invalid_argument_error("minimize: trainable variable '", v.name,
+                                    "' is not a variable of the scope's graph");
+    }
+    for (auto [consumer, slot] : g.consumers(handle->id)) {
+      const graph::node& c = g.get(consumer);
+      variable_read read;
+      if (c.op_name() == "ReadVariableOp") {
+        read.value = graph::output_of(c, 0);
+      } else if (c.op_name() == "ResourceGather") {
+        read.value = graph::output_of(c, 0);
+        read.indices = graph::output_of(g.get(c.inputs[1].node), c.inputs[1].index);
+        TROUPE_RETURN_IF_ERROR(graph::get_attr(c.def, "batch_dims", &read.batch_dims));
+      } else {
+        continue;
+      }
+      reads[i].push_back(read);
+      xs.push_back(read.value);
+    }
+  }
+  auto grads = graph::add_gradients(s, {loss}, xs);
+  if (!grads.ok()) return grads.error().with_context("minimize");
+
+  std::vector<variable_gradient> gradients(vars.trainable.size());
+  std::vector<std::string> skipped;
+  std::size_t k = 0;
+  for (std::size_t i = 0; i < vars.trainable.size(); ++i) {
+    const variable& v = vars.trainable[i];
+    for (const variable_read& read : reads[i]) {
+      const output& grad = (*grads)[k++];
+      if (!grad.valid()) continue;
+      if (!read.indices.valid()) {
+        gradients[i].dense.push_back(grad);
+      } else if (read.batch_dims != 0) {
+        return unimplemented_error("minimize: variable '", v.name, "' is read by ResourceGather '",
+                                   read.value.node, "' with batch_dims ", read.batch_dims,
+                                   "; sparse updates support batch_dims 0 only");
+      } else {
+        gradients[i].sparse.emplace_back(grad, read.indices);
+      }
+    }
+    if (!gradients[i].any()) {
+      skipped.push_back(v.name);
+      continue;
+    }
+    if (!is_float(v.type)) {
+      return invalid_argument_error("minimize: variable '", v.name, "' has dtype ",
+                                    dtype_name(v.type), "; ", opt_name,
+                                    " updates float and double variables");
+    }
+  }
+  if (skipped.size() == vars.trainable.size()) {
+    std::string names;
+    for (const auto& n : skipped) names += str_cat(names.empty() ? "" : ", ", "'", n, "'");
+    return invalid_argument_error("minimize: no gradient reaches the loss '", loss.name(),
+                                  "' from any trainable variable (", names,
+                                  "); does the loss depend on their values?");
+  }
+
+  const scope os = s.sub(opt_name);
+  constants hyper(os);
+  std::vector<operation> updates;
+  variable beta1_power, beta2_power;
+  auto slot = [&](const variable& v, const std::string& suffix, double initial) {
+    variable slot_var = graph::make_variable(s, v.name + "/" + suffix, v.shape, v.type,
+                                             init::constant(s.sub(v.name + "/" + suffix + "_init"),
+                                                            v.shape, v.type, initial));
+    if (slot_var.valid()) vars.add(slot_var, /*is_trainable=*/false);
+    return slot_var;
+  };
+  for (std::size_t i = 0; i < vars.trainable.size(); ++i) {
+    const variable& v = vars.trainable[i];
+    variable_gradient& grad = gradients[i];
+    if (!grad.any()) continue;
+    const scope us = os.sub("update_" + v.name);
+    const dtype t = v.type;
+    output lr = hyper.get("learning_rate", t, opt.learning_rate);
+
+    if (opt.kind == algorithm::gradient_descent) {
+      for (const auto& [rows, indices] : grad.sparse) {
+        output delta = ops::mul(us, rows, hyper.get("neg_learning_rate", t, -opt.learning_rate));
+        updates.push_back(us.add("ResourceScatterAdd", {v.handle, indices, delta}));
+      }
+      if (!grad.dense.empty()) {
+        output dense = grad.dense.size() == 1 ? grad.dense[0] : ops::add_n(us, grad.dense);
+        updates.push_back(us.add("ResourceApplyGradientDescent", {v.handle, lr, dense}));
+      }
+      continue;
+    }
+    // The other optimizers update every row: sparse rows become a dense gradient.
+    for (const auto& [rows, indices] : grad.sparse) {
+      output flat_indices = ops::reshape(us, indices, ops::constant(us, tensor::from_vector<std::int32_t>({-1})));
+      std::vector<std::int32_t> row_shape{-1};
+      for (int d = 1; d < v.shape.rank(); ++d) row_shape.push_back(static_cast<std::int32_t>(v.shape.dim(d)));
+      output flat_rows = ops::reshape(us, rows, ops::constant(us, tensor::from_vector(row_shape)));
+      output num_rows = ops::scalar<std::int32_t>(us, static_cast<std::int32_t>(v.shape.dim(0)));
+      grad.dense.push_back(us.add("UnsortedSegmentSum", {flat_rows, flat_indices, num_rows}).out());
+    }
+    output dense = grad.dense.size() == 1 ? grad.dense[0] : ops::add_n(us, grad.dense);
+
+    switch (opt.kind) {
+      case algorithm::gradient_descent:
+        break;
+      case algorithm::momentum: {
+        variable accum = slot(v, "Momentum", 0.0);
+        if (!accum.valid()) break;
+        updates.push_back(us.add("ResourceApplyMomentum",
+                                 {v.handle, accum.handle, lr, dense, hyper.get("momentum", t, opt.momentum)},
+                                 {{"use_nesterov", attr_value(opt.use_nesterov)}}));
+        break;
+      }
+      case algorithm::adagrad: {
+        variable accum = slot(v, "Adagrad", opt.initial_accumulator);
+        if (!accum.valid()) break;
+        updates.push_back(us.add("ResourceApplyAdagrad", {v.handle, accum.handle, lr, dense}));
+        break;
+      }
+      case algorithm::adam: {
+        if (!beta1_power.valid()) {
+          beta1_power = graph::make_variable(s, "beta1_power", tensor_shape{}, t,
+                                             init::constant(s.sub("beta1_power_init"), {}, t, opt.beta1));
+          beta2_power = graph::make_variable(s, "beta2_power", tensor_shape{}, t,
+                                             init::constant(s.sub("beta2_power_init"), {}, t, opt.beta2));
+          if (!beta1_power.valid() || !beta2_power.valid()) break;
+          vars.add(beta1_power, false);
+          vars.add(beta2_power, false);
+        }
+        variable m = slot(v, "Adam", 0.0);
+        variable second = slot(v, "Adam_1", 0.0);
+        if (!m.valid() || !second.valid()) break;
+        auto as_type = [&](const output& x) { return x.type == t ? x : ops::cast(us, x, t); };
+        updates.push_back(us.add("ResourceApplyAdam",
+                                 {v.handle, m.handle, second.handle, as_type(beta1_power.value),
+                                  as_type(beta2_power.value), lr, hyper.get("beta1", t, opt.beta1),
+                                  hyper.get("beta2", t, opt.beta2), hyper.get("epsilon", t, opt.epsilon),
+                                  dense},
+                                 {{"use_nesterov", attr_value(opt.use_nesterov)}}));
+        break;
+      }
+      case algorithm::rms_prop: {
+        variable ms = slot(v, "RMSProp", 1.0);
+        variable mom = slot(v, "RMSProp_1", 0.0);
+        if (!ms.valid() || !mom.valid()) break;
+        updates.push_back(us.add("ResourceApplyRMSProp",
+                                 {v.handle, ms.handle, mom.handle, lr, hyper.get("rho", t, opt.decay),
+                                  hyper.get("momentum", t, opt.momentum),
+                                  hyper.get("epsilon", t, opt.epsilon), dense}));
+        break;
+      }
+    }
+  }
+  if (!s.ok()) return s.get_status().with_context("minimize");
+
+  // After every update: Adam's beta powers advance, then the global step.
+  std::vector<operation> after = updates;
+  const scope fs = os.with_control_dependencies(updates);
+  if (beta1_power.valid()) {
+    for (const variable* power : {&beta1_power, &beta2_power}) {
+      const double beta = power == &beta1_power ? opt.beta1 : opt.beta2;
+      output next = ops::mul(fs, power->value, graph::scalar_of(fs, power->type, beta));
+      after.push_back(fs.add("AssignVariableOp", {power->handle, next}));
+    }
+  }
+  if (global_step.valid()) {
+    operation increment = s.sub("global_step_update")
+                              .with_control_dependencies(after)
+                              .add("AssignAddVariableOp",
+                                   {global_step.handle, graph::scalar_of(s, global_step.type, 1)});
+    after.push_back(increment);
+  }
+  after.insert(after.end(), vars.update_ops.begin(), vars.update_ops.end());
+  operation train_op = ops::no_op(s.with_name(opt_name).with_control_dependencies(after));
+  if (!s.ok()) return s.get_status().with_context("minimize");
+  return train_op;
+}
+
+}  // namespace troupe::train
