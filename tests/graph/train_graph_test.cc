@@ -556,3 +556,23 @@ TEST_CASE("minimize errors", "[train_graph]") {
   REQUIRE_FALSE(int_loss.ok());
   CHECK(int_loss.error().message().find("int32") != std::string::npos);
 }
+
+TEST_CASE("the example of doc/training.md builds", "[train_graph]") {
+  auto root = graph::scope::new_root();
+  graph::variable_collection vars;
+  auto x = ops::placeholder(root.with_name("x"), dtype::float32, {-1, 784});
+  auto labels = ops::placeholder(root.with_name("labels"), dtype::int64, {-1});
+  auto h = nn::dense(root, vars, x, 128, {.activation = ops::relu, .name = "hidden"});
+  h = nn::dropout(root, h, 0.2, /*seed=*/1, /*training=*/true);
+  auto logits = nn::dense(root, vars, h, 10, {.name = "logits"});
+  auto xent = ops::sparse_softmax_cross_entropy_with_logits(root, logits, labels);
+  auto loss = ops::mean(root, xent.out(0), ops::scalar<int32_t>(root, 0));
+  auto step = train::make_global_step(root, vars);
+  auto train_op = train::minimize(root, train::adam(1e-3), loss, vars, step);
+  REQUIRE(train_op.ok());
+  auto init_op = graph::global_variables_initializer(root, vars);
+  CHECK(init_op.node == "init");
+  CHECK(train_op->node == "Adam");
+  CHECK(vars.global.size() == 4 + 1 + 8 + 2);  // weights, step, Adam's m and v, beta powers
+  REQUIRE(root.to_graph().ok());
+}
