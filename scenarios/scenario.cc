@@ -1,0 +1,614 @@
+#include "scenarios/scenario.h"
+
+#include <google/protobuf/descriptor.h>
+#include <google/protobuf/io/tokenizer.h>
+#include <google/protobuf/text_format.h>
+
+#include <algorithm>
+#include <cassert>
+#include <cmath>
+#include <filesystem>
+#include <map>
+#include <optional>
+#include <regex>
+#include <set>
+
+#include "core/file.h"
+#include "core/random.h"
+
+namespace troupe::scenarios {
+
+namespace {
+
+namespace pb = google::protobuf;
+using parse_tree = pb::TextFormat::ParseInfoTree;
+
+const std::string k_default_dataset_dir = "/usr/share/datasets/fashion-mnist";
+
+std::string join(const std::vector<std::string>& items, std::string_view separator = ", ") {
+  std::string out;
+  for (const auto& item : items) {
+    if (!out.empty()) out += separator;
+    out += item;
+  }
+  return out;
+}
+
+bool contains(const std::vector<std::string>& items, const std::string& item) {
+  return std::find(items.begin(), items.end(), item) != items.end();
+}
+
+std::size_t edit_distance(std::string_view a, std::string_view b) {
+  std::vector<std::size_t> row(b.size() + 1);
+  for (std::size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (std::size_t i = 1; i <= a.size(); ++i) {
+    std::size_t diagonal = row[0];
+    row[0] = i;
+    for (std::size_t j = 1; j <= b.size(); ++j) {
+      std::size_t above = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diagonal + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      diagonal = above;
+    }
+  }
+  return row[b.size()];
+}
+
+// " (did you mean 'x'?)" when one candidate is close to `name`, else "".
+std::string suggestion(std::string_view name, const std::vector<std::string>& candidates) {
+  std::string best;
+  std::size_t best_distance = std::max<std::size_t>(1, name.size() / 4) + 1;  // to beat
+  for (const auto& c : candidates) {
+    std::size_t d = edit_distance(name, c);
+    if (d < best_distance) {
+      best = c;
+      best_distance = d;
+    }
+  }
+  return best.empty() ? "" : str_cat(" (did you mean '", best, "'?)");
+}
+
+// --- Pass 1: syntax -------------------------------------------------------------------
+
+// Every enum field of Scenario and the messages below it, by field name.
+void collect_enum_fields(const pb::Descriptor* type, std::set<const pb::Descriptor*>* seen,
+                         std::multimap<std::string, const pb::EnumDescriptor*>* out) {
+  if (!seen->insert(type).second) return;
+  for (int i = 0; i < type->field_count(); ++i) {
+    const pb::FieldDescriptor* field = type->field(i);
+    if (field->enum_type() != nullptr) out->emplace(field->name(), field->enum_type());
+    if (field->message_type() != nullptr) collect_enum_fields(field->message_type(), seen, out);
+  }
+}
+
+// The protobuf parser's messages say what is wrong but not what would be right: add the
+// valid values of an enum, or the fields of a message with a suggestion.
+std::string explain_parse_error(const std::string& message) {
+  static const std::regex unknown_enum(R"(Unknown enumeration value of \"([^\"]*)\" for field \"([^\"]*)\".*)");
+  static const std::regex unknown_field(R"(Message type \"([^\"]*)\" has no field named \"([^\"]*)\".*)");
+  std::smatch match;
+  if (std::regex_match(message, match, unknown_enum)) {
+    std::set<const pb::Descriptor*> seen;
+    std::multimap<std::string, const pb::EnumDescriptor*> fields;
+    collect_enum_fields(scenario::Scenario::descriptor(), &seen, &fields);
+    auto [begin, end] = fields.equal_range(match[2].str());
+    if (begin == end || std::next(begin) != end) return message;
+    std::vector<std::string> values;
+    for (int i = 0; i < begin->second->value_count(); ++i) {
+      const std::string& value = begin->second->value(i)->name();
+      if (value.find("UNSPECIFIED") == std::string::npos) values.push_back(value);
+    }
+    return str_cat(message, suggestion(match[1].str(), values), " Valid: ", join(values), ".");
+  }
+  if (std::regex_match(message, match, unknown_field)) {
+    const pb::Descriptor* type =
+        pb::DescriptorPool::generated_pool()->FindMessageTypeByName(match[1].str());
+    if (type == nullptr) return message;
+    std::vector<std::string> names;
+    for (int i = 0; i < type->field_count(); ++i) names.push_back(type->field(i)->name());
+    return str_cat(message, suggestion(match[2].str(), names), " Fields of ", type->name(), ": ",
+                   join(names), ".");
+  }
+  return message;
+}
+
+// Columns as protobuf counts them: bytes, except that a tab advances to the next multiple
+// of 8.
+constexpr int k_tab_width = 8;
+int column_of_byte(std::string_view line, std::size_t byte) {
+  int column = 0;
+  for (std::size_t i = 0; i < byte && i < line.size(); ++i) {
+    column = line[i] == '\t' ? column + k_tab_width - column % k_tab_width : column + 1;
+  }
+  return column;
+}
+std::size_t byte_of_column(std::string_view line, int column) {
+  std::size_t i = 0;
+  while (i < line.size() && column_of_byte(line, i + 1) <= column) ++i;
+  return i;
+}
+
+// Keeps the parser's first error. The parser reports a position after the offending
+// name ("stepz: 10" at the ':'); when the message quotes the name and the line has it
+// before that position, the error points at its start instead.
+class error_collector final : public pb::io::ErrorCollector {
+ public:
+  explicit error_collector(std::string_view text) {
+    std::size_t start = 0;
+    while (start <= text.size()) {
+      std::size_t end = text.find('\n', start);
+      if (end == std::string_view::npos) end = text.size();
+      lines_.push_back(text.substr(start, end - start));
+      start = end + 1;
+    }
+  }
+
+  void AddError(int line, int column, const std::string& message) override {
+    if (!first_.empty()) return;
+    if (line >= 0 && static_cast<std::size_t>(line) < lines_.size()) {
+      std::string_view text = lines_[static_cast<std::size_t>(line)];
+      std::size_t limit = byte_of_column(text, column);
+      // The first quoted word of the message found on the line (a message may quote the
+      // message type first, then the field).
+      for (std::size_t open = message.find('"'); open != std::string::npos;) {
+        std::size_t close = message.find('"', open + 1);
+        if (close == std::string::npos) break;
+        std::string token = message.substr(open + 1, close - open - 1);
+        std::size_t at = token.empty() ? std::string_view::npos : text.rfind(token, limit);
+        if (at != std::string_view::npos) {
+          column = column_of_byte(text, at);
+          break;
+        }
+        open = message.find('"', close + 1);
+      }
+    }
+    first_ = str_cat(line + 1, ":", column + 1, ": ", explain_parse_error(message));
+  }
+  void AddWarning(int, int, const std::string&) override {}
+  const std::string& first() const { return first_; }
+
+ private:
+  std::vector<std::string_view> lines_;
+  std::string first_;
+};
+
+// --- Pass 2 and 3: meaning and defaults -------------------------------------------------
+
+struct location {
+  int line = -1;  // 0-based, as protobuf records them; -1: unknown
+  int column = -1;
+};
+
+// A message of the scenario under check: where it is in the file and how to name it.
+struct node {
+  const pb::Message* message = nullptr;
+  const parse_tree* tree = nullptr;  // null when the file does not contain the message
+  std::string path;                  // "training.optimizer", "" for the root
+  location at;                       // of the field holding this message
+};
+
+class checker {
+ public:
+  checker(std::string filename, const parse_tree* root_tree)
+      : filename_(std::move(filename)), root_tree_(root_tree) {}
+
+  node root(const pb::Message& message) const { return node{&message, root_tree_, "", {}}; }
+
+  // The message in `field` (element `index` of a repeated field) of `parent`.
+  node child(const node& parent, std::string_view field, int index,
+             const pb::Message& message) const {
+    const pb::FieldDescriptor* fd = descriptor_of(parent, field);
+    node n{&message, nullptr, field_path(parent, field, index), parent.at};
+    if (parent.tree != nullptr) {
+      n.tree = parent.tree->GetTreeForNested(fd, index);
+      location here = location_of(parent, field, index);
+      if (here.line >= 0) n.at = here;
+    }
+    return n;
+  }
+  node child(const node& parent, std::string_view field, const pb::Message& message) const {
+    return child(parent, field, -1, message);
+  }
+
+  // Where `field` of n is written, or else where n is. Elements written as a list
+  // ("[1, 2]") share one location: the field's.
+  location location_of(const node& n, std::string_view field, int index = -1) const {
+    if (n.tree != nullptr) {
+      for (int i = index; i >= (index < 0 ? -1 : 0); --i) {
+        auto loc = n.tree->GetLocation(descriptor_of(n, field), i);
+        if (loc.line >= 0) return {loc.line, loc.column};
+      }
+    }
+    return n.at;
+  }
+  bool written(const node& n, std::string_view field, int index = -1) const {
+    return n.tree != nullptr && n.tree->GetLocation(descriptor_of(n, field), index).line >= 0;
+  }
+
+  // Records "file:line:col: path.field: message".
+  template <class... Args>
+  void error(const node& n, std::string_view field, int index, const Args&... args) {
+    error_at(location_of(n, field, index), field_path(n, field, index), args...);
+  }
+  template <class... Args>
+  void error(const node& n, std::string_view field, const Args&... args) {
+    error(n, field, -1, args...);
+  }
+  template <class... Args>
+  void error_at(location at, const std::string& path, const Args&... args) {
+    std::string where = at.line >= 0 ? str_cat(filename_, ":", at.line + 1, ":", at.column + 1)
+                                     : filename_;
+    errors_.push_back(str_cat(where, ": ", path, ": ", args...));
+  }
+
+  std::string position(location at) const {
+    return at.line >= 0 ? str_cat(at.line + 1, ":", at.column + 1) : std::string("?");
+  }
+
+  status result() const {
+    if (errors_.empty()) return status();
+    return invalid_argument_error(join(errors_, "\n"));
+  }
+
+ private:
+  static const pb::FieldDescriptor* descriptor_of(const node& n, std::string_view field) {
+    const pb::FieldDescriptor* fd = n.message->GetDescriptor()->FindFieldByName(std::string(field));
+    assert(fd != nullptr && "checker: no such field");
+    return fd;
+  }
+  static std::string field_path(const node& n, std::string_view field, int index) {
+    std::string path = n.path.empty() ? std::string(field) : str_cat(n.path, ".", field);
+    if (index >= 0) path += str_cat("[", index, "]");
+    return path;
+  }
+
+  std::string filename_;
+  const parse_tree* root_tree_;
+  std::vector<std::string> errors_;
+};
+
+bool valid_job_name(const std::string& name) {
+  static const std::regex pattern("[a-z][a-z0-9_]*");
+  return std::regex_match(name, pattern);
+}
+
+void check_cluster(checker& c, const node& parent, scenario::Cluster* cluster) {
+  node n = c.child(parent, "cluster", *cluster);
+  if (cluster->worker_job().empty()) cluster->set_worker_job("worker");
+  std::map<std::string, location> first_seen;
+  for (int i = 0; i < cluster->job_size(); ++i) {
+    scenario::Cluster::Job* job = cluster->mutable_job(i);
+    node j = c.child(n, "job", i, *job);
+    if (!valid_job_name(job->name())) {
+      c.error(j, "name", "'", job->name(), "' is not a valid job name (lower-case letters, ",
+              "digits and '_', starting with a letter)");
+    } else if (auto [it, fresh] = first_seen.emplace(job->name(), c.location_of(j, "name")); !fresh) {
+      c.error(j, "name", "job '", job->name(), "' is defined twice (first at ",
+              c.position(it->second), ")");
+    }
+    if (!job->has_tasks()) job->set_tasks(1);
+    if (job->tasks() < 1) c.error(j, "tasks", "must be >= 1 (is ", job->tasks(), ")");
+  }
+  if (cluster->job_size() == 0) {
+    auto* job = cluster->add_job();
+    job->set_name(cluster->worker_job());
+    job->set_tasks(1);
+  }
+  std::vector<std::string> jobs;
+  int total_tasks = 0;
+  for (const auto& job : cluster->job()) {
+    jobs.push_back(job.name());
+    total_tasks += std::max(job.tasks(), 0);
+  }
+
+  if (!contains(jobs, cluster->worker_job())) {
+    c.error(n, "worker_job", "the worker job '", cluster->worker_job(),
+            "' is not in the cluster (jobs: ", join(jobs), ")",
+            c.written(n, "worker_job") ? "" : "; name the job that trains with worker_job");
+  }
+  if (!cluster->has_ps_job()) {
+    cluster->set_ps_job(contains(jobs, "ps") ? "ps" : "");
+  } else if (!cluster->ps_job().empty()) {
+    if (!contains(jobs, cluster->ps_job())) {
+      c.error(n, "ps_job", "the ps job '", cluster->ps_job(), "' is not in the cluster (jobs: ",
+              join(jobs), ")");
+    } else if (cluster->ps_job() == cluster->worker_job()) {
+      c.error(n, "ps_job", "the ps job must differ from the worker job ('",
+              cluster->worker_job(), "')");
+    }
+  }
+  for (int i = 0; i < cluster->job_size(); ++i) {
+    const std::string& name = cluster->job(i).name();
+    if (name == cluster->worker_job() || name == cluster->ps_job() || !valid_job_name(name)) continue;
+    if (!contains(jobs, cluster->worker_job())) continue;  // already reported
+    node j = c.child(n, "job", i, cluster->job(i));
+    c.error(j, "name", "job '", name, "' is not used (the worker job is '", cluster->worker_job(),
+            "', the ps job ",
+            cluster->ps_job().empty() ? std::string("none") : "'" + cluster->ps_job() + "'",
+            "); remove it or name it in worker_job or ps_job");
+  }
+
+  if (!scenario::Cluster::Mode_IsValid(cluster->mode())) {
+    c.error(n, "mode", "unknown mode ", cluster->mode(), " (valid: LOCAL, SIMULATED)");
+  } else if (cluster->mode() == scenario::Cluster::MODE_UNSPECIFIED) {
+    cluster->set_mode(total_tasks == 1 ? scenario::Cluster::LOCAL : scenario::Cluster::SIMULATED);
+  } else if (cluster->mode() == scenario::Cluster::LOCAL && total_tasks != 1) {
+    c.error(n, "mode", "LOCAL runs one task but the cluster has ", total_tasks,
+            "; use SIMULATED to run several tasks in this process");
+  }
+}
+
+void check_model(checker& c, const node& parent, scenario::Model* model) {
+  node n = c.child(parent, "model", *model);
+  if (model->name().empty()) model->set_name("mlp");
+  if (!contains(model_names(), model->name())) {
+    c.error(n, "name", "unknown model '", model->name(), "'", suggestion(model->name(), model_names()),
+            " (valid: ", join(model_names()), ")");
+    return;
+  }
+  if (model->name() != "mlp") {
+    if (model->hidden_units_size() > 0) {
+      c.error(n, "hidden_units", 0, "only the mlp model has hidden_units, not '", model->name(), "'");
+    }
+    return;
+  }
+  if (model->hidden_units_size() == 0) {
+    model->add_hidden_units(512);
+    model->add_hidden_units(512);
+  }
+  for (int i = 0; i < model->hidden_units_size(); ++i) {
+    if (model->hidden_units(i) < 1) {
+      c.error(n, "hidden_units", i, "must be >= 1 (is ", model->hidden_units(i), ")");
+    }
+  }
+}
+
+// The parameters each optimizer has, with their defaults; the other fields of Optimizer
+// must be left out.
+struct optimizer_parameter {
+  const char* field;
+  double default_value;
+};
+const std::map<std::string, std::vector<optimizer_parameter>>& optimizer_parameters() {
+  static const auto* table = new std::map<std::string, std::vector<optimizer_parameter>>{
+      {"sgd", {{"learning_rate", 0.01}}},
+      {"momentum", {{"learning_rate", 0.01}, {"momentum", 0.9}, {"nesterov", 0}}},
+      {"adagrad", {{"learning_rate", 0.01}, {"initial_accumulator_value", 0.1}}},
+      {"adam", {{"learning_rate", 0.001}, {"beta1", 0.9}, {"beta2", 0.999}, {"epsilon", 1e-8}}},
+      {"rmsprop",
+       {{"learning_rate", 0.001}, {"decay", 0.9}, {"momentum", 0.0}, {"epsilon", 1e-10}}},
+  };
+  return *table;
+}
+
+void check_optimizer(checker& c, const node& parent, scenario::Optimizer* optimizer) {
+  node n = c.child(parent, "optimizer", *optimizer);
+  if (optimizer->name().empty()) optimizer->set_name("sgd");
+  if (!contains(optimizer_names(), optimizer->name())) {
+    c.error(n, "name", "unknown optimizer '", optimizer->name(), "'",
+            suggestion(optimizer->name(), optimizer_names()), " (valid: ", join(optimizer_names()),
+            ")");
+    return;
+  }
+  const auto& parameters = optimizer_parameters().at(optimizer->name());
+  std::vector<std::string> names;
+  for (const auto& p : parameters) names.push_back(p.field);
+  const pb::Reflection* reflection = optimizer->GetReflection();
+  const pb::Descriptor* type = optimizer->GetDescriptor();
+  for (int i = 0; i < type->field_count(); ++i) {
+    const pb::FieldDescriptor* field = type->field(i);
+    if (field->name() == "name") continue;
+    auto p = std::find_if(parameters.begin(), parameters.end(),
+                          [&](const optimizer_parameter& q) { return q.field == field->name(); });
+    bool has = reflection->HasField(*optimizer, field);
+    if (p == parameters.end()) {
+      if (has) {
+        c.error(n, field->name(), "'", optimizer->name(), "' has no parameter ", field->name(),
+                " (its parameters: ", join(names), ")");
+      }
+      continue;
+    }
+    if (!has) {
+      if (field->cpp_type() == pb::FieldDescriptor::CPPTYPE_BOOL) {
+        reflection->SetBool(optimizer, field, p->default_value != 0);
+      } else {
+        reflection->SetFloat(optimizer, field, static_cast<float>(p->default_value));
+      }
+    }
+  }
+  auto positive = [&](const char* field, float value) {
+    if (!(value > 0) || !std::isfinite(value)) c.error(n, field, "must be > 0 (is ", value, ")");
+  };
+  auto fraction = [&](const char* field, float value) {
+    if (!(value >= 0 && value < 1)) c.error(n, field, "must be in [0, 1) (is ", value, ")");
+  };
+  positive("learning_rate", optimizer->learning_rate());
+  if (optimizer->has_momentum()) fraction("momentum", optimizer->momentum());
+  if (optimizer->has_beta1()) fraction("beta1", optimizer->beta1());
+  if (optimizer->has_beta2()) fraction("beta2", optimizer->beta2());
+  if (optimizer->has_decay()) fraction("decay", optimizer->decay());
+  if (optimizer->has_epsilon()) positive("epsilon", optimizer->epsilon());
+  if (optimizer->has_initial_accumulator_value()) {
+    positive("initial_accumulator_value", optimizer->initial_accumulator_value());
+  }
+}
+
+void check_training(checker& c, const node& parent, scenario::Training* training,
+                    int worker_tasks) {
+  node n = c.child(parent, "training", *training);
+  check_optimizer(c, n, training->mutable_optimizer());
+  if (!c.written(n, "steps")) {
+    c.error(n, "steps", "required: how many updates to apply (for example: steps: 1000)");
+  } else if (training->steps() < 1) {
+    c.error(n, "steps", "must be >= 1 (is ", training->steps(), ")");
+  }
+  if (!training->has_batch_size()) training->set_batch_size(64);
+  if (training->batch_size() < 1) {
+    c.error(n, "batch_size", "must be >= 1 (is ", training->batch_size(), ")");
+  }
+  if (!training->has_seed()) training->set_seed(random_seed());
+  if (!scenario::Training::Replication_IsValid(training->replication())) {
+    c.error(n, "replication", "unknown replication ", training->replication(),
+            " (valid: ASYNC, SYNC)");
+  } else if (training->replication() == scenario::Training::REPLICATION_UNSPECIFIED) {
+    training->set_replication(scenario::Training::ASYNC);
+  }
+  if (training->replication() != scenario::Training::SYNC) {
+    if (training->has_backup_workers()) {
+      c.error(n, "backup_workers", "only SYNC replication has backup workers");
+    }
+  } else {
+    if (!training->has_backup_workers()) training->set_backup_workers(0);
+    int b = training->backup_workers();
+    if (b < 0 || (worker_tasks > 0 && b >= worker_tasks)) {
+      c.error(n, "backup_workers", "must be in [0, ", worker_tasks, ") for ", worker_tasks,
+              " worker task", worker_tasks == 1 ? "" : "s", " (is ", b, ")");
+    }
+  }
+  if (training->eval_every() < 0) {
+    c.error(n, "eval_every", "must be >= 0 (0: only at the end; is ", training->eval_every(), ")");
+  }
+}
+
+void check_dataset(checker& c, const node& parent, scenario::Dataset* dataset,
+                   std::int64_t batch_size) {
+  node n = c.child(parent, "dataset", *dataset);
+  if (dataset->name().empty()) dataset->set_name("fashion-mnist");
+  if (!contains(dataset_names(), dataset->name())) {
+    c.error(n, "name", "unknown dataset '", dataset->name(), "'",
+            suggestion(dataset->name(), dataset_names()), " (valid: ", join(dataset_names()), ")");
+  }
+  if (dataset->dir().empty()) dataset->set_dir(k_default_dataset_dir);
+  if (!dataset->has_shuffle()) dataset->set_shuffle(true);
+  if (!dataset->has_reader_threads()) dataset->set_reader_threads(1);
+  if (dataset->reader_threads() < 1) {
+    c.error(n, "reader_threads", "must be >= 1 (is ", dataset->reader_threads(), ")");
+  }
+  if (!dataset->has_min_after_dequeue()) {
+    dataset->set_min_after_dequeue(dataset->shuffle() ? static_cast<std::int32_t>(4 * batch_size) : 0);
+  } else if (dataset->min_after_dequeue() < 0) {
+    c.error(n, "min_after_dequeue", "must be >= 0 (is ", dataset->min_after_dequeue(), ")");
+  } else if (!dataset->shuffle() && dataset->min_after_dequeue() > 0) {
+    c.error(n, "min_after_dequeue", "is ", dataset->min_after_dequeue(),
+            " but the dataset is not shuffled (shuffle: false): it must be 0");
+  }
+  if (!dataset->has_queue_capacity()) {
+    dataset->set_queue_capacity(
+        static_cast<std::int32_t>(dataset->min_after_dequeue() + 3 * batch_size));
+  } else if (dataset->queue_capacity() < batch_size ||
+             dataset->queue_capacity() <= dataset->min_after_dequeue()) {
+    c.error(n, "queue_capacity", "must be >= training.batch_size (", batch_size,
+            ") and > min_after_dequeue (", dataset->min_after_dequeue(), "); is ",
+            dataset->queue_capacity());
+  }
+}
+
+void check_report(checker& c, const node& parent, scenario::Report* report) {
+  node n = c.child(parent, "report", *report);
+  if (!scenario::Report::Progress_IsValid(report->progress())) {
+    c.error(n, "progress", "unknown progress ", report->progress(),
+            " (valid: AUTO, BAR, PLAIN, OFF)");
+  } else if (report->progress() == scenario::Report::PROGRESS_UNSPECIFIED) {
+    report->set_progress(scenario::Report::AUTO);
+  }
+  if (!report->has_progress_every()) report->set_progress_every(100);
+  if (report->progress_every() < 1) {
+    c.error(n, "progress_every", "must be >= 1 (is ", report->progress_every(), ")");
+  }
+  node e = c.child(n, "expect", report->expect());
+  if (report->expect().has_min_test_accuracy()) {
+    float a = report->expect().min_test_accuracy();
+    if (!(a >= 0 && a <= 1)) c.error(e, "min_test_accuracy", "must be in [0, 1] (is ", a, ")");
+  }
+  if (report->expect().has_max_final_loss()) {
+    float l = report->expect().max_final_loss();
+    if (!(l > 0)) c.error(e, "max_final_loss", "must be > 0 (is ", l, ")");
+  }
+}
+
+std::string stem_of(const std::string& filename) {
+  std::string stem = std::filesystem::path(filename).stem().string();
+  return stem.empty() ? std::string("scenario") : stem;
+}
+
+}  // namespace
+
+const std::vector<std::string>& model_names() {
+  static const std::vector<std::string> names = {"mlp", "lenet"};
+  return names;
+}
+
+const std::vector<std::string>& dataset_names() {
+  static const std::vector<std::string> names = {"fashion-mnist"};
+  return names;
+}
+
+const std::vector<std::string>& optimizer_names() {
+  static const std::vector<std::string> names = {"sgd", "momentum", "adagrad", "adam", "rmsprop"};
+  return names;
+}
+
+result<scenario::Scenario> parse_scenario(const std::string& text, const std::string& filename) {
+  scenario::Scenario s;
+  pb::TextFormat::Parser parser;
+  error_collector errors(text);
+  parse_tree tree;
+  parser.RecordErrorsTo(&errors);
+  parser.WriteLocationsTo(&tree);
+  if (!parser.ParseFromString(text, &s)) {
+    return invalid_argument_error(filename, ":",
+                                  errors.first().empty() ? " malformed scenario" : errors.first());
+  }
+  checker c(filename, &tree);
+  node root = c.root(s);
+  if (s.name().empty()) s.set_name(stem_of(filename));
+  check_cluster(c, root, s.mutable_cluster());
+  int worker_tasks = num_tasks(s.cluster(), s.cluster().worker_job());
+  check_model(c, root, s.mutable_model());
+  check_training(c, root, s.mutable_training(), worker_tasks);
+  check_dataset(c, root, s.mutable_dataset(), std::max(1, s.training().batch_size()));
+  check_report(c, root, s.mutable_report());
+  TROUPE_RETURN_IF_ERROR(c.result());
+  return s;
+}
+
+result<scenario::Scenario> load_scenario(const std::string& path) {
+  auto text = read_file(path);
+  if (!text.ok()) return text.error();
+  return parse_scenario(*text, path);
+}
+
+std::string scenario_to_text(const scenario::Scenario& s) {
+  std::string out;
+  pb::TextFormat::PrintToString(s, &out);
+  return out;
+}
+
+dataset_files files_of(const scenario::Dataset& dataset) {
+  std::string dir = dataset.dir().empty() ? k_default_dataset_dir : dataset.dir();
+  return {dir + "/train-images-idx3-ubyte.gz", dir + "/train-labels-idx1-ubyte.gz",
+          dir + "/t10k-images-idx3-ubyte.gz", dir + "/t10k-labels-idx1-ubyte.gz"};
+}
+
+status check_dataset_files(const scenario::Dataset& dataset) {
+  dataset_files files = files_of(dataset);
+  for (const std::string* path :
+       {&files.train_images, &files.train_labels, &files.test_images, &files.test_labels}) {
+    std::error_code ignored;
+    if (!std::filesystem::is_regular_file(*path, ignored)) {
+      bool default_dir = dataset.dir().empty() || dataset.dir() == k_default_dataset_dir;
+      return not_found_error("dataset '", dataset.name(), "': no file '", *path, "'",
+                             default_dir ? " (install the Debian package dataset-fashion-mnist)"
+                                         : " (check dataset.dir)");
+    }
+  }
+  return status();
+}
+
+int num_tasks(const scenario::Cluster& cluster, std::string_view job) {
+  for (const auto& j : cluster.job()) {
+    if (j.name() == job) return j.tasks();
+  }
+  return 0;
+}
+
+}  // namespace troupe::scenarios

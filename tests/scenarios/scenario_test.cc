@@ -1,0 +1,325 @@
+// scenarios/scenario: the example scenarios load; defaults are filled in; each kind of
+// mistake (syntax, unknown field or enum value, unknown names, values out of range,
+// inconsistent cluster, optimizer parameters) gives "file:line:col: field: message".
+#include <catch2/catch.hpp>
+#include <string>
+
+#include "scenarios/scenario.h"
+
+namespace troupe::scenarios {
+namespace {
+
+// The message of the error parsing `text` as "s.pbtxt" (fails the test when it parses).
+std::string error_of(const std::string& text) {
+  auto s = parse_scenario(text, "s.pbtxt");
+  if (s.ok()) FAIL("parsed without error:\n" << text);
+  CHECK(s.error().error_code() == code::invalid_argument);
+  return s.error().message();
+}
+
+bool starts_with(const std::string& text, const std::string& prefix) {
+  return text.rfind(prefix, 0) == 0;
+}
+
+bool contains(const std::string& text, const std::string& part) {
+  return text.find(part) != std::string::npos;
+}
+
+const std::string k_minimal = "training { steps: 10 }\n";
+
+}  // namespace
+
+TEST_CASE("The example scenarios load", "[scenario]") {
+  for (const char* name : {"default", "lenet", "mlp_local"}) {
+    INFO(name);
+    std::string path = examples_dir() + "/" + name + ".pbtxt";
+    auto s = load_scenario(path);
+    if (!s.ok()) FAIL(s.error().to_string());
+    CHECK(s->name() == name);
+    CHECK(s->training().steps() > 0);
+    CHECK(s->training().has_seed());
+    CHECK(s->report().expect().has_min_test_accuracy());
+    CHECK(check_dataset_files(s->dataset()).ok());
+    // What a run prints parses back to the same scenario.
+    auto again = parse_scenario(scenario_to_text(*s), path);
+    REQUIRE(again.ok());
+    CHECK(again->SerializeAsString() == s->SerializeAsString());
+  }
+  auto d = load_scenario(examples_dir() + "/default.pbtxt");
+  REQUIRE(d.ok());
+  CHECK(d->cluster().mode() == scenario::Cluster::SIMULATED);
+  CHECK(num_tasks(d->cluster(), "worker") == 2);
+  CHECK(num_tasks(d->cluster(), "ps") == 1);
+  CHECK(num_tasks(d->cluster(), "chief") == 0);
+  CHECK(d->training().replication() == scenario::Training::ASYNC);
+  CHECK(d->training().seed() == 20160101);
+  auto lenet = load_scenario(examples_dir() + "/lenet.pbtxt");
+  REQUIRE(lenet.ok());
+  CHECK(lenet->training().replication() == scenario::Training::SYNC);
+  CHECK(lenet->training().backup_workers() == 0);
+  auto local = load_scenario(examples_dir() + "/mlp_local.pbtxt");
+  REQUIRE(local.ok());
+  CHECK(local->cluster().mode() == scenario::Cluster::LOCAL);
+  CHECK(local->cluster().job_size() == 1);
+  CHECK(local->cluster().job(0).name() == "worker");
+}
+
+TEST_CASE("Defaults are filled in", "[scenario]") {
+  auto s = parse_scenario(k_minimal, "dir/my_run.pbtxt");
+  REQUIRE(s.ok());
+  CHECK(s->name() == "my_run");
+  CHECK(s->cluster().mode() == scenario::Cluster::LOCAL);
+  REQUIRE(s->cluster().job_size() == 1);
+  CHECK(s->cluster().job(0).name() == "worker");
+  CHECK(s->cluster().job(0).tasks() == 1);
+  CHECK(s->cluster().worker_job() == "worker");
+  CHECK(s->cluster().has_ps_job());
+  CHECK(s->cluster().ps_job().empty());
+  CHECK(s->model().name() == "mlp");
+  CHECK(s->model().hidden_units_size() == 2);
+  CHECK(s->model().hidden_units(0) == 512);
+  CHECK(s->dataset().name() == "fashion-mnist");
+  CHECK(s->dataset().dir() == "/usr/share/datasets/fashion-mnist");
+  CHECK(s->dataset().shuffle());
+  CHECK(s->dataset().reader_threads() == 1);
+  CHECK(s->dataset().min_after_dequeue() == 4 * 64);
+  CHECK(s->dataset().queue_capacity() == 4 * 64 + 3 * 64);
+  CHECK(s->training().optimizer().name() == "sgd");
+  CHECK(s->training().optimizer().learning_rate() == Approx(0.01));
+  CHECK_FALSE(s->training().optimizer().has_momentum());  // sgd has none
+  CHECK(s->training().batch_size() == 64);
+  CHECK(s->training().has_seed());
+  CHECK(s->training().replication() == scenario::Training::ASYNC);
+  CHECK_FALSE(s->training().has_backup_workers());
+  CHECK(s->report().progress() == scenario::Report::AUTO);
+  CHECK(s->report().progress_every() == 100);
+
+  auto adam = parse_scenario("training { steps: 1 optimizer { name: 'adam' } }", "a.pbtxt");
+  REQUIRE(adam.ok());
+  CHECK(adam->training().optimizer().learning_rate() == Approx(0.001));
+  CHECK(adam->training().optimizer().beta1() == Approx(0.9));
+  CHECK(adam->training().optimizer().beta2() == Approx(0.999));
+  CHECK(adam->training().optimizer().epsilon() == Approx(1e-8));
+  auto rmsprop = parse_scenario("training { steps: 1 optimizer { name: 'rmsprop' } }", "r.pbtxt");
+  REQUIRE(rmsprop.ok());
+  CHECK(rmsprop->training().optimizer().has_momentum());
+  CHECK(rmsprop->training().optimizer().momentum() == 0);
+  CHECK(rmsprop->training().optimizer().decay() == Approx(0.9));
+
+  // Two jobs: SIMULATED, variables on "ps" when there is such a job.
+  auto cluster = parse_scenario("cluster { job { name: 'ps' } job { name: 'worker' tasks: 3 } }\n" +
+                                    k_minimal,
+                                "c.pbtxt");
+  REQUIRE(cluster.ok());
+  CHECK(cluster->cluster().mode() == scenario::Cluster::SIMULATED);
+  CHECK(cluster->cluster().ps_job() == "ps");
+  CHECK(num_tasks(cluster->cluster(), "worker") == 3);
+
+  // Without shuffling nothing is kept back in the queue.
+  auto unshuffled = parse_scenario("dataset { shuffle: false }\n" + k_minimal, "u.pbtxt");
+  REQUIRE(unshuffled.ok());
+  CHECK(unshuffled->dataset().min_after_dequeue() == 0);
+  CHECK(unshuffled->dataset().queue_capacity() == 3 * 64);
+
+  // A seed drawn at load time differs between loads; a written one is kept.
+  auto a = parse_scenario(k_minimal, "s.pbtxt");
+  auto b = parse_scenario(k_minimal, "s.pbtxt");
+  REQUIRE((a.ok() && b.ok()));
+  CHECK(a->training().seed() != b->training().seed());
+  auto zero = parse_scenario("training { steps: 1 seed: 0 }", "s.pbtxt");
+  REQUIRE(zero.ok());
+  CHECK(zero->training().seed() == 0);
+}
+
+TEST_CASE("Syntax errors and unknown fields give file:line:col", "[scenario]") {
+  std::string missing_brace = "training {\n  steps: 10\n";
+  CHECK(starts_with(error_of(missing_brace), "s.pbtxt:3:1: "));
+
+  std::string bad_value = "training {\n  steps: ten\n}\n";
+  std::string e = error_of(bad_value);
+  CHECK(starts_with(e, "s.pbtxt:2:10: "));
+  CHECK(contains(e, "integer"));
+
+  std::string unknown_field = "training {\n  stepz: 10\n}\n";
+  e = error_of(unknown_field);
+  CHECK(starts_with(e, "s.pbtxt:2:3: "));
+  CHECK(contains(e, "has no field named \"stepz\""));
+  CHECK(contains(e, "(did you mean 'steps'?)"));
+  CHECK(contains(e, "Fields of Training: optimizer, steps, batch_size"));
+
+  // Columns count a tab as advancing to the next multiple of 8, as protobuf does.
+  e = error_of("training {\n\tstepz: 10\n}\n");
+  CHECK(starts_with(e, "s.pbtxt:2:9: "));
+  CHECK(error_of("training {\n\tsteps: 10\n\tbatch_size: 0\n}\n") ==
+        "s.pbtxt:3:9: training.batch_size: must be >= 1 (is 0)");
+
+  std::string unknown_top = "trainig { steps: 10 }\n";
+  e = error_of(unknown_top);
+  CHECK(starts_with(e, "s.pbtxt:1:1: "));
+  CHECK(contains(e, "(did you mean 'training'?)"));
+
+  std::string unknown_enum = "cluster { mode: SIMULATD }\n" + k_minimal;
+  e = error_of(unknown_enum);
+  CHECK(starts_with(e, "s.pbtxt:1:17: "));
+  CHECK(contains(e, "SIMULATD"));
+  CHECK(contains(e, "(did you mean 'SIMULATED'?) Valid: LOCAL, SIMULATED."));
+
+  std::string twice = "training {\n  steps: 10\n  steps: 20\n}\n";
+  e = error_of(twice);
+  CHECK(starts_with(e, "s.pbtxt:3:"));
+  CHECK(contains(e, "steps"));
+
+  auto missing = load_scenario("/no/such/scenario.pbtxt");
+  REQUIRE_FALSE(missing.ok());
+  CHECK(missing.error().error_code() == code::not_found);
+  CHECK(contains(missing.error().message(), "/no/such/scenario.pbtxt"));
+}
+
+TEST_CASE("Unknown names list the valid ones, at the field's position", "[scenario]") {
+  std::string e = error_of("model {\n  name: \"resnet\"\n}\n" + k_minimal);
+  CHECK(e == "s.pbtxt:2:3: model.name: unknown model 'resnet' (valid: mlp, lenet)");
+
+  e = error_of("dataset { name: 'mnist' }\n" + k_minimal);
+  CHECK(e == "s.pbtxt:1:11: dataset.name: unknown dataset 'mnist' (valid: fashion-mnist)");
+
+  e = error_of("training {\n  steps: 10\n  optimizer {\n    name: 'adamw'\n  }\n}\n");
+  CHECK(e == "s.pbtxt:4:5: training.optimizer.name: unknown optimizer 'adamw' (did you mean "
+             "'adam'?) (valid: sgd, momentum, adagrad, adam, rmsprop)");
+}
+
+TEST_CASE("Values out of range name the field and say what is valid", "[scenario]") {
+  CHECK(error_of("training { steps: 0 }") ==
+        "s.pbtxt:1:12: training.steps: must be >= 1 (is 0)");
+  CHECK(error_of("training { steps: -5 }") ==
+        "s.pbtxt:1:12: training.steps: must be >= 1 (is -5)");
+  // A field left out is reported where its message is, or else with the file alone.
+  CHECK(error_of("report { }\ntraining { batch_size: 8 }") ==
+        "s.pbtxt:2:1: training.steps: required: how many updates to apply (for example: "
+        "steps: 1000)");
+  CHECK(error_of("") ==
+        "s.pbtxt: training.steps: required: how many updates to apply (for example: steps: 1000)");
+  CHECK(error_of("training {\n  steps: 10\n  batch_size: 0\n}") ==
+        "s.pbtxt:3:3: training.batch_size: must be >= 1 (is 0)");
+  CHECK(error_of("training { steps: 1 eval_every: -1 }") ==
+        "s.pbtxt:1:21: training.eval_every: must be >= 0 (0: only at the end; is -1)");
+  CHECK(error_of("model { hidden_units: [64, 0] }\n" + k_minimal) ==
+        "s.pbtxt:1:9: model.hidden_units[1]: must be >= 1 (is 0)");
+  CHECK(error_of("model { name: 'lenet' hidden_units: 10 }\n" + k_minimal) ==
+        "s.pbtxt:1:23: model.hidden_units[0]: only the mlp model has hidden_units, not 'lenet'");
+  CHECK(error_of("dataset { reader_threads: 0 }\n" + k_minimal) ==
+        "s.pbtxt:1:11: dataset.reader_threads: must be >= 1 (is 0)");
+  CHECK(error_of("dataset { shuffle: false min_after_dequeue: 10 }\n" + k_minimal) ==
+        "s.pbtxt:1:26: dataset.min_after_dequeue: is 10 but the dataset is not shuffled "
+        "(shuffle: false): it must be 0");
+  CHECK(error_of("dataset { queue_capacity: 32 }\n" + k_minimal) ==
+        "s.pbtxt:1:11: dataset.queue_capacity: must be >= training.batch_size (64) and > "
+        "min_after_dequeue (256); is 32");
+  CHECK(error_of("report { progress_every: 0 }\n" + k_minimal) ==
+        "s.pbtxt:1:10: report.progress_every: must be >= 1 (is 0)");
+  CHECK(error_of("report {\n  expect { min_test_accuracy: 1.5 }\n}\n" + k_minimal) ==
+        "s.pbtxt:2:12: report.expect.min_test_accuracy: must be in [0, 1] (is 1.5)");
+  CHECK(error_of("report { expect { max_final_loss: 0 } }\n" + k_minimal) ==
+        "s.pbtxt:1:19: report.expect.max_final_loss: must be > 0 (is 0)");
+}
+
+TEST_CASE("Optimizer parameters must belong to the optimizer and be in range", "[scenario]") {
+  CHECK(error_of("training {\n  steps: 1\n  optimizer { name: 'sgd' momentum: 0.9 }\n}") ==
+        "s.pbtxt:3:27: training.optimizer.momentum: 'sgd' has no parameter momentum (its "
+        "parameters: learning_rate)");
+  CHECK(error_of("training { steps: 1 optimizer { name: 'adam' beta1: 1.0 } }") ==
+        "s.pbtxt:1:46: training.optimizer.beta1: must be in [0, 1) (is 1)");
+  CHECK(error_of("training { steps: 1 optimizer { learning_rate: -0.1 } }") ==
+        "s.pbtxt:1:33: training.optimizer.learning_rate: must be > 0 (is -0.1)");
+  CHECK(error_of("training { steps: 1 optimizer { learning_rate: nan } }") ==
+        "s.pbtxt:1:33: training.optimizer.learning_rate: must be > 0 (is nan)");
+  CHECK(error_of("training { steps: 1 optimizer { name: 'adagrad' initial_accumulator_value: 0 } }") ==
+        "s.pbtxt:1:49: training.optimizer.initial_accumulator_value: must be > 0 (is 0)");
+}
+
+TEST_CASE("Cluster mistakes: duplicate, unused or missing jobs, LOCAL with many tasks", "[scenario]") {
+  std::string duplicate =
+      "cluster {\n"
+      "  job { name: 'ps' }\n"
+      "  job { name: 'worker' }\n"
+      "  job { name: 'ps' tasks: 2 }\n"
+      "}\n" + k_minimal;
+  CHECK(error_of(duplicate) ==
+        "s.pbtxt:4:9: cluster.job[2].name: job 'ps' is defined twice (first at 2:9)");
+
+  std::string no_worker =
+      "cluster {\n"
+      "  job { name: 'ps' }\n"
+      "  job { name: 'trainer' tasks: 2 }\n"
+      "}\n" + k_minimal;
+  CHECK(error_of(no_worker) ==
+        "s.pbtxt:1:1: cluster.worker_job: the worker job 'worker' is not in the cluster (jobs: "
+        "ps, trainer); name the job that trains with worker_job");
+  CHECK(error_of("cluster {\n  job { name: 'worker' }\n  worker_job: 'workers'\n}\n" + k_minimal) ==
+        "s.pbtxt:3:3: cluster.worker_job: the worker job 'workers' is not in the cluster (jobs: "
+        "worker)");
+
+  std::string unused =
+      "cluster {\n"
+      "  job { name: 'params' }\n"
+      "  job { name: 'worker' tasks: 2 }\n"
+      "}\n" + k_minimal;
+  CHECK(error_of(unused) ==
+        "s.pbtxt:2:9: cluster.job[0].name: job 'params' is not used (the worker job is "
+        "'worker', the ps job none); remove it or name it in worker_job or ps_job");
+  auto named = parse_scenario(
+      "cluster { job { name: 'params' } job { name: 'worker' } ps_job: 'params' }\n" + k_minimal,
+      "s.pbtxt");
+  REQUIRE(named.ok());
+  CHECK(named->cluster().ps_job() == "params");
+
+  CHECK(error_of("cluster { job { name: 'worker' } ps_job: 'ps' }\n" + k_minimal) ==
+        "s.pbtxt:1:34: cluster.ps_job: the ps job 'ps' is not in the cluster (jobs: worker)");
+  CHECK(error_of("cluster { job { name: 'worker' } ps_job: 'worker' }\n" + k_minimal) ==
+        "s.pbtxt:1:34: cluster.ps_job: the ps job must differ from the worker job ('worker')");
+  CHECK(error_of("cluster { job { name: 'Worker-1' } worker_job: 'Worker-1' }\n" + k_minimal) ==
+        "s.pbtxt:1:17: cluster.job[0].name: 'Worker-1' is not a valid job name (lower-case "
+        "letters, digits and '_', starting with a letter)");
+  CHECK(error_of("cluster { job { name: 'worker' tasks: 0 } }\n" + k_minimal) ==
+        "s.pbtxt:1:32: cluster.job[0].tasks: must be >= 1 (is 0)");
+  CHECK(error_of("cluster {\n  mode: LOCAL\n  job { name: 'ps' }\n  job { name: 'worker' tasks: 2 }\n}\n" +
+                 k_minimal) ==
+        "s.pbtxt:2:3: cluster.mode: LOCAL runs one task but the cluster has 3; use SIMULATED "
+        "to run several tasks in this process");
+
+  // Backup workers: SYNC only, fewer than the workers.
+  std::string two_workers = "cluster { job { name: 'worker' tasks: 2 } }\n";
+  CHECK(error_of(two_workers + "training { steps: 1 backup_workers: 1 }") ==
+        "s.pbtxt:2:21: training.backup_workers: only SYNC replication has backup workers");
+  CHECK(error_of(two_workers + "training { steps: 1 replication: SYNC backup_workers: 2 }") ==
+        "s.pbtxt:2:39: training.backup_workers: must be in [0, 2) for 2 worker tasks (is 2)");
+  auto sync = parse_scenario(two_workers + "training { steps: 1 replication: SYNC backup_workers: 1 }",
+                             "s.pbtxt");
+  REQUIRE(sync.ok());
+  CHECK(sync->training().backup_workers() == 1);
+}
+
+TEST_CASE("Every semantic error is reported, one per line", "[scenario]") {
+  std::string e = error_of(
+      "model { name: 'vgg' }\n"
+      "training {\n"
+      "  steps: 0\n"
+      "  batch_size: -1\n"
+      "}\n");
+  CHECK(e ==
+        "s.pbtxt:1:9: model.name: unknown model 'vgg' (valid: mlp, lenet)\n"
+        "s.pbtxt:3:3: training.steps: must be >= 1 (is 0)\n"
+        "s.pbtxt:4:3: training.batch_size: must be >= 1 (is -1)");
+}
+
+TEST_CASE("check_dataset_files names a missing file", "[scenario]") {
+  scenario::Dataset dataset;
+  dataset.set_name("fashion-mnist");
+  dataset.set_dir("/no/such/dir");
+  status s = check_dataset_files(dataset);
+  CHECK(s.error_code() == code::not_found);
+  CHECK(contains(s.message(), "'/no/such/dir/train-images-idx3-ubyte.gz'"));
+  CHECK(contains(s.message(), "check dataset.dir"));
+  CHECK(files_of(dataset).test_labels == "/no/such/dir/t10k-labels-idx1-ubyte.gz");
+}
+
+}  // namespace troupe::scenarios
