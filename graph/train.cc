@@ -201,8 +201,7 @@ result<operation> minimize(const scope& s, const optimizer& opt, const output& l
   variable beta1_power, beta2_power;
   auto slot = [&](const variable& v, const std::string& suffix, double initial) {
     variable slot_var = graph::make_variable(s, v.name + "/" + suffix, v.shape, v.type,
-                                             init::constant(s.sub(v.name + "/" + suffix + "_init"),
-                                                            v.shape, v.type, initial));
+                                             init::constant_initializer(initial));
     if (slot_var.valid()) vars.add(slot_var, /*is_trainable=*/false);
     return slot_var;
   };
@@ -256,9 +255,9 @@ result<operation> minimize(const scope& s, const optimizer& opt, const output& l
       case algorithm::adam: {
         if (!beta1_power.valid()) {
           beta1_power = graph::make_variable(s, "beta1_power", tensor_shape{}, t,
-                                             init::constant(s.sub("beta1_power_init"), {}, t, opt.beta1));
+                                             init::constant_initializer(opt.beta1));
           beta2_power = graph::make_variable(s, "beta2_power", tensor_shape{}, t,
-                                             init::constant(s.sub("beta2_power_init"), {}, t, opt.beta2));
+                                             init::constant_initializer(opt.beta2));
           if (!beta1_power.valid() || !beta2_power.valid()) break;
           vars.add(beta1_power, false);
           vars.add(beta2_power, false);

@@ -468,6 +468,8 @@ TEST_CASE("minimize creates slots, updates and the train op", "[train_graph]") {
         const std::string slot = std::string(v) + "/" + suffix;
         INFO(slot);
         CHECK(has_node(root, slot));
+        CHECK(has_node(root, slot + "/Initializer/Fill"));
+        CHECK(has_node(root, slot + "/Assign"));
         CHECK(node_of(root, slot).def.attr().at("shared_name").s() == slot);
       }
     }
