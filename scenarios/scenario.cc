@@ -244,7 +244,7 @@ class checker {
     return at.line >= 0 ? str_cat(at.line + 1, ":", at.column + 1) : std::string("?");
   }
 
-  status result() const {
+  status to_status() const {
     if (errors_.empty()) return status();
     return invalid_argument_error(join(errors_, "\n"));
   }
@@ -567,7 +567,7 @@ result<scenario::Scenario> parse_scenario(const std::string& text, const std::st
   check_training(c, root, s.mutable_training(), worker_tasks);
   check_dataset(c, root, s.mutable_dataset(), std::max(1, s.training().batch_size()));
   check_report(c, root, s.mutable_report());
-  TROUPE_RETURN_IF_ERROR(c.result());
+  TROUPE_RETURN_IF_ERROR(c.to_status());
   return s;
 }
 
