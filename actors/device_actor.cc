@@ -3,6 +3,8 @@
 #include <map>
 
 #include "actors/messages.h"
+#include "actors/rendezvous.h"
+#include "kernels/cancellation.h"
 
 namespace troupe::actors {
 namespace {
@@ -11,15 +13,21 @@ struct device_state {
   device_options options;
   std::map<std::uint64_t, std::shared_ptr<const executable>> partitions;
   std::map<std::uint64_t, caf::response_promise> pending;
+  // Running steps, so an abort from the master can reach them.
+  std::multimap<std::int64_t, std::shared_ptr<kernels::cancellation_manager>> running;
+  rendezvous_table rendezvous;
   std::uint64_t next_handle = 1;
   std::uint64_t next_request = 1;
   static inline const char* name = "troupe-device";
 };
 
-caf::behavior device_behavior(caf::stateful_actor<device_state>* self, device_options options) {
+using device_actor = caf::stateful_actor<device_state>;
+
+caf::behavior device_behavior(device_actor* self, device_options options) {
   self->state.options = std::move(options);
   return {
-      [=](prepare_atom, const executable_spec& spec) -> caf::result<std::uint64_t> {
+      [=](prepare_atom, executable_spec& spec) -> caf::result<std::uint64_t> {
+        spec.device = self->state.options.device;
         auto exec = executable::create(spec, *self->state.options.kernels);
         if (!exec.ok()) return to_caf_error(exec.error());
         std::uint64_t handle = self->state.next_handle++;
@@ -28,41 +36,69 @@ caf::behavior device_behavior(caf::stateful_actor<device_state>* self, device_op
       },
       [=](run_atom, std::uint64_t handle, std::int64_t step_id,
           std::vector<tensor>& feeds) -> caf::result<std::vector<tensor>> {
-        auto it = self->state.partitions.find(handle);
-        if (it == self->state.partitions.end()) {
-          return to_caf_error(not_found_error("device ", self->state.options.name,
-                                              " has no partition ", handle));
+        auto& st = self->state;
+        const std::string& device_name = st.options.device->name();
+        auto it = st.partitions.find(handle);
+        if (it == st.partitions.end()) {
+          return to_caf_error(not_found_error("device ", device_name, " has no partition ", handle));
+        }
+        if (st.rendezvous.is_aborted(step_id)) {
+          return to_caf_error(aborted_error("step ", step_id, " was aborted before it started on ", device_name));
         }
         std::shared_ptr<const executable> exec = it->second;
         status s = exec->check_feeds(feeds);
         if (!s.ok()) return to_caf_error(s);
-        std::uint64_t request = self->state.next_request++;
+        std::uint64_t request = st.next_request++;
         auto promise = self->make_response_promise<std::vector<tensor>>();
-        self->state.pending.emplace(request, promise);
-        compute_pool* pool = self->state.options.pool;
+        st.pending.emplace(request, promise);
+        auto cancel = std::make_shared<kernels::cancellation_manager>();
+        st.running.emplace(step_id, cancel);
         caf::actor me = caf::actor_cast<caf::actor>(self);
-        pool->schedule([exec, pool, me, request, step_id, feeds = std::move(feeds)]() mutable {
-          exec->run(step_id, std::move(feeds), *pool, [me, request](result<std::vector<tensor>> r) {
-            if (r.ok()) {
-              caf::anon_send(me, step_done_atom::value, request, std::move(*r));
-            } else {
-              caf::anon_send(me, step_fail_atom::value, request, to_caf_error(r.error()));
-            }
-          });
-        });
+        exec->run(step_id, std::move(feeds), st.options.device->pool(),
+                  [me, request, step_id, cancel](result<std::vector<tensor>> r) {
+                    if (r.ok()) {
+                      caf::anon_send(me, step_done_atom::value, request, step_id, std::move(*r));
+                    } else {
+                      caf::anon_send(me, step_fail_atom::value, request, step_id, to_caf_error(r.error()));
+                    }
+                  },
+                  cancel.get());
         return promise;
       },
-      [=](step_done_atom, std::uint64_t request, std::vector<tensor>& fetches) {
-        auto it = self->state.pending.find(request);
-        if (it == self->state.pending.end()) return;
+      [=](step_done_atom, std::uint64_t request, std::int64_t step_id, std::vector<tensor>& fetches) {
+        auto& st = self->state;
+        auto range = st.running.equal_range(step_id);
+        if (range.first != range.second) st.running.erase(range.first);
+        auto it = st.pending.find(request);
+        if (it == st.pending.end()) return;
         it->second.deliver(std::move(fetches));
-        self->state.pending.erase(it);
+        st.pending.erase(it);
       },
-      [=](step_fail_atom, std::uint64_t request, caf::error& error) {
-        auto it = self->state.pending.find(request);
-        if (it == self->state.pending.end()) return;
+      [=](step_fail_atom, std::uint64_t request, std::int64_t step_id, caf::error& error) {
+        auto& st = self->state;
+        auto range = st.running.equal_range(step_id);
+        if (range.first != range.second) st.running.erase(range.first);
+        auto it = st.pending.find(request);
+        if (it == st.pending.end()) return;
         it->second.deliver(std::move(error));
-        self->state.pending.erase(it);
+        st.pending.erase(it);
+      },
+      [=](abort_step_atom, std::int64_t step_id, const caf::error& reason) {
+        auto& st = self->state;
+        st.rendezvous.abort(step_id, to_status(reason));
+        auto range = st.running.equal_range(step_id);
+        std::vector<std::shared_ptr<kernels::cancellation_manager>> cancels;
+        for (auto it = range.first; it != range.second; ++it) cancels.push_back(it->second);
+        for (auto& c : cancels) c->start_cancel();
+      },
+      [=](rv_send_atom, std::int64_t step_id, const transfer_key& key, tensor& value) {
+        self->state.rendezvous.send(step_id, key, std::move(value));
+      },
+      [=](rv_recv_atom, std::int64_t step_id, const transfer_key& key, reply<tensor>& r) {
+        self->state.rendezvous.recv(step_id, key, std::move(r));
+      },
+      [=](rv_cancel_atom, std::int64_t step_id, const transfer_key& key) {
+        self->state.rendezvous.cancel(step_id, key);
       },
   };
 }
@@ -70,7 +106,10 @@ caf::behavior device_behavior(caf::stateful_actor<device_state>* self, device_op
 }  // namespace
 
 caf::actor spawn_device(caf::actor_system& system, device_options options) {
-  return system.spawn(device_behavior, std::move(options));
+  runtime_device* dev = options.device;
+  caf::actor a = system.spawn(device_behavior, std::move(options));
+  dev->set_self(a);
+  return a;
 }
 
 }  // namespace troupe::actors

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "actors/executor.h"
+#include "actors/reply.h"
 #include "core/status.h"
 #include "core/tensor.h"
 
@@ -37,7 +38,5 @@ status to_status(const caf::error& e);
 }  // namespace troupe::actors
 
 // In-process message payloads (they share buffers, never serialized).
-CAF_ALLOW_UNSAFE_MESSAGE_TYPE(troupe::tensor)
-CAF_ALLOW_UNSAFE_MESSAGE_TYPE(std::vector<troupe::tensor>)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(troupe::actors::run_request)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(troupe::actors::executable_spec)

@@ -17,8 +17,12 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <vector>
+
+#include <caf/allowed_unsafe_message_type.hpp>
 
 #include "core/status.h"
+#include "core/tensor.h"
 
 namespace troupe::actors {
 
@@ -59,3 +63,11 @@ struct done_t {};
 using status_reply = reply<done_t>;
 
 }  // namespace troupe::actors
+
+// Tensors share their buffers in one process; replies hold callbacks. Neither is
+// serialized by these in-process message types.
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(troupe::tensor)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(std::vector<troupe::tensor>)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(troupe::actors::reply<troupe::tensor>)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(troupe::actors::reply<bool>)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(troupe::actors::status_reply)

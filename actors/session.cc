@@ -5,10 +5,13 @@
 #include <map>
 #include <thread>
 
+#include "actors/cluster.h"
 #include "actors/device_actor.h"
 #include "actors/messages.h"
 #include "core/thread_pool.h"
 #include "graph/prune.h"
+#include "placement/partition.h"
+#include "placement/placer.h"
 
 namespace troupe::actors {
 
@@ -33,14 +36,29 @@ status to_status(const caf::error& e) {
 
 namespace {
 
+// One partition of a prepared step: where it runs and how the step's feeds and fetches
+// map onto it.
+struct prepared_partition {
+  caf::actor device;
+  std::uint64_t handle = 0;
+  std::vector<int> feeds;    // partition feed i <- step feed feeds[i]
+  std::vector<int> fetches;  // partition fetch i -> step fetch fetches[i]
+};
+struct prepared_step {
+  std::vector<prepared_partition> partitions;
+  int num_fetches = 0;
+};
+
 struct master_state {
   std::shared_ptr<const graph::graph> graph;
-  caf::actor device;
-  std::map<std::string, std::uint64_t> prepared;  // step signature -> device partition
-  std::int64_t next_step = 1;
+  std::shared_ptr<cluster> owner;
+  session_options options;
+  std::unique_ptr<result<placement::placement>> placed;  // computed on first use
+  std::map<std::string, std::shared_ptr<const prepared_step>> prepared;
   std::shared_ptr<std::atomic<int>> num_prepared;
   static inline const char* name = "troupe-master";
 };
+using master_actor = caf::stateful_actor<master_state>;
 
 std::string signature(const run_request& r) {
   std::string key;
@@ -52,57 +70,205 @@ std::string signature(const run_request& r) {
   return key;
 }
 
-result<executable_spec> plan_step(const graph::graph& g, std::shared_ptr<const graph::graph> shared,
-                                  const run_request& r) {
-  executable_spec spec;
-  spec.graph = std::move(shared);
+result<placement::step_spec> resolve_step(const graph::graph& g, const run_request& r) {
+  placement::step_spec step;
   for (const auto& name : r.feed_names) {
     auto e = g.resolve(name);
     if (!e.ok()) return e.error().with_context(str_cat("feed '", name, "'"));
-    spec.feeds.push_back(*e);
+    step.feeds.push_back(*e);
   }
   for (const auto& name : r.fetches) {
     auto e = g.resolve(name);
     if (!e.ok()) return e.error().with_context(str_cat("fetch '", name, "'"));
-    spec.fetches.push_back(*e);
+    step.fetches.push_back(*e);
   }
-  std::vector<int> targets;
   for (const auto& name : r.targets) {
     const graph::node* n = g.find(name);
     if (n == nullptr) return not_found_error("target '", name, "': no node of that name in the graph");
-    targets.push_back(n->id);
+    step.targets.push_back(n->id);
   }
-  spec.nodes = graph::prune(g, spec.feeds, spec.fetches, targets);
-  return spec;
+  return step;
 }
 
-caf::behavior master_behavior(caf::stateful_actor<master_state>* self,
-                              std::shared_ptr<const graph::graph> g, caf::actor device,
+std::string default_device_of(const cluster& c, const session_options& o) {
+  if (!o.default_device.empty()) return o.default_device;
+  for (const auto& name : c.device_names()) {
+    if (name.starts_with("/job:worker/")) return name;
+  }
+  return c.device_names().front();
+}
+
+const result<placement::placement>& placement_of(master_actor* self) {
+  auto& st = self->state;
+  if (st.placed == nullptr) {
+    const auto& kernels = st.owner->kernels();
+    placement::placer_options po;
+    po.default_device = default_device_of(*st.owner, st.options);
+    po.allow_soft_placement = st.options.allow_soft_placement;
+    st.placed = std::make_unique<result<placement::placement>>(placement::place(
+        *st.graph, st.owner->spec(),
+        [&kernels](const graph::node& n, const std::string& type) { return kernels.has_kernel(type, n.def); },
+        po));
+  }
+  return *st.placed;
+}
+
+// One executable per partition, with the step's feeds and fetches mapped onto it.
+struct partition_plan {
+  caf::actor device;
+  executable_spec spec;
+  std::vector<int> feeds, fetches;
+};
+
+result<std::vector<partition_plan>> plan_partitions(master_actor* self, const run_request& r) {
+  auto& st = self->state;
+  auto step = resolve_step(*st.graph, r);
+  if (!step.ok()) return step.error();
+  const auto& placed = placement_of(self);
+  if (!placed.ok()) return placed.error();
+  auto parts = placement::partition_graph(*st.graph, *placed, *step);
+  if (!parts.ok()) return parts.error();
+  std::vector<partition_plan> plans;
+  for (const auto& part : parts->partitions) {
+    partition_plan plan;
+    plan.device = st.owner->device_actor(part.device);
+    if (!plan.device) return internal_error("partition for unknown device ", part.device);
+    auto g = graph::graph::from_graph_def(part.graph_def);
+    if (!g.ok()) return g.error().with_context(str_cat("partition for ", part.device));
+    auto shared = std::make_shared<const graph::graph>(std::move(*g));
+    plan.spec.graph = shared;
+    for (const auto& f : part.feeds) {
+      auto e = shared->resolve(f.tensor);
+      if (!e.ok()) return e.error().with_context(str_cat("partition for ", part.device));
+      plan.spec.feeds.push_back(*e);
+      plan.feeds.push_back(f.step_index);
+    }
+    for (const auto& f : part.fetches) {
+      auto e = shared->resolve(f.tensor);
+      if (!e.ok()) return e.error().with_context(str_cat("partition for ", part.device));
+      plan.spec.fetches.push_back(*e);
+      plan.fetches.push_back(f.step_index);
+    }
+    std::vector<int> targets;
+    for (const auto& t : part.targets) {
+      if (const auto* n = shared->find(t.node)) targets.push_back(n->id);
+    }
+    for (int id = 0; id < shared->num_nodes(); ++id) {
+      if (shared->get(id).op_name() == "_Send") targets.push_back(id);
+    }
+    plan.spec.nodes = graph::prune(*shared, plan.spec.feeds, plan.spec.fetches, targets);
+    plans.push_back(std::move(plan));
+  }
+  return plans;
+}
+
+// What one running step collects from its partitions.
+struct step_progress {
+  std::vector<tensor> fetches;
+  int remaining = 0;
+  status error;
+  caf::response_promise promise;
+};
+
+void start_step(master_actor* self, const std::shared_ptr<const prepared_step>& prepared,
+                const std::vector<tensor>& feed_values, caf::response_promise promise) {
+  auto progress = std::make_shared<step_progress>();
+  progress->fetches.resize(static_cast<std::size_t>(prepared->num_fetches));
+  progress->remaining = static_cast<int>(prepared->partitions.size());
+  progress->promise = std::move(promise);
+  if (progress->remaining == 0) {
+    progress->promise.deliver(std::vector<tensor>{});
+    return;
+  }
+  std::int64_t step_id = self->state.owner->next_step_id();
+  auto finish_one = [prepared, progress] {
+    if (--progress->remaining > 0) return;
+    if (progress->error.ok()) progress->promise.deliver(std::move(progress->fetches));
+    else progress->promise.deliver(to_caf_error(progress->error));
+  };
+  for (const auto& part : prepared->partitions) {
+    std::vector<tensor> feeds;
+    feeds.reserve(part.feeds.size());
+    for (int f : part.feeds) feeds.push_back(feed_values[static_cast<std::size_t>(f)]);
+    const prepared_partition* p = &part;  // prepared (and so *p) outlives the step
+    self->request(part.device, caf::infinite, run_atom::value, part.handle, step_id, std::move(feeds))
+        .then(
+            [progress, p, finish_one](std::vector<tensor>& fetched) {
+              for (std::size_t i = 0; i < fetched.size() && i < p->fetches.size(); ++i) {
+                progress->fetches[static_cast<std::size_t>(p->fetches[i])] = std::move(fetched[i]);
+              }
+              finish_one();
+            },
+            [self, prepared, progress, step_id, finish_one](caf::error& e) {
+              if (progress->error.ok()) {
+                progress->error = to_status(e);
+                // The first failure aborts the step everywhere: pending Recvs fail.
+                for (const auto& other : prepared->partitions) {
+                  self->send(other.device, abort_step_atom::value, step_id, e);
+                }
+              }
+              finish_one();
+            });
+  }
+}
+
+void prepare_then_start(master_actor* self, std::string key, std::vector<partition_plan> plans,
+                        std::vector<tensor> feed_values, caf::response_promise promise) {
+  auto prepared = std::make_shared<prepared_step>();
+  prepared->partitions.resize(plans.size());
+  struct pending_prepare {
+    int remaining;
+    status error;
+  };
+  auto pending = std::make_shared<pending_prepare>(pending_prepare{static_cast<int>(plans.size()), status()});
+  if (plans.empty()) return start_step(self, prepared, feed_values, promise);
+  int num_fetches = 0;
+  for (const auto& plan : plans) num_fetches += static_cast<int>(plan.fetches.size());
+  prepared->num_fetches = num_fetches;
+  for (std::size_t i = 0; i < plans.size(); ++i) {
+    auto& part = prepared->partitions[i];
+    part.device = plans[i].device;
+    part.feeds = plans[i].feeds;
+    part.fetches = plans[i].fetches;
+    auto done = [=]() mutable {
+      if (--pending->remaining > 0) return;
+      if (!pending->error.ok()) return promise.deliver(to_caf_error(pending->error));
+      auto [it, inserted] = self->state.prepared.emplace(key, prepared);
+      if (inserted) ++*self->state.num_prepared;
+      start_step(self, it->second, feed_values, promise);
+    };
+    self->request(part.device, caf::infinite, prepare_atom::value, std::move(plans[i].spec))
+        .then([prepared, i, done](std::uint64_t handle) mutable {
+                prepared->partitions[i].handle = handle;
+                done();
+              },
+              [pending, done](caf::error& e) mutable {
+                if (pending->error.ok()) pending->error = to_status(e);
+                done();
+              });
+  }
+}
+caf::behavior master_behavior(master_actor* self, std::shared_ptr<const graph::graph> g,
+                              std::shared_ptr<cluster> owner, session_options options,
                               std::shared_ptr<std::atomic<int>> num_prepared) {
   self->state.graph = std::move(g);
-  self->state.device = std::move(device);
+  self->state.owner = std::move(owner);
+  self->state.options = std::move(options);
   self->state.num_prepared = std::move(num_prepared);
   return {
       [=](run_atom, run_request& r) -> caf::result<std::vector<tensor>> {
-        auto& st = self->state;
-        std::int64_t step_id = st.next_step++;
+        auto promise = self->make_response_promise<std::vector<tensor>>();
         std::string key = signature(r);
-        if (auto it = st.prepared.find(key); it != st.prepared.end()) {
-          auto promise = self->make_response_promise<std::vector<tensor>>();
-          promise.delegate(st.device, run_atom::value, it->second, step_id, std::move(r.feed_values));
+        if (auto it = self->state.prepared.find(key); it != self->state.prepared.end()) {
+          start_step(self, it->second, r.feed_values, promise);
           return promise;
         }
-        auto spec = plan_step(*st.graph, st.graph, r);
-        if (!spec.ok()) return to_caf_error(spec.error());
-        auto promise = self->make_response_promise<std::vector<tensor>>();
-        self->request(st.device, caf::infinite, prepare_atom::value, std::move(*spec))
-            .then(
-                [=](std::uint64_t handle) mutable {
-                  if (self->state.prepared.emplace(key, handle).second) ++*self->state.num_prepared;
-                  promise.delegate(self->state.device, run_atom::value, handle, step_id,
-                                   std::move(r.feed_values));
-                },
-                [=](caf::error& e) mutable { promise.deliver(std::move(e)); });
+        auto plans = plan_partitions(self, r);
+        if (!plans.ok()) {
+          promise.deliver(to_caf_error(plans.error()));
+          return promise;
+        }
+        prepare_then_start(self, std::move(key), std::move(*plans), std::move(r.feed_values), promise);
         return promise;
       },
   };
@@ -112,10 +278,7 @@ caf::behavior master_behavior(caf::stateful_actor<master_state>* self,
 
 struct session::impl {
   std::shared_ptr<const graph::graph> graph;
-  std::unique_ptr<compute_pool> pool;
-  std::unique_ptr<caf::actor_system_config> config;
-  std::unique_ptr<caf::actor_system> system;
-  caf::actor device;
+  std::shared_ptr<cluster> owner;
   caf::actor master;
   std::shared_ptr<std::atomic<int>> num_prepared = std::make_shared<std::atomic<int>>(0);
 };
@@ -123,38 +286,31 @@ struct session::impl {
 session::session(std::unique_ptr<impl> p) : impl_(std::move(p)) {}
 
 result<std::unique_ptr<session>> session::create(graph::graph g, session_options options) {
-  return create(std::make_shared<const graph::graph>(std::move(g)), options);
+  return create(std::make_shared<const graph::graph>(std::move(g)), std::move(options));
 }
 
 result<std::unique_ptr<session>> session::create(std::shared_ptr<const graph::graph> g,
                                                  session_options options) {
   auto p = std::make_unique<impl>();
   p->graph = std::move(g);
-  int compute = options.compute_threads > 0 ? options.compute_threads : default_num_threads();
-  p->pool = std::make_unique<compute_pool>(compute);
-  p->config = std::make_unique<caf::actor_system_config>();
-  int actor_threads = options.actor_threads > 0
-                          ? options.actor_threads
-                          : static_cast<int>(std::min(2u, std::max(1u, std::thread::hardware_concurrency())));
-  p->config->set("scheduler.max-threads", static_cast<std::size_t>(actor_threads));
-  p->config->set("scheduler.policy", caf::atom("sharing"));
-  p->config->set("logger.verbosity", caf::atom("quiet"));
-  p->system = std::make_unique<caf::actor_system>(*p->config);
-  device_options dev;
-  dev.pool = p->pool.get();
-  dev.kernels = options.kernels;
-  p->device = spawn_device(*p->system, dev);
-  p->master = p->system->spawn(master_behavior, p->graph, p->device, p->num_prepared);
+  p->owner = options.cluster;
+  if (p->owner == nullptr) {
+    cluster_options co;
+    co.compute_threads = options.compute_threads;
+    co.actor_threads = options.actor_threads;
+    co.kernels = options.kernels;
+    auto c = cluster::create(std::move(co));
+    if (!c.ok()) return c.error();
+    p->owner = std::move(*c);
+  }
+  p->master = p->owner->system().spawn(master_behavior, p->graph, p->owner, std::move(options), p->num_prepared);
   return std::unique_ptr<session>(new session(std::move(p)));
 }
 
 session::~session() {
   caf::anon_send_exit(impl_->master, caf::exit_reason::user_shutdown);
-  caf::anon_send_exit(impl_->device, caf::exit_reason::user_shutdown);
   impl_->master = nullptr;
-  impl_->device = nullptr;
-  impl_->system.reset();  // waits for the actors
-  impl_->pool.reset();    // finishes queued work, joins
+  // The cluster (and its actor system) goes when its last user does.
 }
 
 namespace {
@@ -174,7 +330,7 @@ run_request make_request(const feed_list& feeds, const std::vector<std::string>&
 result<std::vector<tensor>> session::run(const feed_list& feeds,
                                          const std::vector<std::string>& fetches,
                                          const std::vector<std::string>& targets) {
-  caf::scoped_actor self{*impl_->system};
+  caf::scoped_actor self{impl_->owner->system()};
   result<std::vector<tensor>> out = internal_error("no reply");
   self->request(impl_->master, caf::infinite, run_atom::value, make_request(feeds, fetches, targets))
       .receive([&](std::vector<tensor>& fetched) { out = std::move(fetched); },
@@ -186,7 +342,7 @@ void session::run_async(const feed_list& feeds, const std::vector<std::string>& 
                         const std::vector<std::string>& targets, run_callback done) {
   // The state travels as spawn arguments: CAF 0.17 dereferences a null argument tuple
   // for argument-less function actors (UBSan reports it).
-  impl_->system->spawn(
+  impl_->owner->system().spawn(
       [](caf::event_based_actor* self, caf::actor master, run_request request,
          run_callback done) {
         self->request(master, caf::infinite, run_atom::value, std::move(request))
@@ -197,6 +353,8 @@ void session::run_async(const feed_list& feeds, const std::vector<std::string>& 
 }
 
 const graph::graph& session::current_graph() const { return *impl_->graph; }
+
+const std::shared_ptr<cluster>& session::get_cluster() const { return impl_->owner; }
 
 int session::num_prepared() const { return impl_->num_prepared->load(); }
 

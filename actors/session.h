@@ -7,10 +7,13 @@
 //   auto out = (*s)->run({{"x", tensor::scalar(3.0f)}}, {"y"});   // out->at(0) == 9
 //
 // A step names its feeds (tensors that replace the named outputs), fetches (tensors to
-// return) and targets (nodes to run for their effects). The master actor prunes the
-// graph to what those need, asks the device actor to prepare it once (kernels are
-// instantiated once per distinct (feeds, fetches, targets)), and then every step with
-// the same signature costs one message to the device. Nodes not needed never run.
+// return) and targets (nodes to run for their effects). The master actor places the
+// graph on the cluster's devices (once), prunes it to what the step needs, splits it
+// into one partition per device joined by _Send/_Recv pairs, and registers each
+// partition with its device actor once (kernels are instantiated once per distinct
+// (feeds, fetches, targets)); then every step with the same signature costs one message
+// per device. Nodes not needed never run. The first error in any partition aborts the
+// step on every device (pending Recvs fail) and is the one the client gets.
 //
 // Errors name what failed: an unknown feed/fetch/target, a feed of the wrong dtype or
 // shape, a Placeholder that must be fed, a kernel error with its node's name.
@@ -31,9 +34,22 @@
 
 namespace troupe::actors {
 
+class cluster;
+
 struct session_options {
-  int compute_threads = 0;  // threads of the device's compute pool; 0: default_num_threads()
-  int actor_threads = 0;    // CAF scheduler threads; 0: min(2, hardware threads)
+  // The cluster whose devices run the steps. Null: a private one-task local cluster
+  // built from the three fields below.
+  std::shared_ptr<actors::cluster> cluster;
+  // Where nodes without a device request go (a partial name is fine, e.g.
+  // "/job:worker/task:1"). Empty: the first task of job "worker" if there is one, else
+  // the cluster's first device.
+  std::string default_device;
+  // When a node's requested device cannot run it (unknown device, no kernel), place it
+  // on one that can instead of failing.
+  bool allow_soft_placement = true;
+
+  int compute_threads = 0;  // private cluster only: compute pool; 0: default_num_threads()
+  int actor_threads = 0;    // private cluster only: CAF threads; 0: min(2, hardware threads)
   const kernels::kernel_registry* kernels = &kernels::kernel_registry::builtin();
 };
 
@@ -58,6 +74,7 @@ class session {
                  const std::vector<std::string>& targets, run_callback done);
 
   const graph::graph& current_graph() const;
+  const std::shared_ptr<actors::cluster>& get_cluster() const;
   // How many distinct step signatures have been prepared.
   int num_prepared() const;
 

@@ -37,6 +37,18 @@ scope scope::with_device(std::string device) const {
   return s;
 }
 
+scope scope::colocate_with(const std::string& node) const {
+  scope s = *this;
+  const auto* n = state_->g.find(node);
+  if (n == nullptr) {
+    record(not_found_error("colocate_with: no node '", node, "' in the graph"));
+    return s;
+  }
+  s.device_ = n->def.device();
+  s.colocate_ = node;
+  return s;
+}
+
 scope scope::with_control_dependencies(std::vector<operation> deps) const {
   scope s = *this;
   s.control_deps_.insert(s.control_deps_.end(), deps.begin(), deps.end());
@@ -96,6 +108,10 @@ operation scope::add(const std::string& op, std::vector<input> inputs,
   node.set_name(unique_name(op));
   node.set_op(op);
   if (!device_.empty()) node.set_device(device_);
+  if (!colocate_.empty()) {
+    auto* list = (*node.mutable_attr())["_class"].mutable_list();
+    list->add_s("loc:@" + colocate_);
+  }
   if (inputs.size() != schema.inputs.size()) {
     record(invalid_argument_error("building '", node.name(), "' (", op, "): the op takes ",
                                   schema.inputs.size(), " input argument(s) but ", inputs.size(),

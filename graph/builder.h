@@ -64,6 +64,10 @@ class scope {
   scope sub(const std::string& prefix) const;
   // A device request for the nodes built with it ("/job:worker/task:0/device:CPU:0").
   scope with_device(std::string device) const;
+  // Nodes built with it run where node `node` runs, as TensorFlow's colocate_with: they
+  // take its device request (replacing this scope's) and carry `_class: loc:@node`, which
+  // the placer honours. Optimizers build slots and updates this way.
+  scope colocate_with(const std::string& node) const;
   // Nodes built with it run after these operations.
   scope with_control_dependencies(std::vector<operation> deps) const;
 
@@ -95,6 +99,7 @@ class scope {
   std::string prefix_;  // "a/b/" or empty
   std::string name_;    // exact name for the next node, or empty
   std::string device_;
+  std::string colocate_;  // node name, or empty
   std::vector<operation> control_deps_;
 };
 

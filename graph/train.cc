@@ -200,7 +200,8 @@ result<operation> minimize(const scope& s, const optimizer& opt, const output& l
   std::vector<operation> updates;
   variable beta1_power, beta2_power;
   auto slot = [&](const variable& v, const std::string& suffix, double initial) {
-    variable slot_var = graph::make_variable(s, v.name + "/" + suffix, v.shape, v.type,
+    // Slots live with their variable (TensorFlow colocates them the same way).
+    variable slot_var = graph::make_variable(s.colocate_with(v.handle.node), v.name + "/" + suffix, v.shape, v.type,
                                              init::constant_initializer(initial));
     if (slot_var.valid()) vars.add(slot_var, /*is_trainable=*/false);
     return slot_var;
@@ -209,7 +210,8 @@ result<operation> minimize(const scope& s, const optimizer& opt, const output& l
     const variable& v = vars.trainable[i];
     variable_gradient& grad = gradients[i];
     if (!grad.any()) continue;
-    const scope us = os.sub("update_" + v.name);
+    // The update runs where the variable lives, whatever device `s` asks for.
+    const scope us = os.sub("update_" + v.name).colocate_with(v.handle.node);
     const dtype t = v.type;
     output lr = hyper.get("learning_rate", t, opt.learning_rate);
 
@@ -254,9 +256,9 @@ result<operation> minimize(const scope& s, const optimizer& opt, const output& l
       }
       case algorithm::adam: {
         if (!beta1_power.valid()) {
-          beta1_power = graph::make_variable(s, "beta1_power", tensor_shape{}, t,
+          beta1_power = graph::make_variable(s.colocate_with(v.handle.node), "beta1_power", tensor_shape{}, t,
                                              init::constant_initializer(opt.beta1));
-          beta2_power = graph::make_variable(s, "beta2_power", tensor_shape{}, t,
+          beta2_power = graph::make_variable(s.colocate_with(v.handle.node), "beta2_power", tensor_shape{}, t,
                                              init::constant_initializer(opt.beta2));
           if (!beta1_power.valid() || !beta2_power.valid()) break;
           vars.add(beta1_power, false);
@@ -295,11 +297,12 @@ result<operation> minimize(const scope& s, const optimizer& opt, const output& l
     for (const variable* power : {&beta1_power, &beta2_power}) {
       const double beta = power == &beta1_power ? opt.beta1 : opt.beta2;
       output next = ops::mul(fs, power->value, graph::scalar_of(fs, power->type, beta));
-      after.push_back(fs.add("AssignVariableOp", {power->handle, next}));
+      after.push_back(fs.colocate_with(power->handle.node).add("AssignVariableOp", {power->handle, next}));
     }
   }
   if (global_step.valid()) {
     operation increment = s.sub("global_step_update")
+                              .colocate_with(global_step.handle.node)
                               .with_control_dependencies(after)
                               .add("AssignAddVariableOp",
                                    {global_step.handle, graph::scalar_of(s, global_step.type, 1)});

@@ -1,0 +1,59 @@
+#include "actors/cluster.h"
+
+#include <thread>
+
+#include "actors/device_actor.h"
+#include "actors/runtime_kernels.h"
+
+namespace troupe::actors {
+
+result<std::shared_ptr<cluster>> cluster::create(cluster_options options) {
+  if (options.kernels == &kernels::kernel_registry::builtin()) ensure_runtime_kernels();
+  std::shared_ptr<cluster> c(new cluster(std::move(options)));
+  const cluster_options& o = c->options_;
+  int compute = o.compute_threads > 0 ? o.compute_threads : default_num_threads();
+  c->pool_ = std::make_unique<compute_pool>(compute);
+  c->config_ = std::make_unique<caf::actor_system_config>();
+  int actor_threads = o.actor_threads > 0
+                          ? o.actor_threads
+                          : static_cast<int>(std::min(2u, std::max(1u, std::thread::hardware_concurrency())));
+  c->config_->set("scheduler.max-threads", static_cast<std::size_t>(actor_threads));
+  c->config_->set("scheduler.policy", caf::atom("sharing"));
+  c->config_->set("logger.verbosity", caf::atom("quiet"));
+  c->system_ = std::make_unique<caf::actor_system>(*c->config_);
+  c->directory_ = std::make_shared<device_directory>();
+  for (const std::string& full : o.spec.device_names()) {
+    std::string task = full.substr(0, full.find("/device:"));
+    auto dev = std::make_unique<runtime_device>(full, task, *c->system_, *c->pool_);
+    device_options d;
+    d.device = dev.get();
+    d.kernels = o.kernels;
+    c->directory_->emplace(full, spawn_device(*c->system_, d));
+    c->device_names_.push_back(full);
+    c->devices_.emplace(full, std::move(dev));
+  }
+  for (auto& [name, dev] : c->devices_) dev->set_directory(c->directory_);
+  return c;
+}
+
+cluster::~cluster() {
+  // Resources first (their destructors tell their actors to exit), then the devices.
+  for (auto& [name, dev] : devices_) dev->resources().clear();
+  for (auto& [name, actor] : *directory_) caf::anon_send_exit(actor, caf::exit_reason::user_shutdown);
+  for (auto& [name, dev] : devices_) dev->set_directory(nullptr);
+  directory_.reset();
+  system_.reset();  // waits for every actor
+  pool_.reset();    // finishes queued work, joins
+}
+
+runtime_device* cluster::find_device(std::string_view name) const {
+  auto it = devices_.find(name);
+  return it == devices_.end() ? nullptr : it->second.get();
+}
+
+caf::actor cluster::device_actor(std::string_view name) const {
+  auto* d = find_device(name);
+  return d == nullptr ? caf::actor() : d->self();
+}
+
+}  // namespace troupe::actors

@@ -1,0 +1,76 @@
+// cluster: the tasks of a cluster hosted in this process, each with its own devices
+// (a runtime_device and its device actor) and the resources created on them.
+//
+//   auto spec = placement::cluster_spec::from_task_counts({{"ps", 2}, {"worker", 3}});
+//   auto c = actors::cluster::create({.spec = *spec});
+//   session_options o;  o.cluster = *c;  o.default_device = "/job:worker/task:1";
+//   auto s = actors::session::create(graph, o);   // one client of the cluster
+//
+// Every device of every task is its own actor; devices talk only through messages
+// (Send/Recv tensors, requests to variable and queue actors), so nothing here assumes the
+// tasks share an address space beyond passing buffers without copying. The devices share
+// one compute pool (tasks simulated in one process share its cores) and one CAF actor
+// system. Step ids are unique across all sessions of a cluster.
+//
+// Thread safety: all methods may be called from any thread. A cluster must outlive the
+// sessions that use it (sessions hold a shared_ptr).
+#pragma once
+
+#include <caf/all.hpp>
+
+#include <atomic>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "actors/runtime_device.h"
+#include "core/status.h"
+#include "core/thread_pool.h"
+#include "kernels/kernel_registry.h"
+#include "placement/cluster_spec.h"
+
+namespace troupe::actors {
+
+struct cluster_options {
+  placement::cluster_spec spec = placement::cluster_spec::local();
+  int compute_threads = 0;  // the shared compute pool; 0: default_num_threads()
+  int actor_threads = 0;    // CAF scheduler threads; 0: min(2, hardware threads)
+  const kernels::kernel_registry* kernels = &kernels::kernel_registry::builtin();
+};
+
+class cluster {
+ public:
+  static result<std::shared_ptr<cluster>> create(cluster_options options = {});
+  ~cluster();
+  cluster(const cluster&) = delete;
+  cluster& operator=(const cluster&) = delete;
+
+  const placement::cluster_spec& spec() const { return options_.spec; }
+  const kernels::kernel_registry& kernels() const { return *options_.kernels; }
+  caf::actor_system& system() { return *system_; }
+  compute_pool& pool() { return *pool_; }
+
+  // Complete device names, in the cluster spec's order.
+  const std::vector<std::string>& device_names() const { return device_names_; }
+  // The device of that complete name, or null.
+  runtime_device* find_device(std::string_view name) const;
+  caf::actor device_actor(std::string_view name) const;
+
+  // A fresh step id, unique across the cluster.
+  std::int64_t next_step_id() { return next_step_.fetch_add(1, std::memory_order_relaxed); }
+
+ private:
+  explicit cluster(cluster_options options) : options_(std::move(options)) {}
+
+  cluster_options options_;
+  std::unique_ptr<compute_pool> pool_;
+  std::unique_ptr<caf::actor_system_config> config_;
+  std::unique_ptr<caf::actor_system> system_;
+  std::vector<std::string> device_names_;
+  std::map<std::string, std::unique_ptr<runtime_device>, std::less<>> devices_;
+  std::shared_ptr<device_directory> directory_;
+  std::atomic<std::int64_t> next_step_{1};
+};
+
+}  // namespace troupe::actors

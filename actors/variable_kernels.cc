@@ -1,0 +1,373 @@
+// Kernels of the resource-variable ops. Each one is a conversation with variable actors
+// (actors/variable.h): reads and assignments are one message each; updates lease their
+// variables (in the global lease order), compute, and release them.
+#include <algorithm>
+
+#include "actors/runtime_device.h"
+#include "actors/runtime_kernels.h"
+#include "actors/variable.h"
+#include "kernels/kernel_registry.h"
+#include "kernels/training_ops.h"
+
+namespace troupe::actors {
+namespace {
+
+using kernels::async_op_kernel;
+using kernels::kernel_construction;
+using kernels::kernel_context;
+
+// Updates of at most this many elements run on the thread that got the lease (cheaper
+// than a hand-off to the compute pool).
+constexpr std::int64_t k_inline_update_elements = 1 << 15;
+
+result<variable_resource*> variable_input(const kernel_context& ctx, int i, const std::string& node) {
+  const tensor& t = ctx.input(i);
+  if (t.type() != dtype::resource || t.num_elements() != 1) {
+    return invalid_argument_error("input ", i, " of '", node, "' must be a resource handle");
+  }
+  const resource_handle& h = t.resource_value();
+  auto* v = h.get<variable_resource>();
+  if (v == nullptr) {
+    return invalid_argument_error("input ", i, " of '", node, "' is ", h.debug_string(), ", not a variable");
+  }
+  return v;
+}
+
+class var_handle_kernel final : public kernels::op_kernel {
+ public:
+  explicit var_handle_kernel(kernel_construction& c) : op_kernel(c) {
+    c.get_attr("container", &container_);
+    c.get_attr("shared_name", &shared_name_);
+    c.get_attr("dtype", &dtype_);
+    c.get_attr("shape", &shape_);
+    if (shared_name_.empty()) shared_name_ = c.node().name();
+    device_ = runtime_device::from(c.device());
+    if (device_ == nullptr) {
+      c.fail(failed_precondition_error("VarHandleOp '", c.node().name(),
+                                       "' needs the actor runtime (a session or cluster device)"));
+    }
+  }
+  bool is_expensive() const override { return false; }
+
+  void compute(kernel_context& ctx) override {
+    auto r = device_->resources().lookup_or_create(container_, shared_name_, [&]() -> result<std::shared_ptr<resource>> {
+      caf::actor a = spawn_variable(device_->system(), shared_name_, dtype_, shape_);
+      return std::shared_ptr<resource>(std::make_shared<variable_resource>(shared_name_, dtype_, shape_, std::move(a)));
+    });
+    if (!r.ok()) return ctx.fail(r.error());
+    auto* v = dynamic_cast<variable_resource*>(r->get());
+    if (v == nullptr) {
+      return ctx.fail(already_exists_or_conflict(std::string((*r)->kind())));
+    }
+    if (v->value_type() != dtype_) {
+      return ctx.fail(invalid_argument_error("variable '", shared_name_, "' already exists on ", device_->name(),
+                                             " with dtype ", dtype_name(v->value_type()), ", not ",
+                                             dtype_name(dtype_)));
+    }
+    ctx.set_output(0, tensor::from_resource({device_->name(), container_, shared_name_, *r}));
+  }
+
+ private:
+  status already_exists_or_conflict(const std::string& kind) const {
+    return invalid_argument_error("resource '", shared_name_, "' on ", device_->name(), " is a ", kind,
+                                  ", not a variable");
+  }
+  std::string container_, shared_name_;
+  dtype dtype_ = dtype::invalid;
+  partial_shape shape_;
+  runtime_device* device_ = nullptr;
+};
+
+class read_variable_kernel final : public async_op_kernel {
+ public:
+  explicit read_variable_kernel(kernel_construction& c) : async_op_kernel(c) { c.get_attr("dtype", &dtype_); }
+  void compute_async(kernel_context& ctx, done_callback done) override {
+    auto v = variable_input(ctx, 0, name());
+    if (!v.ok()) return ctx.fail(v.error()), done();
+    if ((*v)->value_type() != dtype_) {
+      ctx.fail(invalid_argument_error("'", name(), "' reads ", dtype_name(dtype_), " but variable '", (*v)->name(),
+                                      "' holds ", dtype_name((*v)->value_type())));
+      return done();
+    }
+    caf::anon_send((*v)->actor(), var_read_atom::value,
+                   reply<tensor>([&ctx, done](result<tensor> r) {
+                     if (r.ok()) ctx.set_output(0, std::move(*r));
+                     else ctx.fail(r.error());
+                     done();
+                   }, str_cat("variable '", (*v)->name(), "'")));
+  }
+
+ private:
+  dtype dtype_ = dtype::invalid;
+};
+
+class assign_variable_kernel final : public async_op_kernel {
+ public:
+  using async_op_kernel::async_op_kernel;
+  void compute_async(kernel_context& ctx, done_callback done) override {
+    auto v = variable_input(ctx, 0, name());
+    if (!v.ok()) return ctx.fail(v.error()), done();
+    caf::anon_send((*v)->actor(), var_assign_atom::value, ctx.input(1),
+                   status_reply([&ctx, done](result<done_t> r) {
+                     if (!r.ok()) ctx.fail(r.error());
+                     done();
+                   }, str_cat("variable '", (*v)->name(), "'")));
+  }
+};
+
+class var_is_initialized_kernel final : public async_op_kernel {
+ public:
+  using async_op_kernel::async_op_kernel;
+  void compute_async(kernel_context& ctx, done_callback done) override {
+    auto v = variable_input(ctx, 0, name());
+    if (!v.ok()) return ctx.fail(v.error()), done();
+    caf::anon_send((*v)->actor(), var_init_atom::value,
+                   reply<bool>([&ctx, done](result<bool> r) {
+                     if (r.ok()) ctx.set_output(0, tensor::scalar<bool>(*r));
+                     else ctx.fail(r.error());
+                     done();
+                   }, str_cat("variable '", (*v)->name(), "'")));
+  }
+};
+
+class resource_gather_kernel final : public async_op_kernel {
+ public:
+  explicit resource_gather_kernel(kernel_construction& c) : async_op_kernel(c) {
+    c.get_attr("batch_dims", &batch_dims_);
+  }
+  void compute_async(kernel_context& ctx, done_callback done) override {
+    auto v = variable_input(ctx, 0, name());
+    if (!v.ok()) return ctx.fail(v.error()), done();
+    int batch_dims = static_cast<int>(batch_dims_);
+    caf::anon_send((*v)->actor(), var_read_atom::value,
+                   reply<tensor>([&ctx, done, batch_dims](result<tensor> r) {
+                     if (!r.ok()) {
+                       ctx.fail(r.error());
+                       return done();
+                     }
+                     // Gathering rows is cheap next to a hand-off unless the result is large.
+                     auto gather = [&ctx, done, batch_dims, params = std::move(*r)] {
+                       auto out = kernels::gather(params, ctx.input(1), batch_dims);
+                       if (out.ok()) ctx.set_output(0, std::move(*out));
+                       else ctx.fail(out.error());
+                       done();
+                     };
+                     if (ctx.input(1).num_elements() > 4096) ctx.pool().schedule(std::move(gather));
+                     else gather();
+                   }, str_cat("variable '", (*v)->name(), "'")));
+  }
+
+ private:
+  std::int64_t batch_dims_ = 0;
+};
+
+class destroy_resource_kernel final : public kernels::op_kernel {
+ public:
+  explicit destroy_resource_kernel(kernel_construction& c) : op_kernel(c) {
+    c.get_attr("ignore_lookup_error", &ignore_lookup_error_);
+    device_ = runtime_device::from(c.device());
+    if (device_ == nullptr) c.fail(failed_precondition_error("DestroyResourceOp needs the actor runtime"));
+  }
+  bool is_expensive() const override { return false; }
+  void compute(kernel_context& ctx) override {
+    const resource_handle& h = ctx.input(0).resource_value();
+    if (!device_->resources().erase(h.container, h.name) && !ignore_lookup_error_) {
+      ctx.fail(not_found_error("no resource '", h.name, "' on ", device_->name()));
+    }
+  }
+
+ private:
+  bool ignore_lookup_error_ = true;
+  runtime_device* device_ = nullptr;
+};
+
+// An op that updates the variables among its inputs: leases them all, runs update(),
+// releases them. Subclasses see the leased values in input order.
+class variable_update_kernel : public async_op_kernel {
+ public:
+  using async_op_kernel::async_op_kernel;
+
+  void compute_async(kernel_context& ctx, done_callback done) final {
+    auto op = std::make_shared<operation>();
+    op->ctx = &ctx;
+    op->done = std::move(done);
+    op->kernel = this;
+    for (int i = 0; i < ctx.num_inputs(); ++i) {
+      if (ctx.input(i).type() != dtype::resource) continue;
+      auto v = variable_input(ctx, i, name());
+      if (!v.ok()) return ctx.fail(v.error()), op->done();
+      for (auto* other : op->vars) {
+        if (other == *v) {
+          ctx.fail(invalid_argument_error("'", name(), "' names variable '", other->name(), "' twice"));
+          return op->done();
+        }
+      }
+      op->vars.push_back(*v);
+    }
+    op->values.resize(op->vars.size());
+    for (std::size_t i = 0; i < op->vars.size(); ++i) op->order.push_back(i);
+    std::sort(op->order.begin(), op->order.end(), [&](std::size_t a, std::size_t b) {
+      return op->vars[a]->lease_order() < op->vars[b]->lease_order();
+    });
+    lease_next(op);
+  }
+
+ protected:
+  // Applies the update to `vars` (the leased values, in input order), in place.
+  virtual status update(kernel_context& ctx, std::vector<tensor>& vars) const = 0;
+
+ private:
+  struct operation {
+    kernel_context* ctx;
+    done_callback done;
+    const variable_update_kernel* kernel;
+    std::vector<variable_resource*> vars;
+    std::vector<tensor> values;
+    std::vector<std::size_t> order;
+    std::size_t leased = 0;
+  };
+
+  static void release_all(const std::shared_ptr<operation>& op) {
+    for (std::size_t k = 0; k < op->leased; ++k) {
+      std::size_t i = op->order[k];
+      caf::anon_send(op->vars[i]->actor(), var_release_atom::value, std::move(op->values[i]));
+    }
+    op->leased = 0;
+  }
+
+  static void lease_next(std::shared_ptr<operation> op) {
+    if (op->leased == op->vars.size()) return run(std::move(op));
+    std::size_t i = op->order[op->leased];
+    variable_resource* v = op->vars[i];
+    caf::anon_send(v->actor(), var_lease_atom::value,
+                   reply<tensor>([op, i](result<tensor> r) {
+                     if (!r.ok()) {
+                       release_all(op);
+                       op->ctx->fail(r.error());
+                       return op->done();
+                     }
+                     op->values[i] = std::move(*r);
+                     ++op->leased;
+                     lease_next(op);
+                   }, str_cat("variable '", v->name(), "'")));
+  }
+
+  static void run(std::shared_ptr<operation> op) {
+    std::int64_t elements = 0;
+    for (const auto& v : op->values) elements += v.num_elements();
+    auto work = [op] {
+      status s = op->kernel->update(*op->ctx, op->values);
+      release_all(op);
+      if (!s.ok()) op->ctx->fail(std::move(s));
+      op->done();
+    };
+    if (elements > k_inline_update_elements) op->ctx->pool().schedule(std::move(work));
+    else work();
+  }
+};
+
+class assign_update_kernel final : public variable_update_kernel {
+ public:
+  assign_update_kernel(kernel_construction& c, bool add) : variable_update_kernel(c), add_(add) {}
+  status update(kernel_context& ctx, std::vector<tensor>& vars) const override {
+    return add_ ? kernels::assign_add(vars[0], ctx.input(1), &ctx.pool())
+                : kernels::assign_sub(vars[0], ctx.input(1), &ctx.pool());
+  }
+
+ private:
+  bool add_;
+};
+
+class scatter_add_kernel final : public variable_update_kernel {
+ public:
+  using variable_update_kernel::variable_update_kernel;
+  status update(kernel_context& ctx, std::vector<tensor>& vars) const override {
+    return kernels::scatter_add(vars[0], ctx.input(1), ctx.input(2), &ctx.pool());
+  }
+};
+
+class apply_gradient_descent_kernel final : public variable_update_kernel {
+ public:
+  using variable_update_kernel::variable_update_kernel;
+  status update(kernel_context& ctx, std::vector<tensor>& vars) const override {
+    return kernels::apply_gradient_descent(vars[0], ctx.input(1), ctx.input(2), &ctx.pool());
+  }
+};
+
+class apply_momentum_kernel final : public variable_update_kernel {
+ public:
+  explicit apply_momentum_kernel(kernel_construction& c) : variable_update_kernel(c) {
+    c.get_attr("use_nesterov", &nesterov_);
+  }
+  status update(kernel_context& ctx, std::vector<tensor>& vars) const override {
+    return kernels::apply_momentum(vars[0], vars[1], ctx.input(2), ctx.input(3), ctx.input(4), nesterov_,
+                                   &ctx.pool());
+  }
+
+ private:
+  bool nesterov_ = false;
+};
+
+class apply_adagrad_kernel final : public variable_update_kernel {
+ public:
+  explicit apply_adagrad_kernel(kernel_construction& c) : variable_update_kernel(c) {
+    c.get_attr("update_slots", &update_slots_);
+  }
+  status update(kernel_context& ctx, std::vector<tensor>& vars) const override {
+    return kernels::apply_adagrad(vars[0], vars[1], ctx.input(2), ctx.input(3), update_slots_, &ctx.pool());
+  }
+
+ private:
+  bool update_slots_ = true;
+};
+
+class apply_adam_kernel final : public variable_update_kernel {
+ public:
+  explicit apply_adam_kernel(kernel_construction& c) : variable_update_kernel(c) {
+    c.get_attr("use_nesterov", &nesterov_);
+  }
+  status update(kernel_context& ctx, std::vector<tensor>& vars) const override {
+    return kernels::apply_adam(vars[0], vars[1], vars[2], ctx.input(3), ctx.input(4), ctx.input(5), ctx.input(6),
+                               ctx.input(7), ctx.input(8), ctx.input(9), nesterov_, &ctx.pool());
+  }
+
+ private:
+  bool nesterov_ = false;
+};
+
+class apply_rms_prop_kernel final : public variable_update_kernel {
+ public:
+  using variable_update_kernel::variable_update_kernel;
+  status update(kernel_context& ctx, std::vector<tensor>& vars) const override {
+    return kernels::apply_rms_prop(vars[0], vars[1], vars[2], ctx.input(3), ctx.input(4), ctx.input(5),
+                                   ctx.input(6), ctx.input(7), &ctx.pool());
+  }
+};
+
+template <class Kernel, class... Args>
+kernels::kernel_factory make(Args... args) {
+  return [=](kernel_construction& c) -> std::unique_ptr<kernels::op_kernel> {
+    return std::make_unique<Kernel>(c, args...);
+  };
+}
+
+}  // namespace
+
+void register_variable_kernels(kernels::kernel_registry& registry) {
+  registry.add("VarHandleOp", "CPU", {}, make<var_handle_kernel>());
+  registry.add("ReadVariableOp", "CPU", {}, make<read_variable_kernel>());
+  registry.add("AssignVariableOp", "CPU", {}, make<assign_variable_kernel>());
+  registry.add("AssignAddVariableOp", "CPU", {}, make<assign_update_kernel>(true));
+  registry.add("AssignSubVariableOp", "CPU", {}, make<assign_update_kernel>(false));
+  registry.add("VarIsInitializedOp", "CPU", {}, make<var_is_initialized_kernel>());
+  registry.add("ResourceGather", "CPU", {}, make<resource_gather_kernel>());
+  registry.add("ResourceScatterAdd", "CPU", {}, make<scatter_add_kernel>());
+  registry.add("DestroyResourceOp", "CPU", {}, make<destroy_resource_kernel>());
+  registry.add("ResourceApplyGradientDescent", "CPU", {}, make<apply_gradient_descent_kernel>());
+  registry.add("ResourceApplyMomentum", "CPU", {}, make<apply_momentum_kernel>());
+  registry.add("ResourceApplyAdagrad", "CPU", {}, make<apply_adagrad_kernel>());
+  registry.add("ResourceApplyAdam", "CPU", {}, make<apply_adam_kernel>());
+  registry.add("ResourceApplyRMSProp", "CPU", {}, make<apply_rms_prop_kernel>());
+}
+
+}  // namespace troupe::actors
