@@ -14,6 +14,13 @@ int eval_command(const std::vector<std::string>& args, std::ostream& out, std::o
 // troupe demo: builds a small graph in C++, runs it, and says what happened.
 int demo_command(const std::vector<std::string>& args, std::ostream& out, std::ostream& err);
 
+// troupe run SCENARIO [--steps N] [--trace FILE.json]: trains as the scenario says.
+int run_command(const std::vector<std::string>& args, std::ostream& out, std::ostream& err);
+
+// troupe graph dot SCENARIO|GRAPH [--worker N] [--out FILE.dot]: Graphviz DOT, one box
+// per device.
+int graph_command(const std::vector<std::string>& args, std::ostream& out, std::ostream& err);
+
 // The file name a fetch is written to: every character outside [A-Za-z0-9._-] becomes '_'.
 std::string fetch_file_name(const std::string& fetch);
 

@@ -12,6 +12,11 @@ constexpr const char* k_usage =
     "  demo [--out DIR]   build a small model in C++, run it, and say what happened\n"
     "  eval --graph G.pbtxt|G.pb --feed NAME[:i]=X.npy ... --fetch NAME[:i] ... --out DIR\n"
     "                     run one step of a GraphDef and write each fetch as .npy\n"
+    "  run SCENARIO.pbtxt|NAME [--steps N] [--trace FILE.json]\n"
+    "                     train as a scenario says (NAME: an example in scenarios/,\n"
+    "                     e.g. default), with progress and a final test accuracy\n"
+    "  graph dot SCENARIO|GRAPH.pbtxt [--worker N] [--out FILE.dot]\n"
+    "                     Graphviz DOT of a graph, one box per device\n"
     "  help               this text\n";
 }
 
@@ -24,6 +29,8 @@ int main(int argc, char** argv) {
   std::string command = args[0];
   args.erase(args.begin());
   if (command == "eval") return troupe::tools::eval_command(args, std::cout, std::cerr);
+  if (command == "run") return troupe::tools::run_command(args, std::cout, std::cerr);
+  if (command == "graph") return troupe::tools::graph_command(args, std::cout, std::cerr);
   if (command == "demo") return troupe::tools::demo_command(args, std::cout, std::cerr);
   std::cerr << "troupe: unknown command '" << command << "'\n" << k_usage;
   return 2;

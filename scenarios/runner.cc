@@ -1,0 +1,365 @@
+#include "scenarios/runner.h"
+
+#include <atomic>
+#include <chrono>
+#include <mutex>
+#include <thread>
+
+#include "actors/cluster.h"
+#include "actors/session.h"
+#include "core/idx.h"
+#include "graph/attr.h"
+#include "graph/ops.h"
+#include "graph/train.h"
+#include "placement/graph_dot.h"
+#include "placement/placer.h"
+#include "placement/replica_device_setter.h"
+#include "kernels/kernel_registry.h"
+#include "actors/runtime_kernels.h"
+#include "scenarios/model_zoo.h"
+#include "scenarios/progress.h"
+#include "scenarios/scenario.h"
+
+namespace troupe::scenarios {
+
+namespace {
+
+using graph::output;
+using graph::scope;
+
+// Node names the runner drives.
+constexpr const char* k_train = "train";
+constexpr const char* k_enqueue = "input/enqueue";
+constexpr const char* k_close = "input/close";
+constexpr const char* k_init = "init";
+
+struct cluster_layout {
+  std::string worker_job;
+  std::string ps_job;  // empty: no PS tasks
+  int workers = 1;
+  int ps_tasks = 0;
+  placement::cluster_spec spec = placement::cluster_spec::local();
+};
+
+result<cluster_layout> layout_of(const scenario::Cluster& c) {
+  cluster_layout l;
+  l.worker_job = c.worker_job().empty() ? "worker" : c.worker_job();
+  l.ps_job = c.has_ps_job() ? c.ps_job() : "";
+  std::map<std::string, int> tasks;
+  for (const auto& job : c.job()) tasks[job.name()] = job.has_tasks() ? job.tasks() : 1;
+  if (tasks.empty()) tasks[l.worker_job] = 1;
+  if (l.ps_job.empty() && tasks.count("ps") > 0 && l.worker_job != "ps") l.ps_job = "ps";
+  if (tasks.count(l.worker_job) == 0) {
+    return invalid_argument_error("cluster: the worker job '", l.worker_job, "' has no tasks");
+  }
+  l.workers = tasks[l.worker_job];
+  l.ps_tasks = l.ps_job.empty() ? 0 : tasks[l.ps_job];
+  auto spec = placement::cluster_spec::from_task_counts(tasks);
+  if (!spec.ok()) return spec.error().with_context("cluster");
+  l.spec = std::move(*spec);
+  return l;
+}
+
+tf::AttrValue shapes_attr(const std::vector<partial_shape>& shapes) {
+  tf::AttrValue v;
+  for (const auto& s : shapes) graph::shape_to_proto(s, v.mutable_list()->add_shape());
+  return v;
+}
+
+train::optimizer optimizer_of(const scenario::Optimizer& o) {
+  const std::string& n = o.name();
+  if (n == "momentum") return train::momentum(o.learning_rate(), o.momentum(), o.nesterov());
+  if (n == "adagrad") return train::adagrad(o.learning_rate(), o.initial_accumulator_value());
+  if (n == "adam") return train::adam(o.learning_rate(), o.beta1(), o.beta2(), o.epsilon());
+  if (n == "rmsprop") return train::rms_prop(o.learning_rate(), o.decay(), o.momentum(), o.epsilon());
+  return train::gradient_descent(o.learning_rate());
+}
+
+// Places variables on the PS tasks and the rest on `worker_device`, then validates.
+result<graph::graph> finish_graph(const scope& root, const cluster_layout& l, const std::string& worker_device) {
+  auto def = root.to_graph_def();
+  if (!def.ok()) return def.error();
+  placement::replica_device_setter_options o;
+  o.ps_tasks = l.ps_tasks;
+  o.ps_job = l.ps_job.empty() ? "ps" : l.ps_job;
+  o.worker_device = worker_device;
+  TROUPE_RETURN_IF_ERROR(placement::replica_device_setter(&*def, o));
+  return graph::graph::from_graph_def(*def);
+}
+
+// A worker's training graph: input pipeline, model, optimizer, global step.
+result<graph::graph> training_graph(const scenario::Scenario& sc, const cluster_layout& l, int worker,
+                                    const dataset_files& files) {
+  auto root = graph::scope::new_root();
+  const auto& d = sc.dataset();
+  const auto& t = sc.training();
+  const std::int64_t seed = static_cast<std::int64_t>(t.seed());
+  const int batch = t.batch_size();
+  {
+    scope in = root.sub("input");
+    std::map<std::string, tf::AttrValue> reader_attrs = {
+        {"images", graph::attr_value(files.train_images)},
+        {"labels", graph::attr_value(files.train_labels)},
+        {"batch_size", graph::attr_value(std::int64_t{4} * batch)},
+        {"num_epochs", graph::attr_value(std::int64_t{0})},
+        {"shuffle", graph::attr_value(d.shuffle())},
+        {"seed", graph::attr_value(seed + 1000 * worker + 1)}};
+    auto reader = in.with_name("reader").add("IdxReader", {}, reader_attrs);
+    output images = ops::mul(in, ops::cast(in, reader.out(0), dtype::float32), ops::scalar(in, 1.0f / 255.0f));
+    images = ops::reshape(in.with_name("flat"), images, ops::constant(in, tensor::from_vector<std::int32_t>({-1, 784})));
+    output labels = ops::cast(in, reader.out(1), dtype::int32);
+    std::map<std::string, tf::AttrValue> queue_attrs = {
+        {"component_types", graph::attr_value(std::vector<dtype>{dtype::float32, dtype::int32})},
+        {"shapes", shapes_attr({partial_shape({784}), partial_shape::scalar()})},
+        {"capacity", graph::attr_value(static_cast<std::int64_t>(d.queue_capacity()))}};
+    std::string queue_op = "FIFOQueueV2";
+    if (d.shuffle()) {
+      queue_op = "RandomShuffleQueueV2";
+      queue_attrs["min_after_dequeue"] = graph::attr_value(static_cast<std::int64_t>(d.min_after_dequeue()));
+      queue_attrs["seed"] = graph::attr_value(seed + 1000 * worker + 2);
+    }
+    auto queue = in.with_name("queue").add(queue_op, {}, queue_attrs);
+    in.with_name("enqueue").add("QueueEnqueueManyV2", {queue.out(0), graph::input({images, labels})});
+    in.with_name("close").add("QueueCloseV2", {queue.out(0)},
+                              {{"cancel_pending_enqueues", graph::attr_value(true)}});
+    auto batch_op = in.with_name("dequeue").add(
+        "QueueDequeueManyV2", {queue.out(0), ops::scalar<std::int32_t>(in, batch)},
+        {{"component_types", graph::attr_value(std::vector<dtype>{dtype::float32, dtype::int32})}});
+    graph::variable_collection vars;
+    auto model = build_model(root, vars, sc.model(), batch_op.out(0), batch_op.out(1), true, seed);
+    if (!model.ok()) return model.error();
+    auto step = train::make_global_step(root, vars);
+    ops::identity(root.with_name("loss_value"), model->loss);
+    ops::identity(root.with_name("step_value"), step.value);
+    auto train_op = train::minimize(root, optimizer_of(t.optimizer()), model->loss, vars, step);
+    if (!train_op.ok()) return train_op.error();
+    ops::no_op(root.with_name(k_train).with_control_dependencies({*train_op}));
+    graph::global_variables_initializer(root, vars);
+  }
+  return finish_graph(root, l, str_cat("/job:", l.worker_job, "/task:", worker));
+}
+
+// The evaluation graph: the same model reading a fed test batch; its variables are the
+// training graphs' (same names, same PS tasks).
+result<graph::graph> evaluation_graph(const scenario::Scenario& sc, const cluster_layout& l) {
+  auto root = graph::scope::new_root();
+  auto images = ops::placeholder(root.with_name("eval_images"), dtype::float32, partial_shape({-1, 784}));
+  auto labels = ops::placeholder(root.with_name("eval_labels"), dtype::int32, partial_shape({-1}));
+  graph::variable_collection vars;
+  auto model = build_model(root, vars, sc.model(), images, labels, false,
+                           static_cast<std::int64_t>(sc.training().seed()));
+  if (!model.ok()) return model.error();
+  ops::identity(root.with_name("eval_correct"), model->correct);
+  return finish_graph(root, l, str_cat("/job:", l.worker_job, "/task:0"));
+}
+
+struct test_set {
+  tensor images;  // float [n, 784]
+  tensor labels;  // int32 [n]
+};
+
+result<test_set> load_test_set(const dataset_files& files) {
+  auto ex = read_idx_examples(files.test_images, files.test_labels);
+  if (!ex.ok()) return ex.error();
+  std::int64_t n = ex->labels.num_elements();
+  test_set t{tensor(dtype::float32, {n, 784}), tensor(dtype::int32, {n})};
+  auto src = ex->images.flat<std::uint8_t>();
+  auto dst = t.images.flat<float>();
+  for (std::size_t i = 0; i < dst.size(); ++i) dst[i] = static_cast<float>(src[i]) / 255.0f;
+  auto ls = ex->labels.flat<std::uint8_t>();
+  auto ld = t.labels.flat<std::int32_t>();
+  for (std::size_t i = 0; i < ld.size(); ++i) ld[i] = ls[i];
+  return t;
+}
+
+result<double> evaluate(actors::session& s, const test_set& t) {
+  const std::int64_t n = t.labels.num_elements();
+  const std::int64_t chunk = 1000;
+  std::int64_t correct = 0;
+  for (std::int64_t begin = 0; begin < n; begin += chunk) {
+    std::int64_t k = std::min(chunk, n - begin);
+    tensor x(dtype::float32, {k, 784});
+    tensor y(dtype::int32, {k});
+    std::memcpy(x.raw_data(), t.images.flat<float>().data() + begin * 784, x.byte_size());
+    std::memcpy(y.raw_data(), t.labels.flat<std::int32_t>().data() + begin, y.byte_size());
+    auto r = s.run({{"eval_images", x}, {"eval_labels", y}}, {"eval_correct"});
+    if (!r.ok()) return r.error().with_context("evaluation");
+    correct += r->at(0).scalar_value<std::int32_t>();
+  }
+  return static_cast<double>(correct) / static_cast<double>(n);
+}
+
+progress_style style_of(scenario::Report::Progress p) {
+  switch (p) {
+    case scenario::Report::BAR: return progress_style::bar;
+    case scenario::Report::PLAIN: return progress_style::plain;
+    case scenario::Report::OFF: return progress_style::off;
+    default: return progress_style::automatic;
+  }
+}
+
+}  // namespace
+
+result<run_summary> run_scenario(const scenario::Scenario& sc, const run_options& options) {
+  std::ostream& out = *options.out;
+  const auto& t = sc.training();
+  if (t.replication() == scenario::Training::SYNC) {
+    return unimplemented_error("training.replication: SYNC (synchronous replication with backup workers) "
+                               "is not available yet; use ASYNC");
+  }
+  const std::int64_t total_steps = options.steps > 0 ? options.steps : t.steps();
+  TROUPE_RETURN_IF_ERROR(check_dataset_files(sc.dataset()));
+  dataset_files files = files_of(sc.dataset());
+  auto layout = layout_of(sc.cluster());
+  if (!layout.ok()) return layout.error();
+
+  out << "scenario '" << sc.name() << "': model " << sc.model().name() << ", " << layout->workers << " worker(s)";
+  if (layout->ps_tasks > 0) out << ", " << layout->ps_tasks << " ps task(s)";
+  out << ", " << sc.training().optimizer().name() << ", " << total_steps << " steps of batch "
+      << t.batch_size() << ", seed " << t.seed() << "\n";
+
+  actors::cluster_options co;
+  co.spec = layout->spec;
+  co.compute_threads = options.compute_threads;
+  auto cluster = actors::cluster::create(co);
+  if (!cluster.ok()) return cluster.error();
+
+  std::vector<std::unique_ptr<actors::session>> workers;
+  for (int w = 0; w < layout->workers; ++w) {
+    auto g = training_graph(sc, *layout, w, files);
+    if (!g.ok()) return g.error().with_context(str_cat("worker ", w, "'s training graph"));
+    actors::session_options so;
+    so.cluster = *cluster;
+    so.default_device = str_cat("/job:", layout->worker_job, "/task:", w);
+    auto s = actors::session::create(std::move(*g), so);
+    if (!s.ok()) return s.error();
+    workers.push_back(std::move(*s));
+  }
+  auto eval_graph = evaluation_graph(sc, *layout);
+  if (!eval_graph.ok()) return eval_graph.error().with_context("the evaluation graph");
+  actors::session_options eo;
+  eo.cluster = *cluster;
+  eo.default_device = str_cat("/job:", layout->worker_job, "/task:0");
+  auto evaluator = actors::session::create(std::move(*eval_graph), eo);
+  if (!evaluator.ok()) return evaluator.error();
+  auto tests = load_test_set(files);
+  if (!tests.ok()) return tests.error();
+
+  // The chief initializes every variable once.
+  auto init = workers[0]->run({}, {}, {k_init});
+  if (!init.ok()) return init.error().with_context("initializing the variables");
+
+  progress_options po;
+  po.style = style_of(sc.report().progress());
+  po.total_steps = total_steps;
+  if (sc.report().has_progress_every()) po.every = sc.report().progress_every();
+  progress_reporter progress(out, po);
+
+  std::atomic<bool> stop{false};
+  std::mutex error_mutex;
+  status first_error;
+  auto fail = [&](status s) {
+    std::lock_guard<std::mutex> lock(error_mutex);
+    if (first_error.ok()) first_error = std::move(s);
+    stop = true;
+  };
+
+  // Input pipelines: reader steps fill each worker's queue while it trains.
+  std::vector<std::thread> readers;
+  const int reader_threads = std::max(1, sc.dataset().reader_threads());
+  for (auto& w : workers) {
+    for (int r = 0; r < reader_threads; ++r) {
+      readers.emplace_back([&, s = w.get()] {
+        while (!stop) {
+          auto e = s->run({}, {}, {k_enqueue});
+          if (!e.ok()) {
+            // A closed queue ends the pipeline; anything else is a failure.
+            if (!stop) fail(e.error().with_context("input pipeline"));
+            return;
+          }
+        }
+      });
+    }
+  }
+
+  std::atomic<std::int64_t> global_step{0};
+  std::mutex eval_mutex;
+  std::int64_t next_eval = t.eval_every() > 0 ? t.eval_every() : 0;
+  auto started = std::chrono::steady_clock::now();
+  std::vector<std::thread> trainers;
+  for (std::size_t w = 0; w < workers.size(); ++w) {
+    trainers.emplace_back([&, w] {
+      actors::session& s = *workers[w];
+      while (!stop && global_step.load() < total_steps) {
+        auto r = s.run({}, {"loss_value", "step_value"}, {k_train});
+        if (!r.ok()) return fail(r.error().with_context(str_cat("training step on worker ", w)));
+        double loss = r->at(0).scalar_value<float>();
+        std::int64_t step = r->at(1).scalar_value<std::int64_t>() + 1;
+        std::int64_t seen = global_step.load();
+        while (step > seen && !global_step.compare_exchange_weak(seen, step)) {
+        }
+        progress.update(std::max(step, seen), loss);
+        if (w == 0 && next_eval > 0 && step >= next_eval && step < total_steps) {
+          std::lock_guard<std::mutex> lock(eval_mutex);
+          auto acc = evaluate(**evaluator, *tests);
+          if (!acc.ok()) return fail(acc.error());
+          progress.message(str_cat("step ", step, ": test accuracy ", std::to_string(*acc * 100).substr(0, 5), "%"));
+          while (next_eval <= step) next_eval += t.eval_every();
+        }
+      }
+    });
+  }
+  for (auto& th : trainers) th.join();
+  double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  stop = true;
+  for (auto& w : workers) (void)w->run({}, {}, {k_close});  // wakes the readers
+  for (auto& th : readers) th.join();
+  progress.finish();
+  if (!first_error.ok()) return first_error;
+
+  run_summary summary;
+  summary.steps = global_step.load();
+  summary.seconds = seconds;
+  summary.final_loss = progress.smoothed_loss();
+  auto acc = evaluate(**evaluator, *tests);
+  if (!acc.ok()) return acc.error();
+  summary.test_accuracy = *acc;
+  out << "trained " << summary.steps << " steps in " << std::to_string(seconds).substr(0, 5) << " s ("
+      << static_cast<int>(summary.steps / std::max(seconds, 1e-9)) << " steps/s); loss "
+      << summary.final_loss << "; test accuracy " << std::to_string(summary.test_accuracy * 100).substr(0, 5)
+      << "% on " << tests->labels.num_elements() << " images\n";
+  const auto& expect = sc.report().expect();
+  if (expect.has_min_test_accuracy() && summary.test_accuracy < expect.min_test_accuracy()) {
+    summary.expectations_met = false;
+    summary.expectation_report = str_cat("test accuracy ", summary.test_accuracy, " is below the expected ",
+                                         expect.min_test_accuracy());
+  }
+  if (expect.has_max_final_loss() && summary.final_loss > expect.max_final_loss()) {
+    summary.expectations_met = false;
+    summary.expectation_report += str_cat(summary.expectation_report.empty() ? "" : "; ", "final loss ",
+                                          summary.final_loss, " is above the expected ", expect.max_final_loss());
+  }
+  return summary;
+}
+
+result<std::string> scenario_dot(const scenario::Scenario& sc, int worker) {
+  auto layout = layout_of(sc.cluster());
+  if (!layout.ok()) return layout.error();
+  if (worker < 0 || worker >= layout->workers) {
+    return invalid_argument_error("worker ", worker, " is not in the cluster (it has ", layout->workers, " workers)");
+  }
+  auto g = training_graph(sc, *layout, worker, files_of(sc.dataset()));
+  if (!g.ok()) return g.error();
+  actors::ensure_runtime_kernels();
+  const auto& kernels = kernels::kernel_registry::builtin();
+  placement::placer_options po;
+  po.default_device = str_cat("/job:", layout->worker_job, "/task:", worker);
+  po.allow_soft_placement = true;
+  auto placed = placement::place(*g, layout->spec,
+                                 [&](const graph::node& n, const std::string& type) { return kernels.has_kernel(type, n.def); },
+                                 po);
+  if (!placed.ok()) return placed.error();
+  return placement::graph_to_dot(*g, &*placed);
+}
+
+}  // namespace troupe::scenarios

@@ -1,0 +1,53 @@
+// The scenario runner behind `troupe run SCENARIO.pbtxt`.
+//
+// It builds the scenario's cluster in this process (every task with its own device,
+// variable and queue actors), and, as TensorFlow 1's between-graph replication does,
+// one training graph per worker task: variables round-robin over the PS tasks (all on
+// the worker when there is no PS job), and on the worker its input pipeline, the
+// paper's Figure 1: an IdxReader reads Fashion-MNIST batches into a (shuffling) queue
+// from reader steps that run concurrently with the training steps, which dequeue
+// mini-batches from it. Worker 0 (the chief) initializes the variables; then every
+// worker trains asynchronously until the shared global step reaches `steps`. Test
+// accuracy is measured on the whole test set every `eval_every` steps and at the end,
+// by an evaluation graph that shares the variables by name.
+//
+//   auto s = scenarios::load_scenario("scenarios/default.pbtxt");
+//   auto summary = scenarios::run_scenario(*s, {});
+//   // summary->test_accuracy, summary->expectations_met
+//
+// Errors (the dataset missing, a graph that cannot be placed, a step that fails) come
+// back as the status of the first failure, naming what failed; nothing is left running.
+#pragma once
+
+#include <cstdint>
+#include <iostream>
+#include <string>
+
+#include "core/status.h"
+#include "scenarios/scenario.pb.h"
+
+namespace troupe::scenarios {
+
+struct run_options {
+  std::ostream* out = &std::cout;
+  std::string trace_file;       // overrides report.trace_file when not empty
+  std::int64_t steps = 0;       // overrides training.steps when > 0
+  int compute_threads = 0;      // the cluster's compute pool; 0: default_num_threads()
+};
+
+struct run_summary {
+  std::int64_t steps = 0;         // global steps done
+  double seconds = 0;             // training time, without set-up and final evaluation
+  double final_loss = 0;          // smoothed training loss at the end
+  double test_accuracy = 0;       // on the whole test set, after training
+  bool expectations_met = true;   // report.expect, when given
+  std::string expectation_report; // which expectation failed, with the figures
+};
+
+result<run_summary> run_scenario(const scenario::Scenario& s, const run_options& options = {});
+
+// Graphviz DOT of worker `worker`'s training graph as the cluster would place it: one
+// cluster box per device, the edges that cross devices (Send/Recv) dashed.
+result<std::string> scenario_dot(const scenario::Scenario& s, int worker = 0);
+
+}  // namespace troupe::scenarios

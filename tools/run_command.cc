@@ -1,0 +1,153 @@
+// troupe run SCENARIO [--steps N] [--trace FILE.json]
+// troupe graph dot SCENARIO|GRAPH.pbtxt|GRAPH.pb [--worker N] [--out FILE.dot]
+#include <fstream>
+
+#include "core/file.h"
+#include "graph/graph_io.h"
+#include "placement/graph_dot.h"
+#include "scenarios/runner.h"
+#include "scenarios/scenario.h"
+#include "tools/commands.h"
+
+namespace troupe::tools {
+
+namespace {
+
+// A scenario by path, or by the name of an example ("default" is scenarios/default.pbtxt).
+result<scenario::Scenario> find_scenario(const std::string& arg) {
+  std::ifstream probe(arg);
+  if (!probe && arg.find('/') == std::string::npos) {
+    std::string name = arg.ends_with(".pbtxt") ? arg : arg + ".pbtxt";
+    std::string example = scenarios::examples_dir() + "/" + name;
+    if (std::ifstream(example)) return scenarios::load_scenario(example);
+  }
+  return scenarios::load_scenario(arg);
+}
+
+bool parse_int(const std::string& s, std::int64_t* out) {
+  try {
+    std::size_t used = 0;
+    *out = std::stoll(s, &used);
+    return used == s.size();
+  } catch (...) {
+    return false;
+  }
+}
+
+}  // namespace
+
+int run_command(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
+  constexpr const char* usage = "usage: troupe run SCENARIO.pbtxt|NAME [--steps N] [--trace FILE.json]\n";
+  std::string path;
+  scenarios::run_options options;
+  options.out = &out;
+  for (std::size_t i = 0; i < args.size(); ++i) {
+    const std::string& a = args[i];
+    if ((a == "--steps" || a == "--trace") && i + 1 >= args.size()) {
+      err << "troupe run: " << a << " needs a value\n" << usage;
+      return 2;
+    }
+    if (a == "--steps") {
+      if (!parse_int(args[++i], &options.steps) || options.steps <= 0) {
+        err << "troupe run: --steps wants a positive integer, not '" << args[i] << "'\n";
+        return 2;
+      }
+    } else if (a == "--trace") {
+      options.trace_file = args[++i];
+    } else if (a.starts_with("-")) {
+      err << "troupe run: unknown option '" << a << "'\n" << usage;
+      return 2;
+    } else if (path.empty()) {
+      path = a;
+    } else {
+      err << "troupe run: one scenario at a time ('" << path << "' and '" << a << "')\n" << usage;
+      return 2;
+    }
+  }
+  if (path.empty()) {
+    err << usage;
+    return 2;
+  }
+  auto sc = find_scenario(path);
+  if (!sc.ok()) {
+    err << sc.error().message() << "\n";
+    return 1;
+  }
+  auto summary = scenarios::run_scenario(*sc, options);
+  if (!summary.ok()) {
+    err << "troupe run: " << summary.error().to_string() << "\n";
+    return 1;
+  }
+  if (!summary->expectations_met) {
+    err << "troupe run: expectation not met: " << summary->expectation_report << "\n";
+    return 1;
+  }
+  return 0;
+}
+
+int graph_command(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
+  constexpr const char* usage =
+      "usage: troupe graph dot SCENARIO.pbtxt|NAME|GRAPH.pbtxt|GRAPH.pb [--worker N] [--out FILE.dot]\n";
+  if (args.empty() || args[0] != "dot") {
+    err << usage;
+    return 2;
+  }
+  std::string input, output_file;
+  std::int64_t worker = 0;
+  for (std::size_t i = 1; i < args.size(); ++i) {
+    const std::string& a = args[i];
+    if ((a == "--worker" || a == "--out") && i + 1 >= args.size()) {
+      err << "troupe graph dot: " << a << " needs a value\n" << usage;
+      return 2;
+    }
+    if (a == "--worker") {
+      if (!parse_int(args[++i], &worker) || worker < 0) {
+        err << "troupe graph dot: --worker wants a task index, not '" << args[i] << "'\n";
+        return 2;
+      }
+    } else if (a == "--out") {
+      output_file = args[++i];
+    } else if (input.empty() && !a.starts_with("-")) {
+      input = a;
+    } else {
+      err << "troupe graph dot: unexpected '" << a << "'\n" << usage;
+      return 2;
+    }
+  }
+  if (input.empty()) {
+    err << usage;
+    return 2;
+  }
+  std::string dot;
+  // A scenario names a model to build; anything else is read as a GraphDef.
+  auto sc = find_scenario(input);
+  if (sc.ok()) {
+    auto d = scenarios::scenario_dot(*sc, static_cast<int>(worker));
+    if (!d.ok()) {
+      err << "troupe graph dot: " << d.error().to_string() << "\n";
+      return 1;
+    }
+    dot = std::move(*d);
+  } else {
+    auto def = graph::read_graph_def(input);
+    if (!def.ok()) {
+      err << "troupe graph dot: '" << input << "' is neither a scenario (" << sc.error().message()
+          << ") nor a GraphDef (" << def.error().message() << ")\n";
+      return 1;
+    }
+    dot = placement::graph_def_to_dot(*def);
+  }
+  if (output_file.empty()) {
+    out << dot;
+    return 0;
+  }
+  status s = write_file(output_file, dot);
+  if (!s.ok()) {
+    err << "troupe graph dot: " << s.to_string() << "\n";
+    return 1;
+  }
+  out << "wrote " << output_file << "\n";
+  return 0;
+}
+
+}  // namespace troupe::tools
