@@ -25,6 +25,7 @@ result<std::shared_ptr<cluster>> cluster::create(cluster_options options) {
   for (const std::string& full : o.spec.device_names()) {
     std::string task = full.substr(0, full.find("/device:"));
     auto dev = std::make_unique<runtime_device>(full, task, *c->system_, *c->pool_);
+    dev->set_tracer(o.tracer);
     device_options d;
     d.device = dev.get();
     d.kernels = o.kernels;

@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "actors/runtime_device.h"
+#include "actors/tracing.h"
 #include "core/status.h"
 #include "core/thread_pool.h"
 #include "kernels/kernel_registry.h"
@@ -37,6 +38,8 @@ struct cluster_options {
   int compute_threads = 0;  // the shared compute pool; 0: default_num_threads()
   int actor_threads = 0;    // CAF scheduler threads; 0: min(2, hardware threads)
   const kernels::kernel_registry* kernels = &kernels::kernel_registry::builtin();
+  // Receives every kernel span and transfer when set; must outlive the cluster.
+  step_tracer* tracer = nullptr;
 };
 
 class cluster {

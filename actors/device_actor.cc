@@ -28,6 +28,9 @@ caf::behavior device_behavior(device_actor* self, device_options options) {
   return {
       [=](prepare_atom, executable_spec& spec) -> caf::result<std::uint64_t> {
         spec.device = self->state.options.device;
+        spec.tracer = self->state.options.device->tracer();
+        spec.trace_task = self->state.options.device->task();
+        spec.trace_device = self->state.options.device->short_name();
         auto exec = executable::create(spec, *self->state.options.kernels);
         if (!exec.ok()) return to_caf_error(exec.error());
         std::uint64_t handle = self->state.next_handle++;

@@ -271,6 +271,13 @@ struct executor_access {
     if (s->outstanding.fetch_sub(1, std::memory_order_acq_rel) == 1) finish_step(s);
   }
 
+  static void trace(const std::shared_ptr<step>& s, int index, step_tracer::clock::time_point start) {
+    const executable_spec& spec = s->exec->spec_;
+    const graph::node& n = *s->exec->plan_->nodes[static_cast<std::size_t>(index)].graph_node;
+    spec.tracer->node_span(spec.trace_task, spec.trace_device, n.name(), n.op_name(), s->info.step_id, start,
+                           step_tracer::clock::now());
+  }
+
   // Runs ready nodes, starting with `first`, until no inline work is left.
   static void process(const std::shared_ptr<step>& s, int first) {
     const plan& p = *s->exec->plan_;
@@ -285,9 +292,12 @@ struct executor_access {
       }
       std::span<const tensor> inputs(s->inputs.data() + n.input_offset, static_cast<std::size_t>(n.num_inputs));
       std::span<tensor> outputs(s->outputs.data() + n.output_offset, static_cast<std::size_t>(n.num_outputs));
+      step_tracer* tracer = s->exec->spec_.tracer;
       if (n.async) {
         auto ctx = std::make_shared<kernels::kernel_context>(inputs, outputs, n.graph_node->output_types, s->info);
-        static_cast<kernels::async_op_kernel&>(*n.kernel).compute_async(*ctx, [s, index, ctx] {
+        auto start = tracer != nullptr ? step_tracer::clock::now() : step_tracer::clock::time_point();
+        static_cast<kernels::async_op_kernel&>(*n.kernel).compute_async(*ctx, [s, index, ctx, tracer, start] {
+          if (tracer != nullptr) trace(s, index, start);
           std::vector<int> more;
           complete(s, index, ctx->get_status(), more);
           for (int m : more) process(s, m);
@@ -295,7 +305,13 @@ struct executor_access {
         continue;
       }
       kernels::kernel_context ctx(inputs, outputs, n.graph_node->output_types, s->info);
-      n.kernel->compute(ctx);
+      if (tracer != nullptr) {
+        auto start = step_tracer::clock::now();
+        n.kernel->compute(ctx);
+        trace(s, index, start);
+      } else {
+        n.kernel->compute(ctx);
+      }
       complete(s, index, ctx.get_status(), ready);
     }
   }

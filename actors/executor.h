@@ -27,6 +27,7 @@
 #include "core/tensor.h"
 #include "core/thread_pool.h"
 #include "graph/graph.h"
+#include "actors/tracing.h"
 #include "kernels/kernel_registry.h"
 
 namespace troupe::actors {
@@ -38,6 +39,8 @@ struct executable_spec {
   std::vector<graph::endpoint> fetches;   // tensors returned to the caller, in order
   std::string device_type = "CPU";
   kernels::device* device = nullptr;      // what kernels see as their device; may be null
+  step_tracer* tracer = nullptr;          // gets a span per node when set
+  std::string trace_task, trace_device;   // how the tracer names this device
 };
 
 class executable {

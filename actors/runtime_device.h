@@ -19,6 +19,7 @@
 #include <memory>
 #include <string>
 
+#include "actors/tracing.h"
 #include "core/thread_pool.h"
 #include "kernels/device.h"
 
@@ -52,12 +53,19 @@ class runtime_device final : public kernels::device {
   }
   void set_directory(std::shared_ptr<const device_directory> d) { directory_ = std::move(d); }
 
+  // The tracer of the run, or null when it is not traced.
+  step_tracer* tracer() const { return tracer_; }
+  void set_tracer(step_tracer* t) { tracer_ = t; }
+  // "CPU:0": the device's name within its task.
+  std::string short_name() const { return name().substr(name().find("/device:") + 8); }
+
  private:
   std::string task_;
   caf::actor_system& system_;
   compute_pool& pool_;
   caf::actor self_;
   std::shared_ptr<const device_directory> directory_;
+  step_tracer* tracer_ = nullptr;
 };
 
 }  // namespace troupe::actors

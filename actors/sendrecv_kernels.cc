@@ -37,6 +37,7 @@ class send_kernel final : public kernels::op_kernel {
       c.fail(failed_precondition_error("_Send '", c.node().name(), "' needs the actor runtime"));
       return;
     }
+    device_ = dev;
     destination_ = dev->find_device(key_->recv_device);
     if (!destination_) {
       c.fail(not_found_error("_Send '", c.node().name(), "': no device '", key_->recv_device,
@@ -45,11 +46,16 @@ class send_kernel final : public kernels::op_kernel {
   }
   bool is_expensive() const override { return false; }
   void compute(kernel_context& ctx) override {
+    if (auto* tracer = device_->tracer()) {
+      tracer->transfer_sent(key_->to_string(), ctx.step().step_id, device_->task(), device_->short_name(),
+                            step_tracer::clock::now());
+    }
     caf::anon_send(destination_, rv_send_atom::value, ctx.step().step_id, key_, ctx.input(0));
   }
 
  private:
   transfer_key key_;
+  runtime_device* device_ = nullptr;
   caf::actor destination_;
 };
 
@@ -65,6 +71,7 @@ class recv_kernel final : public kernels::async_op_kernel {
       return;
     }
     self_ = dev->self();
+    device_ = dev;
     if (dev->name() != key_->recv_device) {
       c.fail(invalid_argument_error("_Recv '", c.node().name(), "' runs on ", dev->name(),
                                     " but its recv_device is ", key_->recv_device));
@@ -84,9 +91,14 @@ class recv_kernel final : public kernels::async_op_kernel {
       ctx.fail(cancelled_error("step ", step, " was aborted before '", name(), "' ran"));
       return done();
     }
+    runtime_device* dev = device_;
     caf::anon_send(self_, rv_recv_atom::value, step, key_,
-                   reply<tensor>([&ctx, &cancellation, token, done](result<tensor> r) {
+                   reply<tensor>([&ctx, &cancellation, token, done, dev, key, step](result<tensor> r) {
                      cancellation.deregister(token);
+                     if (auto* tracer = dev->tracer(); tracer != nullptr && r.ok()) {
+                       tracer->transfer_received(key->to_string(), step, dev->task(), dev->short_name(),
+                                                 step_tracer::clock::now());
+                     }
                      if (r.ok()) ctx.set_output(0, std::move(*r));
                      else ctx.fail(r.error());
                      done();
@@ -96,6 +108,7 @@ class recv_kernel final : public kernels::async_op_kernel {
  private:
   transfer_key key_;
   caf::actor self_;
+  runtime_device* device_ = nullptr;
 };
 
 }  // namespace

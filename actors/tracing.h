@@ -1,0 +1,34 @@
+// step_tracer: what the runtime reports when a run is traced (troupe run --trace).
+//
+// When a cluster is given a tracer, every kernel execution on every device is reported
+// as a span, and every tensor that crosses devices as a pair of events (sent by a _Send,
+// received by a _Recv) sharing a key, so the tracer can draw an arrow between them. With
+// no tracer nothing is measured: the hot path pays one null check per node.
+//
+// Thread safety: implementations are called from many threads at once.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <string>
+
+namespace troupe::actors {
+
+class step_tracer {
+ public:
+  using clock = std::chrono::steady_clock;
+  virtual ~step_tracer() = default;
+
+  // Node `node` (op `op`) ran on `device` of `task` during [start, end] in step `step_id`.
+  virtual void node_span(const std::string& task, const std::string& device, const std::string& node,
+                         const std::string& op, std::int64_t step_id, clock::time_point start,
+                         clock::time_point end) = 0;
+  // The transfer `key` of step `step_id` left `device` of `task` at `at` ...
+  virtual void transfer_sent(const std::string& key, std::int64_t step_id, const std::string& task,
+                             const std::string& device, clock::time_point at) = 0;
+  // ... and reached its Recv on `device` of `task` at `at`.
+  virtual void transfer_received(const std::string& key, std::int64_t step_id, const std::string& task,
+                                 const std::string& device, clock::time_point at) = 0;
+};
+
+}  // namespace troupe::actors
