@@ -17,6 +17,7 @@
 // the pool's size (kernels/cpu/blas.h). Measured on LeNet and AlexNet layers against
 // PyTorch in bench/conv_bench.cc and bench/peers/conv_peer.py.
 #include <algorithm>
+#include <mutex>
 #include <cstring>
 #include <limits>
 
@@ -149,14 +150,28 @@ std::int64_t chunk_rows(const conv_shape& s) {
   return std::max<std::int64_t>(1, k_chunk_bytes / (s.patch() * static_cast<std::int64_t>(sizeof(T))));
 }
 
-// Fills `patches` with rows [begin, end), split over the pool.
-template <class T>
-void im2col_parallel(const conv_shape& s, const T* input, std::int64_t begin, std::int64_t end,
-                     T* patches, compute_pool& pool) {
-  pool.parallel_for(end - begin, static_cast<double>(s.patch()) * 0.3,
-                    [&](std::int64_t b, std::int64_t e) {
-                      im2col(s, input, begin + b, begin + e, patches + b * s.patch());
-                    });
+// The thread budget: OpenBLAS runs single-threaded and the work is split into blocks
+// of chunks over the compute pool, so concurrent convolutions (a backward pass runs the
+// input and filter gradients at once) share the pool's threads instead of each starting
+// OpenBLAS threads that spin against each other on two cores.
+
+// Calls fn(begin, end, scratch) for row ranges of at most `chunk` rows covering [0, m),
+// in parallel over the pool; each block has its own scratch of chunk * k elements.
+template <class T, class Fn>
+void for_each_chunk(std::int64_t m, std::int64_t chunk, std::int64_t k, double cost_per_chunk,
+                    compute_pool& pool, const Fn& fn) {
+  const std::int64_t chunks = (m + chunk - 1) / chunk;
+  pool.parallel_for(chunks, cost_per_chunk, [&](std::int64_t c0, std::int64_t c1) {
+    tensor scratch(dtype_of<T>, tensor_shape{chunk * k});
+    for (std::int64_t c = c0; c < c1; ++c) {
+      fn(c * chunk, std::min(m, (c + 1) * chunk), scratch.data<T>());
+    }
+  });
+}
+
+// Nanoseconds for a gemm of m x n x k on one core (about 50 GFLOP/s), for cost estimates.
+inline double gemm_ns(std::int64_t m, std::int64_t n, std::int64_t k) {
+  return 2.0 * static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k) / 50.0;
 }
 
 // output[M, out_c] = patches(input) * filter.
@@ -165,18 +180,18 @@ void conv_forward(const conv_shape& s, const T* input, const T* filter, T* outpu
                   compute_pool& pool) {
   const std::int64_t m = s.rows(), k = s.patch(), n = s.out_c;
   if (s.pointwise()) {
-    blas_gemm(false, false, m, n, k, T(1), input, k, filter, n, T(0), output, n);
+    pool.parallel_for(m, gemm_ns(1, n, k), [&](std::int64_t b, std::int64_t e) {
+      blas_gemm(false, false, e - b, n, k, T(1), input + b * k, k, filter, n, T(0), output + b * n, n);
+    });
     return;
   }
   const std::int64_t chunk = std::min(chunk_rows<T>(s), m);
-  tensor scratch(dtype_of<T>, tensor_shape{chunk * k});
-  T* patches = scratch.data<T>();
-  for (std::int64_t begin = 0; begin < m; begin += chunk) {
-    std::int64_t end = std::min(m, begin + chunk);
-    im2col_parallel(s, input, begin, end, patches, pool);
-    blas_gemm(false, false, end - begin, n, k, T(1), patches, k, filter, n, T(0),
-              output + begin * n, n);
-  }
+  for_each_chunk<T>(m, chunk, k, gemm_ns(chunk, n, k) + 0.3 * static_cast<double>(chunk * k), pool,
+                    [&](std::int64_t begin, std::int64_t end, T* patches) {
+                      im2col(s, input, begin, end, patches);
+                      blas_gemm(false, false, end - begin, n, k, T(1), patches, k, filter, n, T(0),
+                                output + begin * n, n);
+                    });
 }
 
 // input_grad = col2im(out_backprop * filter^T).
@@ -186,31 +201,29 @@ void conv_backprop_input(const conv_shape& s, const T* filter, const T* out_back
   const window_geometry& g = s.g;
   const std::int64_t m = s.rows(), k = s.patch(), n = s.out_c;
   if (s.pointwise()) {
-    blas_gemm(false, true, m, k, n, T(1), out_backprop, n, filter, n, T(0), input_grad, k);
+    pool.parallel_for(m, gemm_ns(1, k, n), [&](std::int64_t b, std::int64_t e) {
+      blas_gemm(false, true, e - b, k, n, T(1), out_backprop + b * n, n, filter, n, T(0), input_grad + b * k, k);
+    });
     return;
   }
-  std::fill_n(input_grad, g.batch * g.in_h * g.in_w * g.channels, T(0));
-  const std::int64_t chunk = std::min(chunk_rows<T>(s), m);
-  tensor scratch(dtype_of<T>, tensor_shape{chunk * k});
-  T* d_patches = scratch.data<T>();
+  // Windows of one image overlap, so blocks are whole images: each block zeroes and
+  // accumulates only its own images' gradients.
   const std::int64_t per_image = g.out_h * g.out_w;
-  for (std::int64_t begin = 0; begin < m; begin += chunk) {
-    std::int64_t end = std::min(m, begin + chunk);
-    blas_gemm(false, true, end - begin, k, n, T(1), out_backprop + begin * n, n, filter, n, T(0),
-              d_patches, k);
-    // Windows of one image overlap, so the chunk is split by image.
-    std::int64_t first_image = begin / per_image, last_image = (end - 1) / per_image;
-    pool.parallel_for(last_image - first_image + 1,
-                      static_cast<double>(k) * static_cast<double>(end - begin) /
-                          static_cast<double>(last_image - first_image + 1) * 0.5,
-                      [&](std::int64_t b, std::int64_t e) {
-                        for (std::int64_t image = first_image + b; image < first_image + e; ++image) {
-                          std::int64_t r0 = std::max(begin, image * per_image);
-                          std::int64_t r1 = std::min(end, (image + 1) * per_image);
-                          col2im(s, d_patches + (r0 - begin) * k, r0, r1, input_grad);
-                        }
-                      });
-  }
+  const std::int64_t image_size = g.in_h * g.in_w * g.channels;
+  const std::int64_t chunk = std::min(chunk_rows<T>(s), m);
+  pool.parallel_for(g.batch, gemm_ns(per_image, k, n) + static_cast<double>(per_image * k),
+                    [&](std::int64_t i0, std::int64_t i1) {
+                      std::fill_n(input_grad + i0 * image_size, (i1 - i0) * image_size, T(0));
+                      tensor scratch(dtype_of<T>, tensor_shape{chunk * k});
+                      T* d_patches = scratch.data<T>();
+                      const std::int64_t last = i1 * per_image;
+                      for (std::int64_t begin = i0 * per_image; begin < last; begin += chunk) {
+                        std::int64_t end = std::min(last, begin + chunk);
+                        blas_gemm(false, true, end - begin, k, n, T(1), out_backprop + begin * n, n, filter,
+                                  n, T(0), d_patches, k);
+                        col2im(s, d_patches, begin, end, input_grad);
+                      }
+                    });
 }
 
 // filter_grad[K, out_c] = patches(input)^T * out_backprop.
@@ -218,23 +231,39 @@ template <class T>
 void conv_backprop_filter(const conv_shape& s, const T* input, const T* out_backprop,
                           T* filter_grad, compute_pool& pool) {
   const std::int64_t m = s.rows(), k = s.patch(), n = s.out_c;
-  if (m == 0) {
-    std::fill_n(filter_grad, k * n, T(0));
-    return;
-  }
+  std::fill_n(filter_grad, k * n, T(0));
+  if (m == 0) return;
+  // Each block sums its rows' products into its own partial gradient; partials are
+  // added at the end (under a lock: few blocks, small k x n).
+  std::mutex sum_mutex;
+  auto add_partial = [&](const T* partial) {
+    std::lock_guard<std::mutex> lock(sum_mutex);
+    for (std::int64_t i = 0; i < k * n; ++i) filter_grad[i] += partial[i];
+  };
   if (s.pointwise()) {
-    blas_gemm(true, false, k, n, m, T(1), input, k, out_backprop, n, T(0), filter_grad, n);
+    pool.parallel_for(m, gemm_ns(1, n, k), [&](std::int64_t b, std::int64_t e) {
+      tensor partial(dtype_of<T>, tensor_shape{k * n});
+      blas_gemm(true, false, k, n, e - b, T(1), input + b * k, k, out_backprop + b * n, n, T(0),
+                partial.data<T>(), n);
+      add_partial(partial.data<T>());
+    });
     return;
   }
   const std::int64_t chunk = std::min(chunk_rows<T>(s), m);
-  tensor scratch(dtype_of<T>, tensor_shape{chunk * k});
-  T* patches = scratch.data<T>();
-  for (std::int64_t begin = 0; begin < m; begin += chunk) {
-    std::int64_t end = std::min(m, begin + chunk);
-    im2col_parallel(s, input, begin, end, patches, pool);
-    blas_gemm(true, false, k, n, end - begin, T(1), patches, k, out_backprop + begin * n, n,
-              begin == 0 ? T(0) : T(1), filter_grad, n);
-  }
+  const std::int64_t chunks = (m + chunk - 1) / chunk;
+  pool.parallel_for(chunks, gemm_ns(chunk, n, k) + 0.3 * static_cast<double>(chunk * k),
+                    [&](std::int64_t c0, std::int64_t c1) {
+                      tensor scratch(dtype_of<T>, tensor_shape{chunk * k});
+                      tensor partial(dtype_of<T>, tensor_shape{k * n});
+                      T* patches = scratch.data<T>();
+                      for (std::int64_t c = c0; c < c1; ++c) {
+                        std::int64_t begin = c * chunk, end = std::min(m, begin + chunk);
+                        im2col(s, input, begin, end, patches);
+                        blas_gemm(true, false, k, n, end - begin, T(1), patches, k, out_backprop + begin * n, n,
+                                  c == c0 ? T(0) : T(1), partial.data<T>(), n);
+                      }
+                      add_partial(partial.data<T>());
+                    });
 }
 
 // What every convolution kernel shares: the validated window attributes, and the checks
@@ -347,7 +376,7 @@ class conv2d_kernel final : public conv_kernel_base {
       return;
     }
     compute_pool& pool = ctx.pool();
-    use_openblas_threads(pool.num_threads());
+    use_openblas_threads(1);
     tensor nhwc_input = nhwc_view<T>(input, options_.nchw, pool);
     if (!options_.nchw) {
       conv_forward(s, nhwc_input.data<T>(), filter.data<T>(), output.data<T>(), pool);
@@ -379,7 +408,7 @@ class conv2d_backprop_input_kernel final : public conv_kernel_base {
       return;
     }
     compute_pool& pool = ctx.pool();
-    use_openblas_threads(pool.num_threads());
+    use_openblas_threads(1);
     tensor nhwc_backprop = nhwc_view<T>(out_backprop, options_.nchw, pool);
     if (!options_.nchw) {
       conv_backprop_input(s, filter.data<T>(), nhwc_backprop.data<T>(), input_grad.data<T>(), pool);
@@ -407,7 +436,7 @@ class conv2d_backprop_filter_kernel final : public conv_kernel_base {
     tensor& filter_grad = ctx.allocate_output(0, filter_sizes);
     if (filter_grad.num_elements() == 0) return;
     compute_pool& pool = ctx.pool();
-    use_openblas_threads(pool.num_threads());
+    use_openblas_threads(1);
     tensor nhwc_input = nhwc_view<T>(input, options_.nchw, pool);
     tensor nhwc_backprop = nhwc_view<T>(out_backprop, options_.nchw, pool);
     conv_backprop_filter(s, nhwc_input.data<T>(), nhwc_backprop.data<T>(), filter_grad.data<T>(),

@@ -134,9 +134,18 @@ class matmul_kernel final : public op_kernel {
         eigen_matmul<T>(a, b, transpose_a_, transpose_b_, product, ctx.pool());
         return;
       }
-      use_openblas_threads(ctx.pool().num_threads());
-      blas_gemm(transpose_a_, transpose_b_, m, n, k, T(1), a.data<T>(), a.dim(1), b.data<T>(),
-                b.dim(1), T(0), product.data<T>(), n);
+      // One thread budget: single-threaded OpenBLAS on row blocks over the compute pool,
+      // so concurrent kernels never start OpenBLAS threads that spin against the pool's.
+      use_openblas_threads(1);
+      const T* a_data = a.data<T>();
+      const std::int64_t lda = a.dim(1);
+      ctx.pool().parallel_for(m, 2.0 * static_cast<double>(n) * static_cast<double>(k) / 50.0,
+                              [&](std::int64_t begin, std::int64_t end) {
+                                // Rows [begin, end) of op(A): row offset, or column offset when transposed.
+                                const T* a_rows = transpose_a_ ? a_data + begin : a_data + begin * lda;
+                                blas_gemm(transpose_a_, transpose_b_, end - begin, n, k, T(1), a_rows, lda,
+                                          b.data<T>(), b.dim(1), T(0), product.data<T>() + begin * n, n);
+                              });
     } else {
       eigen_matmul<T>(a, b, transpose_a_, transpose_b_, product, ctx.pool());
     }
