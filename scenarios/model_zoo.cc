@@ -30,23 +30,36 @@ output mlp(const scope& s, graph::variable_collection& vars, const scenario::Mod
   return nn::dense(s, vars, x, 10, o);
 }
 
+// LeNet-5 (LeCun et al., 1998) with ReLU and max pooling: the 28x28 image padded to keep
+// its size in the first convolution (the original took 32x32 inputs).
 output lenet(const scope& s, graph::variable_collection& vars, output x, std::int64_t seed) {
   x = ops::reshape(s.with_name("image"), x, ops::constant(s, tensor::from_vector<std::int32_t>({-1, 28, 28, 1})));
-  for (auto [filters, name] : {std::pair{32, "conv1"}, std::pair{64, "conv2"}}) {
+  struct conv_layer {
+    int filters;
+    const char* padding;
+    const char* name;
+  };
+  for (const conv_layer& layer : {conv_layer{6, "SAME", "conv1"}, conv_layer{16, "VALID", "conv2"}}) {
     nn::conv2d_options c;
     c.kernel_height = c.kernel_width = 5;
+    c.padding = layer.padding;
     c.activation = relu;
+    c.kernel_initializer = init::he_normal_initializer();
     c.seed = seed;
-    c.name = name;
-    x = nn::conv2d(s, vars, x, filters, c);
+    c.name = layer.name;
+    x = nn::conv2d(s, vars, x, layer.filters, c);
     x = nn::max_pool(s, x, 2, 2);
   }
-  x = ops::reshape(s.with_name("flatten"), x, ops::constant(s, tensor::from_vector<std::int32_t>({-1, 7 * 7 * 64})));
-  nn::dense_options d;
-  d.activation = relu;
-  d.seed = seed;
-  d.name = "fc1";
-  x = nn::dense(s, vars, x, 512, d);
+  // 28x28 -> conv1 28x28x6 -> 14x14x6 -> conv2 10x10x16 -> 5x5x16.
+  x = ops::reshape(s.with_name("flatten"), x, ops::constant(s, tensor::from_vector<std::int32_t>({-1, 5 * 5 * 16})));
+  for (auto [units, name] : {std::pair{120, "fc1"}, std::pair{84, "fc2"}}) {
+    nn::dense_options d;
+    d.activation = relu;
+    d.kernel_initializer = init::he_normal_initializer();
+    d.seed = seed;
+    d.name = name;
+    x = nn::dense(s, vars, x, units, d);
+  }
   nn::dense_options l;
   l.seed = seed;
   l.name = "logits";

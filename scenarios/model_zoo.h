@@ -2,8 +2,8 @@
 //
 //   mlp    fully connected layers with ReLU (hidden_units, input side first), then 10
 //          logits: 784-512-512-10 by default.
-//   lenet  the CNN of the TensorFlow tutorials and of our baselines: conv 5x5x32 + ReLU,
-//          max pool 2x2, conv 5x5x64 + ReLU, max pool 2x2, dense 512 + ReLU, dense 10.
+//   lenet  LeNet-5 with ReLU and max pooling: conv 5x5x6 (SAME), max pool 2x2, conv
+//          5x5x16 (VALID), max pool 2x2, dense 120, dense 84, dense 10.
 //
 // Both read images as float [batch, 784] scaled to [0, 1] and labels as int32 [batch].
 // Variables are created in `vars` under fixed names, so two graphs built with the same

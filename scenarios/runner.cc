@@ -19,6 +19,7 @@
 #include "scenarios/model_zoo.h"
 #include "scenarios/progress.h"
 #include "scenarios/scenario.h"
+#include "scenarios/trace.h"
 
 namespace troupe::scenarios {
 
@@ -189,6 +190,47 @@ result<double> evaluate(actors::session& s, const test_set& t) {
   return static_cast<double>(correct) / static_cast<double>(n);
 }
 
+// Feeds the runtime's spans and transfers into a Chrome trace; pairs each transfer's two
+// ends by (key, step) into one arrow.
+class recorder_tracer final : public actors::step_tracer {
+ public:
+  explicit recorder_tracer(trace_recorder& recorder) : recorder_(recorder) {}
+
+  void node_span(const std::string& task, const std::string& device, const std::string& node,
+                 const std::string& op, std::int64_t step_id, clock::time_point start,
+                 clock::time_point end) override {
+    recorder_.record_span({task, device, node, op, start, end, step_id});
+  }
+  void transfer_sent(const std::string& key, std::int64_t step_id, const std::string& task,
+                     const std::string& device, clock::time_point at) override {
+    end(key, step_id, {task, device, at}, true);
+  }
+  void transfer_received(const std::string& key, std::int64_t step_id, const std::string& task,
+                         const std::string& device, clock::time_point at) override {
+    end(key, step_id, {task, device, at}, false);
+  }
+
+ private:
+  void end(const std::string& key, std::int64_t step_id, trace_point point, bool sent) {
+    std::unique_lock<std::mutex> lock(mutex_);
+    auto [it, inserted] = open_.try_emplace({key, step_id});
+    if (inserted) {
+      it->second = {std::move(point), sent};
+      return;
+    }
+    trace_point other = std::move(it->second.first);
+    open_.erase(it);
+    lock.unlock();
+    trace_flow flow{key, sent ? std::move(point) : std::move(other), sent ? std::move(other) : std::move(point),
+                    step_id};
+    recorder_.record_flow(std::move(flow));
+  }
+
+  trace_recorder& recorder_;
+  std::mutex mutex_;
+  std::map<std::pair<std::string, std::int64_t>, std::pair<trace_point, bool>> open_;
+};
+
 progress_style style_of(scenario::Report::Progress p) {
   switch (p) {
     case scenario::Report::BAR: return progress_style::bar;
@@ -218,9 +260,17 @@ result<run_summary> run_scenario(const scenario::Scenario& sc, const run_options
   out << ", " << sc.training().optimizer().name() << ", " << total_steps << " steps of batch "
       << t.batch_size() << ", seed " << t.seed() << "\n";
 
+  const std::string trace_file = options.trace_file.empty() ? sc.report().trace_file() : options.trace_file;
+  std::unique_ptr<trace_recorder> recorder;
+  std::unique_ptr<recorder_tracer> tracer;
+  if (!trace_file.empty()) {
+    recorder = std::make_unique<trace_recorder>();
+    tracer = std::make_unique<recorder_tracer>(*recorder);
+  }
   actors::cluster_options co;
   co.spec = layout->spec;
   co.compute_threads = options.compute_threads;
+  co.tracer = tracer.get();
   auto cluster = actors::cluster::create(co);
   if (!cluster.ok()) return cluster.error();
 
@@ -328,6 +378,11 @@ result<run_summary> run_scenario(const scenario::Scenario& sc, const run_options
       << static_cast<int>(summary.steps / std::max(seconds, 1e-9)) << " steps/s); loss "
       << summary.final_loss << "; test accuracy " << std::to_string(summary.test_accuracy * 100).substr(0, 5)
       << "% on " << tests->labels.num_elements() << " images\n";
+  if (recorder != nullptr) {
+    TROUPE_RETURN_IF_ERROR(recorder->write(trace_file));
+    out << "wrote trace " << trace_file << " (" << recorder->num_events()
+        << " events; open it in https://ui.perfetto.dev)\n";
+  }
   const auto& expect = sc.report().expect();
   if (expect.has_min_test_accuracy() && summary.test_accuracy < expect.min_test_accuracy()) {
     summary.expectations_met = false;
