@@ -1,0 +1,98 @@
+// scenarios/runner: a short scenario trains on a PS + worker cluster and learns; a traced
+// run writes spans and Send/Recv flows; the placed graph draws one box per device; bad
+// set-ups fail before anything starts, naming what is wrong.
+#include <catch2/catch.hpp>
+
+#include <sstream>
+
+#include "core/file.h"
+#include "scenarios/runner.h"
+#include "scenarios/scenario.h"
+
+using namespace troupe;
+
+namespace {
+
+scenario::Scenario parse(const std::string& text) {
+  auto s = scenarios::parse_scenario(text, "test.pbtxt");
+  if (!s.ok()) FAIL(s.error().to_string());
+  return *s;
+}
+
+const char* k_small = R"(
+cluster {
+  job { name: "ps" tasks: 1 }
+  job { name: "worker" tasks: 2 }
+  worker_job: "worker"
+  ps_job: "ps"
+}
+model { name: "mlp" hidden_units: [64] }
+training {
+  optimizer { name: "adam" learning_rate: 0.003 }
+  steps: 300
+  batch_size: 64
+  seed: 7
+  eval_every: 150
+}
+report { progress: PLAIN progress_every: 100 expect { min_test_accuracy: 0.70 } }
+)";
+
+}  // namespace
+
+TEST_CASE("a scenario trains asynchronously on ps and worker tasks and learns") {
+  std::ostringstream out;
+  scenarios::run_options o;
+  o.out = &out;
+  o.compute_threads = 2;
+  auto summary = scenarios::run_scenario(parse(k_small), o);
+  if (!summary.ok()) FAIL(summary.error().to_string());
+  INFO(out.str());
+  CHECK(summary->steps >= 300);
+  CHECK(summary->test_accuracy > 0.70);  // chance is 0.10
+  CHECK(summary->expectations_met);
+  CHECK_THAT(out.str(), Catch::Contains("seed 7") && Catch::Contains("test accuracy"));
+}
+
+TEST_CASE("a traced run writes kernel spans and Send/Recv arrows") {
+  std::ostringstream out;
+  scenarios::run_options o;
+  o.out = &out;
+  o.steps = 5;
+  o.trace_file = "/tmp/troupe_runner_test_trace.json";
+  auto summary = scenarios::run_scenario(parse(k_small), o);
+  if (!summary.ok()) FAIL(summary.error().to_string());
+  auto json = read_file(o.trace_file);
+  REQUIRE(json.ok());
+  CHECK_THAT(*json, Catch::Contains("\"ph\":\"X\"") || Catch::Contains("\"ph\": \"X\""));
+  CHECK_THAT(*json, Catch::Contains("ResourceApplyAdam"));
+  CHECK_THAT(*json, Catch::Contains("send_recv"));
+  CHECK_THAT(*json, Catch::Contains("/job:ps/replica:0/task:0"));
+}
+
+TEST_CASE("the placed training graph has one box per device") {
+  auto dot = scenarios::scenario_dot(parse(k_small), 1);
+  if (!dot.ok()) FAIL(dot.error().to_string());
+  CHECK_THAT(*dot, Catch::Contains("/job:ps/replica:0/task:0/device:CPU:0"));
+  CHECK_THAT(*dot, Catch::Contains("/job:worker/replica:0/task:1/device:CPU:0"));
+  CHECK_THAT(*dot, !Catch::Contains("/job:worker/replica:0/task:0/device:CPU:0"));
+  auto bad = scenarios::scenario_dot(parse(k_small), 5);
+  REQUIRE_FALSE(bad.ok());
+  CHECK_THAT(bad.error().message(), Catch::Contains("worker 5"));
+}
+
+TEST_CASE("set-up errors stop a run before it starts") {
+  auto missing = parse(std::string(k_small) + "dataset { dir: \"/nonexistent/fashion\" }\n");
+  std::ostringstream out;
+  scenarios::run_options o;
+  o.out = &out;
+  auto r = scenarios::run_scenario(missing, o);
+  REQUIRE_FALSE(r.ok());
+  CHECK_THAT(r.error().message(), Catch::Contains("/nonexistent/fashion"));
+
+  std::string sync_text = k_small;
+  sync_text.replace(sync_text.find("eval_every: 150"), 15, "eval_every: 150 replication: SYNC");
+  auto sync = parse(sync_text);
+  auto s = scenarios::run_scenario(sync, o);
+  REQUIRE_FALSE(s.ok());
+  CHECK(s.error().error_code() == code::unimplemented);
+}
