@@ -8,7 +8,9 @@
 //
 // Gradients (TensorFlow's math_grad.py): Sum and Mean spread the gradient back over the
 // reduced axes by broadcasting; Max and Min split it evenly among the elements equal to
-// the extremum; Prod has none yet; ArgMax and ArgMin are not differentiable.
+// the extremum; Prod gives each element the product of the others in its group (zeros
+// handled without dividing by them, see prod_grad); ArgMax and ArgMin are not
+// differentiable.
 #include <cstdio>
 #include <cstdlib>
 
@@ -176,6 +178,32 @@ status extremum_grad(const gradient_context& ctx, grads dx) {
   return status();
 }
 
+// Prod: d(prod)/d(x_i) is the product of the other elements of x_i's group. TensorFlow
+// builds it from exclusive cumulative products; this builds it from reductions instead.
+// With q the product of the group's non-zero elements and z the number of its zeros:
+//   z == 0: q / x_i;   z == 1: q at the zero, 0 elsewhere;   z >= 2: 0 everywhere.
+// q / x_i agrees with the product of the others to a rounding, unless q itself under- or
+// overflows while that product would not (a group of very small or very large values):
+// there TensorFlow's cumulative products are the more accurate.
+status prod_grad(const gradient_context& ctx, grads dx) {
+  const scope& s = ctx.s;
+  const output& x = ctx.inputs[0];
+  const output& axes = ctx.inputs[1];
+  const tf::AttrValue keep = attr_value(true);
+  const tf::AttrValue tidx = attr_value(axes.type);
+  output zero = scalar_of(s, x.type, 0.0);
+  output one = scalar_of(s, x.type, 1.0);
+  output is_zero = ops::equal(s, x, zero);
+  output nonzero = ops::select(s, is_zero, one, x);
+  output q = s.add("Prod", {nonzero, axes}, {{"keep_dims", keep}, {"Tidx", tidx}}).out();
+  output zeros = s.add("Sum", {ops::cast(s, is_zero, x.type), axes}, {{"keep_dims", keep}, {"Tidx", tidx}}).out();
+  output at_zero = ops::select(s, ops::equal(s, zeros, one), q, zero);
+  output elsewhere = ops::select(s, ops::equal(s, zeros, zero), ops::div(s, q, nonzero), zero);
+  output others = ops::select(s, is_zero, at_zero, elsewhere);
+  *dx = {ops::mul(s, others, with_kept_dims(ctx, ctx.grad_outputs[0])), output{}};
+  return status();
+}
+
 constexpr const char* k_reduction_types = "T: {float, double, int8, int16, int32, int64, uint8, uint16}";
 
 }  // namespace
@@ -183,7 +211,7 @@ constexpr const char* k_reduction_types = "T: {float, double, int8, int16, int32
 void register_reduction_ops(op_registry& registry) {
   const std::pair<const char*, gradient_function> reductions[] = {
       {"Sum", sum_grad}, {"Mean", mean_grad}, {"Max", extremum_grad}, {"Min", extremum_grad},
-      {"Prod", nullptr}};
+      {"Prod", prod_grad}};
   for (const auto& [name, gradient] : reductions) {
     add_builtin_op(registry, op_schema(name)
                                .input("input: T")

@@ -1,8 +1,8 @@
 // graph::add_gradients: every registered gradient against central differences, computed
 // through a session in float64 (one table row per op, each run with known and with unknown
-// input shapes so both the static and the Shape-based paths are checked); broadcasting,
-// several consumers, unreachable xs, StopGradient, errors; a small MLP trained by feeding
-// its weights back.
+// input shapes so both the static and the Shape-based paths are checked; random inputs
+// unless a row fixes them); broadcasting, several consumers, unreachable xs, StopGradient,
+// errors; a small MLP trained by feeding its weights back.
 #include <catch2/catch.hpp>
 
 #include <cmath>
@@ -48,8 +48,9 @@ struct gradient_case {
   std::string name;
   std::vector<tensor_shape> shapes;
   build_fn build;
-  double lo = -1.0;  // inputs are uniform in [lo, hi]
+  double lo = -1.0;  // inputs are uniform in [lo, hi]...
   double hi = 1.0;
+  std::vector<std::vector<double>> values = {};  // ...unless given here, one per shape
 };
 
 // Builds y = f(x...) on float64 placeholders, takes the gradient of sum(y * c) for a random
@@ -65,7 +66,8 @@ void check_gradient(const gradient_case& c, bool known_shapes) {
   for (std::size_t i = 0; i < c.shapes.size(); ++i) {
     xs.push_back(ops::placeholder(root.with_name("x" + std::to_string(i)), dtype::float64,
                                   known_shapes ? partial_shape(c.shapes[i]) : partial_shape::unknown()));
-    values.push_back(random_tensor(c.shapes[i], rng, c.lo, c.hi));
+    values.push_back(c.values.empty() ? random_tensor(c.shapes[i], rng, c.lo, c.hi)
+                                      : tensor::from_vector(c.values[i], c.shapes[i]));
   }
   output y = c.build(root, xs);
   output weights = ops::placeholder(root.with_name("c"), dtype::float64);
@@ -186,6 +188,17 @@ std::vector<gradient_case> gradient_cases() {
       {"Mean all", {{2, 3}}, [](const scope& s, const v& x) { return ops::mean(s, x[0], i32(s, {0, 1})); }},
       {"Max axis 1", {{2, 3}}, [](const scope& s, const v& x) { return ops::max(s, x[0], i32(s, {1})); }},
       {"Min axis 0, keep_dims", {{3, 2}}, [](const scope& s, const v& x) { return ops::min(s, x[0], i32(s, {0}), true); }},
+      // Prod, also over groups holding one zero (the zero's gradient is the product of
+      // the others) and two zeros (all gradients 0); central differences are exact there,
+      // the product being linear in each element.
+      {"Prod axis 1", {{2, 3}}, [](const scope& s, const v& x) { return ops::prod(s, x[0], i32(s, {1})); }},
+      {"Prod all, keep_dims", {{2, 3}}, [](const scope& s, const v& x) { return ops::prod(s, x[0], i32(s, {0, 1}), true); }},
+      {"Prod axis 1, rows with one, two and no zeros", {{3, 3}}, [](const scope& s, const v& x) {
+         return ops::prod(s, x[0], i32(s, {1}));
+       }, -1.0, 1.0, {{0.5, 0.0, -2.0, 0.0, 0.0, 1.5, 1.25, -0.5, 3.0}}},
+      {"Prod axes int64 [0, 2] of [2,3,2] with a zero", {{2, 3, 2}}, [](const scope& s, const v& x) {
+         return ops::prod(s, x[0], ops::constant(s, tensor::from_vector<std::int64_t>({0, 2})));
+       }, -1.0, 1.0, {{0.5, -1.5, 0.0, 2.0, 1.0, 1.0, 0.75, 1.25, -2.0, 0.5, 0.0, 0.0}}},
       // Classifier ops.
       {"Softmax", {{2, 3}}, [](const scope& s, const v& x) { return ops::softmax(s, x[0]); }},
       {"LogSoftmax", {{2, 4}}, [](const scope& s, const v& x) { return ops::log_softmax(s, x[0]); }},
@@ -391,15 +404,24 @@ TEST_CASE("unreachable xs get no gradient, not zeros", "[gradients]") {
 }
 
 TEST_CASE("an op on the path without a gradient is an error naming op and node", "[gradients]") {
+  // An op made for this test, so that no gradient added to a built-in op later breaks it.
+  static const bool registered = [] {
+    status s = graph::op_registry::builtin().add(
+        graph::op_schema("TestWithoutGradient").input("x: T").output("y: T").attr("T: {float, double}")
+            .shape_fn(graph::unchanged_shape));
+    REQUIRE(s.ok());
+    return true;
+  }();
+  (void)registered;
   auto root = scope::new_root();
   auto x = ops::placeholder(root.with_name("x"), dtype::float64, {2, 3});
-  auto p = ops::prod(root.with_name("my_prod"), x, i32(root, {1}));
+  auto p = root.with_name("my_op").add("TestWithoutGradient", {x}).out();
   auto y = ops::sum(root, p, i32(root, {0}));
   auto grads = graph::add_gradients(root, {y}, {x});
   REQUIRE_FALSE(grads.ok());
   std::string message = grads.error().message();
-  CHECK(message.find("'Prod'") != std::string::npos);
-  CHECK(message.find("'my_prod'") != std::string::npos);
+  CHECK(message.find("'TestWithoutGradient'") != std::string::npos);
+  CHECK(message.find("'my_op'") != std::string::npos);
   CHECK(root.ok());  // the scope stays usable
 
   // A no_gradient op on the path only blocks: ArgMax's output is not differentiable.
