@@ -11,9 +11,13 @@ OPENBLAS_CORETYPE as the troupe run):
 
   LD_PRELOAD=/usr/lib/x86_64-linux-gnu/libtcmalloc.so.4 /usr/bin/python3 bench/peers/conv_peer.py
 
+With --json it prints one JSON object instead of the table (bench/run.sh reads it):
+{"torch": ..., "threads": 1, "results": [{"layer", "op", "ms", "gflops"}, ...]}.
+
 Needs PyTorch (Debian: apt-get install python3-torch); never installed by CI or set-up
 scripts.
 """
+import json
 import statistics
 import sys
 import time
@@ -47,11 +51,18 @@ def time_ms(fn, min_seconds=0.5, repeats=5):
 
 
 def main():
+    as_json = "--json" in sys.argv[1:]
+    min_seconds = 0.5
+    for arg in sys.argv[1:]:
+        if arg.startswith("--seconds="):
+            min_seconds = float(arg.split("=", 1)[1])
+    rows = []
     torch.set_num_threads(1)
     torch.manual_seed(42)
     print(f"torch {torch.__version__}, threads {torch.get_num_threads()}, "
           f"mkldnn {torch.backends.mkldnn.is_available()}", file=sys.stderr)
-    print(f"{'layer':<16} {'op':<22} {'ms':>9} {'GFLOP/s':>9}")
+    if not as_json:
+        print(f"{'layer':<16} {'op':<22} {'ms':>9} {'GFLOP/s':>9}")
     for name, batch, in_h, in_w, in_c, k, out_c, stride, padding in LAYERS:
         # SAME with an odd kernel at stride 1 is symmetric padding (k - 1) / 2.
         pad = (k - 1) // 2 if padding == "SAME" else 0
@@ -73,8 +84,12 @@ def main():
                 ("backprop_filter", lambda: backward([False, True, False])),
             ]
             for op, fn in runs:
-                ms = time_ms(fn)
-                print(f"{name:<16} {op:<22} {ms:9.2f} {flops / ms / 1e6:9.1f}")
+                ms = time_ms(fn, min_seconds)
+                rows.append({"layer": name, "op": op, "ms": ms, "gflops": flops / ms / 1e6})
+                if not as_json:
+                    print(f"{name:<16} {op:<22} {ms:9.2f} {flops / ms / 1e6:9.1f}")
+    if as_json:
+        print(json.dumps({"torch": torch.__version__, "threads": 1, "results": rows}))
 
 
 if __name__ == "__main__":

@@ -1,0 +1,123 @@
+// Helpers shared by the model and runtime benchmarks: building a session, random input
+// batches, the smoke-size switch, and the counters every training benchmark reports.
+//
+// Every model benchmark times one training step (session::run of the train op with the
+// batch fed as placeholders) and reports:
+//   real_time          ms per step (Unit(kMillisecond), UseRealTime)
+//   items_per_second   examples (or words, for the LSTM) per second
+//   threads            the compute pool's size, so a report can say which split it used
+//
+// TROUPE_BENCH_SMOKE=1 shrinks every model (batch, image and vocabulary sizes) so that
+// bench/smoke.sh can prove each program still builds and runs its graph in seconds; the
+// figures of a smoke run mean nothing.
+#pragma once
+
+#include <benchmark/benchmark.h>
+
+#include <cstdlib>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "actors/session.h"
+#include "core/tensor.h"
+#include "graph/builder.h"
+#include "graph/ops.h"
+
+namespace troupe::bench {
+
+inline bool smoke() {
+  const char* v = std::getenv("TROUPE_BENCH_SMOKE");
+  return v != nullptr && std::string(v) == "1";
+}
+
+// n normally, small under TROUPE_BENCH_SMOKE.
+inline std::int64_t size(std::int64_t n, std::int64_t smoke_n) { return smoke() ? smoke_n : n; }
+
+// Skips the benchmark with the status's message; true when it did.
+inline bool skip_on_error(benchmark::State& state, const status& s) {
+  if (s.ok()) return false;
+  state.SkipWithError(s.to_string().c_str());
+  return true;
+}
+
+template <class T>
+bool skip_on_error(benchmark::State& state, const result<T>& r) {
+  if (r.ok()) return false;
+  state.SkipWithError(r.error().to_string().c_str());
+  return true;
+}
+
+// A session on a private local cluster whose compute pool has `threads` threads; CAF gets
+// one scheduler thread (actors only schedule work), so `threads` is the whole budget.
+inline result<std::unique_ptr<actors::session>> local_session(const graph::scope& root,
+                                                              int threads) {
+  auto g = root.to_graph();
+  if (!g.ok()) return g.error();
+  actors::session_options options;
+  options.compute_threads = threads;
+  options.actor_threads = 1;
+  return actors::session::create(std::move(*g), options);
+}
+
+inline tensor uniform_tensor(tensor_shape shape, std::mt19937& rng, float low = -1.0f,
+                             float high = 1.0f) {
+  tensor t(dtype::float32, std::move(shape));
+  std::uniform_real_distribution<float> dist(low, high);
+  for (float& x : t.flat<float>()) x = dist(rng);
+  return t;
+}
+
+inline tensor label_tensor(std::int64_t n, std::int32_t classes, std::mt19937& rng) {
+  tensor t(dtype::int32, {n});
+  std::uniform_int_distribution<std::int32_t> dist(0, classes - 1);
+  for (auto& x : t.flat<std::int32_t>()) x = dist(rng);
+  return t;
+}
+
+// mean(SparseSoftmaxCrossEntropyWithLogits(logits, labels)), named "loss".
+inline graph::output mean_xent(const graph::scope& root, const graph::output& logits,
+                               const graph::output& labels) {
+  auto xent = ops::sparse_softmax_cross_entropy_with_logits(root, logits, labels);
+  return ops::mean(root.with_name("loss"), xent.out(0),
+                   ops::constant(root, tensor::from_vector<std::int32_t>({0})));
+}
+
+// Sets the counters every training benchmark reports (see the top of this file).
+inline void set_step_counters(benchmark::State& state, std::int64_t items_per_step,
+                              int threads) {
+  state.SetItemsProcessed(state.iterations() * items_per_step);
+  state.counters["threads"] = threads;
+  state.counters["items_per_step"] = static_cast<double>(items_per_step);
+}
+
+// A model ready to train: its graph, the op that initializes its variables, the train op,
+// and a few batches of feeds that steps cycle through (made once, outside the timing).
+struct training_model {
+  graph::scope root = graph::scope::new_root();
+  std::string init_op;
+  std::string train_op;
+  std::vector<actors::feed_list> batches;
+  std::int64_t items_per_step = 0;
+};
+
+// Times one training step of `m` per iteration on a session with `threads` compute
+// threads, after initializing the variables and one untimed warm-up step (which prepares
+// the partitions and fills the allocator's caches).
+inline void run_training(benchmark::State& state, const training_model& m, int threads) {
+  if (skip_on_error(state, m.root.get_status())) return;
+  auto s = local_session(m.root, threads);
+  if (skip_on_error(state, s)) return;
+  if (skip_on_error(state, (*s)->run({}, {}, {m.init_op}))) return;
+  if (skip_on_error(state, (*s)->run(m.batches.front(), {}, {m.train_op}))) return;
+  std::size_t next = 0;
+  for (auto _ : state) {
+    auto r = (*s)->run(m.batches[next], {}, {m.train_op});
+    if (skip_on_error(state, r)) return;
+    next = (next + 1) % m.batches.size();
+  }
+  set_step_counters(state, m.items_per_step, threads);
+}
+
+}  // namespace troupe::bench

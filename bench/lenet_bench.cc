@@ -1,0 +1,61 @@
+// One training step of LeNet (the CNN of ../shared/notes/baselines.md: conv 5x5x32 ReLU,
+// max-pool 2, conv 5x5x64 ReLU, max-pool 2, dense 512 ReLU, dense 10; NHWC 28x28x1,
+// batch 64, softmax cross-entropy, plain SGD) through actors::session on a local cluster,
+// the batch fed as placeholders. The PyTorch peer is bench/peers/lenet_peer.py.
+//
+//   build/bench/bench_lenet --benchmark_counters_tabular=true
+//
+// real_time is ms per step; items_per_second is images per second. Args: threads.
+#include "bench/bench_util.h"
+#include "graph/nn.h"
+#include "graph/train.h"
+#include "graph/variables.h"
+
+namespace troupe::bench {
+namespace {
+
+training_model build_lenet() {
+  const std::int64_t batch = size(64, 2);
+  training_model m;
+  auto& root = m.root;
+  graph::variable_collection vars;
+  auto x = ops::placeholder(root.with_name("x"), dtype::float32, {batch, 28, 28, 1});
+  auto labels = ops::placeholder(root.with_name("labels"), dtype::int32, {batch});
+  auto h = nn::conv2d(root, vars, x, 32,
+                      {.kernel_height = 5, .kernel_width = 5, .activation = ops::relu, .name = "conv1"});
+  h = nn::max_pool(root, h, 2, 2);
+  h = nn::conv2d(root, vars, h, 64,
+                 {.kernel_height = 5, .kernel_width = 5, .activation = ops::relu, .name = "conv2"});
+  h = nn::max_pool(root, h, 2, 2);
+  h = ops::reshape(root, h, ops::constant(root, tensor::from_vector<std::int32_t>({-1, 7 * 7 * 64})));
+  h = nn::dense(root, vars, h, 512, {.activation = ops::relu, .name = "dense1"});
+  auto logits = nn::dense(root, vars, h, 10, {.name = "logits"});
+  auto loss = mean_xent(root, logits, labels);
+  auto train_op = train::minimize(root, train::gradient_descent(0.01), loss, vars);
+  if (!train_op.ok()) {
+    root.record(train_op.error());
+    return m;
+  }
+  m.train_op = train_op->node;
+  m.init_op = graph::global_variables_initializer(root, vars).node;
+  std::mt19937 rng(42);
+  for (int i = 0; i < 4; ++i) {
+    m.batches.push_back({{"x", uniform_tensor({batch, 28, 28, 1}, rng, 0.0f, 1.0f)},
+                         {"labels", label_tensor(batch, 10, rng)}});
+  }
+  m.items_per_step = batch;
+  return m;
+}
+
+void lenet_step(benchmark::State& state) {
+  run_training(state, build_lenet(), static_cast<int>(state.range(0)));
+}
+
+}  // namespace
+
+BENCHMARK(lenet_step)->ArgName("threads")->Arg(1)->Arg(2)
+    ->Unit(benchmark::kMillisecond)->UseRealTime();
+
+}  // namespace troupe::bench
+
+BENCHMARK_MAIN();

@@ -1,0 +1,34 @@
+#!/usr/bin/python3
+"""PyTorch peer for bench/lenet_bench.cc: conv 5x5x32 (pad 2) ReLU, max-pool 2, conv 5x5x64
+(pad 2) ReLU, max-pool 2, dense 3136 -> 512 ReLU, dense 10; 28x28x1 images, batch 64,
+softmax cross-entropy, plain SGD (lr 0.01). PyTorch's native NCHW layout (its fastest on
+CPU); the shapes match troupe's NHWC graph layer for layer.
+
+  LD_PRELOAD=/usr/lib/x86_64-linux-gnu/libtcmalloc.so.4 /usr/bin/python3 bench/peers/lenet_peer.py
+
+Prints JSON (see peer_common.py). Needs python3-torch; installed only by bench/run.sh.
+"""
+import torch
+from torch import nn
+
+import peer_common
+
+
+def main():
+    args = peer_common.parse_args(__doc__)
+    batch = 2 if args.smoke else 64
+
+    def make_step():
+        model = nn.Sequential(
+            nn.Conv2d(1, 32, 5, padding=2), nn.ReLU(), nn.MaxPool2d(2),
+            nn.Conv2d(32, 64, 5, padding=2), nn.ReLU(), nn.MaxPool2d(2),
+            nn.Flatten(), nn.Linear(7 * 7 * 64, 512), nn.ReLU(), nn.Linear(512, 10))
+        batches = [(torch.rand(batch, 1, 28, 28), torch.randint(0, 10, (batch,))) for _ in range(4)]
+        return peer_common.sgd_step(model, torch.optim.SGD(model.parameters(), lr=0.01),
+                                    nn.functional.cross_entropy, batches)
+
+    peer_common.run("lenet", "images", batch, make_step, args)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,134 @@
+"""Shared timing and reporting for the PyTorch peers of bench/run.sh.
+
+Each peer builds one model with PyTorch 1.13 (Debian's python3-torch), makes its input
+batches once, and times full training steps (zero_grad, forward, loss, backward, SGD
+step) at each thread count asked for, printing one JSON object:
+
+  {"model": "mlp", "torch": "1.13.1", "tcmalloc": true, "interop_threads": 1,
+   "items": "examples", "results": [{"threads": 1, "ms_per_step": 1.7, "items_per_s": 37600,
+   "samples_ms": [...]}, ...], "best": {...}}
+
+"best" is the thread count with the lowest median step time: the peer at its best, as
+../shared/notes/baselines.md asks (with tcmalloc preloaded by the caller:
+LD_PRELOAD=/usr/lib/x86_64-linux-gnu/libtcmalloc.so.4; inter-op parallelism off and
+OpenBLAS's threads set to the same count, so the thread count is the whole budget).
+"""
+import argparse
+import ctypes
+import json
+import statistics
+import sys
+import time
+
+import torch
+
+
+def parse_args(description):
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--threads", default="1,2",
+                        help="comma-separated intra-op thread counts to try (default 1,2)")
+    parser.add_argument("--seconds", type=float, default=2.0,
+                        help="time spent measuring each thread count (default 2)")
+    parser.add_argument("--repeats", type=int, default=5,
+                        help="timed samples per thread count; the median is reported")
+    parser.add_argument("--smoke", action="store_true", help="tiny shapes, to check the script runs")
+    args = parser.parse_args()
+    args.threads = [int(t) for t in args.threads.split(",") if t]
+    return args
+
+
+def pop_option(argv, name, default):
+    """Removes `name VALUE` (or `name=VALUE`) from argv; returns (argv, VALUE or default)."""
+    out, value, i = [], default, 0
+    while i < len(argv):
+        if argv[i] == name and i + 1 < len(argv):
+            value = argv[i + 1]
+            i += 2
+            continue
+        if argv[i].startswith(name + "="):
+            value = argv[i][len(name) + 1:]
+        else:
+            out.append(argv[i])
+        i += 1
+    return out, value
+
+
+def tcmalloc_loaded():
+    try:
+        with open("/proc/self/maps") as maps:
+            return "tcmalloc" in maps.read()
+    except OSError:
+        return False
+
+
+def set_blas_threads(threads):
+    """Sets OpenBLAS's thread count (PyTorch's set_num_threads leaves it at the core count,
+    so a 1-thread peer would still run 2-thread GEMMs that fight its own thread). Returns the
+    library set, or None when PyTorch did not load OpenBLAS."""
+    try:
+        with open("/proc/self/maps") as maps:
+            paths = {line.split()[-1] for line in maps if "libopenblas" in line and "/" in line}
+    except OSError:
+        return None
+    for path in sorted(paths):
+        try:
+            ctypes.CDLL(path).openblas_set_num_threads(threads)
+            return path
+        except (OSError, AttributeError):
+            continue
+    return None
+
+
+def time_steps(step, seconds, repeats):
+    """Median over `repeats` samples of the mean ms per step; each sample loops step()."""
+    for _ in range(2):  # warm-up: allocator caches, oneDNN primitives
+        step()
+    start = time.perf_counter()
+    step()
+    once = max(time.perf_counter() - start, 1e-6)
+    loops = max(1, int(seconds / repeats / once))
+    samples = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        for _ in range(loops):
+            step()
+        samples.append((time.perf_counter() - start) / loops * 1e3)
+    return statistics.median(samples), samples
+
+
+def run(model, items_name, items_per_step, make_step, args, extra=None):
+    """Times make_step() (a fresh step function per thread count) and prints the JSON."""
+    torch.set_num_interop_threads(1)
+    results = []
+    blas = None
+    for threads in args.threads:
+        torch.set_num_threads(threads)
+        blas = set_blas_threads(threads) or blas
+        torch.manual_seed(0)
+        step = make_step()
+        ms, samples = time_steps(step, args.seconds, args.repeats)
+        results.append({"threads": threads, "ms_per_step": ms,
+                        "items_per_s": items_per_step / ms * 1e3,
+                        "samples_ms": [round(s, 4) for s in samples]})
+        print(f"{model}: {threads} thread(s) {ms:.2f} ms/step", file=sys.stderr)
+    best = min(results, key=lambda r: r["ms_per_step"])
+    out = {"model": model, "torch": torch.__version__, "tcmalloc": tcmalloc_loaded(),
+           "interop_threads": 1, "openblas": blas, "items": items_name, "items_per_step": items_per_step,
+           "results": results, "best": best}
+    if extra:
+        out.update(extra)
+    print(json.dumps(out))
+
+
+def sgd_step(model, optimizer, loss_fn, batches):
+    """A step function cycling through `batches` (tuples of inputs, the last the target)."""
+    state = {"next": 0}
+
+    def step():
+        *inputs, target = batches[state["next"]]
+        state["next"] = (state["next"] + 1) % len(batches)
+        optimizer.zero_grad(set_to_none=True)
+        loss = loss_fn(model(*inputs), target)
+        loss.backward()
+        optimizer.step()
+    return step

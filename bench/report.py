@@ -1,0 +1,435 @@
+#!/usr/bin/python3
+"""Builds report.md and PNG plots from one run of bench/run.sh.
+
+  python3 bench/report.py --results bench/results/<date>
+
+Reads what run.sh left in the results folder (every file is optional; a missing one
+leaves its section out and says so):
+
+  machine.json                 machine description, settings, mode and rounds
+  <name>.troupe.r<k>.json      Google Benchmark JSON of a troupe program, round k
+  <name>.peer.r<k>.json        a PyTorch peer's JSON (bench/peers/peer_common.py), round k
+  fma_peak.r<k>.json           bench_fma_peak
+  figure6.json                 bench_figure6
+
+Every figure is the median over the rounds of that run; nothing here is a stored result.
+Ratios are troupe's throughput over the peer's (above 1: troupe is faster), each side at
+its better thread count. Writes report.md, ratios.png and figure6.png (the plots need
+matplotlib: Debian's python3-matplotlib).
+"""
+import argparse
+import glob
+import json
+import os
+import re
+import statistics
+import sys
+
+# The TensorFlow paper's figures (Abadi et al., OSDI 2016), for comparison only.
+PAPER_NULL_OPS_PER_S = 2_000_000
+PAPER_FIGURE6 = "null step median 1.8 ms with 1 worker, 8.8 ms with 100; sparse (32 rows of a 1 GB or 16 GB embedding) 5-20 ms"
+
+MODELS = [
+    # (report name, troupe program, benchmark prefix, peer file stem, unit)
+    ("MLP 784-512-512-10, batch 64", "mlp", "mlp_step", "mlp", "examples/s"),
+    ("LeNet, batch 64", "lenet", "lenet_step", "lenet", "images/s"),
+    ("AlexNet, batch 16, 224x224x3", "alexnet", "alexnet_step", "alexnet", "images/s"),
+    ("LSTM LM, full softmax", "lstm", "lstm_step/full", "lstm_full", "words/s"),
+    ("LSTM LM, sampled softmax (512)", "lstm", "lstm_step/sampled", "lstm_sampled", "words/s"),
+]
+
+
+def load_json(path):
+    try:
+        with open(path) as f:
+            return json.load(f)
+    except (OSError, ValueError) as e:
+        print(f"report: cannot read {path}: {e}", file=sys.stderr)
+        return None
+
+
+def rounds_of(results, pattern):
+    """The parsed files matching <results>/<pattern> (one per round), in round order."""
+    files = sorted(glob.glob(os.path.join(results, pattern)),
+                   key=lambda p: int(re.search(r"\.r(\d+)\.json$", p).group(1)) if re.search(r"\.r(\d+)\.json$", p) else 0)
+    return [d for d in (load_json(p) for p in files) if d is not None]
+
+
+def median(values):
+    values = [v for v in values if v is not None]
+    return statistics.median(values) if values else None
+
+
+def to_ms(bench):
+    scale = {"ns": 1e-6, "us": 1e-3, "ms": 1.0, "s": 1e3}[bench.get("time_unit", "ns")]
+    return bench["real_time"] * scale
+
+
+class gbench_runs:
+    """Google Benchmark results of one program over rounds: name -> list of entries."""
+
+    def __init__(self, docs):
+        self.by_name = {}
+        self.errors = {}
+        self.context = docs[0].get("context", {}) if docs else {}
+        for doc in docs:
+            for b in doc.get("benchmarks", []):
+                if b.get("run_type", "iteration") != "iteration":
+                    continue
+                if b.get("error_occurred"):
+                    self.errors[b["name"]] = b.get("error_message", "error")
+                    continue
+                self.by_name.setdefault(b["name"], []).append(b)
+
+    def names(self):
+        return list(self.by_name)
+
+    def ms(self, name):
+        return median([to_ms(b) for b in self.by_name.get(name, [])])
+
+    def counter(self, name, key):
+        return median([b.get(key) for b in self.by_name.get(name, [])])
+
+
+def fmt(value, digits=3):
+    if value is None:
+        return "n/a"
+    if value == 0:
+        return "0"
+    if abs(value) >= 1000:
+        return f"{value:,.0f}"
+    return f"{value:.{digits}g}"
+
+
+def ratio_text(r):
+    return "n/a" if r is None else f"{r:.2f}x"
+
+
+def section_machine(m):
+    lines = ["## Machine and settings", ""]
+    if not m:
+        return lines + ["(machine.json missing)", ""]
+    rows = [
+        ("date", m.get("date")), ("git commit", m.get("commit")), ("mode", m.get("mode")),
+        ("rounds (troupe and peer alternating)", m.get("rounds")),
+        ("CPU", m.get("cpu_model")), ("cores (nproc)", m.get("nproc")),
+        ("memory", m.get("memory")), ("vector extensions", m.get("vector_flags")),
+        ("OPENBLAS_CORETYPE", m.get("openblas_coretype") or "(unset)"),
+        ("OPENBLAS_L2_SIZE", m.get("openblas_l2_size") or "(unset)"),
+        ("compiler", m.get("compiler")), ("build type", m.get("build_type")),
+        ("PyTorch (peers)", m.get("torch") or "not installed"),
+        ("peer allocator", m.get("peer_preload") or "glibc malloc"),
+        ("load average before / after", f"{m.get('load_before', '?')} / {m.get('load_after', '?')}"),
+    ]
+    lines += ["| | |", "|---|---|"] + [f"| {k} | {v} |" for k, v in rows]
+    lines += ["", "Troupe and its peers run under the same OPENBLAS_CORETYPE and OPENBLAS_L2_SIZE, "
+              "as set in the environment (never changed by the benchmarks). The machine may be "
+              "shared with other work: the load average above says how busy it was, and ratios "
+              "measured in one run are steadier than absolute figures.", ""]
+    if m.get("lscpu"):
+        lines += ["<details><summary>lscpu and free</summary>", "", "```", m["lscpu"].rstrip(),
+                  "", m.get("free", "").rstrip(), "```", "", "</details>", ""]
+    return lines
+
+
+def section_ceilings(results):
+    lines = ["## Machine ceilings: FMA peak and GEMM", ""]
+    fma = rounds_of(results, "fma_peak.r*.json")
+    peak = {}
+    if fma:
+        for t in sorted({r["threads"] for d in fma for r in d["results"]}):
+            peak[t] = median([r["gflops"] for d in fma for r in d["results"] if r["threads"] == t])
+        bits = fma[0].get("vector_bits")
+        lines += [f"fp32 FMA peak (bench_fma_peak, {bits}-bit vectors): " +
+                  ", ".join(f"{fmt(g)} GFLOP/s on {t} thread(s)" for t, g in peak.items()) + ".", ""]
+    else:
+        lines += ["(bench_fma_peak did not run)", ""]
+    mm = gbench_runs(rounds_of(results, "matmul.troupe.r*.json"))
+    if mm.names():
+        lines += ["| GEMM N x N float32 | threads | GFLOP/s | % of FMA peak |", "|---|---|---|---|"]
+        for name in mm.names():
+            m = re.match(r"(\w+)/N:(\d+)/threads:(\d+)", name)
+            if not m:
+                continue
+            what, n, t = m.group(1), m.group(2), int(m.group(3))
+            g = mm.counter(name, "GFLOP/s")
+            label = "OpenBLAS cblas_sgemm" if what == "cblas_sgemm" else "troupe MatMul kernel"
+            pct = f"{100 * g / peak[t]:.0f}%" if g and peak.get(t) else "n/a"
+            lines.append(f"| {label}, N = {n} | {t} | {fmt(g)} | {pct} |")
+        lines.append("")
+    else:
+        lines += ["(bench_matmul did not run)", ""]
+    return lines
+
+
+def model_rows(results):
+    """One dict per model: troupe and peer figures at each thread count and at their best."""
+    rows = []
+    programs = {}
+    for title, program, prefix, peer_stem, unit in MODELS:
+        if program not in programs:
+            programs[program] = gbench_runs(rounds_of(results, f"{program}.troupe.r*.json"))
+        runs = programs[program]
+        troupe = {}
+        error = None
+        for name in runs.names() + list(runs.errors):
+            if not name.startswith(prefix + "/"):
+                continue
+            m = re.search(r"threads:(\d+)", name)
+            if not m:
+                continue
+            if name in runs.errors:
+                error = runs.errors[name]
+                continue
+            t = int(m.group(1))
+            troupe[t] = {"ms": runs.ms(name), "items_per_s": runs.counter(name, "items_per_second")}
+        peer = {}
+        peer_docs = rounds_of(results, f"{peer_stem}.peer.r*.json")
+        for t in sorted({r["threads"] for d in peer_docs for r in d["results"]}):
+            per = [r for d in peer_docs for r in d["results"] if r["threads"] == t]
+            peer[t] = {"ms": median([r["ms_per_step"] for r in per]),
+                       "items_per_s": median([r["items_per_s"] for r in per])}
+        best_t = min(troupe, key=lambda t: troupe[t]["ms"]) if troupe else None
+        best_p = min(peer, key=lambda t: peer[t]["ms"]) if peer else None
+        ratio = None
+        if best_t is not None and best_p is not None:
+            ratio = troupe[best_t]["items_per_s"] / peer[best_p]["items_per_s"]
+        rows.append({"title": title, "unit": unit, "troupe": troupe, "peer": peer,
+                     "best_troupe": best_t, "best_peer": best_p, "ratio": ratio, "error": error,
+                     "peer_tcmalloc": all(d.get("tcmalloc") for d in peer_docs) if peer_docs else None})
+    return rows
+
+
+def section_models(rows):
+    lines = ["## Training steps: troupe against PyTorch 1.13", "",
+             "Each side at its better thread count (both tried at 1 and 2); ms per step, "
+             "throughput, and the ratio of troupe's throughput to the peer's (above 1: "
+             "troupe is faster).", "",
+             "| model | troupe ms/step | troupe throughput | peer ms/step | peer throughput | troupe/peer |",
+             "|---|---|---|---|---|---|"]
+    for r in rows:
+        t, p = r["best_troupe"], r["best_peer"]
+        tt = (f"{fmt(r['troupe'][t]['ms'])} ({t} thr)" if t is not None
+              else ("error" if r["error"] else "not run"))
+        ti = f"{fmt(r['troupe'][t]['items_per_s'])} {r['unit']}" if t is not None else ""
+        pt = f"{fmt(r['peer'][p]['ms'])} ({p} thr)" if p is not None else "not run"
+        pi = f"{fmt(r['peer'][p]['items_per_s'])} {r['unit']}" if p is not None else ""
+        lines.append(f"| {r['title']} | {tt} | {ti} | {pt} | {pi} | {ratio_text(r['ratio'])} |")
+    lines += ["", "Every thread count measured (ms per step):", "",
+              "| model | troupe 1 thr | troupe 2 thr | peer 1 thr | peer 2 thr |", "|---|---|---|---|---|"]
+    for r in rows:
+        cells = [fmt(r[side].get(t, {}).get("ms")) for side in ("troupe", "peer") for t in (1, 2)]
+        lines.append(f"| {r['title']} | " + " | ".join(cells) + " |")
+    lines.append("")
+    errors = [r for r in rows if r["error"]]
+    for r in errors:
+        lines.append(f"- troupe {r['title']}: {r['error']}")
+    if any(r["peer_tcmalloc"] is False for r in rows):
+        lines.append("- Some peer runs did NOT have tcmalloc preloaded: their figures are not the peer at its best.")
+    if errors or any(r["peer_tcmalloc"] is False for r in rows):
+        lines.append("")
+    return lines
+
+
+def section_conv(results):
+    troupe = gbench_runs(rounds_of(results, "conv.troupe.r*.json"))
+    peer_docs = rounds_of(results, "conv.peer.r*.json")
+    if not troupe.names() and not peer_docs:
+        return []
+    lines = ["## Convolution layers (1 thread)", "",
+             "| layer | op | troupe ms | im2col+sgemm floor ms | peer ms | troupe/peer |", "|---|---|---|---|---|---|"]
+    ops = {"Conv2D": "conv2d", "Conv2DBackpropInput": "backprop_input",
+           "Conv2DBackpropFilter": "backprop_filter"}
+    peer = {}
+    for d in peer_docs:
+        for r in d.get("results", []):
+            peer.setdefault((r["layer"], r["op"]), []).append(r["ms"])
+    layers = []
+    for name in troupe.names():
+        m = re.match(r"troupe_(\w+)/(\w+)/", name)
+        if m and m.group(2) not in layers:
+            layers.append(m.group(2))
+    for layer in layers:
+        floor = next((troupe.ms(n) for n in troupe.names() if n.startswith(f"sgemm_im2col_product/{layer}/")), None)
+        for op, peer_op in ops.items():
+            name = next((n for n in troupe.names() if n.startswith(f"troupe_{op}/{layer}/")), None)
+            t = troupe.ms(name) if name else None
+            p = median(peer.get((layer, peer_op), []))
+            ratio = p / t if t and p else None
+            lines.append(f"| {layer} | {op} | {fmt(t)} | {fmt(floor)} | {fmt(p)} | {ratio_text(ratio)} |")
+    lines.append("")
+    return lines
+
+
+def section_runtime(results):
+    lines = ["## Runtime micro-benchmarks", ""]
+    ex = gbench_runs(rounds_of(results, "executor.troupe.r*.json"))
+    if ex.names():
+        lines += ["| executor | figure |", "|---|---|"]
+        for name in ex.names():
+            if name.startswith("null_step"):
+                lines.append(f"| null step through the session (latency) | {fmt(ex.ms(name) * 1e3)} us |")
+            else:
+                ips = ex.counter(name, "items_per_second")
+                lines.append(f"| {name.split('/real_time')[0]} | {fmt(ips)} null ops/s |")
+        lines += ["", f"The paper's executor: about {PAPER_NULL_OPS_PER_S:,} null ops/s.", ""]
+    sr = gbench_runs(rounds_of(results, "sendrecv.troupe.r*.json"))
+    if sr.names() or sr.errors:
+        lines += ["| Send/Recv between two tasks' devices | step | per transfer | transfers/s |", "|---|---|---|---|"]
+        for name in sr.names():
+            per = sr.counter(name, "transfer_time")
+            label = name.replace("send_recv/", "").replace("/real_time", "")
+            lines.append(f"| {label} | {fmt(sr.ms(name) * 1e3)} us | {fmt(per * 1e6 if per else None)} us | "
+                         f"{fmt(sr.counter(name, 'transfers/s'))} |")
+        lines += [f"| {n}: error | {e} | | |" for n, e in sr.errors.items()]
+        lines += ["", "Target: at most 2 us per transfer with many transfers per step.", ""]
+    var = gbench_runs(rounds_of(results, "variable.troupe.r*.json"))
+    if var.names() or var.errors:
+        lines += ["| variable read-update-read | step | cycles/s |", "|---|---|---|"]
+        for name in var.names():
+            label = name.replace("read_update_read/", "").replace("/real_time", "")
+            lines.append(f"| {label} | {fmt(var.ms(name) * 1e3)} us | {fmt(var.counter(name, 'cycles/s'))} |")
+        lines += [f"| {n}: error | {e} | |" for n, e in var.errors.items()]
+        lines.append("")
+    q = gbench_runs(rounds_of(results, "queue.troupe.r*.json"))
+    if q.names() or q.errors:
+        lines += ["| FIFOQueueV2 enqueue + dequeue | step | elements/s |", "|---|---|---|"]
+        for name in q.names():
+            label = name.replace("enqueue_dequeue/", "").replace("/real_time", "")
+            lines.append(f"| {label} | {fmt(q.ms(name) * 1e3)} us | {fmt(q.counter(name, 'elements/s'))} |")
+        lines += [f"| {n}: skipped | {e} | |" for n, e in q.errors.items()]
+        lines.append("")
+    return lines
+
+
+def section_figure6(results):
+    fig = load_json(os.path.join(results, "figure6.json")) if os.path.exists(os.path.join(results, "figure6.json")) else None
+    lines = ["## The paper's Figure 6: workers sharing 16 PS tasks, in one process", ""]
+    if not fig:
+        return lines + ["(bench_figure6 did not run)", ""], None
+    mb = fig.get("embedding_mb")
+    lines += [f"{fig['ps']} PS tasks; each worker is a client session on its own task and thread, all "
+              f"stepping concurrently for {fig['seconds']} s per point. null: read a scalar variable on "
+              f"every PS task; sparse: fetch {fig['rows_per_step']} random rows of a {mb} MB embedding "
+              f"({fig['embedding_rows']:,} x {fig['embedding_columns']} float32) sharded over the PS tasks. "
+              f"All tasks share {fig.get('compute_threads')} compute thread(s). Set-up (sessions, "
+              f"embedding initialization) took {fig.get('setup_s', 0):.1f} s.", "",
+              "| model | workers | batches/s | p10 ms | median ms | p90 ms | steps |", "|---|---|---|---|---|---|---|"]
+    for p in fig["points"]:
+        err = f" error: {p['error']}" if p.get("error") else ""
+        lines.append(f"| {p['model']} | {p['workers']} | {fmt(p['batches_per_s'])} | {fmt(p['p10_ms'])} | "
+                     f"{fmt(p['p50_ms'])} | {fmt(p['p90_ms'])} | {p['steps']}{err} |")
+    lines += ["", f"The paper (a real cluster over the network): {PAPER_FIGURE6}.", ""]
+    return lines, fig
+
+
+def plot_ratios(rows, results, out):
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    data = [(r["title"], r["ratio"]) for r in rows if r["ratio"] is not None]
+    if not data:
+        return None
+    fig, ax = plt.subplots(figsize=(8, 0.6 * len(data) + 1.5))
+    names = [d[0] for d in data][::-1]
+    values = [d[1] for d in data][::-1]
+    bars = ax.barh(names, values, color=["tab:green" if v >= 1 else "tab:red" for v in values])
+    ax.axvline(1.0, color="black", linewidth=1)
+    for bar, v in zip(bars, values):
+        ax.text(bar.get_width(), bar.get_y() + bar.get_height() / 2, f" {v:.2f}x", va="center")
+    ax.set_xlabel("troupe throughput / PyTorch 1.13 throughput (above 1: troupe faster)")
+    ax.set_title("Training steps, each side at its best thread count")
+    ax.set_xlim(0, max(values + [1.0]) * 1.25)
+    fig.tight_layout()
+    path = os.path.join(out, "ratios.png")
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def plot_figure6(fig6, out):
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.2))
+    for model, style in (("null", "o-"), ("sparse", "s-")):
+        pts = [p for p in fig6["points"] if p["model"] == model and not p.get("error")]
+        if not pts:
+            continue
+        w = [p["workers"] for p in pts]
+        label = "null (scalar read on each PS)" if model == "null" else f"sparse ({fig6['embedding_mb']} MB embedding)"
+        left.plot(w, [p["batches_per_s"] for p in pts], style, label=label)
+        med = [p["p50_ms"] for p in pts]
+        err = [[m - p["p10_ms"] for m, p in zip(med, pts)], [p["p90_ms"] - m for m, p in zip(med, pts)]]
+        right.errorbar(w, med, yerr=err, fmt=style, capsize=3, label=label)
+    from matplotlib.ticker import NullFormatter, ScalarFormatter
+    workers = sorted({p["workers"] for p in fig6["points"]})
+    for ax in (left, right):
+        ax.set_xscale("log")
+        ax.set_xticks(workers)
+        ax.xaxis.set_major_formatter(ScalarFormatter())
+        ax.xaxis.set_minor_formatter(NullFormatter())
+        ax.set_xlabel("workers")
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend()
+    left.set_ylim(bottom=0)
+    left.set_ylabel("batches/s (all workers)")
+    left.set_title(f"Throughput, {fig6['ps']} PS tasks (paper's Fig. 6 form)")
+    right.set_ylabel("step time, ms (median, p10-p90)")
+    right.set_title("Step time")
+    fig.tight_layout()
+    path = os.path.join(out, "figure6.png")
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--results", required=True, help="the results folder of one run")
+    parser.add_argument("--quiet", action="store_true", help="do not print the report")
+    args = parser.parse_args()
+    results = args.results
+    machine = load_json(os.path.join(results, "machine.json")) if os.path.exists(os.path.join(results, "machine.json")) else None
+
+    rows = model_rows(results)
+    lines = ["# troupe benchmark report", ""]
+    if machine:
+        lines += [f"`bench/run.sh{' --quick' if machine.get('mode') == 'quick' else ''}` on "
+                  f"{machine.get('date')}, commit {machine.get('commit')}.", ""]
+    lines += section_machine(machine)
+    lines += section_models(rows)
+    lines += section_conv(results)
+    lines += section_ceilings(results)
+    lines += section_runtime(results)
+    fig6_lines, fig6 = section_figure6(results)
+    lines += fig6_lines
+
+    plots = []
+    try:
+        import matplotlib  # noqa: F401
+        have_plots = True
+    except ImportError:
+        have_plots = False
+    if have_plots:
+        p = plot_ratios(rows, results, results)
+        if p:
+            plots.append(("Troupe/peer throughput ratios", "ratios.png"))
+        if fig6:
+            plot_figure6(fig6, results)
+            plots.append(("Figure 6: batches/s and step time against workers", "figure6.png"))
+    lines += ["## Plots", ""]
+    if plots:
+        lines += [f"![{title}]({name})" + "\n" for title, name in plots]
+    else:
+        lines += ["(no plots: matplotlib is not installed; apt-get install python3-matplotlib)", ""]
+
+    text = "\n".join(lines).rstrip() + "\n"
+    with open(os.path.join(results, "report.md"), "w") as f:
+        f.write(text)
+    if not args.quiet:
+        print(text)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,201 @@
+#!/usr/bin/env bash
+# Runs the whole benchmark suite against its peers and writes a report a person can read:
+#
+#   bench/run.sh [--quick] [--rounds N] [--build-dir DIR] [--out DIR] [--no-peers]
+#
+#   --quick        a few minutes: one round, shorter timings, Figure 6 with fewer workers
+#                  and a 256 MB embedding, no per-layer convolution comparison
+#   --rounds N     rounds of (troupe, peer) runs; figures are medians over rounds
+#                  (default 3, --quick 1)
+#   --build-dir    where troupe is built (default build/, Release; configured by
+#                  tools/setup.sh when missing)
+#   --out DIR      results folder (default bench/results/<date>-<time>)
+#   --no-peers     troupe only (no PyTorch, nothing installed)
+#
+# Steps: (1) build the benchmark programs; (2) install the peers when missing
+# (python3-torch, libgoogle-perftools4 for tcmalloc, python3-matplotlib for the plots:
+# Debian packages, installed only here, never by set-up or CI); (3) record the machine
+# (lscpu, free, OPENBLAS_CORETYPE, compiler); (4) for each round run every model with
+# troupe and then its PyTorch peer (the order flips every other round so drift hits both
+# alike), then the machine ceilings (FMA peak, sgemm) and runtime micro-benchmarks;
+# (5) the paper's Figure 6 once; (6) bench/report.py writes report.md, ratios.png and
+# figure6.png into the results folder. Raw JSON and logs stay beside them.
+#
+# Peers run at their best (../shared/notes/baselines.md): tcmalloc preloaded, inter-op
+# threads off, 1 and 2 intra-op threads tried and the better kept; troupe's programs also
+# run at 1 and 2 compute threads. OPENBLAS_CORETYPE and OPENBLAS_L2_SIZE are left as the
+# environment sets them, for troupe and peers alike, and the report says which.
+set -euo pipefail
+
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+mode=full
+rounds=""
+build_dir="$root/build"
+out=""
+peers=1
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --quick) mode=quick ;;
+    --rounds) rounds="${2:?--rounds needs a number}"; shift ;;
+    --build-dir) build_dir="${2:?--build-dir needs a folder}"; shift ;;
+    --out) out="${2:?--out needs a folder}"; shift ;;
+    --no-peers) peers=0 ;;
+    -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
+    *) echo "run.sh: unknown argument '$1' (valid: --quick, --rounds N, --build-dir DIR, --out DIR, --no-peers)" >&2; exit 2 ;;
+  esac
+  shift
+done
+
+if [ "$mode" = quick ]; then
+  : "${rounds:=1}"
+  min_time=0.3           # Google Benchmark seconds per figure
+  peer_args=(--seconds 1 --repeats 3)
+  figure6_args=(--workers=1,2,5,10,25 --seconds=0.5 --warmup=0.2 --embedding_mb=256)
+else
+  : "${rounds:=3}"
+  min_time=2
+  peer_args=(--seconds 3 --repeats 5)
+  figure6_args=(--workers=1,2,5,10,25,50,100 --seconds=2 --warmup=0.5 --embedding_mb=1024)
+fi
+[ -n "$out" ] || out="$root/bench/results/$(date +%Y-%m-%d-%H%M%S)"
+mkdir -p "$out/logs"
+log() { echo "[run.sh $(date +%H:%M:%S)] $*" >&2; }
+log "mode $mode, $rounds round(s), results in $out"
+
+# --- 1. Build (Release) ---
+if [ ! -f "$build_dir/build.ninja" ]; then
+  log "no build in $build_dir: running tools/setup.sh"
+  "$root/tools/setup.sh" --build-dir "$build_dir"
+fi
+build_type="$(sed -n 's/^CMAKE_BUILD_TYPE:STRING=//p' "$build_dir/CMakeCache.txt")"
+[ "$build_type" = Release ] || log "WARNING: $build_dir is a '$build_type' build, not Release: figures will be off"
+log "building the benchmark programs"
+cmake --build "$build_dir" --target troupe_all_benchmarks -j "${TROUPE_JOBS:-$(nproc)}" >"$out/logs/build.log" 2>&1 \
+  || { tail -30 "$out/logs/build.log" >&2; log "build failed (log: $out/logs/build.log)"; exit 1; }
+bin="$build_dir/bench"
+
+# --- 2. Peers (installed only here) ---
+python=/usr/bin/python3
+tcmalloc=""
+if [ "$peers" = 1 ]; then
+  missing=()
+  for p in python3-torch libgoogle-perftools4 python3-matplotlib; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+  done
+  if [ ${#missing[@]} -gt 0 ]; then
+    log "installing peers: ${missing[*]}"
+    sudo_cmd=""
+    [ "$(id -u)" -ne 0 ] && sudo_cmd="sudo"
+    { $sudo_cmd apt-get update -qq &&
+      DEBIAN_FRONTEND=noninteractive $sudo_cmd apt-get install -y -qq "${missing[@]}"; } >"$out/logs/apt.log" 2>&1 \
+      || log "WARNING: could not install ${missing[*]} (log: $out/logs/apt.log)"
+  fi
+  tcmalloc="$(ldconfig -p 2>/dev/null | sed -n 's/.*libtcmalloc.so.4 .*=> //p' | head -1)"
+  [ -n "$tcmalloc" ] || for f in /usr/lib/x86_64-linux-gnu/libtcmalloc.so.4 /usr/lib/*/libtcmalloc.so.4; do
+    [ -f "$f" ] && { tcmalloc="$f"; break; }
+  done
+  [ -n "$tcmalloc" ] || log "WARNING: no libtcmalloc.so.4: peers run with glibc malloc (not at their best)"
+  if ! "$python" -c 'import torch' 2>/dev/null; then
+    log "WARNING: PyTorch is not importable: running troupe only"
+    peers=0
+  fi
+fi
+command -v "$python" >/dev/null || { log "need $python for the report"; exit 1; }
+
+# --- 3. The machine ---
+load_before="$(cut -d' ' -f1-3 /proc/loadavg)"
+torch_version=""
+[ "$peers" = 1 ] && torch_version="$("$python" -c 'import torch; print(torch.__version__)' 2>/dev/null || true)"
+MACHINE_DATE="$(date '+%Y-%m-%d %H:%M:%S %Z')" \
+MACHINE_COMMIT="$(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo unknown)$(git -C "$root" diff --quiet HEAD 2>/dev/null || echo ' (with uncommitted changes)')" \
+MACHINE_MODE="$mode" MACHINE_ROUNDS="$rounds" MACHINE_TORCH="$torch_version" \
+MACHINE_PRELOAD="$tcmalloc" MACHINE_LOAD="$load_before" MACHINE_BUILD_TYPE="$build_type" \
+MACHINE_COMPILER="$(g++ --version | head -1)" \
+"$python" - "$out/machine.json" <<'EOF'
+import json, os, re, subprocess, sys
+def run(*cmd):
+    try:
+        return subprocess.run(cmd, capture_output=True, text=True, check=False).stdout
+    except OSError:
+        return ""
+lscpu = run("lscpu")
+model = re.search(r"Model name:\s*(.*)", lscpu)
+flags = re.search(r"Flags:\s*(.*)", lscpu)
+vector = sorted({f for f in (flags.group(1).split() if flags else []) if re.fullmatch(r"avx512f|avx512bw|avx512_bf16|avx2|fma|avx_vnni", f)})
+free = run("free", "-h")
+mem = re.search(r"Mem:\s+(\S+)", free)
+e = os.environ
+json.dump({
+    "date": e["MACHINE_DATE"], "commit": e["MACHINE_COMMIT"], "mode": e["MACHINE_MODE"],
+    "rounds": int(e["MACHINE_ROUNDS"]), "cpu_model": model.group(1).strip() if model else "unknown",
+    "nproc": os.cpu_count(), "memory": (mem.group(1) + " total") if mem else "unknown",
+    "vector_flags": " ".join(vector), "openblas_coretype": e.get("OPENBLAS_CORETYPE", ""),
+    "openblas_l2_size": e.get("OPENBLAS_L2_SIZE", ""), "compiler": e["MACHINE_COMPILER"],
+    "build_type": e["MACHINE_BUILD_TYPE"], "torch": e["MACHINE_TORCH"],
+    "peer_preload": e["MACHINE_PRELOAD"], "load_before": e["MACHINE_LOAD"],
+    "lscpu": lscpu, "free": free,
+}, open(sys.argv[1], "w"), indent=1)
+EOF
+
+# --- 4. Rounds ---
+failures=0
+# troupe NAME PROGRAM [ARGS...]: a Google Benchmark program, JSON to NAME.troupe.r<round>.json.
+troupe() {
+  local name="$1" program="$2"
+  shift 2
+  log "round $round: troupe $name"
+  "$bin/$program" --benchmark_min_time="$min_time" --benchmark_out="$out/$name.troupe.r$round.json" \
+    --benchmark_out_format=json --benchmark_counters_tabular=true "$@" >>"$out/logs/$name.troupe.log" 2>&1 \
+    || { log "  FAILED (log: $out/logs/$name.troupe.log)"; failures=$((failures + 1)); }
+}
+# peer NAME SCRIPT [ARGS...]: a PyTorch peer, JSON to NAME.peer.r<round>.json.
+peer() {
+  local name="$1" script="$2"
+  shift 2
+  [ "$peers" = 1 ] || return 0
+  log "round $round: peer $name"
+  env ${tcmalloc:+LD_PRELOAD="$tcmalloc"} "$python" "$root/bench/peers/$script" "$@" \
+    >"$out/$name.peer.r$round.json" 2>>"$out/logs/$name.peer.log" \
+    || { log "  FAILED (log: $out/logs/$name.peer.log)"; rm -f "$out/$name.peer.r$round.json"; failures=$((failures + 1)); }
+}
+# pair: troupe then peer, or the other way round in even rounds.
+pair() {
+  local troupe_call="$1" peer_call="$2"
+  if [ $((round % 2)) -eq 1 ]; then eval "$troupe_call"; eval "$peer_call"; else eval "$peer_call"; eval "$troupe_call"; fi
+}
+
+for round in $(seq 1 "$rounds"); do
+  log "round $round of $rounds"
+  "$bin/bench_fma_peak" --threads=1,2 --seconds=0.5 >"$out/fma_peak.r$round.json" 2>>"$out/logs/fma_peak.log" \
+    || { log "  bench_fma_peak FAILED"; failures=$((failures + 1)); }
+  pair 'troupe mlp bench_mlp' 'peer mlp mlp_peer.py "${peer_args[@]}"'
+  pair 'troupe lenet bench_lenet' 'peer lenet lenet_peer.py "${peer_args[@]}"'
+  pair 'troupe alexnet bench_alexnet' 'peer alexnet alexnet_peer.py "${peer_args[@]}"'
+  pair 'troupe lstm bench_lstm' \
+       'peer lstm_full lstm_peer.py --loss full "${peer_args[@]}"; peer lstm_sampled lstm_peer.py --loss sampled "${peer_args[@]}"'
+  if [ "$mode" = full ]; then
+    pair 'troupe conv bench_conv' 'peer conv conv_peer.py --json --seconds=0.5'
+    troupe matmul bench_matmul
+  else
+    troupe matmul bench_matmul --benchmark_filter='N:1024'
+  fi
+  troupe executor bench_executor
+  troupe sendrecv bench_sendrecv
+  troupe variable bench_variable
+  troupe queue bench_queue
+done
+
+# --- 5. Figure 6 (once: it measures scaling, not a ratio) ---
+log "Figure 6: ${figure6_args[*]}"
+"$bin/bench_figure6" "${figure6_args[@]}" >"$out/figure6.json" 2>"$out/logs/figure6.log" \
+  || { log "  bench_figure6 FAILED (log: $out/logs/figure6.log)"; failures=$((failures + 1)); }
+
+# --- 6. Report ---
+"$python" - "$out/machine.json" "$(cut -d' ' -f1-3 /proc/loadavg)" <<'EOF'
+import json, sys
+m = json.load(open(sys.argv[1])); m["load_after"] = sys.argv[2]
+json.dump(m, open(sys.argv[1], "w"), indent=1)
+EOF
+"$python" "$root/bench/report.py" --results "$out" --quiet
+log "report: $out/report.md ($failures failure(s))"
+[ "$failures" -eq 0 ]

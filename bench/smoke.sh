@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# CI smoke run of the benchmark suite (CTest entry bench/smoke): every benchmark program
+# once, at tiny sizes (TROUPE_BENCH_SMOKE=1 shrinks the models) and minimal times, to prove
+# it still builds, runs its graph and writes what bench/report.py reads. Never checks a
+# timing. Fails when a program fails or a benchmark reports an error (the queue benchmark
+# may skip itself while the queue ops have no kernel).
+#
+#   bench/smoke.sh BUILD/bench
+set -euo pipefail
+bin="${1:?usage: bench/smoke.sh BUILD_DIR/bench}"
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+out="$(mktemp -d)"
+trap '[ -n "${TROUPE_SMOKE_KEEP:-}" ] || rm -rf "$out"' EXIT
+export TROUPE_BENCH_SMOKE=1
+
+# gbench NAME FILTER: runs bench_NAME; its JSON goes where bench/run.sh puts it
+# (NAME.troupe.r1.json) so that report.py is checked on it too.
+gbench() {
+  local name="$1" filter="$2" json="$out/$1.troupe.r1.json"
+  echo "== bench_$name ($filter)"
+  "$bin/bench_$name" --benchmark_filter="$filter" --benchmark_min_time=0.001 \
+    --benchmark_out="$json" --benchmark_out_format=json >/dev/null 2>"$out/$name.log" \
+    || { cat "$out/$name.log" >&2; echo "smoke: bench_$name failed" >&2; exit 1; }
+  if grep -q '"error_occurred": true' "$json"; then
+    if [ "$name" = queue ] && ! grep '"error_message"' "$json" | grep -qv 'queue ops do not run yet'; then
+      echo "   skipped: $(grep -m1 '"error_message"' "$json")"
+      return 0
+    fi
+    grep '"error_message"' "$json" >&2
+    echo "smoke: bench_$name reported an error" >&2
+    exit 1
+  fi
+}
+
+echo "== bench_fma_peak"
+"$bin/bench_fma_peak" --threads=1 --seconds=0.01 >"$out/fma_peak.r1.json"
+gbench matmul 'N:256/threads:1'
+gbench conv 'lenet_conv1'
+gbench executor 'null_step'
+gbench mlp 'threads:1'
+gbench lenet 'threads:1'
+gbench alexnet 'threads:1'
+gbench lstm 'threads:1'
+gbench sendrecv 'transfers:100/actor_threads:1'
+gbench variable 'elements:1/cycles:100'
+gbench queue '.'
+echo "== bench_figure6"
+"$bin/bench_figure6" --workers=1,3 --ps=4 --seconds=0.05 --warmup=0.01 --embedding_mb=1 \
+  >"$out/figure6.json" 2>"$out/figure6.log" || { cat "$out/figure6.log" >&2; exit 1; }
+
+# The report builder reads what the programs wrote (no peers here; plots only when
+# matplotlib is installed).
+if command -v python3 >/dev/null; then
+  echo "== report.py"
+  python3 "$here/report.py" --results "$out" --quiet
+  grep -q '^| MLP [^|]* | [0-9]' "$out/report.md" || { cat "$out/report.md" >&2; echo "smoke: report lacks the MLP row" >&2; exit 1; }
+fi
+echo "smoke: ok"
