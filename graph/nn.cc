@@ -1,5 +1,6 @@
 #include "graph/nn.h"
 
+#include <cfloat>
 #include <numeric>
 
 #include "graph/attr.h"
@@ -404,6 +405,151 @@ output embedding_lookup(const scope& s, const std::vector<variable>& shards, con
                         ops::scalar<std::int32_t>(ls, 0));
   }
   return ops::reshape(ls, stitched, shape);
+}
+
+namespace {
+
+// The rows of `shards` together, when every shard has `rank`, `type` and (for rank 2) `dim`
+// columns; records an error naming `what` otherwise.
+bool sharded_rows(const scope& s, const std::string& name, const char* what,
+                  const std::vector<variable>& shards, int rank, dtype type, std::int64_t dim,
+                  std::int64_t* rows) {
+  if (shards.empty()) {
+    return fail(s, invalid_argument_error("sampled_softmax_loss '", name, "': no ", what));
+  }
+  *rows = 0;
+  for (const variable& v : shards) {
+    if (!v.valid()) return false;
+    if (v.type != type || v.shape.rank() != rank || (rank == 2 && v.shape.dim(1) != dim)) {
+      return fail(s, invalid_argument_error(
+                         "sampled_softmax_loss '", name, "': ", what, " shard '", v.name, "' is ",
+                         dtype_name(v.type), " ", v.shape.to_string(), " but must be ", dtype_name(type),
+                         rank == 2 ? " [rows, " + std::to_string(dim) + "]" : std::string(" [rows]"),
+                         " (the inputs' dtype", rank == 2 ? " and dimension)" : ")"));
+    }
+    *rows += v.shape.dim(0);
+  }
+  return true;
+}
+
+}  // namespace
+
+sampled_logits compute_sampled_logits(const scope& s, const std::vector<variable>& weights,
+                                      const std::vector<variable>& biases, const output& labels,
+                                      const output& inputs, int num_sampled,
+                                      std::int64_t num_classes, int num_true,
+                                      bool remove_accidental_hits, std::int64_t seed,
+                                      const std::string& partition_strategy,
+                                      const std::string& name) {
+  if (!s.ok() || !labels.valid() || !inputs.valid()) return {};
+  auto error = [&](const auto&... args) {
+    s.record(invalid_argument_error("sampled_softmax_loss '", name, "': ", args...));
+    return sampled_logits{};
+  };
+  if (num_true < 1 || num_classes < 1 || num_sampled < 1 || num_sampled > num_classes) {
+    return error("num_true (", num_true, "), num_sampled (", num_sampled, ") and num_classes (",
+                 num_classes, ") must satisfy num_true >= 1 and 1 <= num_sampled <= num_classes");
+  }
+  std::int64_t dim = 0;
+  if (!check_float(s, "sampled_softmax_loss", inputs) ||
+      !known_dim(s, "sampled_softmax_loss", inputs, 2, 1, &dim)) {
+    return {};
+  }
+  if (labels.type != dtype::int32 && labels.type != dtype::int64) {
+    return error("labels '", labels.name(), "' have dtype ", dtype_name(labels.type),
+                 "; int32 or int64 needed");
+  }
+  if (!labels.shape.known_rank() || labels.shape.rank() != 2 ||
+      (labels.shape.dim(1) >= 0 && labels.shape.dim(1) != num_true)) {
+    return error("labels '", labels.name(), "' have shape ", labels.shape.to_string(),
+                 " but must be [batch, num_true = ", num_true, "]");
+  }
+  std::int64_t weight_rows = 0, bias_rows = 0;
+  if (!sharded_rows(s, name, "weights", weights, 2, inputs.type, dim, &weight_rows) ||
+      !sharded_rows(s, name, "biases", biases, 1, inputs.type, dim, &bias_rows)) {
+    return {};
+  }
+  if (weight_rows != num_classes || bias_rows != num_classes) {
+    return error("weights have ", weight_rows, " rows and biases ", bias_rows,
+                 " in all, but num_classes is ", num_classes);
+  }
+
+  const scope ls = s.sub(name);
+  const dtype type = inputs.type;
+  output classes = labels.type == dtype::int64 ? labels : ops::cast(ls, labels, dtype::int64);
+  sampled_logits result;
+  result.sampler = ls.add("LogUniformCandidateSampler", {classes},
+                          {{"num_true", attr_value(num_true)},
+                           {"num_sampled", attr_value(num_sampled)},
+                           {"unique", attr_value(true)},
+                           {"range_max", attr_value(num_classes)},
+                           {"seed", attr_value(init::k_graph_seed)},
+                           {"seed2", attr_value(seed)}});
+  if (!result.sampler.valid()) return {};
+  const output sampled = result.sampler.out(0);
+  const output true_count = result.sampler.out(1);
+  const output sampled_count = result.sampler.out(2);
+
+  // One lookup of the true classes' rows followed by the sampled ones', split apart again.
+  output true_ids = ops::reshape(ls, classes, int32_vector(ls, {-1}));
+  output all_ids = ops::concat(ls, {true_ids, sampled}, ops::scalar<std::int32_t>(ls, 0));
+  output all_w = embedding_lookup(ls, weights, all_ids, partition_strategy, "weights_lookup");
+  output all_b = embedding_lookup(ls, biases, all_ids, partition_strategy, "biases_lookup");
+  auto split = [&](const output& value) {
+    return ls.add("SplitV", {value, int32_vector(ls, {-1, num_sampled}), ops::scalar<std::int32_t>(ls, 0)},
+                  {{"num_split", attr_value(2)}});
+  };
+  operation w_parts = split(all_w);
+  operation b_parts = split(all_b);
+  if (!w_parts.valid() || !b_parts.valid()) return {};
+
+  // True logits: row i of inputs against its num_true rows of weights.
+  const auto d = static_cast<std::int32_t>(dim);
+  output true_w = ops::reshape(ls, w_parts.out(0), int32_vector(ls, {-1, num_true, d}));
+  output rows = ls.add("ExpandDims", {inputs, ops::scalar<std::int32_t>(ls, 1)}).out();
+  output true_logits = ops::sum(ls, ops::mul(ls, rows, true_w), ops::scalar<std::int32_t>(ls, 2));
+  true_logits = ops::add(ls, true_logits, ops::reshape(ls, b_parts.out(0), int32_vector(ls, {-1, num_true})));
+  output sampled_logits_value = ops::bias_add(ls, ops::matmul(ls, inputs, w_parts.out(1), false, true), b_parts.out(1));
+
+  if (remove_accidental_hits) {
+    // TensorFlow scatters the hits' weights with SparseToDense; here they are summed into
+    // place with UnsortedSegmentSum, clamped so a class listed twice in a row stays finite.
+    const scope hs = ls.sub("remove_accidental_hits");
+    operation hits = hs.add("ComputeAccidentalHits", {classes, sampled}, {{"num_true", attr_value(num_true)}});
+    if (!hits.valid()) return {};
+    output position = ops::add(hs, ops::mul(hs, hits.out(0), ops::scalar<std::int32_t>(hs, num_sampled)),
+                               ops::cast(hs, hits.out(1), dtype::int32));
+    output mask = hs.add("UnsortedSegmentSum", {ops::cast(hs, hits.out(2), type), position,
+                                                ops::size(hs, sampled_logits_value)})
+                      .out();
+    mask = ops::maximum(hs, mask, graph::scalar_of(hs, type, -FLT_MAX));
+    sampled_logits_value =
+        ops::add(hs, sampled_logits_value, ops::reshape(hs, mask, int32_vector(hs, {-1, num_sampled})));
+  }
+  // Subtract log Q: the logits of the classes the sampler favours are lowered to match.
+  true_logits = ops::sub(ls, true_logits, ops::log(ls, ops::cast(ls, true_count, type)));
+  sampled_logits_value = ops::sub(ls, sampled_logits_value, ops::log(ls, ops::cast(ls, sampled_count, type)));
+
+  output axis = ops::scalar<std::int32_t>(ls, 1);
+  result.logits = ops::concat(ls, {true_logits, sampled_logits_value}, axis);
+  output true_labels = ops::div(ls, ops::ones_like(ls, true_logits), graph::scalar_of(ls, type, num_true));
+  result.labels = ls.add("StopGradient", {ops::concat(ls, {true_labels, ops::zeros_like(ls, sampled_logits_value)}, axis)})
+                      .out();
+  if (!result.logits.valid() || !result.labels.valid()) return {};
+  return result;
+}
+
+output sampled_softmax_loss(const scope& s, const std::vector<variable>& weights,
+                            const std::vector<variable>& biases, const output& labels,
+                            const output& inputs, int num_sampled, std::int64_t num_classes,
+                            int num_true, bool remove_accidental_hits, std::int64_t seed,
+                            const std::string& partition_strategy, const std::string& name) {
+  sampled_logits sampled = compute_sampled_logits(s, weights, biases, labels, inputs, num_sampled, num_classes,
+                                                  num_true, remove_accidental_hits, seed,
+                                                  partition_strategy, name);
+  if (!sampled.logits.valid()) return output{};
+  const scope ls = s.sub(name);
+  return ops::softmax_cross_entropy_with_logits(ls, sampled.logits, sampled.labels).out(0);
 }
 
 }  // namespace troupe::nn

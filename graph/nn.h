@@ -35,6 +35,7 @@
 
 namespace troupe::nn {
 
+using graph::operation;
 using graph::output;
 using graph::scope;
 using graph::variable;
@@ -171,5 +172,52 @@ std::vector<variable> make_embedding(const scope& s, variable_collection& vars,
 output embedding_lookup(const scope& s, const std::vector<variable>& shards, const output& ids,
                         const std::string& partition_strategy = "mod",
                         const std::string& name = "embedding_lookup");
+
+// Sampled softmax (TensorFlow 1's tf.nn.sampled_softmax_loss): a softmax over the true
+// classes and num_sampled classes drawn for the whole batch, instead of all num_classes.
+// For training only: it estimates (and is generally below) the full softmax
+// cross-entropy, which evaluation should use. Per step:
+//   1. LogUniformCandidateSampler(labels, unique = true, range_max = num_classes, seed =
+//      init::k_graph_seed, seed2 = seed) draws the candidates S and the expected counts
+//      Q of the true and the sampled classes (classes should be ordered by decreasing
+//      frequency: P(k) is log-uniform);
+//   2. the rows of weights and biases for labels then S are gathered with one
+//      embedding_lookup each (ResourceGather: minimize updates only those rows);
+//   3. logits = inputs . w^T + b, for the true classes [batch, num_true] and the sampled
+//      ones [batch, num_sampled], each minus log(Q);
+//   4. with remove_accidental_hits, a sampled logit whose class is one of the row's true
+//      classes (ComputeAccidentalHits) gets -FLT_MAX added, so it drops out of the softmax;
+//   5. the loss is SoftmaxCrossEntropyWithLogits over [true | sampled] with labels
+//      1 / num_true on the true columns and 0 elsewhere.
+//
+// weights: [num_classes, dim] as one variable or split by rows into shards as
+// make_embedding splits them (partition_strategy "mod" or "div", as embedding_lookup);
+// biases: [num_classes], one variable or shards split alike. labels: int32 or int64
+// [batch, num_true], each in [0, num_classes). inputs: [batch, dim] of the weights' dtype
+// (float or double), dim known. REQUIRES 1 <= num_sampled <= num_classes. Errors are
+// recorded in the scope (the outputs are then invalid). Nodes are built under s.sub(name).
+struct sampled_logits {
+  output logits;          // [batch, num_true + num_sampled]
+  output labels;          // alike: 1 / num_true for the true classes, 0 for the sampled
+  operation sampler;      // LogUniformCandidateSampler: sampled_candidates [num_sampled],
+                          // true_expected_count [batch, num_true], sampled_expected_count
+};
+
+// Steps 1 to 4: the logits and labels the loss is computed from.
+sampled_logits compute_sampled_logits(const scope& s, const std::vector<variable>& weights,
+                                      const std::vector<variable>& biases, const output& labels,
+                                      const output& inputs, int num_sampled,
+                                      std::int64_t num_classes, int num_true = 1,
+                                      bool remove_accidental_hits = true, std::int64_t seed = 0,
+                                      const std::string& partition_strategy = "mod",
+                                      const std::string& name = "sampled_softmax_loss");
+
+// The per-example loss [batch].
+output sampled_softmax_loss(const scope& s, const std::vector<variable>& weights,
+                            const std::vector<variable>& biases, const output& labels,
+                            const output& inputs, int num_sampled, std::int64_t num_classes,
+                            int num_true = 1, bool remove_accidental_hits = true,
+                            std::int64_t seed = 0, const std::string& partition_strategy = "mod",
+                            const std::string& name = "sampled_softmax_loss");
 
 }  // namespace troupe::nn
