@@ -7,21 +7,15 @@
 
 #include "actors/cluster.h"
 #include "actors/session.h"
+#include "tests/actors/session_fixture.h"
 #include "graph/ops.h"
 #include "graph/train.h"
 #include "graph/variables.h"
 
 using namespace troupe;
+using troupe::testing::make_session;
 
 namespace {
-
-std::unique_ptr<actors::session> make_session(const graph::scope& root, actors::session_options o = {}) {
-  auto g = root.to_graph();
-  REQUIRE(g.ok());
-  auto s = actors::session::create(std::move(*g), std::move(o));
-  if (!s.ok()) FAIL(s.error().to_string());
-  return std::move(*s);
-}
 
 float scalar_of(const result<std::vector<tensor>>& r, std::size_t i = 0) {
   if (!r.ok()) FAIL(r.error().to_string());

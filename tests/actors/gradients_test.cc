@@ -13,22 +13,16 @@
 #include <vector>
 
 #include "actors/session.h"
+#include "tests/actors/session_fixture.h"
 #include "graph/gradients.h"
 #include "graph/ops.h"
 
 using namespace troupe;
+using troupe::testing::make_session;
 using graph::output;
 using graph::scope;
 
 namespace {
-
-std::unique_ptr<actors::session> make_session(const scope& root) {
-  auto g = root.to_graph();
-  REQUIRE(g.ok());
-  auto s = actors::session::create(std::move(*g));
-  REQUIRE(s.ok());
-  return std::move(*s);
-}
 
 tensor random_tensor(const tensor_shape& shape, std::mt19937& rng, double lo, double hi) {
   tensor t(dtype::float64, shape);

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "actors/session.h"
+#include "tests/actors/session_fixture.h"
 #include "graph/initializers.h"
 #include "graph/nn.h"
 #include "graph/ops.h"
@@ -24,19 +25,12 @@
 #include "graph/variables.h"
 
 using namespace troupe;
+using troupe::testing::make_session;
 using graph::output;
 using graph::scope;
 using graph::variable;
 
 namespace {
-
-std::unique_ptr<actors::session> make_session(const scope& root) {
-  auto g = root.to_graph();
-  if (!g.ok()) FAIL(g.error());
-  auto s = actors::session::create(std::move(*g));
-  if (!s.ok()) FAIL(s.error());
-  return std::move(*s);
-}
 
 std::vector<tensor> run(actors::session& s, const actors::feed_list& feeds, const std::vector<output>& fetches) {
   std::vector<std::string> names;

@@ -8,19 +8,13 @@
 
 #include "actors/executor.h"
 #include "actors/session.h"
+#include "tests/actors/session_fixture.h"
 #include "graph/ops.h"
 
 using namespace troupe;
+using troupe::testing::make_session;
 
 namespace {
-
-std::unique_ptr<actors::session> make_session(const graph::scope& root, actors::session_options o = {}) {
-  auto g = root.to_graph();
-  REQUIRE(g.ok());
-  auto s = actors::session::create(std::move(*g), o);
-  REQUIRE(s.ok());
-  return std::move(*s);
-}
 
 // A test op whose kernel is asynchronous: it finishes on another thread after a delay,
 // and counts how many times it ran.

@@ -6,23 +6,17 @@
 #include <random>
 
 #include "actors/session.h"
+#include "tests/actors/session_fixture.h"
 #include "graph/nn.h"
 #include "graph/ops.h"
 #include "graph/train.h"
 
 using namespace troupe;
+using troupe::testing::make_session;
 using graph::output;
 using graph::scope;
 
 namespace {
-
-std::unique_ptr<actors::session> make_session(const scope& root) {
-  auto g = root.to_graph();
-  if (!g.ok()) FAIL(g.error());
-  auto s = actors::session::create(std::move(*g));
-  if (!s.ok()) FAIL(s.error());
-  return std::move(*s);
-}
 
 }  // namespace
 

@@ -11,24 +11,18 @@
 #include <vector>
 
 #include "actors/session.h"
+#include "tests/actors/session_fixture.h"
 #include "graph/gradients.h"
 #include "graph/initializers.h"
 #include "graph/nn.h"
 #include "graph/ops.h"
 
 using namespace troupe;
+using troupe::testing::make_session;
 using graph::output;
 using graph::scope;
 
 namespace {
-
-std::unique_ptr<actors::session> make_session(const scope& root) {
-  auto g = root.to_graph();
-  if (!g.ok()) FAIL(g.error());
-  auto s = actors::session::create(std::move(*g));
-  REQUIRE(s.ok());
-  return std::move(*s);
-}
 
 std::vector<tensor> run(const scope& root, const actors::feed_list& feeds, const std::vector<output>& fetches) {
   auto session = make_session(root);

@@ -13,24 +13,18 @@
 #include <vector>
 
 #include "actors/session.h"
+#include "tests/actors/session_fixture.h"
 #include "graph/nn.h"
 #include "graph/ops.h"
 #include "graph/train.h"
 #include "graph/variables.h"
 
 using namespace troupe;
+using troupe::testing::make_session;
 using graph::output;
 using graph::scope;
 
 namespace {
-
-std::unique_ptr<actors::session> make_session(const scope& root) {
-  auto g = root.to_graph();
-  if (!g.ok()) FAIL(g.error());
-  auto s = actors::session::create(std::move(*g));
-  if (!s.ok()) FAIL(s.error());
-  return std::move(*s);
-}
 
 output axes(const scope& s, std::vector<std::int32_t> values) {
   return ops::constant(s, tensor::from_vector(values));
