@@ -4,13 +4,10 @@
 // placeholders (time-major, [unroll, batch]). Two output layers:
 //
 //   full      dense 512 -> 10,000 and softmax cross-entropy over the whole vocabulary;
-//   sampled   sampled softmax with 512 classes drawn per step from the log-uniform (Zipf)
-//             sampler: logits of the true class and the sampled ones from ResourceGather
-//             rows of a [10,000, 512] weight (so its update is sparse), corrected by
-//             log(expected count), with the true class at index 0. This is
-//             tf.nn.sampled_softmax_loss without remove_accidental_hits, built from ops
-//             because graph/nn.h has no sampled_softmax_loss yet; the samples are drawn
-//             by the client when the batches are made, as the peer does.
+//   sampled   nn::sampled_softmax_loss (tf.nn.sampled_softmax_loss): 512 classes drawn
+//             per step in the graph by the unique log-uniform (Zipf) sampler, the true
+//             and sampled rows of a [10,000, 512] weight gathered (so its update is
+//             sparse), logits corrected by log(expected count), accidental hits removed.
 //
 // The PyTorch peer is bench/peers/lstm_peer.py (torch.nn.LSTM, the same two losses).
 //
@@ -42,18 +39,8 @@ graph::output i32(const graph::scope& s, std::vector<std::int32_t> v) {
   return ops::constant(s, tensor::from_vector<std::int32_t>(v));
 }
 
-graph::output gather(const graph::scope& s, const graph::variable& v, const graph::output& ids) {
-  return s.add("ResourceGather", {v.handle, ids}, {{"dtype", graph::attr_value(v.type)}}).out();
-}
-
-// The log-uniform sampler's probability of class k among `vocab` (TensorFlow's
-// LogUniformCandidateSampler): log((k + 2) / (k + 1)) / log(vocab + 1).
-double log_uniform_probability(std::int64_t k, std::int64_t vocab) {
-  return std::log((k + 2.0) / (k + 1.0)) / std::log(vocab + 1.0);
-}
-
-// Sampled softmax loss over `h` [n, hidden] and `labels` [n]; candidates and the log
-// expected counts are placeholders the batches fill.
+// nn::sampled_softmax_loss over `h` [n, hidden] and `labels` [n]: a [vocab, hidden] weight
+// and [vocab] bias, 512 classes drawn per step in the graph, accidental hits removed.
 graph::output sampled_softmax(const graph::scope& root, graph::variable_collection& vars,
                               const graph::output& h, const graph::output& labels,
                               const lm_shape& shape) {
@@ -64,21 +51,12 @@ graph::output sampled_softmax(const graph::scope& root, graph::variable_collecti
                                      init::zeros_initializer());
   vars.add(weights);
   vars.add(biases);
-  auto candidates = ops::placeholder(root.with_name("candidates"), dtype::int32, {shape.samples});
-  auto log_q_sampled = ops::placeholder(root.with_name("log_q_sampled"), dtype::float32, {shape.samples});
-  auto log_q_true = ops::placeholder(root.with_name("log_q_true"), dtype::float32,
-                                     {shape.batch * shape.unroll});
-  // True class: one row of the weights per example, dotted with h.
-  auto true_logits = ops::sub(s, ops::add(s, ops::sum(s, ops::mul(s, h, gather(s, weights, labels)), i32(s, {1})),
-                                          gather(s, biases, labels)),
-                              log_q_true);
-  true_logits = ops::reshape(s, true_logits, i32(s, {-1, 1}));
-  // Sampled classes: [n, hidden] x [samples, hidden]^T.
-  auto sampled_logits = ops::matmul(s, h, gather(s, weights, candidates), false, true);
-  sampled_logits = ops::sub(s, ops::add(s, sampled_logits, gather(s, biases, candidates)), log_q_sampled);
-  auto logits = ops::concat(s, {true_logits, sampled_logits}, ops::scalar(s, std::int32_t{1}));
-  auto zeros = ops::constant(s, tensor::zeros(dtype::int32, {shape.batch * shape.unroll}));
-  return mean_xent(root, logits, zeros);
+  auto per_example = nn::sampled_softmax_loss(root, {weights}, {biases},
+                                              ops::reshape(root, labels, i32(root, {-1, 1})), h,
+                                              static_cast<int>(shape.samples), shape.vocab,
+                                              /*num_true=*/1, /*remove_accidental_hits=*/true,
+                                              /*seed=*/7);
+  return ops::mean(root.with_name("loss"), per_example, i32(root, {0}));
 }
 
 training_model build_lm(bool sampled) {
@@ -127,22 +105,6 @@ training_model build_lm(bool sampled) {
     tensor label_batch(dtype::int32, {n});
     for (auto& x : label_batch.flat<std::int32_t>()) x = log_uniform();
     actors::feed_list feeds = {{"ids", id_batch}, {"labels", label_batch}};
-    if (sampled) {
-      tensor candidates(dtype::int32, {shape.samples});
-      tensor log_q_sampled(dtype::float32, {shape.samples});
-      tensor log_q_true(dtype::float32, {n});
-      auto log_q = [&](std::int64_t k) {
-        return static_cast<float>(std::log(shape.samples * log_uniform_probability(k, shape.vocab)));
-      };
-      for (std::int64_t i = 0; i < shape.samples; ++i) {
-        candidates.flat<std::int32_t>()[i] = log_uniform();
-        log_q_sampled.flat<float>()[i] = log_q(candidates.flat<std::int32_t>()[i]);
-      }
-      for (std::int64_t i = 0; i < n; ++i) log_q_true.flat<float>()[i] = log_q(label_batch.flat<std::int32_t>()[i]);
-      feeds.emplace_back("candidates", candidates);
-      feeds.emplace_back("log_q_sampled", log_q_sampled);
-      feeds.emplace_back("log_q_true", log_q_true);
-    }
     m.batches.push_back(std::move(feeds));
   }
   m.items_per_step = n;

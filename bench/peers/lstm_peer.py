@@ -5,10 +5,11 @@ embedding and hidden 512, one layer unrolled 20 steps (torch.nn.LSTM, time-major
 update of it is. Two output layers, as troupe's benchmark:
 
   full      Linear 512 -> 10,000 and cross-entropy over the whole vocabulary;
-  sampled   sampled softmax with 512 classes per step from the log-uniform sampler,
-            logits of the true class and the samples (rows of a [10,000, 512] weight
-            gathered with sparse gradients) minus log(expected count), true class at 0;
-            the samples are drawn when the batches are made, as troupe's benchmark does.
+  sampled   tf.nn.sampled_softmax_loss as troupe's nn::sampled_softmax_loss computes it:
+            512 distinct classes drawn in every step from the log-uniform sampler (by
+            rejection, expected counts -expm1(tries * log1p(-p))), logits of the true
+            class and the samples (rows of a [10,000, 512] weight gathered with sparse
+            gradients) minus log(expected count), accidental hits removed, true class at 0.
 
 Reports words/s (batch x unroll per step).
 
@@ -33,14 +34,31 @@ def log_uniform(n, vocab, generator):
     return k.clamp_(0, vocab - 1)
 
 
-def log_expected_count(k, vocab, samples):
+def unique_log_uniform(n, vocab, generator):
+    """n distinct classes by rejection, and how many draws that took."""
+    chosen, seen, tries = [], set(), 0
+    while len(chosen) < n:
+        for k in log_uniform(2 * n, vocab, generator).tolist():
+            tries += 1
+            if k not in seen:
+                seen.add(k)
+                chosen.append(k)
+                if len(chosen) == n:
+                    break
+    return torch.tensor(chosen), tries
+
+
+def log_expected_count(k, vocab, tries):
+    """log of TensorFlow's expected count for a unique sampler: -expm1(tries * log1p(-p))."""
     p = torch.log((k.double() + 2.0) / (k.double() + 1.0)) / math.log(vocab + 1.0)
-    return torch.log(samples * p).float()
+    return torch.log(-torch.expm1(tries * torch.log1p(-p))).float()
 
 
 class LanguageModel(nn.Module):
-    def __init__(self, vocab, hidden, sampled):
+    def __init__(self, vocab, hidden, sampled, samples=0):
         super().__init__()
+        self.vocab, self.samples = vocab, samples
+        self.generator = torch.Generator().manual_seed(7)
         self.embedding = nn.Embedding(vocab, hidden, sparse=True)
         self.lstm = nn.LSTM(hidden, hidden)
         self.sampled = sampled
@@ -50,18 +68,23 @@ class LanguageModel(nn.Module):
         else:
             self.softmax = nn.Linear(hidden, vocab)
 
-    def forward(self, ids, labels, candidates=None, log_q_sampled=None, log_q_true=None):
+    def forward(self, ids, labels):
         unroll, batch = ids.shape
         h, _ = self.lstm(self.embedding(ids))
         h = h.reshape(unroll * batch, -1)
         if not self.sampled:
             return F.cross_entropy(self.softmax(h), labels)
+        candidates, tries = unique_log_uniform(self.samples, self.vocab, self.generator)
+        log_q_sampled = log_expected_count(candidates, self.vocab, tries)
+        log_q_true = log_expected_count(labels, self.vocab, tries)
         true_w = F.embedding(labels, self.weights, sparse=True)
         true_b = F.embedding(labels, self.biases, sparse=True).squeeze(1)
         true_logits = (h * true_w).sum(1) + true_b - log_q_true
         sampled_w = F.embedding(candidates, self.weights, sparse=True)
         sampled_b = F.embedding(candidates, self.biases, sparse=True).squeeze(1)
         sampled_logits = h @ sampled_w.t() + sampled_b - log_q_sampled
+        hits = labels.unsqueeze(1) == candidates.unsqueeze(0)
+        sampled_logits = sampled_logits.masked_fill(hits, torch.finfo(sampled_logits.dtype).min)
         logits = torch.cat([true_logits.unsqueeze(1), sampled_logits], 1)
         return F.cross_entropy(logits, torch.zeros(unroll * batch, dtype=torch.long))
 
@@ -75,19 +98,14 @@ def main():
     sampled = loss == "sampled"
 
     def make_step():
-        model = LanguageModel(vocab, hidden, sampled)
+        model = LanguageModel(vocab, hidden, sampled, samples)
         optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
         gen = torch.Generator().manual_seed(42)
         batches = []
         for _ in range(4):
             ids = log_uniform(unroll * batch, vocab, gen).reshape(unroll, batch)
             labels = log_uniform(unroll * batch, vocab, gen)
-            extra = ()
-            if sampled:
-                candidates = log_uniform(samples, vocab, gen)
-                extra = (candidates, log_expected_count(candidates, vocab, samples),
-                         log_expected_count(labels, vocab, samples))
-            batches.append((ids, labels) + extra)
+            batches.append((ids, labels))
         state = {"next": 0}
 
         def step():
