@@ -1,6 +1,7 @@
 #!/usr/bin/python3
-"""PyTorch peer for bench/lenet_bench.cc: conv 5x5x32 (pad 2) ReLU, max-pool 2, conv 5x5x64
-(pad 2) ReLU, max-pool 2, dense 3136 -> 512 ReLU, dense 10; 28x28x1 images, batch 64,
+"""PyTorch peer for bench/lenet_bench.cc, LeNet-5: conv 5x5x6 (pad 2) ReLU, max-pool 2,
+conv 5x5x16 ReLU, max-pool 2, dense 400 -> 120 ReLU, dense 84 ReLU, dense 10; 28x28x1
+images, batch 64,
 softmax cross-entropy, plain SGD (lr 0.01). PyTorch's native NCHW layout (its fastest on
 CPU); the shapes match troupe's NHWC graph layer for layer.
 
@@ -20,9 +21,10 @@ def main():
 
     def make_step():
         model = nn.Sequential(
-            nn.Conv2d(1, 32, 5, padding=2), nn.ReLU(), nn.MaxPool2d(2),
-            nn.Conv2d(32, 64, 5, padding=2), nn.ReLU(), nn.MaxPool2d(2),
-            nn.Flatten(), nn.Linear(7 * 7 * 64, 512), nn.ReLU(), nn.Linear(512, 10))
+            nn.Conv2d(1, 6, 5, padding=2), nn.ReLU(), nn.MaxPool2d(2),
+            nn.Conv2d(6, 16, 5), nn.ReLU(), nn.MaxPool2d(2),
+            nn.Flatten(), nn.Linear(5 * 5 * 16, 120), nn.ReLU(), nn.Linear(120, 84), nn.ReLU(),
+            nn.Linear(84, 10))
         batches = [(torch.rand(batch, 1, 28, 28), torch.randint(0, 10, (batch,))) for _ in range(4)]
         return peer_common.sgd_step(model, torch.optim.SGD(model.parameters(), lr=0.01),
                                     nn.functional.cross_entropy, batches)
