@@ -1,7 +1,7 @@
 // Queue actors as conversations: enqueue and dequeue in either order, back-pressure,
 // batches, close and cancel, the shuffle and padding queues, type errors, many threads at
 // once, the actor dying with requests parked; then the queue ops as kernels in an
-// executable, including a step abort that cancels a parked dequeue.
+// executable, including a step abort that cancels a parked dequeue, and in a session.
 #include <catch2/catch.hpp>
 
 #include <algorithm>
@@ -17,6 +17,8 @@
 #include "actors/executor.h"
 #include "actors/queue.h"
 #include "actors/runtime_device.h"
+#include "actors/runtime_kernels.h"
+#include "actors/session.h"
 #include "graph/attr.h"
 #include "graph/builder.h"
 #include "graph/ops.h"
@@ -694,11 +696,6 @@ TEST_CASE("a queue actor that dies fails its parked requests with unavailable", 
 
 namespace {
 
-void register_queue_kernels_once() {
-  static std::once_flag once;
-  std::call_once(once, [] { actors::register_queue_kernels(kernels::kernel_registry::builtin()); });
-}
-
 tf::AttrValue shapes_value(const std::vector<partial_shape>& shapes) {
   tf::AttrValue v;
   auto* list = v.mutable_list();
@@ -771,7 +768,7 @@ result<std::vector<tensor>> run_step(const actors::executable& exec, std::vector
 }  // namespace
 
 TEST_CASE("queue ops run as kernels in an executable on a runtime device", "[actors][queue]") {
-  register_queue_kernels_once();
+  actors::ensure_runtime_kernels();  // register_queue_kernels into builtin(), once per process
   compute_pool pool(2);  // outlives the actor system (queues may copy on it)
   caf::actor_system sys{test_config()};
   actors::runtime_device dev("/job:localhost/replica:0/task:0/device:CPU:0", "/job:localhost/replica:0/task:0", sys,
@@ -876,4 +873,41 @@ TEST_CASE("queue ops run as kernels in an executable on a runtime device", "[act
     }
   }
   dev.resources().clear();
+}
+
+TEST_CASE("a session feeds a queue in one step and drains it in others", "[actors][queue]") {
+  auto root = graph::scope::new_root();
+  const tf::AttrValue types = graph::attr_value(std::vector<dtype>{dtype::float32});
+  auto q = root.with_name("q").add("FIFOQueueV2", {},
+                                   {{"component_types", types},
+                                    {"shapes", shapes_value({partial_shape{2}})},
+                                    {"capacity", graph::attr_value(std::int64_t{2})}});
+  auto x = ops::placeholder(root.with_name("x"), dtype::float32, {2});
+  root.with_name("enqueue").add("QueueEnqueueV2", {q.out(0), std::vector<graph::output>{x}});
+  auto n = ops::scalar(root.with_name("n"), std::int32_t{3});
+  root.with_name("dequeue_many").add("QueueDequeueManyV2", {q.out(0), n}, {{"component_types", types}});
+  root.with_name("close").add("QueueCloseV2", {q.out(0)});
+  auto g = root.to_graph();
+  REQUIRE(g.ok());
+  auto s = actors::session::create(std::move(*g));
+  REQUIRE(s.ok());
+
+  auto promise = std::make_shared<std::promise<result<std::vector<tensor>>>>();
+  auto future = promise->get_future();
+  (*s)->run_async({}, {"dequeue_many"}, {}, [promise](result<std::vector<tensor>> r) { promise->set_value(std::move(r)); });
+  CHECK(future.wait_for(50ms) == std::future_status::timeout);  // waits for 3, more than fit
+
+  for (float v : {1.0f, 2.0f, 3.0f}) REQUIRE((*s)->run({{"x", vec({v, v})}}, {}, {"enqueue"}).ok());
+  REQUIRE(future.wait_for(10s) == std::future_status::ready);
+  auto batch = future.get();
+  REQUIRE(batch.ok());
+  CHECK(batch->at(0).equals(mat({1, 1, 2, 2, 3, 3}, {3, 2})));
+
+  REQUIRE((*s)->run({{"x", vec({4, 4})}}, {}, {"enqueue"}).ok());
+  REQUIRE((*s)->run({}, {}, {"close"}).ok());
+  auto r = (*s)->run({}, {"dequeue_many"});
+  REQUIRE_FALSE(r.ok());
+  CHECK(r.error().error_code() == code::out_of_range);
+  CHECK(r.error().message().find("queue 'q' is closed and has insufficient elements (requested 3, current size 1)") !=
+        std::string::npos);
 }
