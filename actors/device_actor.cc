@@ -25,6 +25,12 @@ using device_actor = caf::stateful_actor<device_state>;
 
 caf::behavior device_behavior(device_actor* self, device_options options) {
   self->state.options = std::move(options);
+  // When the device goes, its running steps are cancelled: kernels waiting on other
+  // actors fail now instead of finishing against a device that is gone.
+  self->set_exit_handler([self](caf::exit_msg& msg) {
+    for (auto& [step, cancel] : self->state.running) cancel->start_cancel();
+    self->quit(msg.reason);
+  });
   return {
       [=](prepare_atom, executable_spec& spec) -> caf::result<std::uint64_t> {
         spec.device = self->state.options.device;
@@ -57,8 +63,10 @@ caf::behavior device_behavior(device_actor* self, device_options options) {
         auto cancel = std::make_shared<kernels::cancellation_manager>();
         st.running.emplace(step_id, cancel);
         caf::actor me = caf::actor_cast<caf::actor>(self);
+        // The completion keeps the partition alive: the actor may exit (and drop its
+        // partitions) while a step still waits in an asynchronous kernel.
         exec->run(step_id, std::move(feeds), st.options.device->pool(),
-                  [me, request, step_id, cancel](result<std::vector<tensor>> r) {
+                  [me, request, step_id, cancel, exec](result<std::vector<tensor>> r) {
                     if (r.ok()) {
                       caf::anon_send(me, step_done_atom::value, request, step_id, std::move(*r));
                     } else {

@@ -51,7 +51,10 @@ struct prepared_step {
 
 struct master_state {
   std::shared_ptr<const graph::graph> graph;
-  std::shared_ptr<cluster> owner;
+  // Not owning: the session holds the cluster, and the cluster's actor system outlives
+  // this actor. (Owning it here would let the last reference drop on an actor thread,
+  // which would then have to wait for the actor system it runs on.)
+  cluster* owner = nullptr;
   session_options options;
   std::unique_ptr<result<placement::placement>> placed;  // computed on first use
   std::map<std::string, std::shared_ptr<const prepared_step>> prepared;
@@ -249,11 +252,12 @@ void prepare_then_start(master_actor* self, std::string key, std::vector<partiti
   }
 }
 caf::behavior master_behavior(master_actor* self, std::shared_ptr<const graph::graph> g,
-                              std::shared_ptr<cluster> owner, session_options options,
+                              cluster* owner, session_options options,
                               std::shared_ptr<std::atomic<int>> num_prepared) {
   self->state.graph = std::move(g);
-  self->state.owner = std::move(owner);
+  self->state.owner = owner;
   self->state.options = std::move(options);
+  self->state.options.cluster = nullptr;  // the session holds it (see master_state)
   self->state.num_prepared = std::move(num_prepared);
   return {
       [=](run_atom, run_request& r) -> caf::result<std::vector<tensor>> {
@@ -303,7 +307,7 @@ result<std::unique_ptr<session>> session::create(std::shared_ptr<const graph::gr
     if (!c.ok()) return c.error();
     p->owner = std::move(*c);
   }
-  p->master = p->owner->system().spawn(master_behavior, p->graph, p->owner, std::move(options), p->num_prepared);
+  p->master = p->owner->system().spawn(master_behavior, p->graph, p->owner.get(), std::move(options), p->num_prepared);
   return std::unique_ptr<session>(new session(std::move(p)));
 }
 
@@ -345,9 +349,27 @@ void session::run_async(const feed_list& feeds, const std::vector<std::string>& 
   impl_->owner->system().spawn(
       [](caf::event_based_actor* self, caf::actor master, run_request request,
          run_callback done) {
+        // A request whose receiver dies is never answered (CAF 0.17), so the master is
+        // monitored: if it goes (the session is being destroyed) the step fails.
+        auto once = std::make_shared<std::atomic<bool>>(false);
+        auto finish = [done, once](result<std::vector<tensor>> r) {
+          if (!once->exchange(true)) done(std::move(r));
+        };
+        self->monitor(master);
+        self->set_down_handler([self, finish](caf::down_msg&) {
+          finish(cancelled_error("the session was closed while the step ran"));
+          self->quit();
+        });
         self->request(master, caf::infinite, run_atom::value, std::move(request))
-            .then([done](std::vector<tensor>& fetched) { done(std::move(fetched)); },
-                  [done](caf::error& e) { done(to_status(e)); });
+            .then(
+                [self, finish](std::vector<tensor>& fetched) {
+                  finish(std::move(fetched));
+                  self->quit();
+                },
+                [self, finish](caf::error& e) {
+                  finish(to_status(e));
+                  self->quit();
+                });
       },
       impl_->master, make_request(feeds, fetches, targets), std::move(done));
 }

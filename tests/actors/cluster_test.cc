@@ -3,11 +3,13 @@
 // tasks, and a step that aborts mid-flight while another device waits in a Recv.
 #include <catch2/catch.hpp>
 
+#include <future>
 #include <thread>
 
 #include "actors/cluster.h"
 #include "actors/session.h"
 #include "tests/actors/session_fixture.h"
+#include "graph/attr.h"
 #include "graph/ops.h"
 #include "graph/train.h"
 #include "graph/variables.h"
