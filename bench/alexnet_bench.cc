@@ -50,19 +50,7 @@ training_model build_alexnet() {
   h = nn::dense(root, vars, h, fc, {.activation = ops::relu, .name = "fc7"});
   auto logits = nn::dense(root, vars, h, classes, {.name = "fc8"});
   auto loss = mean_xent(root, logits, labels);
-  auto train_op = train::minimize(root, train::gradient_descent(0.01), loss, vars);
-  if (!train_op.ok()) {
-    root.record(train_op.error());
-    return m;
-  }
-  m.train_op = train_op->node;
-  m.init_op = graph::global_variables_initializer(root, vars).node;
-  std::mt19937 rng(42);
-  for (int i = 0; i < 2; ++i) {
-    m.batches.push_back({{"images", uniform_tensor({batch, image, image, 3}, rng, 0.0f, 1.0f)},
-                         {"labels", label_tensor(batch, classes, rng)}});
-  }
-  m.items_per_step = batch;
+  finish_classifier(m, vars, loss, "images", {batch, image, image, 3}, static_cast<std::int32_t>(classes), 2);
   return m;
 }
 

@@ -24,6 +24,8 @@
 #include "core/tensor.h"
 #include "graph/builder.h"
 #include "graph/ops.h"
+#include "graph/train.h"
+#include "graph/variables.h"
 
 namespace troupe::bench {
 
@@ -101,6 +103,29 @@ struct training_model {
   std::vector<actors::feed_list> batches;
   std::int64_t items_per_step = 0;
 };
+
+// Finishes an image classifier's training_model: plain SGD (lr 0.01) on `loss` over
+// `vars`, the initializer, and `num_batches` batches of uniform [0, 1) images of
+// `image_shape` fed to "<images>" with labels in [0, classes) fed to "labels" (seed 42).
+// A builder error is recorded in m.root (run_training then skips the benchmark).
+inline void finish_classifier(training_model& m, graph::variable_collection& vars,
+                              const graph::output& loss, const std::string& images,
+                              tensor_shape image_shape, std::int32_t classes, int num_batches) {
+  auto train_op = train::minimize(m.root, train::gradient_descent(0.01), loss, vars);
+  if (!train_op.ok()) {
+    m.root.record(train_op.error());
+    return;
+  }
+  m.train_op = train_op->node;
+  m.init_op = graph::global_variables_initializer(m.root, vars).node;
+  const std::int64_t batch = image_shape.dim(0);
+  std::mt19937 rng(42);
+  for (int i = 0; i < num_batches; ++i) {
+    m.batches.push_back({{images, uniform_tensor(image_shape, rng, 0.0f, 1.0f)},
+                         {"labels", label_tensor(batch, classes, rng)}});
+  }
+  m.items_per_step = batch;
+}
 
 // Times one training step of `m` per iteration on a session with `threads` compute
 // threads, after initializing the variables and one untimed warm-up step (which prepares

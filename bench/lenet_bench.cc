@@ -34,19 +34,7 @@ training_model build_lenet() {
   h = nn::dense(root, vars, h, 84, {.activation = ops::relu, .name = "dense2"});
   auto logits = nn::dense(root, vars, h, 10, {.name = "logits"});
   auto loss = mean_xent(root, logits, labels);
-  auto train_op = train::minimize(root, train::gradient_descent(0.01), loss, vars);
-  if (!train_op.ok()) {
-    root.record(train_op.error());
-    return m;
-  }
-  m.train_op = train_op->node;
-  m.init_op = graph::global_variables_initializer(root, vars).node;
-  std::mt19937 rng(42);
-  for (int i = 0; i < 4; ++i) {
-    m.batches.push_back({{"x", uniform_tensor({batch, 28, 28, 1}, rng, 0.0f, 1.0f)},
-                         {"labels", label_tensor(batch, 10, rng)}});
-  }
-  m.items_per_step = batch;
+  finish_classifier(m, vars, loss, "x", {batch, 28, 28, 1}, 10, 4);
   return m;
 }
 
