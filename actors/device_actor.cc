@@ -12,9 +12,14 @@ namespace {
 struct device_state {
   device_options options;
   std::map<std::uint64_t, std::shared_ptr<const executable>> partitions;
-  std::map<std::uint64_t, caf::response_promise> pending;
-  // Running steps, so an abort from the master can reach them.
-  std::multimap<std::int64_t, std::shared_ptr<kernels::cancellation_manager>> running;
+  // Running steps by request: the client's promise, and the step's cancellation, so an
+  // abort from the master (by step id) or the device's exit can reach them.
+  struct running_step {
+    std::int64_t step_id;
+    caf::response_promise promise;
+    std::shared_ptr<kernels::cancellation_manager> cancel;
+  };
+  std::map<std::uint64_t, running_step> running;
   rendezvous_table rendezvous;
   std::uint64_t next_handle = 1;
   std::uint64_t next_request = 1;
@@ -28,9 +33,16 @@ caf::behavior device_behavior(device_actor* self, device_options options) {
   // When the device goes, its running steps are cancelled: kernels waiting on other
   // actors fail now instead of finishing against a device that is gone.
   self->set_exit_handler([self](caf::exit_msg& msg) {
-    for (auto& [step, cancel] : self->state.running) cancel->start_cancel();
+    for (auto& [request, step] : self->state.running) step.cancel->start_cancel();
     self->quit(msg.reason);
   });
+  // Answers the request of a finished step with its fetches or its error.
+  auto finish = [self](std::uint64_t request, auto&& outcome) {
+    auto it = self->state.running.find(request);
+    if (it == self->state.running.end()) return;
+    it->second.promise.deliver(std::move(outcome));
+    self->state.running.erase(it);
+  };
   return {
       [=](prepare_atom, executable_spec& spec) -> caf::result<std::uint64_t> {
         spec.device = self->state.options.device;
@@ -59,47 +71,35 @@ caf::behavior device_behavior(device_actor* self, device_options options) {
         if (!s.ok()) return to_caf_error(s);
         std::uint64_t request = st.next_request++;
         auto promise = self->make_response_promise<std::vector<tensor>>();
-        st.pending.emplace(request, promise);
         auto cancel = std::make_shared<kernels::cancellation_manager>();
-        st.running.emplace(step_id, cancel);
+        st.running.emplace(request, device_state::running_step{step_id, promise, cancel});
         caf::actor me = caf::actor_cast<caf::actor>(self);
         // The completion keeps the partition alive: the actor may exit (and drop its
         // partitions) while a step still waits in an asynchronous kernel.
         exec->run(step_id, std::move(feeds), st.options.device->pool(),
-                  [me, request, step_id, cancel, exec](result<std::vector<tensor>> r) {
+                  [me, request, cancel, exec](result<std::vector<tensor>> r) {
                     if (r.ok()) {
-                      caf::anon_send(me, step_done_atom::value, request, step_id, std::move(*r));
+                      caf::anon_send(me, step_done_atom::value, request, std::move(*r));
                     } else {
-                      caf::anon_send(me, step_fail_atom::value, request, step_id, to_caf_error(r.error()));
+                      caf::anon_send(me, step_fail_atom::value, request, to_caf_error(r.error()));
                     }
                   },
                   cancel.get());
         return promise;
       },
-      [=](step_done_atom, std::uint64_t request, std::int64_t step_id, std::vector<tensor>& fetches) {
-        auto& st = self->state;
-        auto range = st.running.equal_range(step_id);
-        if (range.first != range.second) st.running.erase(range.first);
-        auto it = st.pending.find(request);
-        if (it == st.pending.end()) return;
-        it->second.deliver(std::move(fetches));
-        st.pending.erase(it);
+      [=](step_done_atom, std::uint64_t request, std::vector<tensor>& fetches) {
+        finish(request, std::move(fetches));
       },
-      [=](step_fail_atom, std::uint64_t request, std::int64_t step_id, caf::error& error) {
-        auto& st = self->state;
-        auto range = st.running.equal_range(step_id);
-        if (range.first != range.second) st.running.erase(range.first);
-        auto it = st.pending.find(request);
-        if (it == st.pending.end()) return;
-        it->second.deliver(std::move(error));
-        st.pending.erase(it);
+      [=](step_fail_atom, std::uint64_t request, caf::error& error) {
+        finish(request, std::move(error));
       },
       [=](abort_step_atom, std::int64_t step_id, const caf::error& reason) {
         auto& st = self->state;
         st.rendezvous.abort(step_id, to_status(reason));
-        auto range = st.running.equal_range(step_id);
         std::vector<std::shared_ptr<kernels::cancellation_manager>> cancels;
-        for (auto it = range.first; it != range.second; ++it) cancels.push_back(it->second);
+        for (auto& [request, step] : st.running) {
+          if (step.step_id == step_id) cancels.push_back(step.cancel);
+        }
         for (auto& c : cancels) c->start_cancel();
       },
       [=](rv_send_atom, std::int64_t step_id, const transfer_key& key, tensor& value) {
