@@ -5,6 +5,7 @@
 // row is shifted by its maximum before exp, and log-sums are taken of the shifted values.
 // Rows are split over the compute pool; within a row Eigen's vectorized exp does the work.
 #include <algorithm>
+#include <mutex>
 #include <cmath>
 #include <vector>
 
@@ -127,18 +128,29 @@ class bias_add_grad_kernel final : public bias_kernel_base {
     T* out = output.data<T>();
     std::fill_n(out, l.channels, T(0));
     const T* in = grad.data<T>();
-    for (std::int64_t n = 0; n < l.batch; ++n) {
-      for (std::int64_t c = 0; c < l.channels; ++c) {
-        const T* row = in + (n * l.channels + c) * l.spatial;
+    // Blocks of rows sum into their own partials (vectorized over the channels when the
+    // channels are innermost), added to the output under a lock.
+    std::mutex mutex;
+    const double cost = static_cast<double>(l.channels * l.spatial) * 0.3;
+    ctx.pool().parallel_for(l.batch, cost, [&](std::int64_t b, std::int64_t e) {
+      std::vector<T> partial(static_cast<std::size_t>(l.channels), T(0));
+      T* sums = partial.data();
+      for (std::int64_t n = b; n < e; ++n) {
+        const T* rows = in + n * l.channels * l.spatial;
         if (l.spatial == 1) {
-          out[c] += row[0];
+          for (std::int64_t c = 0; c < l.channels; ++c) sums[c] += rows[c];
         } else {
-          T sum = 0;
-          for (std::int64_t j = 0; j < l.spatial; ++j) sum += row[j];
-          out[c] += sum;
+          for (std::int64_t c = 0; c < l.channels; ++c) {
+            const T* row = rows + c * l.spatial;
+            T sum = 0;
+            for (std::int64_t j = 0; j < l.spatial; ++j) sum += row[j];
+            sums[c] += sum;
+          }
         }
       }
-    }
+      std::lock_guard<std::mutex> lock(mutex);
+      for (std::int64_t c = 0; c < l.channels; ++c) out[c] += sums[c];
+    });
   }
 };
 

@@ -55,43 +55,41 @@ void max_pool(const window_geometry& g, const T* input, T* output, compute_pool&
   });
 }
 
+// For each output pixel and channel, the argmax of the window is kept in registers and
+// updated by selects (no branch to mispredict: the winner of a window is random), then
+// the output gradient is added at it.
 template <class T>
 void max_pool_grad(const window_geometry& g, const T* input, const T* grad, T* input_grad,
                    compute_pool& pool) {
   const std::int64_t c = g.channels;
   const std::int64_t image_size = g.in_h * g.in_w * c;
-  const double cost = static_cast<double>(g.out_h * g.out_w * g.window_h * g.window_w * c) * 0.5;
+  const double cost = static_cast<double>(g.out_h * g.out_w * g.window_h * g.window_w * c) * 0.3;
   pool.parallel_for(g.batch, cost, [&](std::int64_t b, std::int64_t e) {
-    std::vector<T> best(static_cast<std::size_t>(c));
-    std::vector<std::int64_t> best_at(static_cast<std::size_t>(c));
     for (std::int64_t n = b; n < e; ++n) {
       const T* image = input + n * image_size;
       T* image_grad = input_grad + n * image_size;
       std::fill_n(image_grad, image_size, T(0));
+      const T* g_out = grad + n * g.out_h * g.out_w * c;
       for (std::int64_t oy = 0; oy < g.out_h; ++oy) {
         std::int64_t y0, y1;
         window_range(oy, g.stride_h, g.pad_top, g.window_h, g.in_h, &y0, &y1);
-        for (std::int64_t ox = 0; ox < g.out_w; ++ox) {
+        for (std::int64_t ox = 0; ox < g.out_w; ++ox, g_out += c) {
           std::int64_t x0, x1;
           window_range(ox, g.stride_w, g.pad_left, g.window_w, g.in_w, &x0, &x1);
           if (y0 >= y1 || x0 >= x1) continue;  // a window entirely in the padding
-          std::fill(best.begin(), best.end(), std::numeric_limits<T>::lowest());
-          std::fill(best_at.begin(), best_at.end(), (y0 * g.in_w + x0) * c);
-          for (std::int64_t y = y0; y < y1; ++y) {
-            for (std::int64_t x = x0; x < x1; ++x) {
-              const std::int64_t at = (y * g.in_w + x) * c;
-              const T* in = image + at;
-              for (std::int64_t i = 0; i < c; ++i) {
-                if (in[i] > best[static_cast<std::size_t>(i)]) {
-                  best[static_cast<std::size_t>(i)] = in[i];
-                  best_at[static_cast<std::size_t>(i)] = at;
-                }
+          for (std::int64_t i = 0; i < c; ++i) {
+            T best = std::numeric_limits<T>::lowest();
+            std::int64_t best_at = (y0 * g.in_w + x0) * c + i;
+            for (std::int64_t y = y0; y < y1; ++y) {
+              for (std::int64_t x = x0; x < x1; ++x) {
+                const std::int64_t at = (y * g.in_w + x) * c + i;
+                const T v = image[at];
+                const bool greater = v > best;
+                best = greater ? v : best;
+                best_at = greater ? at : best_at;
               }
             }
-          }
-          const T* g_out = grad + ((n * g.out_h + oy) * g.out_w + ox) * c;
-          for (std::int64_t i = 0; i < c; ++i) {
-            image_grad[best_at[static_cast<std::size_t>(i)] + i] += g_out[i];
+            image_grad[best_at] += g_out[i];
           }
         }
       }
