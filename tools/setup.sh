@@ -22,7 +22,7 @@ done
 packages=(
   build-essential g++ cmake ninja-build ccache pkg-config
   libcaf-dev libssl-dev libeigen3-dev libprotobuf-dev protobuf-compiler libhdf5-dev
-  catch2 libbenchmark-dev libopenblas-dev zlib1g-dev dataset-fashion-mnist
+  catch2 libbenchmark-dev libopenblas-dev libdnnl-dev zlib1g-dev dataset-fashion-mnist
 )
 missing=()
 for p in "${packages[@]}"; do

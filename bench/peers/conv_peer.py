@@ -26,8 +26,10 @@ import torch
 
 # name, batch, in_h, in_w, in_c, k, out_c, stride, padding (TensorFlow's name)
 LAYERS = [
-    ("lenet_conv1", 64, 28, 28, 1, 5, 32, 1, "SAME"),
-    ("lenet_conv2", 64, 14, 14, 32, 5, 64, 1, "SAME"),
+    ("lenet_conv1", 64, 28, 28, 1, 5, 6, 1, "SAME"),
+    ("lenet_conv2", 64, 14, 14, 6, 5, 16, 1, "VALID"),
+    ("cnn_conv1", 64, 28, 28, 1, 5, 32, 1, "SAME"),
+    ("cnn_conv2", 64, 14, 14, 32, 5, 64, 1, "SAME"),
     ("alexnet_conv1", 16, 224, 224, 3, 11, 64, 4, "VALID"),
     ("alexnet_conv2", 16, 27, 27, 64, 5, 192, 1, "SAME"),
     ("alexnet_conv3", 16, 13, 13, 192, 3, 384, 1, "SAME"),

@@ -14,7 +14,9 @@
 // the [M, in_c] matrix. Otherwise the patches are built a chunk of rows at a time (about
 // k_chunk_bytes, so they stay in cache between im2col and the gemm's packing) with the
 // rows of a chunk split over the compute pool; the gemm itself is OpenBLAS's, threaded with
-// the pool's size (kernels/cpu/blas.h). Measured on LeNet and AlexNet layers against
+// the pool's size (kernels/cpu/blas.h). float32 convolutions go to oneDNN first
+// (kernels/cpu/onednn_conv.h) and come here only when it has no primitive for the
+// geometry or TROUPE_CONV=im2col. Measured on LeNet and AlexNet layers against
 // PyTorch in bench/conv_bench.cc and bench/peers/conv_peer.py.
 #include <algorithm>
 #include <mutex>
@@ -22,6 +24,7 @@
 #include <limits>
 
 #include "kernels/cpu/blas.h"
+#include "kernels/cpu/onednn_conv.h"
 #include "kernels/cpu/spatial.h"
 #include "kernels/kernel_registry.h"
 
@@ -175,15 +178,34 @@ inline double gemm_ns(std::int64_t m, std::int64_t n, std::int64_t k) {
 }
 
 // output[M, out_c] = patches(input) * filter.
+// Runs `pass` through oneDNN when T is float and oneDNN has a primitive for the geometry;
+// true when it did (or failed ctx), false when the im2col path should run.
 template <class T>
-void conv_forward(const conv_shape& s, const T* input, const T* filter, T* output,
-                  compute_pool& pool) {
+bool try_onednn(onednn::conv_pass pass, const conv_shape& s, const T* a, const T* b, T* out,
+                compute_pool& pool, status* error) {
+  if constexpr (std::is_same_v<T, float>) {
+    if (!onednn::conv_enabled()) return false;
+    status st = onednn::convolve(pass, s.g, s.out_c, a, b, out, pool);
+    if (st.error_code() == code::unimplemented) return false;
+    *error = std::move(st);
+    return true;
+  } else {
+    return false;
+  }
+}
+
+template <class T>
+status conv_forward(const conv_shape& s, const T* input, const T* filter, T* output,
+                    compute_pool& pool) {
+  if (status st; try_onednn(onednn::conv_pass::forward, s, input, filter, output, pool, &st)) {
+    return st;
+  }
   const std::int64_t m = s.rows(), k = s.patch(), n = s.out_c;
   if (s.pointwise()) {
     pool.parallel_for(m, gemm_ns(1, n, k), [&](std::int64_t b, std::int64_t e) {
       blas_gemm(false, false, e - b, n, k, T(1), input + b * k, k, filter, n, T(0), output + b * n, n);
     });
-    return;
+    return status();
   }
   const std::int64_t chunk = std::min(chunk_rows<T>(s), m);
   for_each_chunk<T>(m, chunk, k, gemm_ns(chunk, n, k) + 0.3 * static_cast<double>(chunk * k), pool,
@@ -192,19 +214,24 @@ void conv_forward(const conv_shape& s, const T* input, const T* filter, T* outpu
                       blas_gemm(false, false, end - begin, n, k, T(1), patches, k, filter, n, T(0),
                                 output + begin * n, n);
                     });
+  return status();
 }
 
 // input_grad = col2im(out_backprop * filter^T).
 template <class T>
-void conv_backprop_input(const conv_shape& s, const T* filter, const T* out_backprop,
-                         T* input_grad, compute_pool& pool) {
+status conv_backprop_input(const conv_shape& s, const T* filter, const T* out_backprop,
+                           T* input_grad, compute_pool& pool) {
+  if (status st; try_onednn(onednn::conv_pass::backward_data, s, filter, out_backprop, input_grad,
+                            pool, &st)) {
+    return st;
+  }
   const window_geometry& g = s.g;
   const std::int64_t m = s.rows(), k = s.patch(), n = s.out_c;
   if (s.pointwise()) {
     pool.parallel_for(m, gemm_ns(1, k, n), [&](std::int64_t b, std::int64_t e) {
       blas_gemm(false, true, e - b, k, n, T(1), out_backprop + b * n, n, filter, n, T(0), input_grad + b * k, k);
     });
-    return;
+    return status();
   }
   // Windows of one image overlap, so blocks are whole images: each block zeroes and
   // accumulates only its own images' gradients.
@@ -224,15 +251,23 @@ void conv_backprop_input(const conv_shape& s, const T* filter, const T* out_back
                         col2im(s, d_patches, begin, end, input_grad);
                       }
                     });
+  return status();
 }
 
 // filter_grad[K, out_c] = patches(input)^T * out_backprop.
 template <class T>
-void conv_backprop_filter(const conv_shape& s, const T* input, const T* out_backprop,
-                          T* filter_grad, compute_pool& pool) {
+status conv_backprop_filter(const conv_shape& s, const T* input, const T* out_backprop,
+                            T* filter_grad, compute_pool& pool) {
   const std::int64_t m = s.rows(), k = s.patch(), n = s.out_c;
+  if (m == 0 || k == 0 || n == 0) {
+    std::fill_n(filter_grad, k * n, T(0));
+    return status();
+  }
+  if (status st; try_onednn(onednn::conv_pass::backward_weights, s, input, out_backprop,
+                            filter_grad, pool, &st)) {
+    return st;
+  }
   std::fill_n(filter_grad, k * n, T(0));
-  if (m == 0) return;
   // Each block sums its rows' products into its own partial gradient; partials are
   // added at the end (under a lock: few blocks, small k x n).
   std::mutex sum_mutex;
@@ -247,7 +282,7 @@ void conv_backprop_filter(const conv_shape& s, const T* input, const T* out_back
                 partial.data<T>(), n);
       add_partial(partial.data<T>());
     });
-    return;
+    return status();
   }
   const std::int64_t chunk = std::min(chunk_rows<T>(s), m);
   const std::int64_t chunks = (m + chunk - 1) / chunk;
@@ -264,6 +299,14 @@ void conv_backprop_filter(const conv_shape& s, const T* input, const T* out_back
                       }
                       add_partial(partial.data<T>());
                     });
+  return status();
+}
+
+// True when `s` is ok; otherwise fails ctx with it.
+inline bool succeeded(kernel_context& ctx, status s) {
+  if (s.ok()) return true;
+  ctx.fail(std::move(s));
+  return false;
 }
 
 // What every convolution kernel shares: the validated window attributes, and the checks
@@ -379,11 +422,14 @@ class conv2d_kernel final : public conv_kernel_base {
     use_openblas_threads(1);
     tensor nhwc_input = nhwc_view<T>(input, options_.nchw, pool);
     if (!options_.nchw) {
-      conv_forward(s, nhwc_input.data<T>(), filter.data<T>(), output.data<T>(), pool);
+      succeeded(ctx, conv_forward(s, nhwc_input.data<T>(), filter.data<T>(), output.data<T>(), pool));
       return;
     }
     tensor nhwc_output(dtype_of<T>, tensor_shape{s.g.batch, s.g.out_h, s.g.out_w, s.out_c});
-    conv_forward(s, nhwc_input.data<T>(), filter.data<T>(), nhwc_output.data<T>(), pool);
+    if (!succeeded(ctx, conv_forward(s, nhwc_input.data<T>(), filter.data<T>(),
+                                        nhwc_output.data<T>(), pool))) {
+      return;
+    }
     transpose_images<T>(nhwc_output.data<T>(), output.data<T>(), nhwc_output.shape(), false, pool);
   }
 };
@@ -411,11 +457,15 @@ class conv2d_backprop_input_kernel final : public conv_kernel_base {
     use_openblas_threads(1);
     tensor nhwc_backprop = nhwc_view<T>(out_backprop, options_.nchw, pool);
     if (!options_.nchw) {
-      conv_backprop_input(s, filter.data<T>(), nhwc_backprop.data<T>(), input_grad.data<T>(), pool);
+      succeeded(ctx, conv_backprop_input(s, filter.data<T>(), nhwc_backprop.data<T>(),
+                                            input_grad.data<T>(), pool));
       return;
     }
     tensor nhwc_grad(dtype_of<T>, to_nhwc_shape(input_sizes, true));
-    conv_backprop_input(s, filter.data<T>(), nhwc_backprop.data<T>(), nhwc_grad.data<T>(), pool);
+    if (!succeeded(ctx, conv_backprop_input(s, filter.data<T>(), nhwc_backprop.data<T>(),
+                                               nhwc_grad.data<T>(), pool))) {
+      return;
+    }
     transpose_images<T>(nhwc_grad.data<T>(), input_grad.data<T>(), nhwc_grad.shape(), false, pool);
   }
 };
@@ -439,8 +489,8 @@ class conv2d_backprop_filter_kernel final : public conv_kernel_base {
     use_openblas_threads(1);
     tensor nhwc_input = nhwc_view<T>(input, options_.nchw, pool);
     tensor nhwc_backprop = nhwc_view<T>(out_backprop, options_.nchw, pool);
-    conv_backprop_filter(s, nhwc_input.data<T>(), nhwc_backprop.data<T>(), filter_grad.data<T>(),
-                         pool);
+    succeeded(ctx, conv_backprop_filter(s, nhwc_input.data<T>(), nhwc_backprop.data<T>(),
+                                           filter_grad.data<T>(), pool));
   }
 };
 

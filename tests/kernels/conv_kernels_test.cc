@@ -4,6 +4,8 @@
 // boundaries), both data formats and both dtypes; the backprops against central
 // differences of the forward kernel; the gradient functions through a graph built by
 // add_gradients and evaluated node by node; the error paths and the shape functions.
+// float runs on oneDNN (kernels/cpu/onednn_conv.h) and double on im2col + gemm; CTest runs
+// this file a second time with TROUPE_CONV=im2col so that float covers the fallback too.
 // Random data from seed 42.
 #include <catch2/catch.hpp>
 

@@ -1,0 +1,298 @@
+// oneDNN convolutions: see onednn_conv.h for the contract and the thread budget.
+#include "kernels/cpu/onednn_conv.h"
+
+#include <omp.h>
+
+#include <algorithm>
+#include <array>
+#include <cstdlib>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include <oneapi/dnnl/dnnl.hpp>
+
+namespace troupe::kernels::onednn {
+
+namespace {
+
+using tag = dnnl::memory::format_tag;
+using dims = dnnl::memory::dims;
+
+const dnnl::engine& cpu_engine() {
+  static const dnnl::engine engine(dnnl::engine::kind::cpu, 0);
+  return engine;
+}
+
+// oneDNN sizes its parallel regions by the calling thread's OpenMP thread count (when a
+// primitive is built and when it runs); one keeps it inside the compute pool's budget.
+void single_threaded_openmp() {
+  thread_local bool done = false;
+  if (done) return;
+  omp_set_num_threads(1);
+  done = true;
+}
+
+// Scratch memory of the calling thread, grown as needed (primitives use user-managed
+// scratchpads so that one primitive can run on several threads at once).
+void* thread_scratch(std::size_t bytes) {
+  thread_local std::vector<char> scratch;
+  if (scratch.size() < bytes) scratch.resize(bytes);
+  return scratch.data();
+}
+
+// The chunk geometry: the batch split into `chunks` parts of `per_chunk` images (the
+// last one possibly smaller).
+struct batch_split {
+  std::int64_t chunks = 1, per_chunk = 1;
+  std::int64_t size(std::int64_t i, std::int64_t batch) const {
+    return std::min(per_chunk, batch - i * per_chunk);
+  }
+};
+
+batch_split split_batch(std::int64_t batch, int threads) {
+  batch_split s;
+  s.chunks = std::clamp<std::int64_t>(threads, 1, batch);
+  s.per_chunk = (batch + s.chunks - 1) / s.chunks;
+  s.chunks = (batch + s.per_chunk - 1) / s.per_chunk;
+  return s;
+}
+
+// One pass of one geometry at one batch size, ready to run.
+struct primitive_entry {
+  dnnl::primitive primitive;
+  // The layout the primitive wants its filter (forward, backward_data) or writes its
+  // filter gradient (backward_weights) in; equal to `user_weights` when no reorder is due.
+  dnnl::memory::desc weights;
+  dnnl::memory::desc user_weights;
+  // The activations: src/diff_src and dst/diff_dst, NHWC. (Measured: letting oneDNN pick
+  // blocked layouts and reordering each chunk in and out was no faster on LeNet layers.)
+  dnnl::memory::desc src, dst;
+  dnnl::memory::desc scratchpad;
+  bool reorder_weights() const { return weights != user_weights; }
+};
+
+using cache_key = std::array<std::int64_t, 16>;
+
+cache_key make_key(conv_pass pass, const window_geometry& g, std::int64_t batch,
+                   std::int64_t out_c) {
+  return {static_cast<std::int64_t>(pass), batch, g.in_h, g.in_w, g.channels, g.window_h,
+          g.window_w, out_c, g.stride_h, g.stride_w, g.dilation_h, g.dilation_w, g.pad_top,
+          g.pad_left, g.out_h, g.out_w};
+}
+
+// Builds the primitive of `pass` for `g` at `batch` images; null when oneDNN has none.
+std::shared_ptr<primitive_entry> build(conv_pass pass, const window_geometry& g,
+                                       std::int64_t batch, std::int64_t out_c) {
+  const dnnl::engine& engine = cpu_engine();
+  const auto f32 = dnnl::memory::data_type::f32;
+  const dims src_dims{batch, g.channels, g.in_h, g.in_w};
+  const dims weights_dims{out_c, g.channels, g.window_h, g.window_w};
+  const dims dst_dims{batch, out_c, g.out_h, g.out_w};
+  const dims strides{g.stride_h, g.stride_w};
+  const dims dilates{g.dilation_h - 1, g.dilation_w - 1};
+  const dims padding_l{g.pad_top, g.pad_left};
+  // The far padding that makes oneDNN's output size TensorFlow's (it may be negative when
+  // VALID drops trailing input rows).
+  const dims padding_r{
+      (g.out_h - 1) * g.stride_h + (g.window_h - 1) * g.dilation_h + 1 - g.in_h - g.pad_top,
+      (g.out_w - 1) * g.stride_w + (g.window_w - 1) * g.dilation_w + 1 - g.in_w - g.pad_left};
+  const dnnl::memory::desc src(src_dims, f32, tag::nhwc);
+  const dnnl::memory::desc dst(dst_dims, f32, tag::nhwc);
+  const dnnl::memory::desc any_weights(weights_dims, f32, tag::any);
+  dnnl::primitive_attr attr;
+  attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+
+  auto entry = std::make_shared<primitive_entry>();
+  entry->user_weights = dnnl::memory::desc(weights_dims, f32, tag::hwio);
+  entry->src = src;
+  entry->dst = dst;
+  try {
+    dnnl::convolution_forward::desc forward_desc(
+        dnnl::prop_kind::forward_training, dnnl::algorithm::convolution_direct, src, any_weights,
+        dst, strides, dilates, padding_l, padding_r);
+    dnnl::convolution_forward::primitive_desc forward(forward_desc, attr, engine,
+                                                      /*allow_empty=*/true);
+    if (!forward) return nullptr;
+    switch (pass) {
+      case conv_pass::forward:
+        entry->primitive = dnnl::convolution_forward(forward);
+        entry->weights = forward.weights_desc();
+        entry->scratchpad = forward.scratchpad_desc();
+        break;
+      case conv_pass::backward_data: {
+        dnnl::convolution_backward_data::desc desc(dnnl::algorithm::convolution_direct, src,
+                                                   any_weights, dst, strides, dilates, padding_l,
+                                                   padding_r);
+        dnnl::convolution_backward_data::primitive_desc pd(desc, attr, engine, forward,
+                                                           /*allow_empty=*/true);
+        if (!pd) return nullptr;
+        entry->primitive = dnnl::convolution_backward_data(pd);
+        entry->weights = pd.weights_desc();
+        entry->scratchpad = pd.scratchpad_desc();
+        break;
+      }
+      case conv_pass::backward_weights: {
+        dnnl::convolution_backward_weights::desc desc(dnnl::algorithm::convolution_direct, src,
+                                                      any_weights, dst, strides, dilates,
+                                                      padding_l, padding_r);
+        dnnl::convolution_backward_weights::primitive_desc pd(desc, attr, engine, forward,
+                                                              /*allow_empty=*/true);
+        if (!pd) return nullptr;
+        entry->primitive = dnnl::convolution_backward_weights(pd);
+        entry->weights = pd.diff_weights_desc();
+        entry->scratchpad = pd.scratchpad_desc();
+        break;
+      }
+    }
+  } catch (const dnnl::error&) {
+    return nullptr;  // oneDNN rejects the geometry (e.g. a negative far padding it cannot do)
+  }
+  return entry;
+}
+
+// The cached primitive of `pass` for `g` at `batch` images (built on first use); null
+// when oneDNN has none. The cache holds a few geometries per model; it is dropped
+// whole if a process cycles through very many.
+std::shared_ptr<primitive_entry> find(conv_pass pass, const window_geometry& g,
+                                      std::int64_t batch, std::int64_t out_c) {
+  constexpr std::size_t k_max_entries = 512;
+  static std::mutex mutex;
+  static std::map<cache_key, std::shared_ptr<primitive_entry>> cache;
+  const cache_key key = make_key(pass, g, batch, out_c);
+  std::lock_guard<std::mutex> lock(mutex);
+  auto it = cache.find(key);
+  if (it != cache.end()) return it->second;
+  if (cache.size() >= k_max_entries) cache.clear();
+  auto entry = build(pass, g, batch, out_c);
+  cache.emplace(key, entry);
+  return entry;
+}
+
+void run(const primitive_entry& e, std::unordered_map<int, dnnl::memory> args) {
+  single_threaded_openmp();
+  static thread_local dnnl::stream stream(cpu_engine());
+  if (const std::size_t bytes = e.scratchpad.get_size(); bytes > 0) {
+    args.emplace(DNNL_ARG_SCRATCHPAD, dnnl::memory(e.scratchpad, cpu_engine(), thread_scratch(bytes)));
+  }
+  e.primitive.execute(stream, args);
+  stream.wait();
+}
+
+// Copies `from` (layout `from_desc`) to `to` (layout `to_desc`).
+void reorder(const dnnl::memory::desc& from_desc, const float* from,
+             const dnnl::memory::desc& to_desc, float* to) {
+  single_threaded_openmp();
+  static thread_local dnnl::stream stream(cpu_engine());
+  dnnl::memory src(from_desc, cpu_engine(), const_cast<float*>(from));
+  dnnl::memory dst(to_desc, cpu_engine(), to);
+  dnnl::reorder(src, dst).execute(stream, src, dst);
+  stream.wait();
+}
+
+}  // namespace
+
+bool conv_enabled() {
+  static const bool enabled = [] {
+    const char* v = std::getenv("TROUPE_CONV");
+    return v == nullptr || std::string(v) != "im2col";
+  }();
+  return enabled;
+}
+
+status convolve(conv_pass pass, const window_geometry& g, std::int64_t out_c, const float* a,
+                const float* b, float* out, compute_pool& pool) {
+  // Measured (bench/conv_bench.cc, oneDNN 2.6): its NHWC backward-data kernel for a
+  // single input channel is 3x slower than im2col + gemm with 32 output channels (and
+  // slightly faster with 6); a first layer's input gradient is rarely needed anyway.
+  if (pass == conv_pass::backward_data && g.channels == 1 && out_c > 8) {
+    return unimplemented_error("im2col is faster for this backward-data geometry");
+  }
+  single_threaded_openmp();
+  const batch_split split = split_batch(g.batch, pool.num_threads());
+  // Build (or find) the primitives of both chunk sizes before any work starts, so that a
+  // geometry oneDNN cannot do falls back before anything was written.
+  const std::int64_t last_size = split.size(split.chunks - 1, g.batch);
+  auto full = find(pass, g, split.per_chunk, out_c);
+  auto last = last_size == split.per_chunk ? full : find(pass, g, last_size, out_c);
+  if (full == nullptr || last == nullptr) {
+    return unimplemented_error("oneDNN has no convolution for this geometry");
+  }
+  const std::int64_t in_image = g.in_h * g.in_w * g.channels;
+  const std::int64_t out_image = g.out_h * g.out_w * out_c;
+  const std::int64_t weights_size = g.window_h * g.window_w * g.channels * out_c;
+  const dnnl::engine& engine = cpu_engine();
+  try {
+    // The filter in each primitive's layout (forward, backward_data).
+    std::vector<float> full_weights, last_weights;
+    const float* user_filter = pass == conv_pass::forward ? b : a;
+    auto filter_for = [&](const primitive_entry& e, std::vector<float>& buffer) -> const float* {
+      if (pass == conv_pass::backward_weights || !e.reorder_weights()) return user_filter;
+      buffer.resize(e.weights.get_size() / sizeof(float));
+      reorder(e.user_weights, user_filter, e.weights, buffer.data());
+      return buffer.data();
+    };
+    const float* full_filter = filter_for(*full, full_weights);
+    const float* last_filter = last == full ? full_filter : filter_for(*last, last_weights);
+    // The filter gradients of the chunks, in their primitives' layout.
+    std::vector<std::vector<float>> partials;
+    if (pass == conv_pass::backward_weights) partials.resize(static_cast<std::size_t>(split.chunks));
+    pool.parallel_for(split.chunks, 1e9, [&](std::int64_t c0, std::int64_t c1) {
+      for (std::int64_t c = c0; c < c1; ++c) {
+        const bool is_full = split.size(c, g.batch) == split.per_chunk;
+        const primitive_entry& e = is_full ? *full : *last;
+        const float* filter = is_full ? full_filter : last_filter;
+        const std::int64_t first = c * split.per_chunk;
+        auto memory = [&](const dnnl::memory::desc& desc, const float* data) {
+          return dnnl::memory(desc, engine, const_cast<float*>(data));
+        };
+        switch (pass) {
+          case conv_pass::forward:
+            run(e, {{DNNL_ARG_SRC, memory(e.src, a + first * in_image)},
+                    {DNNL_ARG_WEIGHTS, memory(e.weights, filter)},
+                    {DNNL_ARG_DST, memory(e.dst, out + first * out_image)}});
+            break;
+          case conv_pass::backward_data:
+            run(e, {{DNNL_ARG_DIFF_DST, memory(e.dst, b + first * out_image)},
+                    {DNNL_ARG_WEIGHTS, memory(e.weights, filter)},
+                    {DNNL_ARG_DIFF_SRC, memory(e.src, out + first * in_image)}});
+            break;
+          case conv_pass::backward_weights: {
+            std::vector<float>& partial = partials[static_cast<std::size_t>(c)];
+            partial.resize(e.weights.get_size() / sizeof(float));
+            run(e, {{DNNL_ARG_SRC, memory(e.src, a + first * in_image)},
+                    {DNNL_ARG_DIFF_DST, memory(e.dst, b + first * out_image)},
+                    {DNNL_ARG_DIFF_WEIGHTS, memory(e.weights, partial.data())}});
+            break;
+          }
+        }
+      }
+    });
+    if (pass == conv_pass::backward_weights) {
+      // out = sum of the chunks' gradients, each reordered to HWIO.
+      std::vector<float> hwio;
+      for (std::int64_t c = 0; c < split.chunks; ++c) {
+        const primitive_entry& e = split.size(c, g.batch) == split.per_chunk ? *full : *last;
+        const float* partial = partials[static_cast<std::size_t>(c)].data();
+        float* target = out;
+        if (c > 0) {
+          hwio.resize(static_cast<std::size_t>(weights_size));
+          target = hwio.data();
+        }
+        if (e.reorder_weights()) reorder(e.weights, partial, e.user_weights, target);
+        else std::copy_n(partial, weights_size, target);
+        if (c > 0) {
+          for (std::int64_t i = 0; i < weights_size; ++i) out[i] += hwio[static_cast<std::size_t>(i)];
+        }
+      }
+    }
+  } catch (const dnnl::error& e) {
+    return internal_error("oneDNN convolution failed: ", e.what());
+  }
+  return status();
+}
+
+}  // namespace troupe::kernels::onednn
