@@ -58,6 +58,7 @@ caf::behavior device_behavior(device_actor* self, device_options options) {
       [=](run_atom, std::uint64_t handle, std::int64_t step_id,
           std::vector<tensor>& feeds) -> caf::result<std::vector<tensor>> {
         auto& st = self->state;
+        rendezvous_table::active_scope active(st.rendezvous, st.options.device);
         const std::string& device_name = st.options.device->name();
         auto it = st.partitions.find(handle);
         if (it == st.partitions.end()) {
@@ -102,13 +103,19 @@ caf::behavior device_behavior(device_actor* self, device_options options) {
         }
         for (auto& c : cancels) c->start_cancel();
       },
-      [=](rv_send_atom, std::int64_t step_id, const transfer_key& key, tensor& value) {
-        self->state.rendezvous.send(step_id, key, std::move(value));
+      // A tensor's arrival or a Recv's request may complete a Recv, and the nodes it wakes
+      // run here: the rendezvous is active so that Recvs among them ask it directly.
+      [=](rv_send_atom, std::int64_t step_id, const transfer_key_ptr& key, tensor& value) {
+        auto& st = self->state;
+        rendezvous_table::active_scope active(st.rendezvous, st.options.device);
+        st.rendezvous.send(step_id, key, std::move(value));
       },
-      [=](rv_recv_atom, std::int64_t step_id, const transfer_key& key, reply<tensor>& r) {
-        self->state.rendezvous.recv(step_id, key, std::move(r));
+      [=](rv_recv_atom, std::int64_t step_id, const transfer_key_ptr& key, reply<tensor>& r) {
+        auto& st = self->state;
+        rendezvous_table::active_scope active(st.rendezvous, st.options.device);
+        st.rendezvous.recv(step_id, key, std::move(r));
       },
-      [=](rv_cancel_atom, std::int64_t step_id, const transfer_key& key) {
+      [=](rv_cancel_atom, std::int64_t step_id, const transfer_key_ptr& key) {
         self->state.rendezvous.cancel(step_id, key);
       },
   };

@@ -7,9 +7,10 @@
 //   (run_atom, handle, step_id, vector<tensor>)  -> vector<tensor>    runs one step
 //   (abort_step_atom, step_id, caf::error)                            aborts that step here:
 //       its running partition stops, parked Recvs fail, later traffic for it is refused
-//   (rv_send_atom, step_id, transfer_key, tensor)    a tensor from a _Send elsewhere
-//   (rv_recv_atom, step_id, transfer_key, reply<tensor>)  a local _Recv asks
-//   (rv_cancel_atom, step_id, transfer_key)          a local _Recv's step cancelled it
+//   (rv_send_atom, step_id, transfer_key_ptr, tensor)    a tensor from a _Send elsewhere
+//   (rv_recv_atom, step_id, transfer_key_ptr, reply<tensor>)  a local _Recv asks (from
+//       outside this actor's handlers; inside them it asks the rendezvous directly)
+//   (rv_cancel_atom, step_id, transfer_key_ptr)          a local _Recv's step cancelled it
 //
 // Cheap nodes of a step run in the handler that starts it (the executor's rule), the
 // rest on the compute pool; no handler ever waits. Completion comes back as a message

@@ -2,8 +2,14 @@
 // its tensor. A producer never blocks: _Send posts a message to the destination device's
 // actor, which either hands the tensor to the Recv already waiting there or keeps it
 // until the Recv asks. A Recv that asks first is parked with its reply. Entries are keyed
-// by (step id, the transfer's structured key); an aborted step fails its parked Recvs and
-// drops its tensors, and anything arriving later for it is refused.
+// by (step id, the transfer's key); an aborted step fails its parked Recvs and drops its
+// tensors, and anything arriving later for it is refused.
+//
+// A _Recv asks by message, unless it runs inside a handler of its own device's actor
+// (a step's first nodes run in the handler that starts it, and nodes woken by an arrival
+// in the handler of that arrival): then the table is this thread's active one
+// (active_scope) and the Recv asks it directly, saving a message per transfer. The table
+// calls each reply after removing its entry, so a reply may re-enter the table.
 //
 // This table belongs to one device actor and is used only from its handlers: no locks.
 #pragma once
@@ -13,7 +19,6 @@
 #include <cstdint>
 #include <deque>
 #include <memory>
-#include <set>
 #include <unordered_map>
 
 #include "actors/reply.h"
@@ -22,7 +27,33 @@
 
 namespace troupe::actors {
 
-using transfer_key = std::shared_ptr<const placement::rendezvous_key>;
+class runtime_device;
+
+// A transfer's key as the runtime carries it: the partitioner's rendezvous_key, read
+// from a _Send's or _Recv's attributes once, when its partition is prepared, with its
+// hash and printed form computed then, so a transfer hashes and prints no strings. The
+// two ends of a transfer hold equal keys, not the same object.
+class transfer_key {
+ public:
+  explicit transfer_key(placement::rendezvous_key key);
+
+  const placement::rendezvous_key& key() const { return key_; }
+  std::size_t hash() const { return hash_; }
+  // TensorFlow's printed form (rendezvous_key::to_string), for traces.
+  const std::string& printed() const { return printed_; }
+
+  friend bool operator==(const transfer_key& a, const transfer_key& b) {
+    return a.hash_ == b.hash_ && a.key_ == b.key_;
+  }
+
+ private:
+  placement::rendezvous_key key_;
+  std::size_t hash_;
+  std::string printed_;
+};
+
+// What the rendezvous messages carry: shared by the kernel and its messages, never copied.
+using transfer_key_ptr = std::shared_ptr<const transfer_key>;
 
 using rv_send_atom = caf::atom_constant<caf::atom("rvsend")>;
 using rv_recv_atom = caf::atom_constant<caf::atom("rvrecv")>;
@@ -30,42 +61,63 @@ using rv_cancel_atom = caf::atom_constant<caf::atom("rvcancel")>;
 
 class rendezvous_table {
  public:
+  rendezvous_table() = default;
+  rendezvous_table(const rendezvous_table&) = delete;
+  rendezvous_table& operator=(const rendezvous_table&) = delete;
+
   // A tensor arrived for (step, key).
-  void send(std::int64_t step, const transfer_key& key, tensor value);
-  // A Recv asks for (step, key): answered now or parked.
-  void recv(std::int64_t step, const transfer_key& key, reply<tensor> r);
+  void send(std::int64_t step, const transfer_key_ptr& key, tensor value);
+  // A Recv asks for (step, key): answered now (before this returns) or parked.
+  void recv(std::int64_t step, const transfer_key_ptr& key, reply<tensor> r);
   // The Recv's step cancelled it: fail it with `cancelled` if still parked.
-  void cancel(std::int64_t step, const transfer_key& key);
+  void cancel(std::int64_t step, const transfer_key_ptr& key);
   // Fails every parked Recv of `step` with `error`, drops its tensors, and refuses later
   // traffic for it.
   void abort(std::int64_t step, const status& error);
 
-  bool is_aborted(std::int64_t step) const { return aborted_.count(step) > 0; }
+  bool is_aborted(std::int64_t step) const { return abort_reason_.count(step) > 0; }
   std::size_t num_waiting() const { return entries_.size(); }
 
- private:
-  struct key_hash {
-    std::size_t operator()(const std::pair<std::int64_t, const placement::rendezvous_key*>& k) const;
+  // Makes `table`, the rendezvous of `device`'s actor, the active one on this thread for
+  // the scope's life. The device actor opens one in each handler that may run kernels.
+  class active_scope {
+   public:
+    active_scope(rendezvous_table& table, const runtime_device* device);
+    ~active_scope();
+    active_scope(const active_scope&) = delete;
+    active_scope& operator=(const active_scope&) = delete;
+
+   private:
+    rendezvous_table* previous_table_;
+    const runtime_device* previous_device_;
   };
-  struct key_equal {
-    bool operator()(const std::pair<std::int64_t, const placement::rendezvous_key*>& a,
-                    const std::pair<std::int64_t, const placement::rendezvous_key*>& b) const {
-      return a.first == b.first && *a.second == *b.second;
+  // The table of `device`'s actor when one of its handlers runs on this thread, else null.
+  static rendezvous_table* active(const runtime_device* device);
+
+ private:
+  using entry_key = std::pair<std::int64_t, const transfer_key*>;
+  struct entry_hash {
+    std::size_t operator()(const entry_key& k) const {
+      return k.second->hash() ^ (static_cast<std::size_t>(k.first) * 0x9e3779b97f4a7c15ULL);
+    }
+  };
+  struct entry_equal {
+    bool operator()(const entry_key& a, const entry_key& b) const {
+      return a.first == b.first && (a.second == b.second || *a.second == *b.second);
     }
   };
   struct entry {
-    transfer_key key;   // keeps the pointer in the map key alive
-    tensor value;       // arrived, not yet received
+    transfer_key_ptr key;  // keeps the pointer in the map key alive
+    tensor value;          // arrived, not yet received
     reply<tensor> waiting;
   };
-  std::unordered_map<std::pair<std::int64_t, const placement::rendezvous_key*>, entry, key_hash, key_equal>
-      entries_;
-  // Recently aborted steps (bounded), so late messages for them are refused.
-  std::set<std::int64_t> aborted_;
-  std::deque<std::int64_t> aborted_order_;
+  std::unordered_map<entry_key, entry, entry_hash, entry_equal> entries_;
+  // Recently aborted steps (bounded, oldest forgotten first) and why, so late messages
+  // for them are refused.
   std::unordered_map<std::int64_t, status> abort_reason_;
+  std::deque<std::int64_t> aborted_order_;
 };
 
 }  // namespace troupe::actors
 
-CAF_ALLOW_UNSAFE_MESSAGE_TYPE(troupe::actors::transfer_key)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(troupe::actors::transfer_key_ptr)

@@ -1,7 +1,13 @@
 // Kernels of _Send and _Recv. A _Send posts its tensor to the destination device's actor
 // (one message, the buffer shared, never copied in one process) and finishes at once; a
-// _Recv asks its own device's actor for the tensor and finishes when it is there, or
-// fails when the step is aborted.
+// _Recv asks its own device's rendezvous for the tensor (directly when it runs inside
+// that device's actor, by message otherwise: actors/rendezvous.h) and finishes when it
+// is there, or fails when the step is aborted.
+//
+// Both read their transfer's key once, when their partition is prepared, so a transfer
+// parses, hashes and formats no strings.
+#include <optional>
+
 #include "actors/rendezvous.h"
 #include "actors/runtime_device.h"
 #include "actors/runtime_kernels.h"
@@ -14,101 +20,120 @@ namespace {
 using kernels::kernel_construction;
 using kernels::kernel_context;
 
-result<transfer_key> read_key(kernel_construction& c) {
-  auto key = std::make_shared<placement::rendezvous_key>();
+// What both ends of a transfer hold: its key and the runtime device they run on.
+struct transfer_end {
+  transfer_key_ptr key;
+  runtime_device* device = nullptr;
+};
+
+// The checks both kernel constructors share: the transfer attributes (missing ones are
+// named by get_attr) and the actor runtime. Records the error in `c` and returns nothing
+// when one fails.
+std::optional<transfer_end> read_transfer_end(kernel_construction& c) {
+  placement::rendezvous_key key;
   std::int64_t incarnation = 0;
-  c.get_attr("tensor_name", &key->tensor_name);
-  c.get_attr("send_device", &key->send_device);
-  c.get_attr("send_device_incarnation", &incarnation);
-  c.get_attr("recv_device", &key->recv_device);
-  key->send_device_incarnation = static_cast<std::uint64_t>(incarnation);
-  if (!c.construction_status().ok()) return c.construction_status();
-  return transfer_key(std::move(key));
+  if (!c.get_attr("tensor_name", &key.tensor_name) || !c.get_attr("send_device", &key.send_device) ||
+      !c.get_attr("send_device_incarnation", &incarnation) || !c.get_attr("recv_device", &key.recv_device)) {
+    return std::nullopt;
+  }
+  key.send_device_incarnation = static_cast<std::uint64_t>(incarnation);
+  auto* dev = runtime_device::from(c.device());
+  if (dev == nullptr) {
+    c.fail(failed_precondition_error(c.node().op(), " '", c.node().name(), "' needs the actor runtime"));
+    return std::nullopt;
+  }
+  return transfer_end{std::make_shared<const transfer_key>(std::move(key)), dev};
 }
 
 class send_kernel final : public kernels::op_kernel {
  public:
   explicit send_kernel(kernel_construction& c) : op_kernel(c) {
-    auto key = read_key(c);
-    if (!key.ok()) return;
-    key_ = std::move(*key);
-    auto* dev = runtime_device::from(c.device());
-    if (dev == nullptr) {
-      c.fail(failed_precondition_error("_Send '", c.node().name(), "' needs the actor runtime"));
-      return;
-    }
-    device_ = dev;
-    destination_ = dev->find_device(key_->recv_device);
+    auto end = read_transfer_end(c);
+    if (!end) return;
+    key_ = std::move(end->key);
+    device_ = end->device;
+    destination_ = device_->find_device(key_->key().recv_device);
     if (!destination_) {
-      c.fail(not_found_error("_Send '", c.node().name(), "': no device '", key_->recv_device,
+      c.fail(not_found_error("_Send '", c.node().name(), "': no device '", key_->key().recv_device,
                              "' in the cluster"));
     }
   }
   bool is_expensive() const override { return false; }
   void compute(kernel_context& ctx) override {
     if (auto* tracer = device_->tracer()) {
-      tracer->transfer_sent(key_->to_string(), ctx.step().step_id, device_->task(), device_->short_name(),
+      tracer->transfer_sent(key_->printed(), ctx.step().step_id, device_->task(), device_->short_name(),
                             step_tracer::clock::now());
     }
     caf::anon_send(destination_, rv_send_atom::value, ctx.step().step_id, key_, ctx.input(0));
   }
 
  private:
-  transfer_key key_;
+  transfer_key_ptr key_;
   runtime_device* device_ = nullptr;
   caf::actor destination_;
 };
 
+// How many _Recvs may answer each other directly on one thread (a Recv whose tensor is
+// there completes inline, and the nodes it wakes may include another Recv) before the
+// next one asks by message instead, which bounds the stack.
+constexpr int k_max_direct_depth = 32;
+thread_local int direct_depth = 0;
+
 class recv_kernel final : public kernels::async_op_kernel {
  public:
   explicit recv_kernel(kernel_construction& c) : async_op_kernel(c) {
-    auto key = read_key(c);
-    if (!key.ok()) return;
-    key_ = std::move(*key);
-    auto* dev = runtime_device::from(c.device());
-    if (dev == nullptr) {
-      c.fail(failed_precondition_error("_Recv '", c.node().name(), "' needs the actor runtime"));
-      return;
-    }
-    self_ = dev->self();
-    device_ = dev;
-    if (dev->name() != key_->recv_device) {
-      c.fail(invalid_argument_error("_Recv '", c.node().name(), "' runs on ", dev->name(),
-                                    " but its recv_device is ", key_->recv_device));
+    auto end = read_transfer_end(c);
+    if (!end) return;
+    key_ = std::move(end->key);
+    device_ = end->device;
+    self_ = device_->self();
+    peer_ = str_cat("device ", key_->key().recv_device);
+    if (device_->name() != key_->key().recv_device) {
+      c.fail(invalid_argument_error("_Recv '", c.node().name(), "' runs on ", device_->name(),
+                                    " but its recv_device is ", key_->key().recv_device));
     }
   }
   bool is_expensive() const override { return false; }
 
+  // The callbacks below use `this`: the kernel lives as long as its partition, which the
+  // step keeps alive until this node's done has been called.
   void compute_async(kernel_context& ctx, done_callback done) override {
-    std::int64_t step = ctx.step().step_id;
+    const std::int64_t step = ctx.step().step_id;
     auto& cancellation = ctx.cancellation();
     auto token = cancellation.new_token();
-    caf::actor self = self_;
-    transfer_key key = key_;
-    if (!cancellation.register_callback(token, [self, step, key] {
-          caf::anon_send(self, rv_cancel_atom::value, step, key);
+    if (!cancellation.register_callback(token, [this, step] {
+          caf::anon_send(self_, rv_cancel_atom::value, step, key_);
         })) {
       ctx.fail(cancelled_error("step ", step, " was aborted before '", name(), "' ran"));
       return done();
     }
-    runtime_device* dev = device_;
-    caf::anon_send(self_, rv_recv_atom::value, step, key_,
-                   reply<tensor>([&ctx, &cancellation, token, done, dev, key, step](result<tensor> r) {
-                     cancellation.deregister(token);
-                     if (auto* tracer = dev->tracer(); tracer != nullptr && r.ok()) {
-                       tracer->transfer_received(key->to_string(), step, dev->task(), dev->short_name(),
-                                                 step_tracer::clock::now());
-                     }
-                     if (r.ok()) ctx.set_output(0, std::move(*r));
-                     else ctx.fail(r.error());
-                     done();
-                   }, str_cat("device ", key_->recv_device)));
+    reply<tensor> answer(
+        [this, &ctx, token, step, done = std::move(done)](result<tensor> r) {
+          ctx.cancellation().deregister(token);
+          if (auto* tracer = device_->tracer(); tracer != nullptr && r.ok()) {
+            tracer->transfer_received(key_->printed(), step, device_->task(), device_->short_name(),
+                                      step_tracer::clock::now());
+          }
+          if (r.ok()) ctx.set_output(0, std::move(*r));
+          else ctx.fail(r.error());
+          done();
+        },
+        peer_);
+    rendezvous_table* table = rendezvous_table::active(device_);
+    if (table != nullptr && direct_depth < k_max_direct_depth) {
+      ++direct_depth;
+      table->recv(step, key_, std::move(answer));  // may answer, and finish this node, now
+      --direct_depth;
+      return;
+    }
+    caf::anon_send(self_, rv_recv_atom::value, step, key_, std::move(answer));
   }
 
  private:
-  transfer_key key_;
-  caf::actor self_;
+  transfer_key_ptr key_;
   runtime_device* device_ = nullptr;
+  caf::actor self_;
+  std::string peer_;  // how a reply that is never answered names the rendezvous
 };
 
 }  // namespace

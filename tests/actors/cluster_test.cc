@@ -134,6 +134,39 @@ TEST_CASE("a graph split over ps and worker tasks computes through Send/Recv") {
   CHECK(s->num_prepared() == prepared);
 }
 
+TEST_CASE("with one actor thread, every transfer of a step meets its Recv whichever end comes first") {
+  // One CAF thread runs both device actors: a Recv that asks before its tensor arrives
+  // must park (a blocked thread would hang the step), and one that asks after must find
+  // it. Each step moves 50 tensors, many times over.
+  auto spec = placement::cluster_spec::from_task_counts({{"a", 1}, {"b", 1}});
+  REQUIRE(spec.ok());
+  actors::cluster_options co;
+  co.spec = *spec;
+  co.compute_threads = 1;
+  co.actor_threads = 1;
+  auto cluster = actors::cluster::create(co);
+  REQUIRE(cluster.ok());
+  auto root = graph::scope::new_root();
+  auto a = root.with_device("/job:a/task:0");
+  auto b = root.with_device("/job:b/task:0");
+  constexpr int k_transfers = 50;
+  std::vector<std::string> fetches;
+  for (int i = 0; i < k_transfers; ++i) {
+    auto x = ops::scalar(a.with_name(str_cat("x", i)), static_cast<float>(i));
+    ops::identity(b.with_name(str_cat("y", i)), x);
+    fetches.push_back(str_cat("y", i));
+  }
+  actors::session_options o;
+  o.cluster = *cluster;
+  o.allow_soft_placement = false;
+  auto s = make_session(root, o);
+  for (int step = 0; step < 20; ++step) {
+    auto r = s->run({}, fetches);
+    if (!r.ok()) FAIL(r.error().to_string());
+    for (int i = 0; i < k_transfers; ++i) CHECK(scalar_of(r, static_cast<std::size_t>(i)) == static_cast<float>(i));
+  }
+}
+
 TEST_CASE("workers of one cluster share variables on the ps task") {
   auto cluster = ps_worker_cluster(1, 2);
   auto build = [](const std::string& worker) {

@@ -1,0 +1,207 @@
+// The rendezvous table as conversations: a tensor that arrives before its Recv waits for
+// it, a Recv that asks first is parked (nothing blocks) and answered on arrival, an
+// aborted step fails its parked Recvs and refuses its late traffic, a cancelled Recv
+// fails naming the transfer; keys match by value, once hashed; replies may re-enter the
+// table (as a Recv answered inside a device actor's handler does); and the active table
+// is only visible to its own device's kernels, inside its scope.
+#include <catch2/catch.hpp>
+
+#include <memory>
+#include <optional>
+#include <vector>
+
+#include "actors/rendezvous.h"
+
+using namespace troupe;
+using actors::rendezvous_table;
+using actors::reply;
+using actors::transfer_key;
+using actors::transfer_key_ptr;
+
+namespace {
+
+constexpr const char* k_ps = "/job:ps/replica:0/task:0/device:CPU:0";
+constexpr const char* k_worker = "/job:worker/replica:0/task:0/device:CPU:0";
+
+transfer_key_ptr key_of(const std::string& tensor_name, std::uint64_t incarnation = 7) {
+  return std::make_shared<const transfer_key>(placement::rendezvous_key{k_ps, incarnation, k_worker, tensor_name});
+}
+
+// A reply that records what it was answered with.
+struct answer {
+  std::shared_ptr<std::optional<result<tensor>>> got = std::make_shared<std::optional<result<tensor>>>();
+  reply<tensor> make() const {
+    return reply<tensor>([got = got](result<tensor> r) { *got = std::move(r); }, "device test");
+  }
+  bool answered() const { return got->has_value(); }
+  const result<tensor>& value() const { return **got; }
+};
+
+}  // namespace
+
+TEST_CASE("a transfer key is hashed and printed once, and equal keys match by value") {
+  auto a = key_of("x:0");
+  auto b = key_of("x:0");
+  CHECK(a.get() != b.get());
+  CHECK(*a == *b);
+  CHECK(a->hash() == b->hash());
+  CHECK(a->printed() == a->key().to_string());
+  CHECK_FALSE(*a == *key_of("x:1"));
+  CHECK_FALSE(*a == *key_of("x:0", 8));  // another incarnation of the sender
+}
+
+TEST_CASE("a tensor that arrives first waits for its Recv, which gets its buffer") {
+  rendezvous_table table;
+  tensor value = tensor::scalar<float>(3.0f);
+  table.send(1, key_of("x:0"), value);
+  CHECK(table.num_waiting() == 1);
+  answer a;
+  table.recv(1, key_of("x:0"), a.make());
+  REQUIRE(a.answered());
+  REQUIRE(a.value().ok());
+  CHECK(a.value()->shares_buffer_with(value));
+  CHECK(table.num_waiting() == 0);
+}
+
+TEST_CASE("a Recv that asks first is parked until its tensor arrives, per step") {
+  rendezvous_table table;
+  answer step1, step2;
+  table.recv(1, key_of("x:0"), step1.make());
+  table.recv(2, key_of("x:0"), step2.make());
+  CHECK_FALSE(step1.answered());  // parked: recv returned without an answer
+  CHECK(table.num_waiting() == 2);
+  table.send(2, key_of("x:0"), tensor::scalar<float>(2.0f));
+  CHECK_FALSE(step1.answered());
+  REQUIRE(step2.answered());
+  CHECK(step2.value()->scalar_value<float>() == 2.0f);
+  table.send(1, key_of("y:0"), tensor::scalar<float>(9.0f));  // another transfer
+  CHECK_FALSE(step1.answered());
+  table.send(1, key_of("x:0"), tensor::scalar<float>(1.0f));
+  REQUIRE(step1.answered());
+  CHECK(step1.value()->scalar_value<float>() == 1.0f);
+  CHECK(table.num_waiting() == 1);  // y:0 of step 1 still waits for its Recv
+}
+
+TEST_CASE("a second Recv for the same transfer and step is an internal error naming the key") {
+  rendezvous_table table;
+  answer first, second;
+  table.recv(1, key_of("x:0"), first.make());
+  table.recv(1, key_of("x:0"), second.make());
+  CHECK_FALSE(first.answered());
+  REQUIRE(second.answered());
+  REQUIRE_FALSE(second.value().ok());
+  CHECK(second.value().error().error_code() == code::internal);
+  CHECK_THAT(second.value().error().message(), Catch::Contains(key_of("x:0")->printed()));
+}
+
+TEST_CASE("an aborted step fails its parked Recvs and refuses its late traffic") {
+  rendezvous_table table;
+  answer parked, other_step;
+  table.recv(5, key_of("x:0"), parked.make());
+  table.recv(6, key_of("x:0"), other_step.make());
+  table.send(5, key_of("y:0"), tensor::scalar<float>(1.0f));
+  table.abort(5, aborted_error("node 'bad' failed"));
+  REQUIRE(parked.answered());
+  REQUIRE_FALSE(parked.value().ok());
+  CHECK(parked.value().error().error_code() == code::aborted);
+  CHECK_THAT(parked.value().error().message(), Catch::Contains("'bad'"));
+  CHECK_FALSE(other_step.answered());
+  CHECK(table.num_waiting() == 1);  // step 6's Recv; step 5's tensor was dropped
+  CHECK(table.is_aborted(5));
+  CHECK_FALSE(table.is_aborted(6));
+
+  // Late traffic: a tensor is dropped, a Recv fails at once with the step's reason.
+  table.send(5, key_of("z:0"), tensor::scalar<float>(1.0f));
+  CHECK(table.num_waiting() == 1);
+  answer late;
+  table.recv(5, key_of("y:0"), late.make());
+  REQUIRE(late.answered());
+  REQUIRE_FALSE(late.value().ok());
+  CHECK_THAT(late.value().error().message(), Catch::Contains("'bad'"));
+}
+
+TEST_CASE("the table remembers a bounded number of aborted steps, oldest forgotten first") {
+  rendezvous_table table;
+  for (std::int64_t step = 0; step <= 4096; ++step) table.abort(step, aborted_error("step ", step));
+  CHECK_FALSE(table.is_aborted(0));
+  CHECK(table.is_aborted(1));
+  CHECK(table.is_aborted(4096));
+}
+
+TEST_CASE("a cancelled Recv fails naming the tensor and its sender; a later cancel does nothing") {
+  rendezvous_table table;
+  answer parked;
+  table.recv(3, key_of("x:0"), parked.make());
+  table.cancel(3, key_of("x:0"));
+  REQUIRE(parked.answered());
+  REQUIRE_FALSE(parked.value().ok());
+  CHECK(parked.value().error().error_code() == code::cancelled);
+  CHECK_THAT(parked.value().error().message(), Catch::Contains("x:0") && Catch::Contains(k_ps));
+  CHECK(table.num_waiting() == 0);
+
+  answer received;
+  table.send(4, key_of("x:0"), tensor::scalar<float>(1.0f));
+  table.recv(4, key_of("x:0"), received.make());
+  table.cancel(4, key_of("x:0"));  // already answered: stays answered with the tensor
+  REQUIRE(received.value().ok());
+}
+
+TEST_CASE("a reply may re-enter the table that answers it") {
+  // As inside a device actor: an arrival completes a Recv, whose step then runs another
+  // Recv that asks the same table directly, and finds its tensor already there.
+  rendezvous_table table;
+  answer inner;
+  bool outer_answered = false;
+  table.send(1, key_of("y:0"), tensor::scalar<float>(2.0f));
+  table.recv(1, key_of("x:0"), reply<tensor>([&](result<tensor> r) {
+                                   outer_answered = r.ok();
+                                   table.recv(1, key_of("y:0"), inner.make());
+                                   table.recv(1, key_of("z:0"), reply<tensor>([](result<tensor>) {}, "device test"));
+                                 },
+                                 "device test"));
+  table.send(1, key_of("x:0"), tensor::scalar<float>(1.0f));
+  CHECK(outer_answered);
+  REQUIRE(inner.answered());
+  CHECK(inner.value()->scalar_value<float>() == 2.0f);
+  CHECK(table.num_waiting() == 1);  // z:0 parked from inside the reply
+
+  // And an abort whose failed Recv asks again is refused, not parked.
+  answer refused;
+  table.abort(1, aborted_error("step 1 aborted"));
+  table.recv(1, key_of("z:0"), refused.make());
+  CHECK(refused.answered());
+  CHECK(table.num_waiting() == 0);
+}
+
+TEST_CASE("a Recv still parked when its table goes is answered unavailable, naming the peer") {
+  answer parked;
+  {
+    rendezvous_table table;
+    table.recv(1, key_of("x:0"), parked.make());
+  }
+  REQUIRE(parked.answered());
+  REQUIRE_FALSE(parked.value().ok());
+  CHECK(parked.value().error().error_code() == code::unavailable);
+  CHECK_THAT(parked.value().error().message(), Catch::Contains("device test"));
+}
+
+TEST_CASE("the active table is visible only to its own device, inside its scope") {
+  rendezvous_table outer_table, inner_table;
+  // Stand-ins for two devices: the table compares their addresses only.
+  const auto* device_a = reinterpret_cast<const actors::runtime_device*>(&outer_table);
+  const auto* device_b = reinterpret_cast<const actors::runtime_device*>(&inner_table);
+  CHECK(rendezvous_table::active(device_a) == nullptr);
+  {
+    rendezvous_table::active_scope a(outer_table, device_a);
+    CHECK(rendezvous_table::active(device_a) == &outer_table);
+    CHECK(rendezvous_table::active(device_b) == nullptr);
+    CHECK(rendezvous_table::active(nullptr) == nullptr);
+    {
+      rendezvous_table::active_scope b(inner_table, device_b);
+      CHECK(rendezvous_table::active(device_b) == &inner_table);
+      CHECK(rendezvous_table::active(device_a) == nullptr);
+    }
+    CHECK(rendezvous_table::active(device_a) == &outer_table);
+  }
+  CHECK(rendezvous_table::active(device_a) == nullptr);
+}
