@@ -15,6 +15,8 @@
 
 #include <oneapi/dnnl/dnnl.hpp>
 
+#include "core/tensor.h"
+
 namespace troupe::kernels::onednn {
 
 namespace {
@@ -182,6 +184,12 @@ void run(const primitive_entry& e, std::unordered_map<int, dnnl::memory> args) {
   stream.wait();
 }
 
+// An uninitialized float tensor big enough for `desc`.
+tensor float_buffer(const dnnl::memory::desc& desc) {
+  return tensor(dtype::float32,
+                tensor_shape{static_cast<std::int64_t>(desc.get_size() / sizeof(float))});
+}
+
 // Copies `from` (layout `from_desc`) to `to` (layout `to_desc`).
 void reorder(const dnnl::memory::desc& from_desc, const float* from,
              const dnnl::memory::desc& to_desc, float* to) {
@@ -227,18 +235,20 @@ status convolve(conv_pass pass, const window_geometry& g, std::int64_t out_c, co
   const dnnl::engine& engine = cpu_engine();
   try {
     // The filter in each primitive's layout (forward, backward_data).
-    std::vector<float> full_weights, last_weights;
+    // Temporary buffers are tensors: the tensor allocator keeps freed buffers for reuse,
+    // where fresh pages from the system would cost more than AlexNet's reorders themselves.
+    tensor full_weights, last_weights;
     const float* user_filter = pass == conv_pass::forward ? b : a;
-    auto filter_for = [&](const primitive_entry& e, std::vector<float>& buffer) -> const float* {
+    auto filter_for = [&](const primitive_entry& e, tensor& buffer) -> const float* {
       if (pass == conv_pass::backward_weights || !e.reorder_weights()) return user_filter;
-      buffer.resize(e.weights.get_size() / sizeof(float));
-      reorder(e.user_weights, user_filter, e.weights, buffer.data());
-      return buffer.data();
+      buffer = float_buffer(e.weights);
+      reorder(e.user_weights, user_filter, e.weights, buffer.data<float>());
+      return buffer.data<float>();
     };
     const float* full_filter = filter_for(*full, full_weights);
     const float* last_filter = last == full ? full_filter : filter_for(*last, last_weights);
     // The filter gradients of the chunks, in their primitives' layout.
-    std::vector<std::vector<float>> partials;
+    std::vector<tensor> partials;
     if (pass == conv_pass::backward_weights) partials.resize(static_cast<std::size_t>(split.chunks));
     pool.parallel_for(split.chunks, 1e9, [&](std::int64_t c0, std::int64_t c1) {
       for (std::int64_t c = c0; c < c1; ++c) {
@@ -261,11 +271,11 @@ status convolve(conv_pass pass, const window_geometry& g, std::int64_t out_c, co
                     {DNNL_ARG_DIFF_SRC, memory(e.src, out + first * in_image)}});
             break;
           case conv_pass::backward_weights: {
-            std::vector<float>& partial = partials[static_cast<std::size_t>(c)];
-            partial.resize(e.weights.get_size() / sizeof(float));
+            tensor& partial = partials[static_cast<std::size_t>(c)];
+            partial = float_buffer(e.weights);
             run(e, {{DNNL_ARG_SRC, memory(e.src, a + first * in_image)},
                     {DNNL_ARG_DIFF_DST, memory(e.dst, b + first * out_image)},
-                    {DNNL_ARG_DIFF_WEIGHTS, memory(e.weights, partial.data())}});
+                    {DNNL_ARG_DIFF_WEIGHTS, memory(e.weights, partial.data<float>())}});
             break;
           }
         }
@@ -273,19 +283,16 @@ status convolve(conv_pass pass, const window_geometry& g, std::int64_t out_c, co
     });
     if (pass == conv_pass::backward_weights) {
       // out = sum of the chunks' gradients, each reordered to HWIO.
-      std::vector<float> hwio;
+      tensor hwio;
+      if (split.chunks > 1) hwio = tensor(dtype::float32, tensor_shape{weights_size});
       for (std::int64_t c = 0; c < split.chunks; ++c) {
         const primitive_entry& e = split.size(c, g.batch) == split.per_chunk ? *full : *last;
-        const float* partial = partials[static_cast<std::size_t>(c)].data();
-        float* target = out;
-        if (c > 0) {
-          hwio.resize(static_cast<std::size_t>(weights_size));
-          target = hwio.data();
-        }
+        const float* partial = partials[static_cast<std::size_t>(c)].data<float>();
+        float* target = c == 0 ? out : hwio.data<float>();
         if (e.reorder_weights()) reorder(e.weights, partial, e.user_weights, target);
         else std::copy_n(partial, weights_size, target);
         if (c > 0) {
-          for (std::int64_t i = 0; i < weights_size; ++i) out[i] += hwio[static_cast<std::size_t>(i)];
+          for (std::int64_t i = 0; i < weights_size; ++i) out[i] += target[i];
         }
       }
     }

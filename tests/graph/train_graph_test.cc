@@ -498,6 +498,43 @@ TEST_CASE("minimize creates slots, updates and the train op", "[train_graph]") {
   }
 }
 
+TEST_CASE("minimize orders each update after the step's readers of its variable", "[train_graph]") {
+  // Two layers: the second kernel is read by the forward MatMul and by the gradient
+  // MatMul that passes the gradient to the first layer; the first layer's variables live
+  // on another device, whose readers are not waited for.
+  auto root = scope::new_root();
+  graph::variable_collection vars;
+  output x = ops::placeholder(root.with_name("x"), dtype::float32, {-1, 3});
+  variable first = graph::make_variable(root.with_device("/job:ps/task:0"), "first/kernel", {3, 4},
+                                        dtype::float32, init::zeros_initializer());
+  vars.add(first);
+  output h = ops::matmul(root, x, first.value);
+  output y = nn::dense(root, vars, h, 2, {.name = "second"});
+  output loss = ops::mean(root, ops::square(root, y), ops::constant(root, tensor::from_vector<std::int32_t>({0, 1})));
+  auto train_op = train::minimize(root, train::gradient_descent(0.1), loss, vars);
+  if (!train_op.ok()) FAIL(train_op.error());
+  const auto& g = root.current_graph();
+  // The same-device consumers of the ReadVariableOps of `var`.
+  auto readers = [&](const std::string& var) {
+    std::set<std::string> out;
+    const graph::node& handle = node_of(root, var);
+    for (int id = 0; id < g.num_nodes(); ++id) {
+      const graph::node& n = g.get(id);
+      if (n.op_name() != "ReadVariableOp" || n.inputs[0].node != handle.id) continue;
+      for (auto [consumer, slot] : g.consumers(id)) {
+        if (g.get(consumer).def.device() == handle.def.device()) out.insert(g.get(consumer).name());
+      }
+    }
+    return out;
+  };
+  const std::set<std::string> second = readers("second/kernel");
+  CHECK(second.size() >= 2);  // the forward MatMul and the gradient MatMul towards `first`
+  CHECK(control_inputs(root, "GradientDescent/update_second/kernel/ResourceApplyGradientDescent") == second);
+  CHECK(readers("first/kernel").empty());
+  CHECK(control_inputs(root, "GradientDescent/update_first/kernel/ResourceApplyGradientDescent").empty());
+  REQUIRE(root.to_graph().ok());
+}
+
 TEST_CASE("minimize: sparse updates through ResourceGather", "[train_graph]") {
   for (bool gradient_descent : {true, false}) {
     INFO((gradient_descent ? "gradient descent" : "adagrad"));
