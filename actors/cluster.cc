@@ -4,6 +4,7 @@
 
 #include "actors/device_actor.h"
 #include "actors/runtime_kernels.h"
+#include "actors/spawn.h"
 
 namespace troupe::actors {
 
@@ -34,17 +35,26 @@ result<std::shared_ptr<cluster>> cluster::create(cluster_options options) {
     c->devices_.emplace(full, std::move(dev));
   }
   for (auto& [name, dev] : c->devices_) dev->set_directory(c->directory_);
+  // Constructing the system and spawning into it tied this thread to the system's
+  // shutdown (actors/spawn.h); untie it, so that any thread may destroy the cluster.
+  caf::logger::set_current_actor_system(nullptr);
   return c;
 }
 
 cluster::~cluster() {
-  // Resources first (their destructors tell their actors to exit), then the devices.
+  // Resources first (their destructors tell their actors to exit), then the devices: a
+  // device cancels the steps still running on it as it exits, and resource actors that
+  // a parked step still holds end with their device (they monitor it).
   for (auto& [name, dev] : devices_) dev->resources().clear();
   for (auto& [name, actor] : *directory_) caf::anon_send_exit(actor, caf::exit_reason::user_shutdown);
   for (auto& [name, dev] : devices_) dev->set_directory(nullptr);
   directory_.reset();
-  system_.reset();  // waits for every actor
+  system_->registry().await_running_count_equal(0);  // every actor has ended
+  // The compute threads go before the system: a custom kernel that spawned an actor
+  // from one of them without spawn_unpinned tied that thread to the system, and
+  // ~actor_system would wait for it forever (actors/spawn.h).
   pool_.reset();    // finishes queued work, joins
+  system_.reset();
 }
 
 runtime_device* cluster::find_device(std::string_view name) const {

@@ -7,6 +7,7 @@
 #include <deque>
 #include <optional>
 
+#include "actors/spawn.h"
 #include "core/random.h"
 
 namespace troupe::actors {
@@ -670,7 +671,7 @@ caf::behavior queue_behavior(queue_actor* self, queue_options options) {
 }  // namespace
 
 caf::actor spawn_queue(caf::actor_system& system, queue_options options) {
-  return system.spawn(queue_behavior, std::move(options));
+  return spawn_unpinned(system, queue_behavior, std::move(options));
 }
 
 // ---- queue_resource

@@ -4,6 +4,7 @@
 #include <functional>
 
 #include "actors/messages.h"
+#include "actors/spawn.h"
 
 namespace troupe::actors {
 
@@ -100,7 +101,7 @@ caf::behavior variable_behavior(variable_actor* self, std::string name, dtype ty
 }  // namespace
 
 caf::actor spawn_variable(caf::actor_system& system, std::string name, dtype type, partial_shape shape) {
-  return system.spawn(variable_behavior, std::move(name), type, std::move(shape));
+  return spawn_unpinned(system, variable_behavior, std::move(name), type, std::move(shape));
 }
 
 }  // namespace troupe::actors

@@ -56,6 +56,7 @@
 
 #include "actors/reply.h"
 #include "actors/runtime_device.h"
+#include "actors/spawn.h"
 #include "core/resource.h"
 #include "core/status.h"
 #include "core/tensor.h"
@@ -345,7 +346,9 @@ class throttle_kernel final : public async_op_kernel {
   // The bucket under (container, shared_name) on this device, created on first use.
   result<std::shared_ptr<throttle_resource>> find_or_create_bucket() const {
     auto r = device_->resources().lookup_or_create(container_, bucket_, [&]() -> result<std::shared_ptr<resource>> {
-      caf::actor a = device_->system().spawn(bucket_behavior, bucket_, rate_, burst_);
+      // This may run on a compute thread: spawn_unpinned keeps that thread from holding
+      // up the actor system's shutdown (actors/spawn.h).
+      caf::actor a = actors::spawn_unpinned(device_->system(), bucket_behavior, bucket_, rate_, burst_);
       return std::shared_ptr<resource>(std::make_shared<throttle_resource>(bucket_, rate_, burst_, std::move(a)));
     });
     if (!r.ok()) return r.error();
