@@ -1,13 +1,16 @@
 #include "actors/session.h"
 
 #include <atomic>
+#include <condition_variable>
 #include <future>
 #include <map>
+#include <mutex>
 #include <thread>
 
 #include "actors/cluster.h"
 #include "actors/device_actor.h"
 #include "actors/messages.h"
+#include "actors/spawn.h"
 #include "core/thread_pool.h"
 #include "graph/prune.h"
 #include "placement/partition.h"
@@ -58,6 +61,9 @@ struct master_state {
   session_options options;
   std::unique_ptr<result<placement::placement>> placed;  // computed on first use
   std::map<std::string, std::shared_ptr<const prepared_step>> prepared;
+  // Steps started on the devices and not yet answered by all of them, by step id: when
+  // the session closes (this actor exits), each is aborted on its devices.
+  std::map<std::int64_t, std::shared_ptr<const prepared_step>> running;
   std::shared_ptr<std::atomic<int>> num_prepared;
   static inline const char* name = "troupe-master";
 };
@@ -184,8 +190,10 @@ void start_step(master_actor* self, const std::shared_ptr<const prepared_step>& 
     return;
   }
   std::int64_t step_id = self->state.owner->next_step_id();
-  auto finish_one = [prepared, progress] {
+  self->state.running.emplace(step_id, prepared);
+  auto finish_one = [self, step_id, prepared, progress] {
     if (--progress->remaining > 0) return;
+    self->state.running.erase(step_id);
     if (progress->error.ok()) progress->promise.deliver(std::move(progress->fetches));
     else progress->promise.deliver(to_caf_error(progress->error));
   };
@@ -259,6 +267,17 @@ caf::behavior master_behavior(master_actor* self, std::shared_ptr<const graph::g
   self->state.options = std::move(options);
   self->state.options.cluster = nullptr;  // the session holds it (see master_state)
   self->state.num_prepared = std::move(num_prepared);
+  // The session is closing: its running steps fail everywhere (parked kernels are
+  // cancelled, pending Recvs fail), so that nothing of them lingers on a cluster that
+  // lives on; their clients hear of it through run_async's monitor.
+  self->set_exit_handler([self](caf::exit_msg& msg) {
+    for (const auto& [step_id, prepared] : self->state.running) {
+      caf::error reason = to_caf_error(cancelled_error("the session was closed while step ", step_id, " ran"));
+      for (const auto& part : prepared->partitions) self->send(part.device, abort_step_atom::value, step_id, reason);
+    }
+    self->state.running.clear();
+    self->quit(msg.reason);
+  });
   return {
       [=](run_atom, run_request& r) -> caf::result<std::vector<tensor>> {
         auto promise = self->make_response_promise<std::vector<tensor>>();
@@ -278,6 +297,18 @@ caf::behavior master_behavior(master_actor* self, std::shared_ptr<const graph::g
   };
 }
 
+// The run_async steps of a session whose callbacks have not been called yet: ~session
+// waits for them.
+struct pending_callbacks {
+  std::mutex mutex;
+  std::condition_variable cv;
+  int count = 0;
+  std::atomic<bool> closing{false};
+};
+
+// The callbacks the current thread is inside (to let a callback destroy its session).
+thread_local const pending_callbacks* calling_back = nullptr;
+
 }  // namespace
 
 struct session::impl {
@@ -285,6 +316,7 @@ struct session::impl {
   std::shared_ptr<cluster> owner;
   caf::actor master;
   std::shared_ptr<std::atomic<int>> num_prepared = std::make_shared<std::atomic<int>>(0);
+  std::shared_ptr<pending_callbacks> pending = std::make_shared<pending_callbacks>();
 };
 
 session::session(std::unique_ptr<impl> p) : impl_(std::move(p)) {}
@@ -307,13 +339,21 @@ result<std::unique_ptr<session>> session::create(std::shared_ptr<const graph::gr
     if (!c.ok()) return c.error();
     p->owner = std::move(*c);
   }
-  p->master = p->owner->system().spawn(master_behavior, p->graph, p->owner.get(), std::move(options), p->num_prepared);
+  p->master = spawn_unpinned(p->owner->system(), master_behavior, p->graph, p->owner.get(), std::move(options),
+                             p->num_prepared);
   return std::unique_ptr<session>(new session(std::move(p)));
 }
 
 session::~session() {
+  // The master aborts the steps still running on the devices as it exits; each
+  // run_async step's actor, monitoring the master, then calls back with `cancelled`.
+  impl_->pending->closing = true;
   caf::anon_send_exit(impl_->master, caf::exit_reason::user_shutdown);
   impl_->master = nullptr;
+  if (calling_back != impl_->pending.get()) {
+    std::unique_lock<std::mutex> lock(impl_->pending->mutex);
+    impl_->pending->cv.wait(lock, [&] { return impl_->pending->count == 0; });
+  }
   // The cluster (and its actor system) goes when its last user does.
 }
 
@@ -334,6 +374,7 @@ run_request make_request(const feed_list& feeds, const std::vector<std::string>&
 result<std::vector<tensor>> session::run(const feed_list& feeds,
                                          const std::vector<std::string>& fetches,
                                          const std::vector<std::string>& targets) {
+  unpinned_use use(impl_->owner->system());  // outlives the scoped actor
   caf::scoped_actor self{impl_->owner->system()};
   result<std::vector<tensor>> out = internal_error("no reply");
   self->request(impl_->master, caf::infinite, run_atom::value, make_request(feeds, fetches, targets))
@@ -344,34 +385,53 @@ result<std::vector<tensor>> session::run(const feed_list& feeds,
 
 void session::run_async(const feed_list& feeds, const std::vector<std::string>& fetches,
                         const std::vector<std::string>& targets, run_callback done) {
+  std::shared_ptr<pending_callbacks> pending = impl_->pending;
+  {
+    std::lock_guard<std::mutex> lock(pending->mutex);
+    ++pending->count;
+  }
   // The state travels as spawn arguments: CAF 0.17 dereferences a null argument tuple
   // for argument-less function actors (UBSan reports it).
-  impl_->owner->system().spawn(
-      [](caf::event_based_actor* self, caf::actor master, run_request request,
-         run_callback done) {
+  spawn_unpinned(
+      impl_->owner->system(),
+      [](caf::event_based_actor* self, caf::actor master, run_request request, run_callback done,
+         std::shared_ptr<pending_callbacks> pending) {
+        auto once = std::make_shared<std::atomic<bool>>(false);
+        auto finish = [done, once, pending](result<std::vector<tensor>> r) {
+          if (once->exchange(true)) return;
+          calling_back = pending.get();
+          done(std::move(r));
+          calling_back = nullptr;
+          std::lock_guard<std::mutex> lock(pending->mutex);
+          --pending->count;
+          pending->cv.notify_all();
+        };
+        const auto closed = [] { return cancelled_error("the session was closed while the step ran"); };
         // A request whose receiver dies is never answered (CAF 0.17), so the master is
         // monitored: if it goes (the session is being destroyed) the step fails.
-        auto once = std::make_shared<std::atomic<bool>>(false);
-        auto finish = [done, once](result<std::vector<tensor>> r) {
-          if (!once->exchange(true)) done(std::move(r));
-        };
         self->monitor(master);
-        self->set_down_handler([self, finish](caf::down_msg&) {
-          finish(cancelled_error("the session was closed while the step ran"));
+        self->set_down_handler([self, finish, closed](caf::down_msg&) {
+          finish(closed());
           self->quit();
         });
+        // Nothing but the master's pending response holds this actor: when the master
+        // goes, this actor may end as unreachable before its down_msg is handled. Its
+        // end calls back whatever way it comes.
+        self->attach_functor([finish, closed](const caf::error&) { finish(closed()); });
         self->request(master, caf::infinite, run_atom::value, std::move(request))
             .then(
                 [self, finish](std::vector<tensor>& fetched) {
                   finish(std::move(fetched));
                   self->quit();
                 },
-                [self, finish](caf::error& e) {
-                  finish(to_status(e));
+                [self, finish, closed, pending](caf::error& e) {
+                  // A request bounced by a master that is exiting says so in CAF's words.
+                  const bool bounced = pending->closing && e.category() != caf::atom("troupe");
+                  finish(bounced ? closed() : to_status(e));
                   self->quit();
                 });
       },
-      impl_->master, make_request(feeds, fetches, targets), std::move(done));
+      impl_->master, make_request(feeds, fetches, targets), std::move(done), pending);
 }
 
 const graph::graph& session::current_graph() const { return *impl_->graph; }

@@ -18,6 +18,10 @@
 // Errors name what failed: an unknown feed/fetch/target, a feed of the wrong dtype or
 // shape, a Placeholder that must be fed, a kernel error with its node's name.
 //
+// Destroying a session aborts the steps it still runs, on every device, with `cancelled`
+// (parked kernels are withdrawn), and returns once every run_async callback has been
+// called; the cluster goes when its last user does (doc/runtime.md, "Shutdown").
+//
 // Thread safety: run and run_async may be called from any number of threads.
 #pragma once
 
