@@ -22,6 +22,7 @@
 #include "graph/ops.h"
 #include "graph/variables.h"
 #include "kernels/kernel_runner.h"
+#include "tests/actors/session_fixture.h"
 
 using namespace troupe;
 using namespace std::chrono_literals;
@@ -278,6 +279,45 @@ TEST_CASE("an aborted step withdraws its parked request", "[examples][throttle]"
   // Let the other step go: without its bucket it fails rather than wait 100 s.
   REQUIRE(cluster->find_device(cluster->device_names().front())->resources().erase("", "gate"));
   CHECK(other.wait().error().error_code() == code::unavailable);
+}
+
+TEST_CASE("closing a session ends a step parked in its bucket", "[examples][throttle]") {
+  examples::ensure_example_ops();
+  auto root = graph::scope::new_root();
+  auto x = int_placeholder(root);
+  throttle(root.with_name("t"), x, {.rate = 0.01f, .burst = 1, .shared_name = "gate"});
+  add_stats(root, "stats", "gate");
+  auto closed_while_parked = [](pending_step& parked) {
+    REQUIRE(parked.ended());  // called back before the session's destruction returned
+    auto r = parked.wait(0ms);
+    REQUIRE_FALSE(r.ok());
+    CHECK(r.error().error_code() == code::cancelled);
+    CHECK_THAT(r.error().message(), Catch::Contains("the session was closed"));
+  };
+
+  SECTION("with its private cluster") {
+    auto s = make_session(root);
+    CHECK(int_of(s->run(feed_x(1), {"t"})) == 1);  // empties the bucket for 100 s
+    pending_step parked(*s, feed_x(2), {"t"});
+    CHECK(stats_when(*s, "stats", [](const bucket_view& v) { return v.waiting == 1; }).waiting == 1);
+    testing::shutdown_within(10s, "destroying a session with a step parked in a Throttle", [&] { s.reset(); });
+    closed_while_parked(parked);
+  }
+  SECTION("on a cluster that lives on: the request is withdrawn from the bucket") {
+    auto cluster = make_cluster();
+    auto s = make_session(root, on(cluster));
+    CHECK(int_of(s->run(feed_x(1), {"t"})) == 1);
+    pending_step parked(*s, feed_x(2), {"t"});
+    CHECK(stats_when(*s, "stats", [](const bucket_view& v) { return v.waiting == 1; }).waiting == 1);
+    testing::shutdown_within(10s, "destroying a session with a step parked in a Throttle", [&] { s.reset(); });
+    closed_while_parked(parked);
+    auto other = make_session(root, on(cluster));
+    CHECK(stats_when(*other, "stats", [](const bucket_view& v) { return v.waiting == 0; }).waiting == 0);
+    testing::shutdown_within(10s, "destroying a cluster with an empty bucket", [&] {
+      other.reset();
+      cluster.reset();
+    });
+  }
 }
 
 TEST_CASE("throttle errors say what is wrong and what would be valid", "[examples][throttle]") {
