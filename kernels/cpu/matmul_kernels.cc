@@ -1,17 +1,21 @@
 // CPU kernels: MatMul. int32 and int64 use Eigen's blocked product, split over the compute
-// pool by rows of the product. float and double use whichever of OpenBLAS (sgemm / dgemm)
-// and that same Eigen path is faster on this machine, decided by measurement: the first
-// floating-point MatMul times both on a 512 x 512 x 512 product (about 10 ms, once per
-// process). Which one wins depends on the OpenBLAS kernel in use: with its AVX-512 kernel
-// OpenBLAS is faster, but under OPENBLAS_CORETYPE=Haswell (set on these machines) Eigen's
-// AVX-512 code is. TROUPE_GEMM=openblas or TROUPE_GEMM=eigen overrides the choice.
+// pool by rows of the product. float and double use whichever of OpenBLAS (sgemm / dgemm),
+// that same Eigen path and, for float, oneDNN's sgemm is fastest on this machine, decided
+// by measurement: the first floating-point MatMul times each on a 512 x 512 x 512 product
+// (about 15 ms, once per process and dtype). Which one wins depends on the kernels in use:
+// with its AVX-512 kernel OpenBLAS is fast, but under OPENBLAS_CORETYPE=Haswell (set on
+// these machines) it runs at half speed; oneDNN's JIT sgemm reached 150-175 GFLOP/s on one
+// core here against Eigen's 80-125 on the LSTM's and the dense layers' shapes.
+// TROUPE_GEMM=openblas, eigen or onednn overrides the choice (onednn: float only).
 //
 // OpenBLAS keeps one process-wide thread count. The kernel sets it to the compute pool's
 // thread count the first time it sees that pool size (kernels/cpu/blas.h), so OpenBLAS
 // and the pool share one thread budget instead of each assuming the machine.
 #include <cblas.h>
+#include <oneapi/dnnl/dnnl.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdlib>
 #include <limits>
@@ -19,6 +23,7 @@
 
 #include "core/tensor_eigen.h"
 #include "kernels/cpu/blas.h"
+#include "kernels/cpu/onednn_threads.h"
 #include "kernels/kernel_registry.h"
 
 namespace troupe::kernels {
@@ -50,14 +55,33 @@ void eigen_matmul(const tensor& a, const tensor& b, bool transpose_a, bool trans
   pool.parallel_for(m, static_cast<double>(n) * static_cast<double>(k) * ns_per_madd, rows);
 }
 
-enum class gemm_backend { openblas, eigen };
+enum class gemm_backend { openblas, eigen, onednn };
 
-// Times OpenBLAS and Eigen on one product of T and returns the faster.
+// C[m, n] = op(A) * op(B), row-major, with one of the BLAS-like backends on this thread.
+// False when oneDNN reported an error.
+template <class T>
+bool library_gemm(gemm_backend backend, bool transpose_a, bool transpose_b, std::int64_t m,
+                  std::int64_t n, std::int64_t k, const T* a, std::int64_t lda, const T* b,
+                  std::int64_t ldb, T* c, std::int64_t ldc) {
+  if constexpr (std::is_same_v<T, float>) {
+    if (backend == gemm_backend::onednn) {
+      onednn::single_threaded_openmp();
+      return dnnl_sgemm(transpose_a ? 'T' : 'N', transpose_b ? 'T' : 'N', m, n, k, 1.0f, a, lda, b,
+                        ldb, 0.0f, c, ldc) == dnnl_success;
+    }
+  }
+  use_openblas_threads(1);
+  blas_gemm(transpose_a, transpose_b, m, n, k, T(1), a, lda, b, ldb, T(0), c, ldc);
+  return true;
+}
+
+// Times the backends on one product of T and returns the fastest.
 template <class T>
 gemm_backend measure_gemm_backend() {
   if (const char* forced = std::getenv("TROUPE_GEMM")) {
     if (std::string_view(forced) == "eigen") return gemm_backend::eigen;
     if (std::string_view(forced) == "openblas") return gemm_backend::openblas;
+    if (std::string_view(forced) == "onednn" && std::is_same_v<T, float>) return gemm_backend::onednn;
   }
   constexpr std::int64_t k_size = 512;
   tensor a(dtype_of<T>, {k_size, k_size});
@@ -67,19 +91,29 @@ gemm_backend measure_gemm_backend() {
   use_openblas_threads(1);
   auto best_of = [](auto&& fn) {
     double best = 1e30;
-    for (int rep = 0; rep < 3; ++rep) {
+    for (int rep = 0; rep < 5; ++rep) {
       auto start = std::chrono::steady_clock::now();
       fn();
       best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
     }
     return best;
   };
-  double blas = best_of([&] {
-    blas_gemm(false, false, k_size, k_size, k_size, T(1), a.data<T>(), k_size, a.data<T>(), k_size,
-              T(0), c.data<T>(), k_size);
-  });
-  double eigen = best_of([&] { eigen_matmul<T>(a, a, false, false, c, one_thread); });
-  return eigen < blas ? gemm_backend::eigen : gemm_backend::openblas;
+  auto time_backend = [&](gemm_backend backend) {
+    return best_of([&] {
+      library_gemm<T>(backend, false, false, k_size, k_size, k_size, a.data<T>(), k_size,
+                      a.data<T>(), k_size, c.data<T>(), k_size);
+    });
+  };
+  gemm_backend best = gemm_backend::openblas;
+  double best_time = time_backend(gemm_backend::openblas);
+  if (double t = best_of([&] { eigen_matmul<T>(a, a, false, false, c, one_thread); }); t < best_time) {
+    best = gemm_backend::eigen;
+    best_time = t;
+  }
+  if constexpr (std::is_same_v<T, float>) {
+    if (time_backend(gemm_backend::onednn) < best_time) best = gemm_backend::onednn;
+  }
+  return best;
 }
 
 template <class T>
@@ -130,22 +164,29 @@ class matmul_kernel final : public op_kernel {
       return;
     }
     if constexpr (std::is_floating_point_v<T>) {
-      if (float_gemm_backend<T>() == gemm_backend::eigen) {
+      const gemm_backend backend = float_gemm_backend<T>();
+      if (backend == gemm_backend::eigen) {
         eigen_matmul<T>(a, b, transpose_a_, transpose_b_, product, ctx.pool());
         return;
       }
-      // One thread budget: single-threaded OpenBLAS on row blocks over the compute pool,
-      // so concurrent kernels never start OpenBLAS threads that spin against the pool's.
-      use_openblas_threads(1);
+      // One thread budget: the library runs single-threaded on row blocks over the compute
+      // pool, so concurrent kernels never start threads that spin against the pool's.
       const T* a_data = a.data<T>();
       const std::int64_t lda = a.dim(1);
+      std::atomic<bool> failed{false};
       ctx.pool().parallel_for(m, 2.0 * static_cast<double>(n) * static_cast<double>(k) / 50.0,
                               [&](std::int64_t begin, std::int64_t end) {
                                 // Rows [begin, end) of op(A): row offset, or column offset when transposed.
                                 const T* a_rows = transpose_a_ ? a_data + begin : a_data + begin * lda;
-                                blas_gemm(transpose_a_, transpose_b_, end - begin, n, k, T(1), a_rows, lda,
-                                          b.data<T>(), b.dim(1), T(0), product.data<T>() + begin * n, n);
+                                if (!library_gemm<T>(backend, transpose_a_, transpose_b_, end - begin, n, k,
+                                                     a_rows, lda, b.data<T>(), b.dim(1),
+                                                     product.data<T>() + begin * n, n)) {
+                                  failed.store(true);
+                                }
                               });
+      if (failed.load()) {
+        ctx.fail(internal_error("MatMul of a ", a.shape(), " and b ", b.shape(), ": oneDNN's sgemm failed"));
+      }
     } else {
       eigen_matmul<T>(a, b, transpose_a_, transpose_b_, product, ctx.pool());
     }

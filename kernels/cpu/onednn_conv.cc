@@ -1,8 +1,6 @@
 // oneDNN convolutions: see onednn_conv.h for the contract and the thread budget.
 #include "kernels/cpu/onednn_conv.h"
 
-#include <omp.h>
-
 #include <algorithm>
 #include <array>
 #include <cstdlib>
@@ -16,6 +14,7 @@
 #include <oneapi/dnnl/dnnl.hpp>
 
 #include "core/tensor.h"
+#include "kernels/cpu/onednn_threads.h"
 
 namespace troupe::kernels::onednn {
 
@@ -27,15 +26,6 @@ using dims = dnnl::memory::dims;
 const dnnl::engine& cpu_engine() {
   static const dnnl::engine engine(dnnl::engine::kind::cpu, 0);
   return engine;
-}
-
-// oneDNN sizes its parallel regions by the calling thread's OpenMP thread count (when a
-// primitive is built and when it runs); one keeps it inside the compute pool's budget.
-void single_threaded_openmp() {
-  thread_local bool done = false;
-  if (done) return;
-  omp_set_num_threads(1);
-  done = true;
 }
 
 // Scratch memory of the calling thread, grown as needed (primitives use user-managed

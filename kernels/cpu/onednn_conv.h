@@ -1,12 +1,10 @@
 // float32 convolutions through oneDNN (Debian's libdnnl, the library PyTorch's CPU
 // convolutions use), on NHWC images and HWIO filters as the Conv2D kernels hold them.
 //
-// One thread budget: oneDNN is built on OpenMP here, and an OpenMP team per kernel would
-// fight the compute pool for the cores. So every oneDNN call runs single-threaded (the
-// calling thread's OpenMP thread count is set to 1) and the batch is split into one chunk
-// per pool thread, each chunk a primitive of its own batch size. Weights are reordered
-// once per call into the layout the primitive chose; a filter gradient is summed over
-// the chunks.
+// One thread budget: every oneDNN call runs single-threaded (onednn_threads.h) and the
+// batch is split into one chunk per pool thread, each chunk a primitive of its own batch
+// size. Weights are reordered once per call into the layout the primitive chose; a filter
+// gradient is summed over the chunks.
 //
 // Primitives are built once per geometry and pass, kept in a process-wide cache, and
 // executed concurrently (scratchpads are per call). A geometry oneDNN has no primitive
