@@ -32,7 +32,14 @@ class reply {
   using callback = std::function<void(result<T>)>;
 
   reply() = default;
-  reply(callback fn, std::string peer) : state_(std::make_shared<state>(std::move(fn), std::move(peer))) {}
+  // `fn` is any callable taking result<T>; it is kept with the reply's state in one
+  // allocation. `peer` names who should answer, for the error of a reply never answered;
+  // a caller that makes many replies may share one name.
+  template <class F>
+  reply(F fn, std::string peer) : reply(std::move(fn), std::make_shared<const std::string>(std::move(peer))) {}
+  template <class F>
+  reply(F fn, std::shared_ptr<const std::string> peer)
+      : state_(std::make_shared<state_with<F>>(std::move(fn), std::move(peer))) {}
 
   // Delivers the answer (first call only).
   void operator()(result<T> r) const {
@@ -42,18 +49,24 @@ class reply {
 
  private:
   struct state {
-    state(callback f, std::string p) : fn(std::move(f)), peer(std::move(p)) {}
-    ~state() {
-      if (!called.exchange(true)) {
-        fn(unavailable_error(peer, " went away before answering"));
-      }
-    }
+    explicit state(std::shared_ptr<const std::string> p) : peer(std::move(p)) {}
+    virtual ~state() = default;
     void deliver(result<T> r) {
-      if (!called.exchange(true)) fn(std::move(r));
+      if (!called.exchange(true)) call(std::move(r));
     }
-    callback fn;
-    std::string peer;
+    virtual void call(result<T> r) = 0;
+    std::shared_ptr<const std::string> peer;
     std::atomic<bool> called{false};
+  };
+  template <class F>
+  struct state_with final : state {
+    state_with(F f, std::shared_ptr<const std::string> p) : state(std::move(p)), fn(std::move(f)) {}
+    // The last copy of an unanswered reply answers for its peer.
+    ~state_with() override {
+      if (!this->called.exchange(true)) fn(unavailable_error(*this->peer, " went away before answering"));
+    }
+    void call(result<T> r) override { fn(std::move(r)); }
+    F fn;
   };
   std::shared_ptr<state> state_;
 };

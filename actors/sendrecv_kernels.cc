@@ -87,7 +87,7 @@ class recv_kernel final : public kernels::async_op_kernel {
     key_ = std::move(end->key);
     device_ = end->device;
     self_ = device_->self();
-    peer_ = str_cat("device ", key_->key().recv_device);
+    peer_ = std::make_shared<const std::string>(str_cat("device ", key_->key().recv_device));
     if (device_->name() != key_->key().recv_device) {
       c.fail(invalid_argument_error("_Recv '", c.node().name(), "' runs on ", device_->name(),
                                     " but its recv_device is ", key_->key().recv_device));
@@ -133,7 +133,8 @@ class recv_kernel final : public kernels::async_op_kernel {
   transfer_key_ptr key_;
   runtime_device* device_ = nullptr;
   caf::actor self_;
-  std::string peer_;  // how a reply that is never answered names the rendezvous
+  // How a reply that is never answered names the rendezvous (shared by every reply).
+  std::shared_ptr<const std::string> peer_;
 };
 
 }  // namespace
