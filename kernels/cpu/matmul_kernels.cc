@@ -23,7 +23,7 @@
 
 #include "core/tensor_eigen.h"
 #include "kernels/cpu/blas.h"
-#include "kernels/cpu/onednn_threads.h"
+#include "kernels/cpu/onednn.h"
 #include "kernels/kernel_registry.h"
 
 namespace troupe::kernels {

@@ -1,20 +1,11 @@
 // oneDNN convolutions: see onednn_conv.h for the contract and the thread budget.
 #include "kernels/cpu/onednn_conv.h"
 
-#include <algorithm>
-#include <array>
 #include <cstdlib>
-#include <map>
-#include <memory>
-#include <mutex>
 #include <string>
-#include <unordered_map>
 #include <vector>
 
-#include <oneapi/dnnl/dnnl.hpp>
-
-#include "core/tensor.h"
-#include "kernels/cpu/onednn_threads.h"
+#include "kernels/cpu/onednn.h"
 
 namespace troupe::kernels::onednn {
 
@@ -22,36 +13,6 @@ namespace {
 
 using tag = dnnl::memory::format_tag;
 using dims = dnnl::memory::dims;
-
-const dnnl::engine& cpu_engine() {
-  static const dnnl::engine engine(dnnl::engine::kind::cpu, 0);
-  return engine;
-}
-
-// Scratch memory of the calling thread, grown as needed (primitives use user-managed
-// scratchpads so that one primitive can run on several threads at once).
-void* thread_scratch(std::size_t bytes) {
-  thread_local std::vector<char> scratch;
-  if (scratch.size() < bytes) scratch.resize(bytes);
-  return scratch.data();
-}
-
-// The chunk geometry: the batch split into `chunks` parts of `per_chunk` images (the
-// last one possibly smaller).
-struct batch_split {
-  std::int64_t chunks = 1, per_chunk = 1;
-  std::int64_t size(std::int64_t i, std::int64_t batch) const {
-    return std::min(per_chunk, batch - i * per_chunk);
-  }
-};
-
-batch_split split_batch(std::int64_t batch, int threads) {
-  batch_split s;
-  s.chunks = std::clamp<std::int64_t>(threads, 1, batch);
-  s.per_chunk = (batch + s.chunks - 1) / s.chunks;
-  s.chunks = (batch + s.per_chunk - 1) / s.per_chunk;
-  return s;
-}
 
 // One pass of one geometry at one batch size, ready to run.
 struct primitive_entry {
@@ -67,9 +28,7 @@ struct primitive_entry {
   bool reorder_weights() const { return weights != user_weights; }
 };
 
-using cache_key = std::array<std::int64_t, 16>;
-
-cache_key make_key(conv_pass pass, const window_geometry& g, std::int64_t batch,
+primitive_cache<primitive_entry>::key make_key(conv_pass pass, const window_geometry& g, std::int64_t batch,
                    std::int64_t out_c) {
   return {static_cast<std::int64_t>(pass), batch, g.in_h, g.in_w, g.channels, g.window_h,
           g.window_w, out_c, g.stride_h, g.stride_w, g.dilation_h, g.dilation_w, g.pad_top,
@@ -147,48 +106,15 @@ std::shared_ptr<primitive_entry> build(conv_pass pass, const window_geometry& g,
 }
 
 // The cached primitive of `pass` for `g` at `batch` images (built on first use); null
-// when oneDNN has none. The cache holds a few geometries per model; it is dropped
-// whole if a process cycles through very many.
+// when oneDNN has none.
 std::shared_ptr<primitive_entry> find(conv_pass pass, const window_geometry& g,
                                       std::int64_t batch, std::int64_t out_c) {
-  constexpr std::size_t k_max_entries = 512;
-  static std::mutex mutex;
-  static std::map<cache_key, std::shared_ptr<primitive_entry>> cache;
-  const cache_key key = make_key(pass, g, batch, out_c);
-  std::lock_guard<std::mutex> lock(mutex);
-  auto it = cache.find(key);
-  if (it != cache.end()) return it->second;
-  if (cache.size() >= k_max_entries) cache.clear();
-  auto entry = build(pass, g, batch, out_c);
-  cache.emplace(key, entry);
-  return entry;
+  static primitive_cache<primitive_entry> cache;
+  return cache.find(make_key(pass, g, batch, out_c), [&] { return build(pass, g, batch, out_c); });
 }
 
 void run(const primitive_entry& e, std::unordered_map<int, dnnl::memory> args) {
-  single_threaded_openmp();
-  static thread_local dnnl::stream stream(cpu_engine());
-  if (const std::size_t bytes = e.scratchpad.get_size(); bytes > 0) {
-    args.emplace(DNNL_ARG_SCRATCHPAD, dnnl::memory(e.scratchpad, cpu_engine(), thread_scratch(bytes)));
-  }
-  e.primitive.execute(stream, args);
-  stream.wait();
-}
-
-// An uninitialized float tensor big enough for `desc`.
-tensor float_buffer(const dnnl::memory::desc& desc) {
-  return tensor(dtype::float32,
-                tensor_shape{static_cast<std::int64_t>(desc.get_size() / sizeof(float))});
-}
-
-// Copies `from` (layout `from_desc`) to `to` (layout `to_desc`).
-void reorder(const dnnl::memory::desc& from_desc, const float* from,
-             const dnnl::memory::desc& to_desc, float* to) {
-  single_threaded_openmp();
-  static thread_local dnnl::stream stream(cpu_engine());
-  dnnl::memory src(from_desc, cpu_engine(), const_cast<float*>(from));
-  dnnl::memory dst(to_desc, cpu_engine(), to);
-  dnnl::reorder(src, dst).execute(stream, src, dst);
-  stream.wait();
+  execute(e.primitive, e.scratchpad, std::move(args));
 }
 
 }  // namespace
@@ -222,7 +148,6 @@ status convolve(conv_pass pass, const window_geometry& g, std::int64_t out_c, co
   const std::int64_t in_image = g.in_h * g.in_w * g.channels;
   const std::int64_t out_image = g.out_h * g.out_w * out_c;
   const std::int64_t weights_size = g.window_h * g.window_w * g.channels * out_c;
-  const dnnl::engine& engine = cpu_engine();
   try {
     // The filter in each primitive's layout (forward, backward_data).
     // Temporary buffers are tensors: the tensor allocator keeps freed buffers for reuse,
@@ -246,9 +171,6 @@ status convolve(conv_pass pass, const window_geometry& g, std::int64_t out_c, co
         const primitive_entry& e = is_full ? *full : *last;
         const float* filter = is_full ? full_filter : last_filter;
         const std::int64_t first = c * split.per_chunk;
-        auto memory = [&](const dnnl::memory::desc& desc, const float* data) {
-          return dnnl::memory(desc, engine, const_cast<float*>(data));
-        };
         switch (pass) {
           case conv_pass::forward:
             run(e, {{DNNL_ARG_SRC, memory(e.src, a + first * in_image)},

@@ -1,7 +1,7 @@
 // float32 convolutions through oneDNN (Debian's libdnnl, the library PyTorch's CPU
 // convolutions use), on NHWC images and HWIO filters as the Conv2D kernels hold them.
 //
-// One thread budget: every oneDNN call runs single-threaded (onednn_threads.h) and the
+// One thread budget: every oneDNN call runs single-threaded (onednn.h) and the
 // batch is split into one chunk per pool thread, each chunk a primitive of its own batch
 // size. Weights are reordered once per call into the layout the primitive chose; a filter
 // gradient is summed over the chunks.
