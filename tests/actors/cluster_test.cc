@@ -16,23 +16,13 @@
 
 using namespace troupe;
 using troupe::testing::make_session;
+using troupe::testing::ps_worker_cluster;
 
 namespace {
 
 float scalar_of(const result<std::vector<tensor>>& r, std::size_t i = 0) {
   if (!r.ok()) FAIL(r.error().to_string());
   return r->at(i).scalar_value<float>();
-}
-
-std::shared_ptr<actors::cluster> ps_worker_cluster(int ps, int workers) {
-  auto spec = placement::cluster_spec::from_task_counts({{"ps", ps}, {"worker", workers}});
-  REQUIRE(spec.ok());
-  actors::cluster_options o;
-  o.spec = *spec;
-  o.compute_threads = 2;
-  auto c = actors::cluster::create(o);
-  REQUIRE(c.ok());
-  return *c;
 }
 
 }  // namespace

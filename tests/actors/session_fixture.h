@@ -1,21 +1,28 @@
 // What the actor tests share: a session over a builder's graph, failing the test (with
-// the error) when the graph is invalid or the session cannot start; and a bounded wait
-// for a shutdown that might hang.
+// the error) when the graph is invalid or the session cannot start; a cluster of PS and
+// worker tasks; a step started with run_async and waited for with a timeout; and a
+// bounded wait for a shutdown that might hang.
 #pragma once
 
 #include <catch2/catch.hpp>
 
 #include <chrono>
+#include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
 #include <functional>
 #include <future>
 #include <memory>
+#include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
+#include <vector>
 
+#include "actors/cluster.h"
 #include "actors/session.h"
 #include "graph/builder.h"
+#include "placement/cluster_spec.h"
 
 namespace troupe::testing {
 
@@ -27,6 +34,62 @@ inline std::unique_ptr<actors::session> make_session(const graph::scope& root,
   if (!s.ok()) FAIL(s.error().to_string());
   return std::move(*s);
 }
+
+// A cluster of `ps` PS tasks and `workers` worker tasks in this process (2 compute threads).
+inline std::shared_ptr<actors::cluster> ps_worker_cluster(int ps, int workers) {
+  auto spec = placement::cluster_spec::from_task_counts({{"ps", ps}, {"worker", workers}});
+  REQUIRE(spec.ok());
+  actors::cluster_options o;
+  o.spec = *spec;
+  o.compute_threads = 2;
+  auto c = actors::cluster::create(o);
+  if (!c.ok()) FAIL(c.error().to_string());
+  return *c;
+}
+
+// A step started with run_async, its answer when it comes, and when that was.
+class pending_step {
+ public:
+  using clock_type = std::chrono::steady_clock;
+
+  pending_step(actors::session& s, const actors::feed_list& feeds, const std::vector<std::string>& fetches,
+               const std::vector<std::string>& targets = {}) {
+    auto st = state_;
+    s.run_async(feeds, fetches, targets, [st](result<std::vector<tensor>> r) {
+      std::lock_guard<std::mutex> lock(st->mutex);
+      st->value.emplace(std::move(r));
+      st->finished = clock_type::now();
+      st->cv.notify_all();
+    });
+  }
+  // The step's result, or deadline_exceeded when it has not ended within `timeout`.
+  result<std::vector<tensor>> wait(std::chrono::milliseconds timeout = std::chrono::seconds(10)) {
+    std::unique_lock<std::mutex> lock(state_->mutex);
+    if (!state_->cv.wait_for(lock, timeout, [&] { return state_->value.has_value(); })) {
+      return deadline_exceeded_error("the step did not end within ", timeout.count(), " ms");
+    }
+    return *state_->value;
+  }
+  // True when the step has ended, or does within `within`.
+  bool ended(std::chrono::milliseconds within = std::chrono::milliseconds(0)) {
+    std::unique_lock<std::mutex> lock(state_->mutex);
+    return state_->cv.wait_for(lock, within, [&] { return state_->value.has_value(); });
+  }
+  // When it ended. REQUIRES: wait() returned its result.
+  clock_type::time_point finished() {
+    std::lock_guard<std::mutex> lock(state_->mutex);
+    return state_->finished;
+  }
+
+ private:
+  struct state {
+    std::mutex mutex;
+    std::condition_variable cv;
+    std::optional<result<std::vector<tensor>>> value;
+    clock_type::time_point finished;
+  };
+  std::shared_ptr<state> state_ = std::make_shared<state>();
+};
 
 // Runs `shutdown` (destroying a session or a cluster) on its own thread, which is not
 // the thread that built it (that once hid a hang: actors/spawn.h), and waits up to

@@ -23,43 +23,11 @@
 using namespace troupe;
 using namespace std::chrono_literals;
 using testing::make_session;
+using testing::pending_step;
+using testing::ps_worker_cluster;
 using testing::shutdown_within;
 
 namespace {
-
-// A step started with run_async, and its answer when it comes.
-class pending_step {
- public:
-  pending_step(actors::session& s, const actors::feed_list& feeds, const std::vector<std::string>& fetches,
-               const std::vector<std::string>& targets = {}) {
-    auto st = state_;
-    s.run_async(feeds, fetches, targets, [st](result<std::vector<tensor>> r) {
-      std::lock_guard<std::mutex> lock(st->mutex);
-      st->value.emplace(std::move(r));
-      st->cv.notify_all();
-    });
-  }
-  // The step's result, or deadline_exceeded when it has not ended within `timeout`.
-  result<std::vector<tensor>> wait(std::chrono::milliseconds timeout = 10s) {
-    std::unique_lock<std::mutex> lock(state_->mutex);
-    if (!state_->cv.wait_for(lock, timeout, [&] { return state_->value.has_value(); })) {
-      return deadline_exceeded_error("the step did not end within ", timeout.count(), " ms");
-    }
-    return *state_->value;
-  }
-  bool ended(std::chrono::milliseconds within = 0ms) {
-    std::unique_lock<std::mutex> lock(state_->mutex);
-    return state_->cv.wait_for(lock, within, [&] { return state_->value.has_value(); });
-  }
-
- private:
-  struct state {
-    std::mutex mutex;
-    std::condition_variable cv;
-    std::optional<result<std::vector<tensor>>> value;
-  };
-  std::shared_ptr<state> state_ = std::make_shared<state>();
-};
 
 // The error of a step that a shutdown ended: cancelled or aborted, saying so.
 void check_ended_by_shutdown(pending_step& step) {
@@ -88,17 +56,6 @@ graph::output add_queue(const graph::scope& where) {
   auto x = ops::placeholder(where.with_name("x"), dtype::float32, {2});
   where.with_name("enqueue").add("QueueEnqueueV2", {q.out(0), std::vector<graph::output>{x}});
   return where.with_name("dequeue").add("QueueDequeueV2", {q.out(0)}, {{"component_types", types}}).out(0);
-}
-
-std::shared_ptr<actors::cluster> ps_worker_cluster() {
-  auto spec = placement::cluster_spec::from_task_counts({{"ps", 1}, {"worker", 1}});
-  REQUIRE(spec.ok());
-  actors::cluster_options o;
-  o.spec = *spec;
-  o.compute_threads = 2;
-  auto c = actors::cluster::create(o);
-  REQUIRE(c.ok());
-  return *c;
 }
 
 }  // namespace
@@ -146,7 +103,7 @@ TEST_CASE("a session destroyed on a cluster that lives on withdraws its parked d
 TEST_CASE("destroying the last session of a cluster ends a step parked in a Recv", "[actors][shutdown]") {
   // The worker's partition waits in a dequeue, so its _Send never comes; the ps
   // partition waits in the _Recv of it.
-  auto cluster = ps_worker_cluster();
+  auto cluster = ps_worker_cluster(1, 1);
   auto root = graph::scope::new_root();
   auto worker = root.with_device("/job:worker/task:0");
   auto value = add_queue(worker);
@@ -175,7 +132,7 @@ TEST_CASE("destroying the last session of a cluster ends a step parked in a Recv
 TEST_CASE("destroying a cluster while a device runs a step parked in a Recv", "[actors][shutdown]") {
   // The same step, but the session lets go of the cluster while the step still runs:
   // a session created on a cluster and destroyed before the cluster's owner is.
-  auto cluster = ps_worker_cluster();
+  auto cluster = ps_worker_cluster(1, 1);
   auto root = graph::scope::new_root();
   auto value = add_queue(root.with_device("/job:worker/task:0"));
   ops::square(root.with_device("/job:ps/task:0").with_name("z"), value);

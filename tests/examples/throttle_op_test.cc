@@ -27,6 +27,7 @@
 using namespace troupe;
 using namespace std::chrono_literals;
 using clock_type = std::chrono::steady_clock;
+using testing::pending_step;
 
 namespace {
 
@@ -74,46 +75,6 @@ actors::session_options on(const std::shared_ptr<actors::cluster>& c) {
   o.cluster = c;
   return o;
 }
-
-// A step started with run_async, and its answer when it comes.
-class pending_step {
- public:
-  pending_step(actors::session& s, const actors::feed_list& feeds, const std::vector<std::string>& fetches) {
-    auto st = state_;
-    s.run_async(feeds, fetches, {}, [st](result<std::vector<tensor>> r) {
-      std::lock_guard<std::mutex> lock(st->mutex);
-      st->value.emplace(std::move(r));
-      st->finished = clock_type::now();
-      st->cv.notify_all();
-    });
-  }
-  // The step's result, or deadline_exceeded when it has not ended within `timeout`.
-  result<std::vector<tensor>> wait(std::chrono::milliseconds timeout = 10s) {
-    std::unique_lock<std::mutex> lock(state_->mutex);
-    if (!state_->cv.wait_for(lock, timeout, [&] { return state_->value.has_value(); })) {
-      return deadline_exceeded_error("the step did not end within ", timeout.count(), " ms");
-    }
-    return *state_->value;
-  }
-  bool ended() {
-    std::lock_guard<std::mutex> lock(state_->mutex);
-    return state_->value.has_value();
-  }
-  // When it ended. REQUIRES: wait() returned its result.
-  clock_type::time_point finished() {
-    std::lock_guard<std::mutex> lock(state_->mutex);
-    return state_->finished;
-  }
-
- private:
-  struct state {
-    std::mutex mutex;
-    std::condition_variable cv;
-    std::optional<result<std::vector<tensor>>> value;
-    clock_type::time_point finished;
-  };
-  std::shared_ptr<state> state_ = std::make_shared<state>();
-};
 
 struct bucket_view {
   float tokens = 0;
