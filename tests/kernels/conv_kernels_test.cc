@@ -244,6 +244,7 @@ const std::vector<conv_case>& conv_cases() {
       {1, 4, 4, 2, 7, 7, 2, 3, 3, 1, 1, "SAME"},       // filter larger than the input
       {2, 6, 5, 2, 3, 3, 2, 2, 1, 1, 1, "EXPLICIT", {1, 2, 0, 3}},
       {2, 6, 7, 3, 3, 3, 4, 3, 3, 1, 1, "VALID"},      // stride skips input rows
+      {2, 6, 5, 130, 3, 3, 20, 1, 1, 1, 1, "SAME"},    // many channels: oneDNN's blocked backward-data
   };
   return cases;
 }
@@ -298,6 +299,7 @@ TEST_CASE("Conv2D on a larger batch with several threads") {
   std::mt19937 rng(42);
   compute_pool four(4);
   check_conv_case<float>({5, 24, 20, 6, 5, 3, 7, 1, 2, 1, 1, "SAME"}, false, four, rng);
+  check_conv_case<float>({5, 7, 6, 144, 3, 3, 17, 1, 1, 1, 1, "SAME"}, false, four, rng);
 }
 
 // sum(w * Conv2D(x, f)) for double tensors.
