@@ -21,8 +21,10 @@ dnnl::stream& thread_stream() {
 }  // namespace
 
 const dnnl::engine& cpu_engine() {
-  static const dnnl::engine engine(dnnl::engine::kind::cpu, 0);
-  return engine;
+  // Never destroyed, like the primitive caches built on it: no order of destruction at
+  // exit to get wrong.
+  static const auto* engine = new dnnl::engine(dnnl::engine::kind::cpu, 0);
+  return *engine;
 }
 
 batch_split split_batch(std::int64_t batch, int threads) {

@@ -32,8 +32,8 @@ struct primitive_entry {
   bool reorder_weights() const { return weights != user_weights; }
 };
 
-primitive_cache<primitive_entry>::key make_key(conv_pass pass, const window_geometry& g, std::int64_t batch,
-                   std::int64_t out_c) {
+primitive_cache<primitive_entry>::key make_key(conv_pass pass, const window_geometry& g,
+                                               std::int64_t batch, std::int64_t out_c) {
   return {static_cast<std::int64_t>(pass), batch, g.in_h, g.in_w, g.channels, g.window_h,
           g.window_w, out_c, g.stride_h, g.stride_w, g.dilation_h, g.dilation_w, g.pad_top,
           g.pad_left, g.out_h, g.out_w};
@@ -121,8 +121,9 @@ std::shared_ptr<primitive_entry> build(conv_pass pass, const window_geometry& g,
 // when oneDNN has none.
 std::shared_ptr<primitive_entry> find(conv_pass pass, const window_geometry& g,
                                       std::int64_t batch, std::int64_t out_c) {
-  static primitive_cache<primitive_entry> cache;
-  return cache.find(make_key(pass, g, batch, out_c), [&] { return build(pass, g, batch, out_c); });
+  // Never destroyed: primitives must not outlive the engine at exit (cpu_engine()).
+  static auto* cache = new primitive_cache<primitive_entry>();
+  return cache->find(make_key(pass, g, batch, out_c), [&] { return build(pass, g, batch, out_c); });
 }
 
 void run(const primitive_entry& e, std::unordered_map<int, dnnl::memory> args) {
