@@ -18,13 +18,6 @@
 namespace troupe::bench {
 namespace {
 
-tf::AttrValue shapes_value(const std::vector<partial_shape>& shapes) {
-  tf::AttrValue v;
-  auto* list = v.mutable_list();
-  for (const auto& s : shapes) graph::shape_to_proto(s, list->add_shape());
-  return v;
-}
-
 void enqueue_dequeue(benchmark::State& state, bool many) {
   const std::int64_t elements = state.range(0);
   const partial_shape element = many ? partial_shape{784} : partial_shape::scalar();
@@ -32,7 +25,7 @@ void enqueue_dequeue(benchmark::State& state, bool many) {
   auto root = graph::scope::new_root();
   auto q = root.with_name("q").add("FIFOQueueV2", {},
                                    {{"component_types", types},
-                                    {"shapes", shapes_value({element})},
+                                    {"shapes", graph::attr_value(std::vector<partial_shape>{element})},
                                     {"capacity", graph::attr_value(std::int64_t{4 * elements})}});
   std::vector<graph::operation> enqueued;
   if (many) {

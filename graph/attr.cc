@@ -209,6 +209,12 @@ tf::AttrValue attr_value(const std::vector<dtype>& v) {
   for (auto x : v) list->add_type(static_cast<tf::DataType>(x));
   return a;
 }
+tf::AttrValue attr_value(const std::vector<partial_shape>& v) {
+  tf::AttrValue a;
+  auto* list = a.mutable_list();  // an empty vector is an empty list, not an unset value
+  for (const auto& s : v) shape_to_proto(s, list->add_shape());
+  return a;
+}
 
 partial_shape shape_from_proto(const tf::TensorShapeProto& proto) {
   if (proto.unknown_rank()) return partial_shape::unknown();

@@ -51,6 +51,7 @@ tf::AttrValue attr_value(const std::vector<int>& v);
 tf::AttrValue attr_value(const std::vector<float>& v);
 tf::AttrValue attr_value(const std::vector<std::string>& v);
 tf::AttrValue attr_value(const std::vector<dtype>& v);
+tf::AttrValue attr_value(const std::vector<partial_shape>& v);  // list(shape), e.g. a queue's `shapes`
 
 // Shapes and tensors to and from their protos.
 partial_shape shape_from_proto(const tf::TensorShapeProto& proto);

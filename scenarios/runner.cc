@@ -61,12 +61,6 @@ result<cluster_layout> layout_of(const scenario::Cluster& c) {
   return l;
 }
 
-tf::AttrValue shapes_attr(const std::vector<partial_shape>& shapes) {
-  tf::AttrValue v;
-  for (const auto& s : shapes) graph::shape_to_proto(s, v.mutable_list()->add_shape());
-  return v;
-}
-
 train::optimizer optimizer_of(const scenario::Optimizer& o) {
   const std::string& n = o.name();
   if (n == "momentum") return train::momentum(o.learning_rate(), o.momentum(), o.nesterov());
@@ -111,7 +105,7 @@ result<graph::graph> training_graph(const scenario::Scenario& sc, const cluster_
     output labels = ops::cast(in, reader.out(1), dtype::int32);
     std::map<std::string, tf::AttrValue> queue_attrs = {
         {"component_types", graph::attr_value(std::vector<dtype>{dtype::float32, dtype::int32})},
-        {"shapes", shapes_attr({partial_shape({784}), partial_shape::scalar()})},
+        {"shapes", graph::attr_value(std::vector<partial_shape>{partial_shape({784}), partial_shape::scalar()})},
         {"capacity", graph::attr_value(static_cast<std::int64_t>(d.queue_capacity()))}};
     std::string queue_op = "FIFOQueueV2";
     if (d.shuffle()) {

@@ -696,13 +696,6 @@ TEST_CASE("a queue actor that dies fails its parked requests with unavailable", 
 
 namespace {
 
-tf::AttrValue shapes_value(const std::vector<partial_shape>& shapes) {
-  tf::AttrValue v;
-  auto* list = v.mutable_list();
-  for (const auto& s : shapes) graph::shape_to_proto(s, list->add_shape());
-  return v;
-}
-
 struct queue_graph {
   std::shared_ptr<const graph::graph> g;
 
@@ -730,12 +723,12 @@ queue_graph build_queue_graph() {
   const tf::AttrValue types = graph::attr_value(std::vector<dtype>{dtype::float32});
   auto q = root.with_name("q").add("FIFOQueueV2", {},
                                    {{"component_types", types},
-                                    {"shapes", shapes_value({partial_shape{2}})},
+                                    {"shapes", graph::attr_value(std::vector<partial_shape>{partial_shape{2}})},
                                     {"capacity", graph::attr_value(std::int64_t{2})}});
   // Another node naming the same shared queue with another capacity.
   root.with_name("q_other").add("FIFOQueueV2", {},
                                 {{"component_types", types},
-                                 {"shapes", shapes_value({partial_shape{2}})},
+                                 {"shapes", graph::attr_value(std::vector<partial_shape>{partial_shape{2}})},
                                  {"capacity", graph::attr_value(std::int64_t{3})},
                                  {"shared_name", graph::attr_value("q")}});
   auto x = ops::placeholder(root.with_name("x"), dtype::float32, {2});
@@ -880,7 +873,7 @@ TEST_CASE("a session feeds a queue in one step and drains it in others", "[actor
   const tf::AttrValue types = graph::attr_value(std::vector<dtype>{dtype::float32});
   auto q = root.with_name("q").add("FIFOQueueV2", {},
                                    {{"component_types", types},
-                                    {"shapes", shapes_value({partial_shape{2}})},
+                                    {"shapes", graph::attr_value(std::vector<partial_shape>{partial_shape{2}})},
                                     {"capacity", graph::attr_value(std::int64_t{2})}});
   auto x = ops::placeholder(root.with_name("x"), dtype::float32, {2});
   root.with_name("enqueue").add("QueueEnqueueV2", {q.out(0), std::vector<graph::output>{x}});

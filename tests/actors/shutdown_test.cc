@@ -39,19 +39,12 @@ void check_ended_by_shutdown(pending_step& step) {
   CHECK_THAT(r.error().message(), Catch::Contains("closed") || Catch::Contains("shut down"));
 }
 
-tf::AttrValue shapes_value(const std::vector<partial_shape>& shapes) {
-  tf::AttrValue v;
-  auto* list = v.mutable_list();
-  for (const auto& s : shapes) graph::shape_to_proto(s, list->add_shape());
-  return v;
-}
-
 // q: a FIFOQueue of float [2] on `where`; "enqueue" puts x into it, "dequeue" takes one.
 graph::output add_queue(const graph::scope& where) {
   const tf::AttrValue types = graph::attr_value(std::vector<dtype>{dtype::float32});
   auto q = where.with_name("q").add("FIFOQueueV2", {},
                                     {{"component_types", types},
-                                     {"shapes", shapes_value({partial_shape{2}})},
+                                     {"shapes", graph::attr_value(std::vector<partial_shape>{partial_shape{2}})},
                                      {"capacity", graph::attr_value(std::int64_t{2})}});
   auto x = ops::placeholder(where.with_name("x"), dtype::float32, {2});
   where.with_name("enqueue").add("QueueEnqueueV2", {q.out(0), std::vector<graph::output>{x}});

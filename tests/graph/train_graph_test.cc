@@ -183,11 +183,8 @@ TEST_CASE("variable op schemas report mismatches against the variable", "[train_
 TEST_CASE("queue op schemas", "[train_graph]") {
   auto queue = [](const scope& s, const char* op, std::vector<dtype> types, std::vector<partial_shape> shapes,
                   std::map<std::string, tf::AttrValue> extra = {}) {
-    tf::AttrValue shape_list;
-    for (const auto& sh : shapes) graph::shape_to_proto(sh, shape_list.mutable_list()->add_shape());
-    shape_list.mutable_list();
     extra["component_types"] = attr_value(types);
-    extra["shapes"] = shape_list;
+    extra["shapes"] = attr_value(shapes);
     return s.with_name("q").add(op, {}, extra).out();
   };
   auto root = scope::new_root();
