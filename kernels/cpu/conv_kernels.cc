@@ -1,5 +1,6 @@
 // CPU kernels: Conv2D, Conv2DBackpropInput, Conv2DBackpropFilter (float, double) as
-// im2col + OpenBLAS gemm on NHWC images; NCHW is transposed to NHWC and back.
+// im2col + OpenBLAS gemm on NHWC images; NCHW is transposed to NHWC and back (float32
+// NCHW goes to oneDNN untransposed first).
 //
 // With the HWIO filter seen as a [K = kh*kw*in_c, out_c] matrix and the patches of the
 // input as an [M = batch*out_h*out_w, K] matrix (one row per output pixel, laid out
@@ -19,9 +20,13 @@
 // geometry or TROUPE_CONV=im2col. Measured on LeNet and AlexNet layers against
 // PyTorch in bench/conv_bench.cc and bench/peers/conv_peer.py.
 #include <algorithm>
-#include <mutex>
+#include <chrono>
 #include <cstring>
 #include <limits>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <vector>
 
 #include "kernels/cpu/blas.h"
 #include "kernels/cpu/onednn_conv.h"
@@ -177,35 +182,119 @@ inline double gemm_ns(std::int64_t m, std::int64_t n, std::int64_t k) {
   return 2.0 * static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k) / 50.0;
 }
 
-// output[M, out_c] = patches(input) * filter.
-// Runs `pass` through oneDNN when T is float and oneDNN has a primitive for the geometry;
-// true when it did (or failed ctx), false when the im2col path should run.
+// onednn::convolve for float; unimplemented for other types.
 template <class T>
-bool try_onednn(onednn::conv_pass pass, const conv_shape& s, const T* a, const T* b, T* out,
-                compute_pool& pool, status* error) {
+status onednn_convolve(onednn::conv_pass pass, const conv_shape& s, const T* a, const T* b, T* out,
+                       compute_pool& pool, onednn::image_layout layout = onednn::image_layout::nhwc) {
   if constexpr (std::is_same_v<T, float>) {
-    if (!onednn::conv_enabled()) return false;
-    status st = onednn::convolve(pass, s.g, s.out_c, a, b, out, pool);
-    if (st.error_code() == code::unimplemented) return false;
-    *error = std::move(st);
-    return true;
+    return onednn::convolve(pass, s.g, s.out_c, layout, a, b, out, pool);
   } else {
-    return false;
+    return unimplemented_error("oneDNN convolutions are float32 only");
   }
 }
 
+// Runs `pass` on NCHW images through oneDNN when T is float, TROUPE_CONV allows it and
+// oneDNN has a primitive for the geometry (one of its candidates works on NHWC, so this
+// is never slower than transposing to the NHWC path); true when it did (`*error` is its
+// status), false when the caller should transpose to NHWC instead.
 template <class T>
-status conv_forward(const conv_shape& s, const T* input, const T* filter, T* output,
-                    compute_pool& pool) {
-  if (status st; try_onednn(onednn::conv_pass::forward, s, input, filter, output, pool, &st)) {
-    return st;
+bool try_onednn_nchw(onednn::conv_pass pass, const conv_shape& s, const T* a, const T* b, T* out,
+                     compute_pool& pool, status* error) {
+  if (!std::is_same_v<T, float> || onednn::conv_path_setting() == onednn::conv_path::im2col) return false;
+  status st = onednn_convolve(pass, s, a, b, out, pool, onednn::image_layout::nchw);
+  if (st.error_code() == code::unimplemented) return false;
+  *error = std::move(st);
+  return true;
+}
+
+// Which path each float32 NHWC pass and geometry measured faster at each pool size, once
+// per process.
+class measured_paths {
+ public:
+  using key = std::vector<std::int64_t>;
+  static key make_key(onednn::conv_pass pass, const conv_shape& s, int threads) {
+    const window_geometry& g = s.g;
+    return {static_cast<std::int64_t>(pass), threads, g.batch, g.in_h, g.in_w, g.channels,
+            g.window_h, g.window_w, s.out_c, g.stride_h, g.stride_w, g.dilation_h,
+            g.dilation_w, g.pad_top, g.pad_left, g.out_h, g.out_w};
   }
+  std::optional<onednn::conv_path> find(const key& k) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto it = paths_.find(k);
+    if (it == paths_.end()) return std::nullopt;
+    return it->second;
+  }
+  // Keeps the first answer for `k` (two threads may measure the same geometry at once).
+  void remember(const key& k, onednn::conv_path path) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (paths_.size() >= 4096) paths_.clear();
+    paths_.emplace(k, path);
+  }
+
+ private:
+  std::mutex mutex_;
+  std::map<key, onednn::conv_path> paths_;
+};
+
+// Runs one pass on NHWC images by oneDNN (`on_onednn`, returning its status) or by im2col
+// + gemm (`on_im2col`), whichever is faster for the geometry: both run and are timed
+// (twice each) on its first call, the faster writes the output last, and later calls of
+// the geometry take that path. Measured here: oneDNN wins most layers by 2-3x, but
+// im2col + gemm won AlexNet conv1's input gradient (11x11 windows at stride 4 over 3
+// channels) by 40%, and which one wins moves with the processor. TROUPE_CONV=onednn or
+// im2col fixes the path. double always takes im2col + gemm.
+template <class T, class OneDnn, class Im2col>
+status fastest_path(onednn::conv_pass pass, const conv_shape& s, compute_pool& pool, OneDnn&& on_onednn,
+                    Im2col&& on_im2col) {
+  if constexpr (!std::is_same_v<T, float>) {
+    on_im2col();
+    return status();
+  } else {
+    const onednn::conv_path setting = onednn::conv_path_setting();
+    static measured_paths* paths = new measured_paths();  // never destroyed: used until exit
+    const measured_paths::key k = measured_paths::make_key(pass, s, pool.num_threads());
+    const std::optional<onednn::conv_path> known =
+        setting == onednn::conv_path::tuned ? paths->find(k) : std::optional(setting);
+    if (known == onednn::conv_path::im2col) {
+      on_im2col();
+      return status();
+    }
+    status st = on_onednn();  // on a first call, builds (and tunes) oneDNN's primitives
+    if (st.error_code() == code::unimplemented) {
+      paths->remember(k, onednn::conv_path::im2col);
+      on_im2col();
+      return status();
+    }
+    if (!st.ok() || known.has_value()) return st;
+    double onednn_seconds = 0, im2col_seconds = 0;
+    for (int round = 0; round < 2; ++round) {
+      auto start = std::chrono::steady_clock::now();
+      on_im2col();
+      const double im2col_t = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      start = std::chrono::steady_clock::now();
+      if (st = on_onednn(); !st.ok()) return st;
+      const double onednn_t = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      im2col_seconds = round == 0 ? im2col_t : std::min(im2col_seconds, im2col_t);
+      onednn_seconds = round == 0 ? onednn_t : std::min(onednn_seconds, onednn_t);
+    }
+    const onednn::conv_path winner =
+        im2col_seconds < onednn_seconds ? onednn::conv_path::im2col : onednn::conv_path::onednn;
+    paths->remember(k, winner);
+    if (winner == onednn::conv_path::im2col) on_im2col();
+    return status();
+  }
+}
+
+// output[M, out_c] = patches(input) * filter.
+template <class T>
+void im2col_forward(const conv_shape& s, const T* input, const T* filter, T* output,
+                    compute_pool& pool) {
   const std::int64_t m = s.rows(), k = s.patch(), n = s.out_c;
   if (s.pointwise()) {
     pool.parallel_for(m, gemm_ns(1, n, k), [&](std::int64_t b, std::int64_t e) {
       blas_gemm(false, false, e - b, n, k, T(1), input + b * k, k, filter, n, T(0), output + b * n, n);
     });
-    return status();
+    return;
   }
   const std::int64_t chunk = std::min(chunk_rows<T>(s), m);
   for_each_chunk<T>(m, chunk, k, gemm_ns(chunk, n, k) + 0.3 * static_cast<double>(chunk * k), pool,
@@ -214,24 +303,28 @@ status conv_forward(const conv_shape& s, const T* input, const T* filter, T* out
                       blas_gemm(false, false, end - begin, n, k, T(1), patches, k, filter, n, T(0),
                                 output + begin * n, n);
                     });
-  return status();
+}
+
+template <class T>
+status conv_forward(const conv_shape& s, const T* input, const T* filter, T* output,
+                    compute_pool& pool) {
+  return fastest_path<T>(
+      onednn::conv_pass::forward, s, pool,
+      [&] { return onednn_convolve(onednn::conv_pass::forward, s, input, filter, output, pool); },
+      [&] { im2col_forward(s, input, filter, output, pool); });
 }
 
 // input_grad = col2im(out_backprop * filter^T).
 template <class T>
-status conv_backprop_input(const conv_shape& s, const T* filter, const T* out_backprop,
+void im2col_backprop_input(const conv_shape& s, const T* filter, const T* out_backprop,
                            T* input_grad, compute_pool& pool) {
-  if (status st; try_onednn(onednn::conv_pass::backward_data, s, filter, out_backprop, input_grad,
-                            pool, &st)) {
-    return st;
-  }
   const window_geometry& g = s.g;
   const std::int64_t m = s.rows(), k = s.patch(), n = s.out_c;
   if (s.pointwise()) {
     pool.parallel_for(m, gemm_ns(1, k, n), [&](std::int64_t b, std::int64_t e) {
       blas_gemm(false, true, e - b, k, n, T(1), out_backprop + b * n, n, filter, n, T(0), input_grad + b * k, k);
     });
-    return status();
+    return;
   }
   // Windows of one image overlap, so blocks are whole images: each block zeroes and
   // accumulates only its own images' gradients.
@@ -251,23 +344,24 @@ status conv_backprop_input(const conv_shape& s, const T* filter, const T* out_ba
                         col2im(s, d_patches, begin, end, input_grad);
                       }
                     });
-  return status();
+}
+
+template <class T>
+status conv_backprop_input(const conv_shape& s, const T* filter, const T* out_backprop,
+                           T* input_grad, compute_pool& pool) {
+  return fastest_path<T>(
+      onednn::conv_pass::backward_data, s, pool,
+      [&] { return onednn_convolve(onednn::conv_pass::backward_data, s, filter, out_backprop, input_grad, pool); },
+      [&] { im2col_backprop_input(s, filter, out_backprop, input_grad, pool); });
 }
 
 // filter_grad[K, out_c] = patches(input)^T * out_backprop.
 template <class T>
-status conv_backprop_filter(const conv_shape& s, const T* input, const T* out_backprop,
+void im2col_backprop_filter(const conv_shape& s, const T* input, const T* out_backprop,
                             T* filter_grad, compute_pool& pool) {
   const std::int64_t m = s.rows(), k = s.patch(), n = s.out_c;
-  if (m == 0 || k == 0 || n == 0) {
-    std::fill_n(filter_grad, k * n, T(0));
-    return status();
-  }
-  if (status st; try_onednn(onednn::conv_pass::backward_weights, s, input, out_backprop,
-                            filter_grad, pool, &st)) {
-    return st;
-  }
   std::fill_n(filter_grad, k * n, T(0));
+  if (m == 0 || k == 0 || n == 0) return;
   // Each block sums its rows' products into its own partial gradient; partials are
   // added at the end (under a lock: few blocks, small k x n).
   std::mutex sum_mutex;
@@ -282,7 +376,7 @@ status conv_backprop_filter(const conv_shape& s, const T* input, const T* out_ba
                 partial.data<T>(), n);
       add_partial(partial.data<T>());
     });
-    return status();
+    return;
   }
   const std::int64_t chunk = std::min(chunk_rows<T>(s), m);
   const std::int64_t chunks = (m + chunk - 1) / chunk;
@@ -299,7 +393,19 @@ status conv_backprop_filter(const conv_shape& s, const T* input, const T* out_ba
                       }
                       add_partial(partial.data<T>());
                     });
-  return status();
+}
+
+template <class T>
+status conv_backprop_filter(const conv_shape& s, const T* input, const T* out_backprop,
+                            T* filter_grad, compute_pool& pool) {
+  if (s.rows() == 0 || s.patch() == 0 || s.out_c == 0) {
+    im2col_backprop_filter(s, input, out_backprop, filter_grad, pool);  // zeros
+    return status();
+  }
+  return fastest_path<T>(
+      onednn::conv_pass::backward_weights, s, pool,
+      [&] { return onednn_convolve(onednn::conv_pass::backward_weights, s, input, out_backprop, filter_grad, pool); },
+      [&] { im2col_backprop_filter(s, input, out_backprop, filter_grad, pool); });
 }
 
 // True when `s` is ok; otherwise fails ctx with it.
@@ -419,6 +525,11 @@ class conv2d_kernel final : public conv_kernel_base {
       return;
     }
     compute_pool& pool = ctx.pool();
+    if (status st; options_.nchw && try_onednn_nchw(onednn::conv_pass::forward, s, input.data<T>(), filter.data<T>(),
+                                                    output.data<T>(), pool, &st)) {
+      succeeded(ctx, std::move(st));
+      return;
+    }
     use_openblas_threads(1);
     tensor nhwc_input = nhwc_view<T>(input, options_.nchw, pool);
     if (!options_.nchw) {
@@ -454,6 +565,11 @@ class conv2d_backprop_input_kernel final : public conv_kernel_base {
       return;
     }
     compute_pool& pool = ctx.pool();
+    if (status st; options_.nchw && try_onednn_nchw(onednn::conv_pass::backward_data, s, filter.data<T>(),
+                                                    out_backprop.data<T>(), input_grad.data<T>(), pool, &st)) {
+      succeeded(ctx, std::move(st));
+      return;
+    }
     use_openblas_threads(1);
     tensor nhwc_backprop = nhwc_view<T>(out_backprop, options_.nchw, pool);
     if (!options_.nchw) {
@@ -486,6 +602,12 @@ class conv2d_backprop_filter_kernel final : public conv_kernel_base {
     tensor& filter_grad = ctx.allocate_output(0, filter_sizes);
     if (filter_grad.num_elements() == 0) return;
     compute_pool& pool = ctx.pool();
+    if (status st; options_.nchw && s.rows() > 0 &&
+                   try_onednn_nchw(onednn::conv_pass::backward_weights, s, input.data<T>(),
+                                                    out_backprop.data<T>(), filter_grad.data<T>(), pool, &st)) {
+      succeeded(ctx, std::move(st));
+      return;
+    }
     use_openblas_threads(1);
     tensor nhwc_input = nhwc_view<T>(input, options_.nchw, pool);
     tensor nhwc_backprop = nhwc_view<T>(out_backprop, options_.nchw, pool);

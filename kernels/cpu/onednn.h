@@ -69,9 +69,30 @@ inline dnnl::memory memory(const dnnl::memory::desc& desc, const float* data) {
 // reuses freed buffers; fresh pages cost more than the work they would hold).
 tensor float_buffer(const dnnl::memory::desc& desc);
 
-// Copies `from` (layout `from_desc`) to `to` (layout `to_desc`). Throws dnnl::error.
-void reorder(const dnnl::memory::desc& from_desc, const float* from,
-             const dnnl::memory::desc& to_desc, float* to);
+// A reorder from one layout to another, built once and run many times (building one
+// costs more than running it on a LeNet-sized chunk). Empty when both layouts hold the
+// same bytes at the same offsets, in which case there is nothing to run.
+class prepared_reorder {
+ public:
+  prepared_reorder() = default;
+  // Throws dnnl::error.
+  prepared_reorder(const dnnl::memory::desc& from, const dnnl::memory::desc& to);
+
+  bool empty() const { return !primitive_; }
+  const dnnl::memory::desc& from() const { return from_; }
+  const dnnl::memory::desc& to() const { return to_; }
+  // Copies `from` (layout from()) to `to` (layout to()). REQUIRES: !empty(). Throws
+  // dnnl::error.
+  void run(const float* from, float* to) const;
+
+ private:
+  dnnl::memory::desc from_, to_, scratchpad_;
+  dnnl::primitive primitive_;
+};
+
+// True when `a` and `b` place every element at the same byte offset (e.g. NHWC and
+// oneDNN's nChw16c when C is 16), so that memory in one can be read as the other.
+bool same_bytes(const dnnl::memory::desc& a, const dnnl::memory::desc& b);
 
 // Built primitives by geometry: `find` returns the entry for `key`, building it with
 // `build` (which returns null when oneDNN has no primitive; that answer is cached too).

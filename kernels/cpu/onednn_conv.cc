@@ -1,7 +1,11 @@
 // oneDNN convolutions: see onednn_conv.h for the contract and the thread budget.
 #include "kernels/cpu/onednn_conv.h"
 
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
 #include <cstdlib>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -17,31 +21,50 @@ using dims = dnnl::memory::dims;
 // One pass of one geometry at one batch size, ready to run.
 struct primitive_entry {
   dnnl::primitive primitive;
-  // The layout the primitive wants its filter (forward, backward_data) or writes its
-  // filter gradient (backward_weights) in; equal to `user_weights` when no reorder is due.
-  dnnl::memory::desc weights;
-  dnnl::memory::desc user_weights;
-  // The activations: src/diff_src and dst/diff_dst, NHWC. (Measured: letting oneDNN pick
-  // blocked layouts and reordering each chunk in and out was no faster on LeNet layers,
-  // and only pays for backward_data with many channels.)
-  dnnl::memory::desc src, dst;
-  // backward_data's diff_src/diff_dst in the blocked layout it chose, when it chose one;
-  // a chunk is reordered into and out of it.
-  dnnl::memory::desc blocked_src, blocked_dst;
   dnnl::memory::desc scratchpad;
-  bool reorder_weights() const { return weights != user_weights; }
+  // The filter (forward, backward_data) or filter gradient (backward_weights) in the
+  // layout the primitive chose, and the reorder from HWIO to it (to HWIO from it for
+  // backward_weights); the reorder is empty when the layouts agree.
+  dnnl::memory::desc weights;
+  prepared_reorder weights_reorder;
+  // The activations: src/diff_src and dst/diff_dst in the layouts the primitive takes, and
+  // the reorders of a chunk between the caller's layout and them: into the primitive's
+  // layout for its inputs, out of it for its output (empty when the layouts agree).
+  dnnl::memory::desc src, dst;
+  prepared_reorder src_reorder, dst_reorder;
 };
 
-primitive_cache<primitive_entry>::key make_key(conv_pass pass, const window_geometry& g,
-                                               std::int64_t batch, std::int64_t out_c) {
-  return {static_cast<std::int64_t>(pass), batch, g.in_h, g.in_w, g.channels, g.window_h,
-          g.window_w, out_c, g.stride_h, g.stride_w, g.dilation_h, g.dilation_w, g.pad_top,
-          g.pad_left, g.out_h, g.out_w};
+// One pass of one geometry at one batch size, on images in one layout.
+struct conv_spec {
+  conv_pass pass;
+  window_geometry g;  // g.batch is the whole batch; `batch` the chunk's
+  std::int64_t batch, out_c;
+  image_layout layout;
+};
+
+// The kinds of primitive a pass may run on (each chunk's images reordered in and out of
+// the primitive's layouts where they differ from the caller's):
+//   nhwc       direct convolution on NHWC images;
+//   nchw       direct convolution on NCHW images;
+//   preferred  direct convolution on the activation layouts oneDNN prefers for the
+//              geometry (blocked ones such as nChw16c, or plain ones);
+//   winograd   Winograd's minimal filtering (F(4x4, 3x3): fewer multiplications, float
+//              rounding slightly further from the exact sum) on its preferred layouts;
+//              oneDNN has it for 3x3 windows at stride 1 on AVX-512 processors only.
+enum class variant { nhwc, nchw, preferred, winograd };
+
+primitive_cache<primitive_entry>::key make_key(const conv_spec& c) {
+  const window_geometry& g = c.g;
+  return {static_cast<std::int64_t>(c.pass) * 2 + static_cast<std::int64_t>(c.layout), c.batch,
+          g.in_h, g.in_w, g.channels, g.window_h, g.window_w, c.out_c, g.stride_h, g.stride_w,
+          g.dilation_h, g.dilation_w, g.pad_top, g.pad_left, g.out_h, g.out_w};
 }
 
-// Builds the primitive of `pass` for `g` at `batch` images; null when oneDNN has none.
-std::shared_ptr<primitive_entry> build(conv_pass pass, const window_geometry& g,
-                                       std::int64_t batch, std::int64_t out_c) {
+// Builds the primitive of `c` as `kind`; null when oneDNN has none.
+std::shared_ptr<primitive_entry> build(const conv_spec& c, variant kind) {
+  const conv_pass pass = c.pass;
+  const window_geometry& g = c.g;
+  const std::int64_t batch = c.batch, out_c = c.out_c;
   const dnnl::engine& engine = cpu_engine();
   const auto f32 = dnnl::memory::data_type::f32;
   const dims src_dims{batch, g.channels, g.in_h, g.in_w};
@@ -55,19 +78,23 @@ std::shared_ptr<primitive_entry> build(conv_pass pass, const window_geometry& g,
   const dims padding_r{
       (g.out_h - 1) * g.stride_h + (g.window_h - 1) * g.dilation_h + 1 - g.in_h - g.pad_top,
       (g.out_w - 1) * g.stride_w + (g.window_w - 1) * g.dilation_w + 1 - g.in_w - g.pad_left};
-  const dnnl::memory::desc src(src_dims, f32, tag::nhwc);
-  const dnnl::memory::desc dst(dst_dims, f32, tag::nhwc);
+  const tag given = c.layout == image_layout::nchw ? tag::nchw : tag::nhwc;
+  const dnnl::memory::desc given_src(src_dims, f32, given), given_dst(dst_dims, f32, given);
+  const dnnl::memory::desc hwio(weights_dims, f32, tag::hwio);
   const dnnl::memory::desc any_weights(weights_dims, f32, tag::any);
+  const dnnl::algorithm algorithm = kind == variant::winograd ? dnnl::algorithm::convolution_winograd
+                                                              : dnnl::algorithm::convolution_direct;
+  const tag wanted = kind == variant::nhwc ? tag::nhwc : kind == variant::nchw ? tag::nchw : tag::any;
+  const dnnl::memory::desc src(src_dims, f32, wanted), dst(dst_dims, f32, wanted);
   dnnl::primitive_attr attr;
   attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
 
   auto entry = std::make_shared<primitive_entry>();
-  entry->user_weights = dnnl::memory::desc(weights_dims, f32, tag::hwio);
-  entry->src = src;
-  entry->dst = dst;
   try {
+    // The forward descriptor: the primitive of the forward pass, and the hint the backward
+    // passes are built with.
     dnnl::convolution_forward::desc forward_desc(
-        dnnl::prop_kind::forward_training, dnnl::algorithm::convolution_direct, src, any_weights,
+        dnnl::prop_kind::forward_training, algorithm, src, any_weights,
         dst, strides, dilates, padding_l, padding_r);
     dnnl::convolution_forward::primitive_desc forward(forward_desc, attr, engine,
                                                       /*allow_empty=*/true);
@@ -76,30 +103,32 @@ std::shared_ptr<primitive_entry> build(conv_pass pass, const window_geometry& g,
       case conv_pass::forward:
         entry->primitive = dnnl::convolution_forward(forward);
         entry->weights = forward.weights_desc();
+        entry->src = forward.src_desc();
+        entry->dst = forward.dst_desc();
         entry->scratchpad = forward.scratchpad_desc();
+        entry->weights_reorder = prepared_reorder(hwio, entry->weights);
+        entry->src_reorder = prepared_reorder(given_src, entry->src);
+        entry->dst_reorder = prepared_reorder(entry->dst, given_dst);
         break;
       case conv_pass::backward_data: {
-        // Measured (bench_conv, quiet machine): with many input channels oneDNN's
-        // backward-data kernel is faster on its blocked layout, reorders in and out
-        // included (AlexNet conv3, 192 channels: 20 ms against 24-27 ms NHWC, PyTorch 19.7);
-        // with fewer it is no faster (conv2, 64 channels) or slower (32 channels).
-        const bool any = g.channels >= 128;
-        const dnnl::memory::desc any_src(src_dims, f32, tag::any), any_dst(dst_dims, f32, tag::any);
-        dnnl::convolution_backward_data::desc desc(dnnl::algorithm::convolution_direct, any ? any_src : src,
-                                                   any_weights, any ? any_dst : dst, strides, dilates, padding_l,
-                                                   padding_r);
+        dnnl::convolution_backward_data::desc desc(algorithm, src,
+                                                   any_weights, dst, strides, dilates,
+                                                   padding_l, padding_r);
         dnnl::convolution_backward_data::primitive_desc pd(desc, attr, engine, forward,
                                                            /*allow_empty=*/true);
         if (!pd) return nullptr;
         entry->primitive = dnnl::convolution_backward_data(pd);
         entry->weights = pd.weights_desc();
-        if (pd.diff_src_desc() != src) entry->blocked_src = pd.diff_src_desc();
-        if (pd.diff_dst_desc() != dst) entry->blocked_dst = pd.diff_dst_desc();
+        entry->src = pd.diff_src_desc();
+        entry->dst = pd.diff_dst_desc();
         entry->scratchpad = pd.scratchpad_desc();
+        entry->weights_reorder = prepared_reorder(hwio, entry->weights);
+        entry->src_reorder = prepared_reorder(entry->src, given_src);
+        entry->dst_reorder = prepared_reorder(given_dst, entry->dst);
         break;
       }
       case conv_pass::backward_weights: {
-        dnnl::convolution_backward_weights::desc desc(dnnl::algorithm::convolution_direct, src,
+        dnnl::convolution_backward_weights::desc desc(algorithm, src,
                                                       any_weights, dst, strides, dilates,
                                                       padding_l, padding_r);
         dnnl::convolution_backward_weights::primitive_desc pd(desc, attr, engine, forward,
@@ -107,7 +136,12 @@ std::shared_ptr<primitive_entry> build(conv_pass pass, const window_geometry& g,
         if (!pd) return nullptr;
         entry->primitive = dnnl::convolution_backward_weights(pd);
         entry->weights = pd.diff_weights_desc();
+        entry->src = pd.src_desc();
+        entry->dst = pd.diff_dst_desc();
         entry->scratchpad = pd.scratchpad_desc();
+        entry->weights_reorder = prepared_reorder(entry->weights, hwio);
+        entry->src_reorder = prepared_reorder(given_src, entry->src);
+        entry->dst_reorder = prepared_reorder(given_dst, entry->dst);
         break;
       }
     }
@@ -117,44 +151,180 @@ std::shared_ptr<primitive_entry> build(conv_pass pass, const window_geometry& g,
   return entry;
 }
 
-// The cached primitive of `pass` for `g` at `batch` images (built on first use); null
-// when oneDNN has none.
-std::shared_ptr<primitive_entry> find(conv_pass pass, const window_geometry& g,
-                                      std::int64_t batch, std::int64_t out_c) {
-  // Never destroyed: primitives must not outlive the engine at exit (cpu_engine()).
-  static auto* cache = new primitive_cache<primitive_entry>();
-  return cache->find(make_key(pass, g, batch, out_c), [&] { return build(pass, g, batch, out_c); });
-}
-
 void run(const primitive_entry& e, std::unordered_map<int, dnnl::memory> args) {
   execute(e.primitive, e.scratchpad, std::move(args));
 }
 
-}  // namespace
-
-bool conv_enabled() {
-  static const bool enabled = [] {
-    const char* v = std::getenv("TROUPE_CONV");
-    return v == nullptr || std::string(v) != "im2col";
-  }();
-  return enabled;
+// Where a chunk's activations live for the primitive: in place (the caller's layout), or a buffer of the
+// primitive's layout that an input is reordered into, or an output reordered out of.
+const float* input(const prepared_reorder& r, const float* given, tensor& buffer) {
+  if (r.empty()) return given;
+  buffer = float_buffer(r.to());
+  r.run(given, buffer.data<float>());
+  return buffer.data<float>();
+}
+float* output(const prepared_reorder& r, float* given, tensor& buffer) {
+  if (r.empty()) return given;
+  buffer = float_buffer(r.from());
+  return buffer.data<float>();
 }
 
-status convolve(conv_pass pass, const window_geometry& g, std::int64_t out_c, const float* a,
-                const float* b, float* out, compute_pool& pool) {
-  // Measured (bench/conv_bench.cc, oneDNN 2.6): its NHWC backward-data kernel for a
-  // single input channel is 3x slower than im2col + gemm with 32 output channels (and
-  // slightly faster with 6); a first layer's input gradient is rarely needed anyway.
-  if (pass == conv_pass::backward_data && g.channels == 1 && out_c > 8) {
-    return unimplemented_error("im2col is faster for this backward-data geometry");
+// Runs `e` on one chunk, with the operands of convolve() for that chunk (images in the
+// caller's layout, the filter in e.weights' layout) and writes `out` (for
+// backward_weights, the chunk's filter gradient in e.weights' layout).
+void run_chunk(conv_pass pass, const primitive_entry& e, const float* a, const float* b, float* out) {
+  tensor src_buffer, dst_buffer;
+  switch (pass) {
+    case conv_pass::forward: {
+      float* dst = output(e.dst_reorder, out, dst_buffer);
+      run(e, {{DNNL_ARG_SRC, memory(e.src, input(e.src_reorder, a, src_buffer))},
+              {DNNL_ARG_WEIGHTS, memory(e.weights, b)},
+              {DNNL_ARG_DST, memory(e.dst, dst)}});
+      if (dst != out) e.dst_reorder.run(dst, out);
+      break;
+    }
+    case conv_pass::backward_data: {
+      float* diff_src = output(e.src_reorder, out, src_buffer);
+      run(e, {{DNNL_ARG_DIFF_DST, memory(e.dst, input(e.dst_reorder, b, dst_buffer))},
+              {DNNL_ARG_WEIGHTS, memory(e.weights, a)},
+              {DNNL_ARG_DIFF_SRC, memory(e.src, diff_src)}});
+      if (diff_src != out) e.src_reorder.run(diff_src, out);
+      break;
+    }
+    case conv_pass::backward_weights:
+      run(e, {{DNNL_ARG_SRC, memory(e.src, input(e.src_reorder, a, src_buffer))},
+              {DNNL_ARG_DIFF_DST, memory(e.dst, input(e.dst_reorder, b, dst_buffer))},
+              {DNNL_ARG_DIFF_WEIGHTS, memory(e.weights, out)}});
+      break;
   }
+}
+
+// The fastest of `candidates` (not empty) on one chunk of `c`, reorders of the images
+// included: each runs once to warm caches and the allocator, then a few rounds time each
+// once in turn (so that a burst of noise from elsewhere on the machine hits all alike),
+// and each keeps its fastest round. The data is a constant: timing does not depend on it.
+// Throws dnnl::error.
+std::shared_ptr<primitive_entry> fastest(const conv_spec& c,
+                                         const std::vector<std::shared_ptr<primitive_entry>>& candidates) {
+  const window_geometry& g = c.g;
+  const std::int64_t image_size = c.batch * g.in_h * g.in_w * g.channels;
+  const std::int64_t output_size = c.batch * g.out_h * g.out_w * c.out_c;
+  std::int64_t weights_size = 0;
+  for (const auto& e : candidates) {
+    weights_size = std::max(weights_size, static_cast<std::int64_t>(e->weights.get_size() / sizeof(float)));
+  }
+  auto filled = [](std::int64_t floats) {
+    tensor t(dtype::float32, tensor_shape{floats});
+    std::fill_n(t.data<float>(), floats, 0.5f);
+    return t;
+  };
+  tensor a, b, out;
+  switch (c.pass) {
+    case conv_pass::forward:
+      a = filled(image_size), b = filled(weights_size), out = filled(output_size);
+      break;
+    case conv_pass::backward_data:
+      a = filled(weights_size), b = filled(output_size), out = filled(image_size);
+      break;
+    case conv_pass::backward_weights:
+      a = filled(image_size), b = filled(output_size), out = filled(weights_size);
+      break;
+  }
+  auto seconds = [&](const primitive_entry& e) {
+    const auto start = std::chrono::steady_clock::now();
+    run_chunk(c.pass, e, a.data<float>(), b.data<float>(), out.data<float>());
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  };
+  for (const auto& e : candidates) seconds(*e);
+  constexpr int k_rounds = 3;
+  std::vector<double> best(candidates.size(), 0);
+  for (int round = 0; round < k_rounds; ++round) {
+    for (std::size_t i = 0; i < candidates.size(); ++i) {
+      const double t = seconds(*candidates[i]);
+      if (round == 0 || t < best[i]) best[i] = t;
+    }
+  }
+  return candidates[static_cast<std::size_t>(std::min_element(best.begin(), best.end()) - best.begin())];
+}
+
+// TROUPE_CONV_VARIANT: "nhwc", "nchw", "preferred" or "winograd" fix one variant for
+// every primitive (where oneDNN has no Winograd primitive, nhwc); tests cover each path
+// this way. Unset (or "tuned"): each geometry measures them.
+std::optional<variant> forced_variant() {
+  static const std::optional<variant> forced = []() -> std::optional<variant> {
+    const char* v = std::getenv("TROUPE_CONV_VARIANT");
+    const std::string s = v == nullptr ? "tuned" : v;
+    if (s == "nhwc") return variant::nhwc;
+    if (s == "nchw") return variant::nchw;
+    if (s == "preferred") return variant::preferred;
+    if (s == "winograd") return variant::winograd;
+    if (s != "tuned") {
+      std::fprintf(stderr,
+                   "troupe: ignoring TROUPE_CONV_VARIANT=%s (expected nhwc, nchw, preferred, winograd or tuned)\n",
+                   s.c_str());
+    }
+    return std::nullopt;
+  }();
+  return forced;
+}
+
+// The fastest primitive for `c` among the variants oneDNN has, by measurement: which one
+// wins depends on the geometry and on the processor, so no fixed rule holds (on this
+// project's Xeon with AVX-512, blocked layouts won LeNet's forward pass by 10-20% and lost
+// AlexNet conv2's by 30%, and Winograd took a third off AlexNet conv3; on an AMD Zen 5,
+// blocked layouts won only backward-data with many channels). Null when oneDNN has none.
+std::shared_ptr<primitive_entry> build_fastest(const conv_spec& c) {
+  if (const auto forced = forced_variant()) {
+    auto entry = build(c, *forced);
+    return entry != nullptr || *forced != variant::winograd ? entry : build(c, variant::nhwc);
+  }
+  std::vector<std::shared_ptr<primitive_entry>> candidates;
+  for (const variant kind : {variant::nhwc, variant::nchw, variant::preferred, variant::winograd}) {
+    if (auto entry = build(c, kind)) candidates.push_back(std::move(entry));
+  }
+  if (candidates.size() <= 1) return candidates.empty() ? nullptr : candidates.front();
+  try {
+    return fastest(c, candidates);
+  } catch (const dnnl::error&) {
+    // One failed to run: keep the first, whose failure (if it is the one) convolve()
+    // reports with its message.
+    return candidates.front();
+  }
+}
+
+// The cached primitive for `c` (built on first use); null when oneDNN has none.
+std::shared_ptr<primitive_entry> find(const conv_spec& c) {
+  // Never destroyed: primitives must not outlive the engine at exit (cpu_engine()).
+  static auto* cache = new primitive_cache<primitive_entry>();
+  return cache->find(make_key(c), [&] { return build_fastest(c); });
+}
+
+}  // namespace
+
+conv_path conv_path_setting() {
+  static const conv_path setting = [] {
+    const char* v = std::getenv("TROUPE_CONV");
+    const std::string s = v == nullptr ? "tuned" : v;
+    if (s == "onednn") return conv_path::onednn;
+    if (s == "im2col") return conv_path::im2col;
+    if (s != "tuned") {
+      std::fprintf(stderr, "troupe: ignoring TROUPE_CONV=%s (expected onednn, im2col or tuned)\n", s.c_str());
+    }
+    return conv_path::tuned;
+  }();
+  return setting;
+}
+
+status convolve(conv_pass pass, const window_geometry& g, std::int64_t out_c,
+                image_layout layout, const float* a, const float* b, float* out,
+                compute_pool& pool) {
   single_threaded_openmp();
   const batch_split split = split_batch(g.batch, pool.num_threads());
   // Build (or find) the primitives of both chunk sizes before any work starts, so that a
   // geometry oneDNN cannot do falls back before anything was written.
   const std::int64_t last_size = split.size(split.chunks - 1, g.batch);
-  auto full = find(pass, g, split.per_chunk, out_c);
-  auto last = last_size == split.per_chunk ? full : find(pass, g, last_size, out_c);
+  auto full = find({pass, g, split.per_chunk, out_c, layout});
+  auto last = last_size == split.per_chunk ? full : find({pass, g, last_size, out_c, layout});
   if (full == nullptr || last == nullptr) {
     return unimplemented_error("oneDNN has no convolution for this geometry");
   }
@@ -168,9 +338,9 @@ status convolve(conv_pass pass, const window_geometry& g, std::int64_t out_c, co
     tensor full_weights, last_weights;
     const float* user_filter = pass == conv_pass::forward ? b : a;
     auto filter_for = [&](const primitive_entry& e, tensor& buffer) -> const float* {
-      if (pass == conv_pass::backward_weights || !e.reorder_weights()) return user_filter;
+      if (pass == conv_pass::backward_weights || e.weights_reorder.empty()) return user_filter;
       buffer = float_buffer(e.weights);
-      reorder(e.user_weights, user_filter, e.weights, buffer.data<float>());
+      e.weights_reorder.run(user_filter, buffer.data<float>());
       return buffer.data<float>();
     };
     const float* full_filter = filter_for(*full, full_weights);
@@ -186,33 +356,15 @@ status convolve(conv_pass pass, const window_geometry& g, std::int64_t out_c, co
         const std::int64_t first = c * split.per_chunk;
         switch (pass) {
           case conv_pass::forward:
-            run(e, {{DNNL_ARG_SRC, memory(e.src, a + first * in_image)},
-                    {DNNL_ARG_WEIGHTS, memory(e.weights, filter)},
-                    {DNNL_ARG_DST, memory(e.dst, out + first * out_image)}});
+            run_chunk(pass, e, a + first * in_image, filter, out + first * out_image);
             break;
-          case conv_pass::backward_data: {
-            const float* diff_dst = b + first * out_image;
-            float* diff_src = out + first * in_image;
-            tensor blocked_dst, blocked_src;
-            if (e.blocked_dst.get_size() > 0) {
-              blocked_dst = float_buffer(e.blocked_dst);
-              reorder(e.dst, diff_dst, e.blocked_dst, blocked_dst.data<float>());
-            }
-            if (e.blocked_src.get_size() > 0) blocked_src = float_buffer(e.blocked_src);
-            run(e, {{DNNL_ARG_DIFF_DST, blocked_dst.initialized() ? memory(e.blocked_dst, blocked_dst.data<float>())
-                                                                  : memory(e.dst, diff_dst)},
-                    {DNNL_ARG_WEIGHTS, memory(e.weights, filter)},
-                    {DNNL_ARG_DIFF_SRC, blocked_src.initialized() ? memory(e.blocked_src, blocked_src.data<float>())
-                                                                  : memory(e.src, diff_src)}});
-            if (blocked_src.initialized()) reorder(e.blocked_src, blocked_src.data<float>(), e.src, diff_src);
+          case conv_pass::backward_data:
+            run_chunk(pass, e, filter, b + first * out_image, out + first * in_image);
             break;
-          }
           case conv_pass::backward_weights: {
             tensor& partial = partials[static_cast<std::size_t>(c)];
             partial = float_buffer(e.weights);
-            run(e, {{DNNL_ARG_SRC, memory(e.src, a + first * in_image)},
-                    {DNNL_ARG_DIFF_DST, memory(e.dst, b + first * out_image)},
-                    {DNNL_ARG_DIFF_WEIGHTS, memory(e.weights, partial.data<float>())}});
+            run_chunk(pass, e, a + first * in_image, b + first * out_image, partial.data<float>());
             break;
           }
         }
@@ -226,7 +378,7 @@ status convolve(conv_pass pass, const window_geometry& g, std::int64_t out_c, co
         const primitive_entry& e = split.size(c, g.batch) == split.per_chunk ? *full : *last;
         const float* partial = partials[static_cast<std::size_t>(c)].data<float>();
         float* target = c == 0 ? out : hwio.data<float>();
-        if (e.reorder_weights()) reorder(e.weights, partial, e.user_weights, target);
+        if (!e.weights_reorder.empty()) e.weights_reorder.run(partial, target);
         else std::copy_n(partial, weights_size, target);
         if (c > 0) {
           for (std::int64_t i = 0; i < weights_size; ++i) out[i] += target[i];

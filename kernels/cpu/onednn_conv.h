@@ -1,17 +1,28 @@
 // float32 convolutions through oneDNN (Debian's libdnnl, the library PyTorch's CPU
-// convolutions use), on NHWC images and HWIO filters as the Conv2D kernels hold them.
+// convolutions use), on NHWC or NCHW images and HWIO filters as the Conv2D kernels hold
+// them.
 //
 // One thread budget: every oneDNN call runs single-threaded (onednn.h) and the
 // batch is split into one chunk per pool thread, each chunk a primitive of its own batch
 // size. Weights are reordered once per call into the layout the primitive chose; a filter
 // gradient is summed over the chunks.
 //
+// Each pass of each geometry runs on the fastest of up to four primitives, timed on the
+// first call (a few runs of each, on dummy data): direct convolution on NHWC, on NCHW, or
+// on the layouts oneDNN prefers (blocked ones such as nChw16c), each chunk's images
+// reordered in and out where the caller's layout differs; and Winograd's F(4x4, 3x3)
+// where oneDNN has it (3x3 windows at stride 1 on AVX-512), whose rounding differs
+// slightly from the direct sum. Which one wins depends on the geometry and the processor.
+// The choice is made once per process, so results are reproducible within a process;
+// TROUPE_CONV_VARIANT=nhwc, nchw, preferred or winograd fixes it for every geometry (for
+// reproducibility across processes and machines, and so that tests cover each path).
+//
 // Primitives are built once per geometry and pass, kept in a process-wide cache, and
 // executed concurrently (scratchpads are per call). A geometry oneDNN has no primitive
 // for yields `unimplemented`, and the caller falls back to im2col + gemm.
 //
-// TROUPE_CONV=im2col in the environment turns this path off (read once), so that a
-// benchmark can compare both paths in one build.
+// Whether a convolution runs here or on im2col + gemm is the caller's measured choice
+// (kernels/cpu/conv_kernels.cc); TROUPE_CONV fixes it (conv_path_setting()).
 //
 // Thread safety: every function may be called from any thread.
 #pragma once
@@ -30,18 +41,26 @@ enum class conv_pass {
   backward_weights,  // (input, out_backprop) -> filter gradient
 };
 
-// False when TROUPE_CONV=im2col asked for the fallback path.
-bool conv_enabled();
+// The path of float32 convolutions: TROUPE_CONV=onednn or im2col in the environment (read
+// once) fixes one, so that a benchmark can compare both in one build and tests cover each;
+// unset (or "tuned"), each geometry measures both.
+enum class conv_path { tuned, onednn, im2col };
+conv_path conv_path_setting();
 
-// Runs one pass of the convolution `g` (NHWC input, `out_c` output channels) with the two
-// operands of the pass's comment and writes its result, overwriting it:
+// How the images (input, output and their gradients) are laid out in memory.
+enum class image_layout { nhwc, nchw };
+
+// Runs one pass of the convolution `g` (`out_c` output channels, images in `layout`) with
+// the two operands of the pass's comment and writes its result, overwriting it (shapes
+// for NHWC; NCHW images are [N,C,H,W]):
 //   forward            a = input [N,H,W,C],  b = filter [KH,KW,C,OC], out = output [N,OH,OW,OC]
 //   backward_data      a = filter,           b = out_backprop,        out = input gradient
 //   backward_weights   a = input,            b = out_backprop,        out = filter gradient
 // Returns unimplemented when oneDNN has no primitive for `g` (nothing was written), an
 // internal error if oneDNN failed while running.
 // REQUIRES: g.batch >= 1, every size positive.
-status convolve(conv_pass pass, const window_geometry& g, std::int64_t out_c, const float* a,
-                const float* b, float* out, compute_pool& pool);
+status convolve(conv_pass pass, const window_geometry& g, std::int64_t out_c,
+                image_layout layout, const float* a, const float* b, float* out,
+                compute_pool& pool);
 
 }  // namespace troupe::kernels::onednn

@@ -4,8 +4,10 @@
 // boundaries), both data formats and both dtypes; the backprops against central
 // differences of the forward kernel; the gradient functions through a graph built by
 // add_gradients and evaluated node by node; the error paths and the shape functions.
-// float runs on oneDNN (kernels/cpu/onednn_conv.h) and double on im2col + gemm; CTest runs
-// this file a second time with TROUPE_CONV=im2col so that float covers the fallback too.
+// float runs on oneDNN (kernels/cpu/onednn_conv.h) or im2col + gemm, whichever each
+// geometry measures faster, and double on im2col + gemm; CTest runs this file again with
+// TROUPE_CONV=im2col and with each oneDNN variant fixed (TROUPE_CONV=onednn,
+// TROUPE_CONV_VARIANT=nhwc, nchw, preferred, winograd) so that float covers every path.
 // Random data from seed 42.
 #include <catch2/catch.hpp>
 
@@ -245,6 +247,7 @@ const std::vector<conv_case>& conv_cases() {
       {2, 6, 5, 2, 3, 3, 2, 2, 1, 1, 1, "EXPLICIT", {1, 2, 0, 3}},
       {2, 6, 7, 3, 3, 3, 4, 3, 3, 1, 1, "VALID"},      // stride skips input rows
       {2, 6, 5, 130, 3, 3, 20, 1, 1, 1, 1, "SAME"},    // many channels: oneDNN's blocked backward-data
+      {2, 9, 9, 32, 3, 3, 48, 1, 1, 1, 1, "SAME"},     // 3x3 at stride 1, channels of 16s: Winograd
   };
   return cases;
 }
@@ -300,6 +303,45 @@ TEST_CASE("Conv2D on a larger batch with several threads") {
   compute_pool four(4);
   check_conv_case<float>({5, 24, 20, 6, 5, 3, 7, 1, 2, 1, 1, "SAME"}, false, four, rng);
   check_conv_case<float>({5, 7, 6, 144, 3, 3, 17, 1, 1, 1, 1, "SAME"}, false, four, rng);
+}
+
+TEST_CASE("float convolutions give the same bits on every call of a geometry") {
+  // The first call of a geometry times the paths and variants; its output must come from
+  // the one later calls take, so that a step computes the same as the next.
+  std::mt19937 rng(42);
+  compute_pool two(2);
+  for (const conv_case& c : {conv_case{4, 13, 13, 32, 3, 3, 48, 1, 1, 1, 1, "SAME"},
+                             conv_case{2, 45, 45, 3, 11, 11, 16, 4, 4, 1, 1, "VALID"},
+                             conv_case{8, 14, 14, 6, 5, 5, 16, 1, 1, 1, 1, "VALID"}}) {
+    for (bool nchw : {false, true}) {
+      INFO(describe(c) << (nchw ? ", NCHW" : ", NHWC"));
+      ref_conv ref(c);
+      std::vector<std::int64_t> in_dims = {c.batch, c.in_h, c.in_w, c.in_c};
+      std::vector<std::int64_t> out_dims = {c.batch, ref.g.out_h, ref.g.out_w, c.out_c};
+      tensor_shape filter_shape{c.k_h, c.k_w, c.in_c, c.out_c};
+      tensor x = image_tensor<float>(random_values(c.batch * c.in_h * c.in_w * c.in_c, rng), in_dims, nchw);
+      tensor f = flat_tensor<float>(random_values(filter_shape.num_elements(), rng), filter_shape);
+      tensor dy = image_tensor<float>(random_values(c.batch * ref.g.out_h * ref.g.out_w * c.out_c, rng),
+                                      out_dims, nchw);
+      tensor in_sizes = sizes_tensor(nchw ? std::vector<std::int64_t>{c.batch, c.in_c, c.in_h, c.in_w} : in_dims);
+      const std::vector<std::pair<std::string, std::vector<tensor>>> ops = {
+          {"Conv2D", {x, f}},
+          {"Conv2DBackpropInput", {in_sizes, f, dy}},
+          {"Conv2DBackpropFilter", {x, sizes_tensor(filter_shape.dims()), dy}},
+      };
+      for (const auto& [op, inputs] : ops) {
+        INFO(op);
+        std::vector<float> first;
+        for (int call = 0; call < 3; ++call) {
+          auto out = kernels::run_kernel(conv_node(op, dtype::float32, c, nchw), inputs, &two);
+          REQUIRE(out.ok());
+          std::vector<float> values((*out)[0].data<float>(), (*out)[0].data<float>() + (*out)[0].num_elements());
+          if (call == 0) first = values;
+          else CHECK(values == first);
+        }
+      }
+    }
+  }
 }
 
 // sum(w * Conv2D(x, f)) for double tensors.
