@@ -1,5 +1,6 @@
 // Conv2D throughput on LeNet and AlexNet layers: troupe's Conv2D, Conv2DBackpropInput and
-// Conv2DBackpropFilter kernels (NHWC, float32, one thread), each beside a baseline measured
+// Conv2DBackpropFilter kernels (float32, one thread) on NHWC images (troupe_<op>) and on
+// NCHW images (troupe_NCHW_<op>, PyTorch's layout), each beside a baseline measured
 // in the same run: one cblas_sgemm of the layer's im2col product ([batch*out_h*out_w,
 // kh*kw*in_c] x [kh*kw*in_c, out_c]), the floor for an im2col + gemm kernel. The ratio
 // kernel / sgemm is what im2col, col2im and chunking cost on top of the gemm.
@@ -70,15 +71,18 @@ void set_flops(benchmark::State& state, double flops) {
       flops * static_cast<double>(state.iterations()) / 1e9, benchmark::Counter::kIsRate);
 }
 
-// Args: layer index, threads. `op` is Conv2D, Conv2DBackpropInput or Conv2DBackpropFilter.
-void run_conv_op(benchmark::State& state, const std::string& op) {
+// Args: layer index, threads. `op` is Conv2D, Conv2DBackpropInput or Conv2DBackpropFilter;
+// `nchw` picks the images' layout.
+void run_conv_op(benchmark::State& state, const std::string& op, bool nchw) {
   const layer& l = k_layers[state.range(0)];
   int threads = static_cast<int>(state.range(1));
   compute_pool pool(threads);
   std::mt19937 rng(42);
-  tensor_shape input_shape{l.batch, l.in_h, l.in_w, l.in_c};
+  tensor_shape input_shape = nchw ? tensor_shape{l.batch, l.in_c, l.in_h, l.in_w}
+                                  : tensor_shape{l.batch, l.in_h, l.in_w, l.in_c};
   tensor_shape filter_shape{l.k, l.k, l.in_c, l.out_c};
-  tensor_shape output_shape{l.batch, l.out_h(), l.out_w(), l.out_c};
+  tensor_shape output_shape = nchw ? tensor_shape{l.batch, l.out_c, l.out_h(), l.out_w()}
+                                   : tensor_shape{l.batch, l.out_h(), l.out_w(), l.out_c};
   std::vector<tensor> inputs;
   std::vector<dtype> input_types;
   if (op == "Conv2D") {
@@ -96,8 +100,9 @@ void run_conv_op(benchmark::State& state, const std::string& op) {
   node.set_name("conv");
   node.set_op(op);
   (*node.mutable_attr())["T"] = graph::attr_value(dtype::float32);
-  (*node.mutable_attr())["strides"] =
-      graph::attr_value(std::vector<std::int64_t>{1, l.stride, l.stride, 1});
+  (*node.mutable_attr())["strides"] = graph::attr_value(
+      nchw ? std::vector<std::int64_t>{1, 1, l.stride, l.stride} : std::vector<std::int64_t>{1, l.stride, l.stride, 1});
+  (*node.mutable_attr())["data_format"] = graph::attr_value(nchw ? "NCHW" : "NHWC");
   (*node.mutable_attr())["padding"] = graph::attr_value(l.padding);
   const graph::op_def* def = graph::op_registry::builtin().find(op);
   if (def == nullptr || !graph::add_defaults_and_validate_attrs(*def, &node).ok()) {
@@ -114,6 +119,11 @@ void run_conv_op(benchmark::State& state, const std::string& op) {
   kernels::step_info step;
   step.pool = &pool;
   std::vector<tensor> outputs(1);
+  {
+    // Untimed: the first run builds the layer's oneDNN primitives, timing both layouts.
+    kernels::kernel_context ctx(inputs, outputs, output_types, step);
+    (*kernel)->compute(ctx);
+  }
   for (auto _ : state) {
     kernels::kernel_context ctx(inputs, outputs, output_types, step);
     (*kernel)->compute(ctx);
@@ -126,12 +136,19 @@ void run_conv_op(benchmark::State& state, const std::string& op) {
   set_flops(state, l.flops());
 }
 
-void BM_troupe_Conv2D(benchmark::State& state) { run_conv_op(state, "Conv2D"); }
+void BM_troupe_Conv2D(benchmark::State& state) { run_conv_op(state, "Conv2D", false); }
 void BM_troupe_Conv2DBackpropInput(benchmark::State& state) {
-  run_conv_op(state, "Conv2DBackpropInput");
+  run_conv_op(state, "Conv2DBackpropInput", false);
 }
 void BM_troupe_Conv2DBackpropFilter(benchmark::State& state) {
-  run_conv_op(state, "Conv2DBackpropFilter");
+  run_conv_op(state, "Conv2DBackpropFilter", false);
+}
+void BM_troupe_NCHW_Conv2D(benchmark::State& state) { run_conv_op(state, "Conv2D", true); }
+void BM_troupe_NCHW_Conv2DBackpropInput(benchmark::State& state) {
+  run_conv_op(state, "Conv2DBackpropInput", true);
+}
+void BM_troupe_NCHW_Conv2DBackpropFilter(benchmark::State& state) {
+  run_conv_op(state, "Conv2DBackpropFilter", true);
 }
 
 // The baseline: the layer's im2col gemm alone, on preallocated matrices.
@@ -165,6 +182,9 @@ int main(int argc, char** argv) {
       {"troupe_Conv2D", &troupe::BM_troupe_Conv2D},
       {"troupe_Conv2DBackpropInput", &troupe::BM_troupe_Conv2DBackpropInput},
       {"troupe_Conv2DBackpropFilter", &troupe::BM_troupe_Conv2DBackpropFilter},
+      {"troupe_NCHW_Conv2D", &troupe::BM_troupe_NCHW_Conv2D},
+      {"troupe_NCHW_Conv2DBackpropInput", &troupe::BM_troupe_NCHW_Conv2DBackpropInput},
+      {"troupe_NCHW_Conv2DBackpropFilter", &troupe::BM_troupe_NCHW_Conv2DBackpropFilter},
   };
   for (std::int64_t i = 0; i < static_cast<std::int64_t>(std::size(troupe::k_layers)); ++i) {
     for (auto [name, f] : runs) {

@@ -237,7 +237,10 @@ def section_conv(results):
     if not troupe.names() and not peer_docs:
         return []
     lines = ["## Convolution layers (1 thread)", "",
-             "| layer | op | troupe ms | im2col+sgemm floor ms | peer ms | troupe/peer |", "|---|---|---|---|---|---|"]
+             "troupe on NHWC images (TensorFlow's default) and on NCHW (PyTorch's layout, which the peer uses); "
+             "troupe/peer above 1 means troupe is faster.", "",
+             "| layer | op | troupe NHWC ms | troupe NCHW ms | im2col+sgemm floor ms | peer ms | NHWC troupe/peer "
+             "| NCHW troupe/peer |", "|---|---|---|---|---|---|---|---|"]
     ops = {"Conv2D": "conv2d", "Conv2DBackpropInput": "backprop_input",
            "Conv2DBackpropFilter": "backprop_filter"}
     peer = {}
@@ -253,10 +256,14 @@ def section_conv(results):
         floor = next((troupe.ms(n) for n in troupe.names() if n.startswith(f"sgemm_im2col_product/{layer}/")), None)
         for op, peer_op in ops.items():
             name = next((n for n in troupe.names() if n.startswith(f"troupe_{op}/{layer}/")), None)
+            nchw_name = next((n for n in troupe.names() if n.startswith(f"troupe_NCHW_{op}/{layer}/")), None)
             t = troupe.ms(name) if name else None
+            t_nchw = troupe.ms(nchw_name) if nchw_name else None
             p = median(peer.get((layer, peer_op), []))
             ratio = p / t if t and p else None
-            lines.append(f"| {layer} | {op} | {fmt(t)} | {fmt(floor)} | {fmt(p)} | {ratio_text(ratio)} |")
+            ratio_nchw = p / t_nchw if t_nchw and p else None
+            lines.append(f"| {layer} | {op} | {fmt(t)} | {fmt(t_nchw)} | {fmt(floor)} | {fmt(p)} | "
+                         f"{ratio_text(ratio)} | {ratio_text(ratio_nchw)} |")
     lines.append("")
     return lines
 

@@ -11,7 +11,8 @@ OPENBLAS_CORETYPE as the troupe run):
 
   LD_PRELOAD=/usr/lib/x86_64-linux-gnu/libtcmalloc.so.4 /usr/bin/python3 bench/peers/conv_peer.py
 
-With --json it prints one JSON object instead of the table (bench/run.sh reads it):
+--layers=lenet_conv2,alexnet_conv1 times only the layers named. With --json it prints one
+JSON object instead of the table (bench/run.sh reads it):
 {"torch": ..., "threads": 1, "results": [{"layer", "op", "ms", "gflops"}, ...]}.
 
 Needs PyTorch (Debian: apt-get install python3-torch); never installed by CI or set-up
@@ -55,9 +56,12 @@ def time_ms(fn, min_seconds=0.5, repeats=5):
 def main():
     as_json = "--json" in sys.argv[1:]
     min_seconds = 0.5
+    layers = set()  # empty: every layer
     for arg in sys.argv[1:]:
         if arg.startswith("--seconds="):
             min_seconds = float(arg.split("=", 1)[1])
+        elif arg.startswith("--layers="):
+            layers = set(arg.split("=", 1)[1].split(","))
     rows = []
     torch.set_num_threads(1)
     torch.manual_seed(42)
@@ -66,6 +70,8 @@ def main():
     if not as_json:
         print(f"{'layer':<16} {'op':<22} {'ms':>9} {'GFLOP/s':>9}")
     for name, batch, in_h, in_w, in_c, k, out_c, stride, padding in LAYERS:
+        if layers and name not in layers:
+            continue
         # SAME with an odd kernel at stride 1 is symmetric padding (k - 1) / 2.
         pad = (k - 1) // 2 if padding == "SAME" else 0
         x = torch.rand(batch, in_c, in_h, in_w) * 2 - 1
