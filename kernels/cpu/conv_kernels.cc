@@ -29,6 +29,8 @@
 #include <vector>
 
 #include "kernels/cpu/blas.h"
+#include "kernels/cpu/gemm_backend.h"
+#include "kernels/cpu/onednn.h"
 #include "kernels/cpu/onednn_conv.h"
 #include "kernels/cpu/spatial.h"
 #include "kernels/kernel_registry.h"
@@ -182,6 +184,25 @@ inline double gemm_ns(std::int64_t m, std::int64_t n, std::int64_t k) {
   return 2.0 * static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k) / 50.0;
 }
 
+// The im2col path's products: float on oneDNN's sgemm when MatMul's once-per-process
+// measurement chose it (kernels/cpu/gemm_backend.h; measured here with OPENBLAS_CORETYPE=
+// Haswell: AlexNet conv1's im2col forward 47 -> 32 ms, its input gradient 41 -> 32 ms),
+// else on OpenBLAS; double on OpenBLAS.
+inline void conv_gemm(bool ta, bool tb, std::int64_t m, std::int64_t n, std::int64_t k, float alpha, const float* a,
+                      std::int64_t lda, const float* b, std::int64_t ldb, float beta, float* c, std::int64_t ldc) {
+  if (float_gemm_on_onednn()) {
+    onednn::single_threaded_openmp();
+    if (dnnl_sgemm(ta ? 'T' : 'N', tb ? 'T' : 'N', m, n, k, alpha, a, lda, b, ldb, beta, c, ldc) == dnnl_success) {
+      return;
+    }
+  }
+  blas_gemm(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+}
+inline void conv_gemm(bool ta, bool tb, std::int64_t m, std::int64_t n, std::int64_t k, double alpha, const double* a,
+                      std::int64_t lda, const double* b, std::int64_t ldb, double beta, double* c, std::int64_t ldc) {
+  blas_gemm(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+}
+
 // onednn::convolve for float; unimplemented for other types.
 template <class T>
 status onednn_convolve(onednn::conv_pass pass, const conv_shape& s, const T* a, const T* b, T* out,
@@ -292,7 +313,7 @@ void im2col_forward(const conv_shape& s, const T* input, const T* filter, T* out
   const std::int64_t m = s.rows(), k = s.patch(), n = s.out_c;
   if (s.pointwise()) {
     pool.parallel_for(m, gemm_ns(1, n, k), [&](std::int64_t b, std::int64_t e) {
-      blas_gemm(false, false, e - b, n, k, T(1), input + b * k, k, filter, n, T(0), output + b * n, n);
+      conv_gemm(false, false, e - b, n, k, T(1), input + b * k, k, filter, n, T(0), output + b * n, n);
     });
     return;
   }
@@ -300,7 +321,7 @@ void im2col_forward(const conv_shape& s, const T* input, const T* filter, T* out
   for_each_chunk<T>(m, chunk, k, gemm_ns(chunk, n, k) + 0.3 * static_cast<double>(chunk * k), pool,
                     [&](std::int64_t begin, std::int64_t end, T* patches) {
                       im2col(s, input, begin, end, patches);
-                      blas_gemm(false, false, end - begin, n, k, T(1), patches, k, filter, n, T(0),
+                      conv_gemm(false, false, end - begin, n, k, T(1), patches, k, filter, n, T(0),
                                 output + begin * n, n);
                     });
 }
@@ -322,7 +343,7 @@ void im2col_backprop_input(const conv_shape& s, const T* filter, const T* out_ba
   const std::int64_t m = s.rows(), k = s.patch(), n = s.out_c;
   if (s.pointwise()) {
     pool.parallel_for(m, gemm_ns(1, k, n), [&](std::int64_t b, std::int64_t e) {
-      blas_gemm(false, true, e - b, k, n, T(1), out_backprop + b * n, n, filter, n, T(0), input_grad + b * k, k);
+      conv_gemm(false, true, e - b, k, n, T(1), out_backprop + b * n, n, filter, n, T(0), input_grad + b * k, k);
     });
     return;
   }
@@ -339,7 +360,7 @@ void im2col_backprop_input(const conv_shape& s, const T* filter, const T* out_ba
                       const std::int64_t last = i1 * per_image;
                       for (std::int64_t begin = i0 * per_image; begin < last; begin += chunk) {
                         std::int64_t end = std::min(last, begin + chunk);
-                        blas_gemm(false, true, end - begin, k, n, T(1), out_backprop + begin * n, n, filter,
+                        conv_gemm(false, true, end - begin, k, n, T(1), out_backprop + begin * n, n, filter,
                                   n, T(0), d_patches, k);
                         col2im(s, d_patches, begin, end, input_grad);
                       }
@@ -372,7 +393,7 @@ void im2col_backprop_filter(const conv_shape& s, const T* input, const T* out_ba
   if (s.pointwise()) {
     pool.parallel_for(m, gemm_ns(1, n, k), [&](std::int64_t b, std::int64_t e) {
       tensor partial(dtype_of<T>, tensor_shape{k * n});
-      blas_gemm(true, false, k, n, e - b, T(1), input + b * k, k, out_backprop + b * n, n, T(0),
+      conv_gemm(true, false, k, n, e - b, T(1), input + b * k, k, out_backprop + b * n, n, T(0),
                 partial.data<T>(), n);
       add_partial(partial.data<T>());
     });
@@ -388,7 +409,7 @@ void im2col_backprop_filter(const conv_shape& s, const T* input, const T* out_ba
                       for (std::int64_t c = c0; c < c1; ++c) {
                         std::int64_t begin = c * chunk, end = std::min(m, begin + chunk);
                         im2col(s, input, begin, end, patches);
-                        blas_gemm(true, false, k, n, end - begin, T(1), patches, k, out_backprop + begin * n, n,
+                        conv_gemm(true, false, k, n, end - begin, T(1), patches, k, out_backprop + begin * n, n,
                                   c == c0 ? T(0) : T(1), partial.data<T>(), n);
                       }
                       add_partial(partial.data<T>());

@@ -23,6 +23,7 @@
 
 #include "core/tensor_eigen.h"
 #include "kernels/cpu/blas.h"
+#include "kernels/cpu/gemm_backend.h"
 #include "kernels/cpu/onednn.h"
 #include "kernels/kernel_registry.h"
 
@@ -121,6 +122,12 @@ gemm_backend float_gemm_backend() {
   static const gemm_backend backend = measure_gemm_backend<T>();
   return backend;
 }
+
+}  // namespace
+
+bool float_gemm_on_onednn() { return float_gemm_backend<float>() == gemm_backend::onednn; }
+
+namespace {
 
 template <class T>
 class matmul_kernel final : public op_kernel {
