@@ -1,6 +1,6 @@
 // CPU kernels: Conv2D, Conv2DBackpropInput, Conv2DBackpropFilter (float, double) as
-// im2col + OpenBLAS gemm on NHWC images; NCHW is transposed to NHWC and back (float32
-// NCHW goes to oneDNN untransposed first).
+// im2col + gemm on NHWC images; NCHW is transposed to NHWC and back (float32 NCHW goes to
+// oneDNN untransposed first).
 //
 // With the HWIO filter seen as a [K = kh*kw*in_c, out_c] matrix and the patches of the
 // input as an [M = batch*out_h*out_w, K] matrix (one row per output pixel, laid out
@@ -14,11 +14,12 @@
 // A 1x1 filter with stride 1 and no padding needs no patches: the NHWC input already is
 // the [M, in_c] matrix. Otherwise the patches are built a chunk of rows at a time (about
 // k_chunk_bytes, so they stay in cache between im2col and the gemm's packing) with the
-// rows of a chunk split over the compute pool; the gemm itself is OpenBLAS's, threaded with
-// the pool's size (kernels/cpu/blas.h). float32 convolutions go to oneDNN first
-// (kernels/cpu/onednn_conv.h) and come here only when it has no primitive for the
-// geometry or TROUPE_CONV=im2col. Measured on LeNet and AlexNet layers against
-// PyTorch in bench/conv_bench.cc and bench/peers/conv_peer.py.
+// rows of a chunk split over the compute pool; each gemm runs on one thread (OpenBLAS, or
+// for float oneDNN's sgemm when MatMul measured it faster: conv_gemm). float32
+// convolutions run on oneDNN (kernels/cpu/onednn_conv.h) or here, whichever each pass and
+// geometry measures faster on its first call (fastest_path), here always when oneDNN has
+// no primitive for the geometry or TROUPE_CONV=im2col. Measured on LeNet and AlexNet layers
+// against PyTorch in bench/conv_bench.cc and bench/peers/conv_peer.py.
 #include <algorithm>
 #include <chrono>
 #include <cstring>
