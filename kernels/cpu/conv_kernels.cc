@@ -21,7 +21,7 @@
 // no primitive for the geometry or TROUPE_CONV=im2col. Measured on LeNet and AlexNet layers
 // against PyTorch in bench/conv_bench.cc and bench/peers/conv_peer.py.
 #include <algorithm>
-#include <chrono>
+#include <array>
 #include <cstring>
 #include <limits>
 #include <map>
@@ -30,6 +30,7 @@
 #include <vector>
 
 #include "kernels/cpu/blas.h"
+#include "kernels/cpu/fastest.h"
 #include "kernels/cpu/gemm_backend.h"
 #include "kernels/cpu/onednn.h"
 #include "kernels/cpu/onednn_conv.h"
@@ -233,12 +234,9 @@ bool try_onednn_nchw(onednn::conv_pass pass, const conv_shape& s, const T* a, co
 // per process.
 class measured_paths {
  public:
-  using key = std::vector<std::int64_t>;
+  using key = std::array<std::int64_t, 17>;
   static key make_key(onednn::conv_pass pass, const conv_shape& s, int threads) {
-    const window_geometry& g = s.g;
-    return {static_cast<std::int64_t>(pass), threads, g.batch, g.in_h, g.in_w, g.channels,
-            g.window_h, g.window_w, s.out_c, g.stride_h, g.stride_w, g.dilation_h,
-            g.dilation_w, g.pad_top, g.pad_left, g.out_h, g.out_w};
+    return prefixed_key<3>({static_cast<std::int64_t>(pass), threads, s.g.batch}, s.g, s.out_c);
   }
   std::optional<onednn::conv_path> find(const key& k) {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -260,10 +258,10 @@ class measured_paths {
 
 // Runs one pass on NHWC images by oneDNN (`on_onednn`, returning its status) or by im2col
 // + gemm (`on_im2col`), whichever is faster for the geometry: both run and are timed
-// (twice each) on its first call, the faster writes the output last, and later calls of
-// the geometry take that path. Measured here: oneDNN wins most layers by 2-3x, but
-// im2col + gemm won AlexNet conv1's input gradient (11x11 windows at stride 4 over 3
-// channels) by 40%, and which one wins moves with the processor. TROUPE_CONV=onednn or
+// (fastest_candidate, two rounds) on its first call, the faster writes the output last,
+// and later calls of the geometry take that path. Measured here: oneDNN wins most layers
+// by 2-3x, but im2col + gemm won AlexNet conv1's input gradient (11x11 windows at stride 4
+// over 3 channels) by 40%, and which one wins moves with the processor. TROUPE_CONV=onednn or
 // im2col fixes the path. double always takes im2col + gemm.
 template <class T, class OneDnn, class Im2col>
 status fastest_path(onednn::conv_pass pass, const conv_shape& s, compute_pool& pool, OneDnn&& on_onednn,
@@ -288,19 +286,15 @@ status fastest_path(onednn::conv_pass pass, const conv_shape& s, compute_pool& p
       return status();
     }
     if (!st.ok() || known.has_value()) return st;
-    double onednn_seconds = 0, im2col_seconds = 0;
-    for (int round = 0; round < 2; ++round) {
-      auto start = std::chrono::steady_clock::now();
-      on_im2col();
-      const double im2col_t = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-      start = std::chrono::steady_clock::now();
-      if (st = on_onednn(); !st.ok()) return st;
-      const double onednn_t = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-      im2col_seconds = round == 0 ? im2col_t : std::min(im2col_seconds, im2col_t);
-      onednn_seconds = round == 0 ? onednn_t : std::min(onednn_seconds, onednn_t);
-    }
-    const onednn::conv_path winner =
-        im2col_seconds < onednn_seconds ? onednn::conv_path::im2col : onednn::conv_path::onednn;
+    // oneDNN runs last, so its output stands unless im2col wins and runs once more.
+    const std::size_t fastest = fastest_candidate(
+        {[&] { on_im2col(); },
+         [&] {
+           if (status again = on_onednn(); !again.ok() && st.ok()) st = std::move(again);
+         }},
+        /*rounds=*/2);
+    if (!st.ok()) return st;
+    const onednn::conv_path winner = fastest == 0 ? onednn::conv_path::im2col : onednn::conv_path::onednn;
     paths->remember(k, winner);
     if (winner == onednn::conv_path::im2col) on_im2col();
     return status();

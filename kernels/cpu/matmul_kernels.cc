@@ -16,13 +16,15 @@
 
 #include <algorithm>
 #include <atomic>
-#include <chrono>
+#include <functional>
 #include <cstdlib>
 #include <limits>
 #include <string_view>
+#include <vector>
 
 #include "core/tensor_eigen.h"
 #include "kernels/cpu/blas.h"
+#include "kernels/cpu/fastest.h"
 #include "kernels/cpu/gemm_backend.h"
 #include "kernels/cpu/onednn.h"
 #include "kernels/kernel_registry.h"
@@ -90,31 +92,21 @@ gemm_backend measure_gemm_backend() {
   tensor c(dtype_of<T>, {k_size, k_size});
   compute_pool one_thread(1);
   use_openblas_threads(1);
-  auto best_of = [](auto&& fn) {
-    double best = 1e30;
-    for (int rep = 0; rep < 5; ++rep) {
-      auto start = std::chrono::steady_clock::now();
-      fn();
-      best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+  // Each backend once untimed, then the best of four interleaved rounds.
+  std::vector<gemm_backend> backends = {gemm_backend::openblas, gemm_backend::eigen};
+  if constexpr (std::is_same_v<T, float>) backends.push_back(gemm_backend::onednn);
+  std::vector<std::function<void()>> runs;
+  for (gemm_backend backend : backends) {
+    if (backend == gemm_backend::eigen) {
+      runs.push_back([&] { eigen_matmul<T>(a, a, false, false, c, one_thread); });
+    } else {
+      runs.push_back([&, backend] {
+        library_gemm<T>(backend, false, false, k_size, k_size, k_size, a.data<T>(), k_size, a.data<T>(), k_size,
+                        c.data<T>(), k_size);
+      });
     }
-    return best;
-  };
-  auto time_backend = [&](gemm_backend backend) {
-    return best_of([&] {
-      library_gemm<T>(backend, false, false, k_size, k_size, k_size, a.data<T>(), k_size,
-                      a.data<T>(), k_size, c.data<T>(), k_size);
-    });
-  };
-  gemm_backend best = gemm_backend::openblas;
-  double best_time = time_backend(gemm_backend::openblas);
-  if (double t = best_of([&] { eigen_matmul<T>(a, a, false, false, c, one_thread); }); t < best_time) {
-    best = gemm_backend::eigen;
-    best_time = t;
   }
-  if constexpr (std::is_same_v<T, float>) {
-    if (time_backend(gemm_backend::onednn) < best_time) best = gemm_backend::onednn;
-  }
-  return best;
+  return backends[fastest_candidate(runs, /*rounds=*/4)];
 }
 
 template <class T>

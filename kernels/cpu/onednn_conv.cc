@@ -2,13 +2,16 @@
 #include "kernels/cpu/onednn_conv.h"
 
 #include <algorithm>
-#include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <functional>
+#include <initializer_list>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
+#include "kernels/cpu/fastest.h"
 #include "kernels/cpu/onednn.h"
 
 namespace troupe::kernels::onednn {
@@ -54,10 +57,8 @@ struct conv_spec {
 enum class variant { nhwc, nchw, preferred, winograd };
 
 primitive_cache<primitive_entry>::key make_key(const conv_spec& c) {
-  const window_geometry& g = c.g;
-  return {static_cast<std::int64_t>(c.pass) * 2 + static_cast<std::int64_t>(c.layout), c.batch,
-          g.in_h, g.in_w, g.channels, g.window_h, g.window_w, c.out_c, g.stride_h, g.stride_w,
-          g.dilation_h, g.dilation_w, g.pad_top, g.pad_left, g.out_h, g.out_w};
+  return prefixed_key<2>({static_cast<std::int64_t>(c.pass) * 2 + static_cast<std::int64_t>(c.layout), c.batch},
+                         c.g, c.out_c);
 }
 
 // Builds the primitive of `c` as `kind`; null when oneDNN has none.
@@ -200,10 +201,8 @@ void run_chunk(conv_pass pass, const primitive_entry& e, const float* a, const f
 }
 
 // The fastest of `candidates` (not empty) on one chunk of `c`, reorders of the images
-// included: each runs once to warm caches and the allocator, then a few rounds time each
-// once in turn (so that a burst of noise from elsewhere on the machine hits all alike),
-// and each keeps its fastest round. The data is a constant: timing does not depend on it.
-// Throws dnnl::error.
+// included, over three rounds (fastest_candidate). The data is a constant: timing does not
+// depend on it. Throws dnnl::error.
 std::shared_ptr<primitive_entry> fastest(const conv_spec& c,
                                          const std::vector<std::shared_ptr<primitive_entry>>& candidates) {
   const window_geometry& g = c.g;
@@ -230,41 +229,37 @@ std::shared_ptr<primitive_entry> fastest(const conv_spec& c,
       a = filled(image_size), b = filled(output_size), out = filled(weights_size);
       break;
   }
-  auto seconds = [&](const primitive_entry& e) {
-    const auto start = std::chrono::steady_clock::now();
-    run_chunk(c.pass, e, a.data<float>(), b.data<float>(), out.data<float>());
-    return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  };
-  for (const auto& e : candidates) seconds(*e);
-  constexpr int k_rounds = 3;
-  std::vector<double> best(candidates.size(), 0);
-  for (int round = 0; round < k_rounds; ++round) {
-    for (std::size_t i = 0; i < candidates.size(); ++i) {
-      const double t = seconds(*candidates[i]);
-      if (round == 0 || t < best[i]) best[i] = t;
-    }
+  std::vector<std::function<void()>> runs;
+  for (const auto& e : candidates) {
+    runs.push_back([&, entry = e.get()] { run_chunk(c.pass, *entry, a.data<float>(), b.data<float>(), out.data<float>()); });
   }
-  return candidates[static_cast<std::size_t>(std::min_element(best.begin(), best.end()) - best.begin())];
+  return candidates[fastest_candidate(runs, /*rounds=*/3)];
+}
+
+// The choice environment variable `name` names among `choices`: nullopt when it is unset
+// or "tuned"; any other value is reported on stderr, with the accepted ones, and ignored.
+template <class E>
+std::optional<E> env_choice(const char* name, std::initializer_list<std::pair<const char*, E>> choices) {
+  const char* v = std::getenv(name);
+  if (v == nullptr || std::string(v) == "tuned") return std::nullopt;
+  std::string accepted;
+  for (const auto& [text, value] : choices) {
+    if (std::string(v) == text) return value;
+    accepted = accepted + text + ", ";
+  }
+  std::fprintf(stderr, "troupe: ignoring %s=%s (expected %sor tuned)\n", name, v, accepted.c_str());
+  return std::nullopt;
 }
 
 // TROUPE_CONV_VARIANT: "nhwc", "nchw", "preferred" or "winograd" fix one variant for
 // every primitive (where oneDNN has no Winograd primitive, nhwc); tests cover each path
 // this way. Unset (or "tuned"): each geometry measures them.
 std::optional<variant> forced_variant() {
-  static const std::optional<variant> forced = []() -> std::optional<variant> {
-    const char* v = std::getenv("TROUPE_CONV_VARIANT");
-    const std::string s = v == nullptr ? "tuned" : v;
-    if (s == "nhwc") return variant::nhwc;
-    if (s == "nchw") return variant::nchw;
-    if (s == "preferred") return variant::preferred;
-    if (s == "winograd") return variant::winograd;
-    if (s != "tuned") {
-      std::fprintf(stderr,
-                   "troupe: ignoring TROUPE_CONV_VARIANT=%s (expected nhwc, nchw, preferred, winograd or tuned)\n",
-                   s.c_str());
-    }
-    return std::nullopt;
-  }();
+  static const std::optional<variant> forced = env_choice<variant>(
+      "TROUPE_CONV_VARIANT", {{"nhwc", variant::nhwc},
+                              {"nchw", variant::nchw},
+                              {"preferred", variant::preferred},
+                              {"winograd", variant::winograd}});
   return forced;
 }
 
@@ -302,16 +297,9 @@ std::shared_ptr<primitive_entry> find(const conv_spec& c) {
 }  // namespace
 
 conv_path conv_path_setting() {
-  static const conv_path setting = [] {
-    const char* v = std::getenv("TROUPE_CONV");
-    const std::string s = v == nullptr ? "tuned" : v;
-    if (s == "onednn") return conv_path::onednn;
-    if (s == "im2col") return conv_path::im2col;
-    if (s != "tuned") {
-      std::fprintf(stderr, "troupe: ignoring TROUPE_CONV=%s (expected onednn, im2col or tuned)\n", s.c_str());
-    }
-    return conv_path::tuned;
-  }();
+  static const conv_path setting =
+      env_choice<conv_path>("TROUPE_CONV", {{"onednn", conv_path::onednn}, {"im2col", conv_path::im2col}})
+          .value_or(conv_path::tuned);
   return setting;
 }
 

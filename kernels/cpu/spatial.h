@@ -10,6 +10,7 @@
 #pragma once
 
 #include <algorithm>
+#include <array>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -175,6 +176,25 @@ struct window_geometry {
   std::int64_t pad_top = 0, pad_left = 0;
   std::int64_t out_h = 0, out_w = 0;
 };
+
+// The fields of `g` other than its batch, and a convolution's output channels, in a fixed
+// order: the part of a cache key that names a convolution's geometry.
+using geometry_key = std::array<std::int64_t, 14>;
+inline geometry_key key_of(const window_geometry& g, std::int64_t out_c) {
+  return {g.in_h,       g.in_w,       g.channels, g.window_h, g.window_w, out_c, g.stride_h,
+          g.stride_w,   g.dilation_h, g.dilation_w, g.pad_top, g.pad_left, g.out_h, g.out_w};
+}
+
+// `head` followed by `key_of(g, out_c)`.
+template <std::size_t N>
+std::array<std::int64_t, N + 14> prefixed_key(const std::array<std::int64_t, N>& head, const window_geometry& g,
+                                              std::int64_t out_c) {
+  std::array<std::int64_t, N + 14> key{};
+  const geometry_key tail = key_of(g, out_c);
+  std::copy(head.begin(), head.end(), key.begin());
+  std::copy(tail.begin(), tail.end(), key.begin() + N);
+  return key;
+}
 
 // The geometry for an NHWC input of [batch, in_h, in_w, channels] and a window of
 // window_h x window_w (the filter's or ksize).
