@@ -23,6 +23,7 @@
 #include <algorithm>
 #include <array>
 #include <cstring>
+#include <functional>
 #include <limits>
 #include <map>
 #include <mutex>
@@ -30,6 +31,7 @@
 #include <vector>
 
 #include "kernels/cpu/blas.h"
+#include "kernels/cpu/direct_conv.h"
 #include "kernels/cpu/fastest.h"
 #include "kernels/cpu/gemm_backend.h"
 #include "kernels/cpu/onednn.h"
@@ -223,7 +225,11 @@ status onednn_convolve(onednn::conv_pass pass, const conv_shape& s, const T* a, 
 template <class T>
 bool try_onednn_nchw(onednn::conv_pass pass, const conv_shape& s, const T* a, const T* b, T* out,
                      compute_pool& pool, status* error) {
-  if (!std::is_same_v<T, float> || onednn::conv_path_setting() == onednn::conv_path::im2col) return false;
+  const onednn::conv_path setting = onednn::conv_path_setting();
+  if (!std::is_same_v<T, float> || setting == onednn::conv_path::im2col ||
+      (setting == onednn::conv_path::direct && pass != onednn::conv_pass::backward_data && direct_conv::available())) {
+    return false;
+  }
   status st = onednn_convolve(pass, s, a, b, out, pool, onednn::image_layout::nchw);
   if (st.error_code() == code::unimplemented) return false;
   *error = std::move(st);
@@ -256,47 +262,63 @@ class measured_paths {
   std::map<key, onednn::conv_path> paths_;
 };
 
-// Runs one pass on NHWC images by oneDNN (`on_onednn`, returning its status) or by im2col
-// + gemm (`on_im2col`), whichever is faster for the geometry: both run and are timed
-// (fastest_candidate, two rounds) on its first call, the faster writes the output last,
-// and later calls of the geometry take that path. Measured here: oneDNN wins most layers
-// by 2-3x, but im2col + gemm won AlexNet conv1's input gradient (11x11 windows at stride 4
-// over 3 channels) by 40%, and which one wins moves with the processor. TROUPE_CONV=onednn or
-// im2col fixes the path. double always takes im2col + gemm.
+// Runs one pass on NHWC images by oneDNN (`on_onednn`, returning its status), by im2col +
+// gemm (`on_im2col`) or, where given and the processor has AVX-512, by the direct kernel
+// (`on_direct`, kernels/cpu/direct_conv.h), whichever is fastest for the geometry: all
+// run and are timed (fastest_candidate, two rounds) on its first call, the fastest writes
+// the output last, and later calls of the geometry take that path. Measured here: oneDNN
+// wins most layers by 2-3x, but im2col + gemm won AlexNet conv1's input gradient (11x11
+// windows at stride 4 over 3 channels) by 40%, the direct kernel its filter gradient, and
+// which one wins moves with the processor. TROUPE_CONV=onednn, im2col or direct fixes the
+// path. double always takes im2col + gemm.
 template <class T, class OneDnn, class Im2col>
 status fastest_path(onednn::conv_pass pass, const conv_shape& s, compute_pool& pool, OneDnn&& on_onednn,
-                    Im2col&& on_im2col) {
+                    Im2col&& on_im2col, const std::function<void()>& on_direct = {}) {
   if constexpr (!std::is_same_v<T, float>) {
     on_im2col();
     return status();
   } else {
-    const onednn::conv_path setting = onednn::conv_path_setting();
+    using onednn::conv_path;
+    const bool direct_runs = on_direct && direct_conv::available();
+    conv_path setting = onednn::conv_path_setting();
+    if (setting == conv_path::direct && !direct_runs) setting = conv_path::tuned;
     static measured_paths* paths = new measured_paths();  // never destroyed: used until exit
     const measured_paths::key k = measured_paths::make_key(pass, s, pool.num_threads());
-    const std::optional<onednn::conv_path> known =
-        setting == onednn::conv_path::tuned ? paths->find(k) : std::optional(setting);
-    if (known == onednn::conv_path::im2col) {
+    const std::optional<conv_path> known = setting == conv_path::tuned ? paths->find(k) : std::optional(setting);
+    if (known == conv_path::im2col) {
       on_im2col();
+      return status();
+    }
+    if (known == conv_path::direct) {
+      on_direct();
       return status();
     }
     status st = on_onednn();  // on a first call, builds (and tunes) oneDNN's primitives
-    if (st.error_code() == code::unimplemented) {
-      paths->remember(k, onednn::conv_path::im2col);
+    const bool onednn_runs = st.error_code() != code::unimplemented;
+    if (known.has_value() || (onednn_runs && !st.ok())) {
+      if (onednn_runs) return st;
+      paths->remember(k, conv_path::im2col);
       on_im2col();
       return status();
     }
-    if (!st.ok() || known.has_value()) return st;
-    // oneDNN runs last, so its output stands unless im2col wins and runs once more.
-    const std::size_t fastest = fastest_candidate(
-        {[&] { on_im2col(); },
-         [&] {
-           if (status again = on_onednn(); !again.ok() && st.ok()) st = std::move(again);
-         }},
-        /*rounds=*/2);
-    if (!st.ok()) return st;
-    const onednn::conv_path winner = fastest == 0 ? onednn::conv_path::im2col : onednn::conv_path::onednn;
-    paths->remember(k, winner);
-    if (winner == onednn::conv_path::im2col) on_im2col();
+    // The candidates, oneDNN last when it has a primitive, so its output stands unless
+    // another wins and runs once more.
+    std::vector<std::pair<conv_path, std::function<void()>>> options{{conv_path::im2col, on_im2col}};
+    if (direct_runs) options.emplace_back(conv_path::direct, on_direct);
+    if (onednn_runs) {
+      options.emplace_back(conv_path::onednn, [&] {
+        if (status again = on_onednn(); !again.ok() && st.ok()) st = std::move(again);
+      });
+    }
+    std::size_t fastest = 0;
+    if (options.size() > 1) {
+      std::vector<std::function<void()>> runs;
+      for (const auto& option : options) runs.push_back(option.second);
+      fastest = fastest_candidate(runs, /*rounds=*/2);
+      if (!st.ok()) return st;
+    }
+    paths->remember(k, options[fastest].first);
+    if (options.size() == 1 || fastest + 1 != options.size()) options[fastest].second();
     return status();
   }
 }
@@ -324,10 +346,14 @@ void im2col_forward(const conv_shape& s, const T* input, const T* filter, T* out
 template <class T>
 status conv_forward(const conv_shape& s, const T* input, const T* filter, T* output,
                     compute_pool& pool) {
+  std::function<void()> direct;
+  if constexpr (std::is_same_v<T, float>) {
+    direct = [&] { direct_conv::forward(s.g, s.out_c, input, filter, output, pool); };
+  }
   return fastest_path<T>(
       onednn::conv_pass::forward, s, pool,
       [&] { return onednn_convolve(onednn::conv_pass::forward, s, input, filter, output, pool); },
-      [&] { im2col_forward(s, input, filter, output, pool); });
+      [&] { im2col_forward(s, input, filter, output, pool); }, direct);
 }
 
 // input_grad = col2im(out_backprop * filter^T).
@@ -418,10 +444,14 @@ status conv_backprop_filter(const conv_shape& s, const T* input, const T* out_ba
     im2col_backprop_filter(s, input, out_backprop, filter_grad, pool);  // zeros
     return status();
   }
+  std::function<void()> direct;
+  if constexpr (std::is_same_v<T, float>) {
+    direct = [&] { direct_conv::backprop_filter(s.g, s.out_c, input, out_backprop, filter_grad, pool); };
+  }
   return fastest_path<T>(
       onednn::conv_pass::backward_weights, s, pool,
       [&] { return onednn_convolve(onednn::conv_pass::backward_weights, s, input, out_backprop, filter_grad, pool); },
-      [&] { im2col_backprop_filter(s, input, out_backprop, filter_grad, pool); });
+      [&] { im2col_backprop_filter(s, input, out_backprop, filter_grad, pool); }, direct);
 }
 
 // True when `s` is ok; otherwise fails ctx with it.

@@ -298,7 +298,9 @@ std::shared_ptr<primitive_entry> find(const conv_spec& c) {
 
 conv_path conv_path_setting() {
   static const conv_path setting =
-      env_choice<conv_path>("TROUPE_CONV", {{"onednn", conv_path::onednn}, {"im2col", conv_path::im2col}})
+      env_choice<conv_path>("TROUPE_CONV", {{"onednn", conv_path::onednn},
+                                             {"im2col", conv_path::im2col},
+                                             {"direct", conv_path::direct}})
           .value_or(conv_path::tuned);
   return setting;
 }

@@ -41,10 +41,12 @@ enum class conv_pass {
   backward_weights,  // (input, out_backprop) -> filter gradient
 };
 
-// The path of float32 convolutions: TROUPE_CONV=onednn or im2col in the environment (read
-// once) fixes one, so that a benchmark can compare both in one build and tests cover each;
-// unset (or "tuned"), each geometry measures both.
-enum class conv_path { tuned, onednn, im2col };
+// The path of float32 convolutions: TROUPE_CONV=onednn, im2col or direct in the
+// environment (read once) fixes one, so that a benchmark can compare them in one build and
+// tests cover each; unset (or "tuned"), each geometry measures them. direct
+// (kernels/cpu/direct_conv.h) has no input gradient and needs AVX-512: where it cannot
+// run, the pass is measured as if unset.
+enum class conv_path { tuned, onednn, im2col, direct };
 conv_path conv_path_setting();
 
 // How the images (input, output and their gradients) are laid out in memory.

@@ -5,8 +5,10 @@
 // differences of the forward kernel; the gradient functions through a graph built by
 // add_gradients and evaluated node by node; the error paths and the shape functions.
 // float runs on oneDNN (kernels/cpu/onednn_conv.h) or im2col + gemm, whichever each
-// geometry measures faster, and double on im2col + gemm; CTest runs this file again with
-// TROUPE_CONV=im2col and with each oneDNN variant fixed (TROUPE_CONV=onednn,
+// geometry measures faster (and, for the forward pass and the filter gradient, the direct
+// AVX-512 kernels of kernels/cpu/direct_conv.h, also tested here on their own), and double
+// on im2col + gemm; CTest runs this file again with TROUPE_CONV=im2col, with
+// TROUPE_CONV=direct and with each oneDNN variant fixed (TROUPE_CONV=onednn,
 // TROUPE_CONV_VARIANT=nhwc, nchw, preferred, winograd) so that float covers every path.
 // Random data from seed 42.
 #include <catch2/catch.hpp>
@@ -26,6 +28,7 @@
 #include "graph/gradients.h"
 #include "graph/op_registry.h"
 #include "graph/ops.h"
+#include "kernels/cpu/direct_conv.h"
 #include "kernels/kernel_runner.h"
 
 namespace troupe {
@@ -248,6 +251,8 @@ const std::vector<conv_case>& conv_cases() {
       {2, 6, 7, 3, 3, 3, 4, 3, 3, 1, 1, "VALID"},      // stride skips input rows
       {2, 6, 5, 130, 3, 3, 20, 1, 1, 1, 1, "SAME"},    // many channels: oneDNN's blocked backward-data
       {2, 9, 9, 32, 3, 3, 48, 1, 1, 1, 1, "SAME"},     // 3x3 at stride 1, channels of 16s: Winograd
+      {2, 17, 19, 3, 5, 5, 70, 2, 2, 1, 1, "SAME"},    // 70 channels: a tile of 64 and one of 6
+      {1, 30, 30, 3, 11, 11, 64, 4, 4, 1, 1, "EXPLICIT", {2, 3, 5, 1}},  // AlexNet-like, padded unevenly
   };
   return cases;
 }
@@ -294,6 +299,47 @@ TEST_CASE("Conv2D and its backprops match direct loops") {
     for (bool nchw : {false, true}) {
       check_conv_case<float>(c, nchw, one, rng);
       check_conv_case<double>(c, nchw, two, rng);
+    }
+  }
+}
+
+TEST_CASE("the direct AVX-512 kernels match direct loops") {
+  if (!kernels::direct_conv::available()) {
+    WARN("skipped: this processor has no AVX-512F, so the direct convolution kernels never run here");
+    return;
+  }
+  std::mt19937 rng(42);
+  compute_pool one(1), three(3);
+  for (const conv_case& c : conv_cases()) {
+    INFO(describe(c));
+    ref_conv ref(c);
+    kernels::window_geometry g;
+    g.batch = c.batch;
+    g.in_h = c.in_h;
+    g.in_w = c.in_w;
+    g.channels = c.in_c;
+    g.window_h = c.k_h;
+    g.window_w = c.k_w;
+    g.stride_h = c.stride_h;
+    g.stride_w = c.stride_w;
+    g.dilation_h = c.dilation_h;
+    g.dilation_w = c.dilation_w;
+    g.pad_top = ref.g.pad_top;
+    g.pad_left = ref.g.pad_left;
+    g.out_h = ref.g.out_h;
+    g.out_w = ref.g.out_w;
+    std::vector<double> x = random_values(c.batch * c.in_h * c.in_w * c.in_c, rng);
+    std::vector<double> f = random_values(c.k_h * c.k_w * c.in_c * c.out_c, rng);
+    std::vector<double> dy = random_values(c.batch * g.out_h * g.out_w * c.out_c, rng);
+    const std::vector<float> xf(x.begin(), x.end()), ff(f.begin(), f.end()), dyf(dy.begin(), dy.end());
+    for (compute_pool* pool : {&one, &three}) {
+      // Poisoned outputs: every element must be written.
+      std::vector<float> y(dy.size(), std::nanf("")), df(f.size(), std::nanf(""));
+      kernels::direct_conv::forward(g, c.out_c, xf.data(), ff.data(), y.data(), *pool);
+      check_close(std::vector<double>(y.begin(), y.end()), ref.forward(x, f), 1e-5, "direct forward");
+      kernels::direct_conv::backprop_filter(g, c.out_c, xf.data(), dyf.data(), df.data(), *pool);
+      check_close(std::vector<double>(df.begin(), df.end()), ref.backprop_filter(x, dy), 1e-5,
+                  "direct filter gradient");
     }
   }
 }
