@@ -1,6 +1,7 @@
-// The direct float32 convolutions of direct_conv.h: AVX-512 register tiles, compiled for
-// AVX-512F by function attribute (the rest of the build may target less) and run only
-// where the processor has it.
+// The direct float32 convolutions of direct_conv.h: AVX-512 register tiles. The kernels
+// (the anonymous namespace) are compiled for AVX-512F by target pragma, whatever the rest
+// of the build targets, and run only where the processor has it; the entry points below
+// them are compiled for the build's target and check.
 #include "kernels/cpu/direct_conv.h"
 
 #include <immintrin.h>
@@ -8,10 +9,10 @@
 #include <algorithm>
 #include <vector>
 
-#define TROUPE_AVX512 __attribute__((target("avx512f")))
-
 namespace troupe::kernels::direct_conv {
 
+#pragma GCC push_options
+#pragma GCC target("avx512f")
 namespace {
 
 constexpr int k_lanes = 16;
@@ -89,7 +90,7 @@ struct layout {
 };
 
 // The mask of a tile's vector k of `vectors`, `tail` the lanes of its last (16 when full).
-TROUPE_AVX512 inline __mmask16 lane_mask(int k, int vectors, int tail) {
+inline __mmask16 lane_mask(int k, int vectors, int tail) {
   return k == vectors - 1 ? static_cast<__mmask16>((1u << tail) - 1u) : static_cast<__mmask16>(0xFFFF);
 }
 
@@ -97,7 +98,7 @@ TROUPE_AVX512 inline __mmask16 lane_mask(int k, int vectors, int tail) {
 // pixels [ow0, ow0 + tile_rows(V)) in row (n, oh). Checked: some of the tile's pixels lie
 // past the row's end or some window reaches into the left or right padding.
 template <int V, bool Full, bool Checked>
-TROUPE_AVX512 void forward_tile(const layout& l, const float* input, const float* filter, float* output,
+void forward_tile(const layout& l, const float* input, const float* filter, float* output,
                                 std::int64_t n, std::int64_t oh, std::int64_t ow0, std::int64_t co0, int tail) {
   constexpr int P = tile_rows(V);
   const window_geometry& g = l.g;
@@ -145,7 +146,7 @@ TROUPE_AVX512 void forward_tile(const layout& l, const float* input, const float
 }
 
 template <int V, bool Full>
-TROUPE_AVX512 void forward_row(const layout& l, const float* input, const float* filter, float* output,
+void forward_row(const layout& l, const float* input, const float* filter, float* output,
                                std::int64_t n, std::int64_t oh, std::int64_t co0, int tail) {
   constexpr int P = tile_rows(V);
   // Tiles inside [begin, end) read only inside the image for every filter column.
@@ -164,7 +165,7 @@ TROUPE_AVX512 void forward_row(const layout& l, const float* input, const float*
 // [r0, r0 + tile_rows(V)) (rows past the last are padding of the tile) at output channels
 // [co0, co0 + 16 * V), holding the tile in registers throughout.
 template <int V, bool Full>
-TROUPE_AVX512 void filter_tile(const layout& l, const float* input, const float* out_backprop, float* filter_grad,
+void filter_tile(const layout& l, const float* input, const float* out_backprop, float* filter_grad,
                                std::int64_t row_begin, std::int64_t row_end, std::int64_t r0, std::int64_t co0,
                                int tail) {
   constexpr int R = tile_rows(V);
@@ -212,7 +213,7 @@ TROUPE_AVX512 void filter_tile(const layout& l, const float* input, const float*
     }
     const float* dy = out_backprop + row * g.out_w * out_c + co0;
     // Left of `begin` and right of `end` some windows reach into the padding: checked.
-    auto checked = [&](std::int64_t ow) __attribute__((always_inline)) {
+    auto checked = [&](std::int64_t ow) {
       __m512 d[V];
 #pragma GCC unroll 4
       for (int k = 0; k < V; ++k) d[k] = _mm512_maskz_loadu_ps(lane_mask(k, V, Full ? k_lanes : tail), dy + ow * out_c + k * k_lanes);
@@ -273,6 +274,7 @@ int tail_of(const channel_block& b, std::int64_t out_c) {
 double flops_ns(double flops) { return flops / 100.0; }
 
 }  // namespace
+#pragma GCC pop_options
 
 bool available() {
   static const bool has_avx512 = [] {
