@@ -16,9 +16,10 @@
 // k_chunk_bytes, so they stay in cache between im2col and the gemm's packing) with the
 // rows of a chunk split over the compute pool; each gemm runs on one thread (OpenBLAS, or
 // for float oneDNN's sgemm when MatMul measured it faster: conv_gemm). float32
-// convolutions run on oneDNN (kernels/cpu/onednn_conv.h) or here, whichever each pass and
-// geometry measures faster on its first call (fastest_path), here always when oneDNN has
-// no primitive for the geometry or TROUPE_CONV=im2col. Measured on LeNet and AlexNet layers
+// convolutions run on oneDNN (kernels/cpu/onednn_conv.h), here, or for the forward pass and
+// the filter gradient on the direct AVX-512 kernels (kernels/cpu/direct_conv.h),
+// whichever each pass and geometry measures fastest on its first call (fastest_path);
+// TROUPE_CONV=onednn, im2col or direct fixes the path. Measured on LeNet and AlexNet layers
 // against PyTorch in bench/conv_bench.cc and bench/peers/conv_peer.py.
 #include <algorithm>
 #include <array>
