@@ -89,9 +89,19 @@ struct layout {
   }
 };
 
-// The mask of a tile's vector k of `vectors`, `tail` the lanes of its last (16 when full).
-inline __mmask16 lane_mask(int k, int vectors, int tail) {
-  return k == vectors - 1 ? static_cast<__mmask16>((1u << tail) - 1u) : static_cast<__mmask16>(0xFFFF);
+// Vector k of a tile V vectors wide at p: 16 lanes, but only `tail` in the last unless
+// the tile is Full (its mask then a constant the compiler drops).
+template <int V, bool Full>
+inline __mmask16 lane_mask(int k, int tail) {
+  return !Full && k == V - 1 ? static_cast<__mmask16>((1u << tail) - 1u) : static_cast<__mmask16>(0xFFFF);
+}
+template <int V, bool Full>
+inline __m512 load_lanes(const float* p, int k, int tail) {
+  return _mm512_maskz_loadu_ps(lane_mask<V, Full>(k, tail), p + k * k_lanes);
+}
+template <int V, bool Full>
+inline void store_lanes(float* p, int k, int tail, __m512 v) {
+  _mm512_mask_storeu_ps(p + k * k_lanes, lane_mask<V, Full>(k, tail), v);
 }
 
 // Output channels [co0, co0 + 16 * V) (the last vector `tail` lanes; Full: 16) of output
@@ -99,7 +109,7 @@ inline __mmask16 lane_mask(int k, int vectors, int tail) {
 // past the row's end or some window reaches into the left or right padding.
 template <int V, bool Full, bool Checked>
 void forward_tile(const layout& l, const float* input, const float* filter, float* output,
-                                std::int64_t n, std::int64_t oh, std::int64_t ow0, std::int64_t co0, int tail) {
+                  std::int64_t n, std::int64_t oh, std::int64_t ow0, std::int64_t co0, int tail) {
   constexpr int P = tile_rows(V);
   const window_geometry& g = l.g;
   const std::int64_t step = l.step, out_c = l.out_c;
@@ -120,7 +130,7 @@ void forward_tile(const layout& l, const float* input, const float* filter, floa
     for (std::int64_t j = 0; j < per_kh; ++j, w += out_c) {
       __m512 wv[V];
 #pragma GCC unroll 4
-      for (int k = 0; k < V; ++k) wv[k] = _mm512_maskz_loadu_ps(lane_mask(k, V, Full ? k_lanes : tail), w + k * k_lanes);
+      for (int k = 0; k < V; ++k) wv[k] = load_lanes<V, Full>(w, k, tail);
       const float* x = at + l.column[j];
 #pragma GCC unroll 16
       for (int i = 0; i < P; ++i) {
@@ -140,14 +150,14 @@ void forward_tile(const layout& l, const float* input, const float* filter, floa
     if (Checked && i >= pixels) break;
 #pragma GCC unroll 4
     for (int k = 0; k < V; ++k) {
-      _mm512_mask_storeu_ps(out + i * out_c + k * k_lanes, lane_mask(k, V, Full ? k_lanes : tail), acc[i][k]);
+      store_lanes<V, Full>(out + i * out_c, k, tail, acc[i][k]);
     }
   }
 }
 
 template <int V, bool Full>
 void forward_row(const layout& l, const float* input, const float* filter, float* output,
-                               std::int64_t n, std::int64_t oh, std::int64_t co0, int tail) {
+                 std::int64_t n, std::int64_t oh, std::int64_t co0, int tail) {
   constexpr int P = tile_rows(V);
   // Tiles inside [begin, end) read only inside the image for every filter column.
   const std::int64_t begin = l.begin_of.front();
@@ -166,8 +176,8 @@ void forward_row(const layout& l, const float* input, const float* filter, float
 // [co0, co0 + 16 * V), holding the tile in registers throughout.
 template <int V, bool Full>
 void filter_tile(const layout& l, const float* input, const float* out_backprop, float* filter_grad,
-                               std::int64_t row_begin, std::int64_t row_end, std::int64_t r0, std::int64_t co0,
-                               int tail) {
+                 std::int64_t row_begin, std::int64_t row_end, std::int64_t r0, std::int64_t co0,
+                 int tail) {
   constexpr int R = tile_rows(V);
   const window_geometry& g = l.g;
   const int real_rows = static_cast<int>(std::min<std::int64_t>(R, l.rows - r0));
@@ -187,8 +197,7 @@ void filter_tile(const layout& l, const float* input, const float* out_backprop,
   for (int j = 0; j < R; ++j) {
 #pragma GCC unroll 4
     for (int k = 0; k < V; ++k) {
-      acc[j][k] = j < real_rows ? _mm512_maskz_loadu_ps(lane_mask(k, V, Full ? k_lanes : tail), grad + j * out_c + k * k_lanes)
-                                : _mm512_setzero_ps();
+      acc[j][k] = j < real_rows ? load_lanes<V, Full>(grad + j * out_c, k, tail) : _mm512_setzero_ps();
     }
   }
   // Each tile row's input row below the window's top row, and its offset within a row.
@@ -196,7 +205,7 @@ void filter_tile(const layout& l, const float* input, const float* out_backprop,
 #pragma GCC unroll 16
   for (int j = 0; j < R; ++j) {
     const std::int64_t r = std::min(r0 + j, l.rows - 1);
-    below[j] = r0 + j < l.rows ? l.kh[r] * g.dilation_h : -g.in_h - 1;  // padding rows of the tile: never inside
+    below[j] = l.kh[r] * g.dilation_h;
     column[j] = l.column[r];
   }
   for (std::int64_t row = row_begin; row < row_end; ++row) {
@@ -204,11 +213,11 @@ void filter_tile(const layout& l, const float* input, const float* out_backprop,
     const std::int64_t top = oh * g.stride_h - g.pad_top;
     const float* image = input + n * g.in_h * l.row_len;
     const float* at[R];
-    bool live[R];  // a real filter row whose input row lies inside the image
+    bool live[R];  // a real filter row (not padding of the tile) whose input row lies inside the image
 #pragma GCC unroll 16
     for (int j = 0; j < R; ++j) {
       const std::int64_t ih = top + below[j];
-      live[j] = ih >= 0 && ih < g.in_h;
+      live[j] = j < real_rows && ih >= 0 && ih < g.in_h;
       at[j] = (live[j] ? image + ih * l.row_len : l.zero_origin) + column[j];
     }
     const float* dy = out_backprop + row * g.out_w * out_c + co0;
@@ -216,7 +225,7 @@ void filter_tile(const layout& l, const float* input, const float* out_backprop,
     auto checked = [&](std::int64_t ow) {
       __m512 d[V];
 #pragma GCC unroll 4
-      for (int k = 0; k < V; ++k) d[k] = _mm512_maskz_loadu_ps(lane_mask(k, V, Full ? k_lanes : tail), dy + ow * out_c + k * k_lanes);
+      for (int k = 0; k < V; ++k) d[k] = load_lanes<V, Full>(dy + ow * out_c, k, tail);
 #pragma GCC unroll 16
       for (int j = 0; j < R; ++j) {
         if (!live[j] || !l.inside(ow, x_of[j])) continue;
@@ -231,7 +240,7 @@ void filter_tile(const layout& l, const float* input, const float* out_backprop,
     for (std::int64_t off = begin * step; d_at < d_end; d_at += out_c, off += step) {
       __m512 d[V];
 #pragma GCC unroll 4
-      for (int k = 0; k < V; ++k) d[k] = _mm512_maskz_loadu_ps(lane_mask(k, V, Full ? k_lanes : tail), d_at + k * k_lanes);
+      for (int k = 0; k < V; ++k) d[k] = load_lanes<V, Full>(d_at, k, tail);
 #pragma GCC unroll 16
       for (int j = 0; j < R; ++j) {
         const __m512 b = _mm512_set1_ps(at[j][off]);
@@ -245,7 +254,7 @@ void filter_tile(const layout& l, const float* input, const float* out_backprop,
   for (int j = 0; j < real_rows; ++j) {
 #pragma GCC unroll 4
     for (int k = 0; k < V; ++k) {
-      _mm512_mask_storeu_ps(grad + j * out_c + k * k_lanes, lane_mask(k, V, Full ? k_lanes : tail), acc[j][k]);
+      store_lanes<V, Full>(grad + j * out_c, k, tail, acc[j][k]);
     }
   }
 }
