@@ -9,6 +9,8 @@
 #include <algorithm>
 #include <vector>
 
+#include "kernels/cpu/cpu_features.h"
+
 namespace troupe::kernels::direct_conv {
 
 #pragma GCC push_options
@@ -285,13 +287,7 @@ double flops_ns(double flops) { return flops / 100.0; }
 }  // namespace
 #pragma GCC pop_options
 
-bool available() {
-  static const bool has_avx512 = [] {
-    __builtin_cpu_init();
-    return __builtin_cpu_supports("avx512f") != 0;
-  }();
-  return has_avx512;
-}
+bool available() { return has_avx512f(); }
 
 void forward(const window_geometry& g, std::int64_t out_c, const float* input, const float* filter, float* output,
              compute_pool& pool) {

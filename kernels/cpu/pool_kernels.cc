@@ -1,18 +1,24 @@
 // CPU kernels: MaxPool, MaxPoolGrad, AvgPool, AvgPoolGrad (float, double) on NHWC images;
 // NCHW is transposed to NHWC and back.
 //
-// Direct loops, vectorized over the channels of one pixel (contiguous in NHWC). The
-// forward ops split output rows over the compute pool; the gradients split images, since
-// windows of one image overlap and their gradients add up.
+// Direct loops, vectorized over the channels of one pixel (contiguous in NHWC); float
+// MaxPool and MaxPoolGrad run on AVX-512 where the processor has it, 16 channels at a
+// time under a lane mask (so that LeNet's 6 channels vectorize too), with the same results
+// bit for bit. The forward ops split output rows over the compute pool; the gradients
+// split images, since windows of one image overlap and their gradients add up.
 //
 // TensorFlow's semantics: padded positions never win a max and are not counted in an
 // average (AvgPool with SAME padding divides by the number of real inputs under the
 // window). MaxPoolGrad recomputes the argmax from orig_input (orig_output is only checked
 // for its shape) and sends each gradient to the first maximum in row-major window order.
+#include <immintrin.h>
+
 #include <algorithm>
 #include <limits>
+#include <type_traits>
 #include <vector>
 
+#include "kernels/cpu/cpu_features.h"
 #include "kernels/cpu/spatial.h"
 #include "kernels/kernel_registry.h"
 
@@ -29,8 +35,168 @@ inline void window_range(std::int64_t o, std::int64_t stride, std::int64_t pad,
   *end = std::min<std::int64_t>(start + window, in);
 }
 
+#pragma GCC push_options
+#pragma GCC target("avx512f")
+// GCC 12 warns that _mm512_max_ps's _mm512_undefined_ps() "may be used uninitialized"
+// when the build does not target AVX-512; the value is never read.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+
+constexpr int k_lanes = 16;
+constexpr int k_max_vectors = 4;  // channels per pass over a window: up to 64
+
+// The lanes of channels [i, i + 16) that exist among c.
+inline __mmask16 lanes_from(std::int64_t i, std::int64_t c) {
+  if (i >= c) return 0;
+  return c - i >= k_lanes ? static_cast<__mmask16>(0xFFFF) : static_cast<__mmask16>((1u << (c - i)) - 1u);
+}
+
+// The max of channels [i, i + 16 * V) over the in-bounds window [y0, y1) x [x0, x1) of
+// `image`, V independent chains: vmaxps(v, m) is v > m ? v : m lane by lane, the scalar
+// loop's select, so NaN never wins and an all-NaN window gives lowest() as there.
+template <int V>
+inline void window_max(const window_geometry& g, const float* image, std::int64_t y0, std::int64_t y1,
+                       std::int64_t x0, std::int64_t x1, std::int64_t i, const __mmask16* lanes, __m512* m) {
+#pragma GCC unroll 4
+  for (int k = 0; k < V; ++k) m[k] = _mm512_set1_ps(std::numeric_limits<float>::lowest());
+  for (std::int64_t y = y0; y < y1; ++y) {
+    const float* row = image + y * g.in_w * g.channels + i;
+    for (std::int64_t x = x0; x < x1; ++x) {
+#pragma GCC unroll 4
+      for (int k = 0; k < V; ++k) {
+        m[k] = _mm512_max_ps(_mm512_maskz_loadu_ps(lanes[k], row + x * g.channels + k * k_lanes), m[k]);
+      }
+    }
+  }
+}
+
+template <int V>
+void max_pool_pixel(const window_geometry& g, const float* image, std::int64_t y0, std::int64_t y1, std::int64_t x0,
+                    std::int64_t x1, std::int64_t i, float* out) {
+  __mmask16 lanes[V];
+  __m512 m[V];
+#pragma GCC unroll 4
+  for (int k = 0; k < V; ++k) lanes[k] = lanes_from(i + k * k_lanes, g.channels);
+  window_max<V>(g, image, y0, y1, x0, x1, i, lanes, m);
+#pragma GCC unroll 4
+  for (int k = 0; k < V; ++k) _mm512_mask_storeu_ps(out + i + k * k_lanes, lanes[k], m[k]);
+}
+
+// max_pool_grad's argmax for one window and channels [i, i + 16 * V), without branches
+// (the winner of a window is random, so a branch on it mispredicts): the window's max m,
+// then the first position in row-major order that equals it takes the gradient (the
+// scalar loop's first strict improvement); where m is lowest() (no value above it, or all
+// NaN) the window's first position does, as there. Tiles: the windows tile the image, so
+// each position is written once, gradient or zero; otherwise windows add, in the same
+// order as the scalar loop.
+template <int V, bool Tiles>
+void max_pool_grad_pixel(const window_geometry& g, const float* image, const float* g_out, float* image_grad,
+                         std::int64_t y0, std::int64_t y1, std::int64_t x0, std::int64_t x1, std::int64_t i) {
+  const std::int64_t c = g.channels;
+  const __m512 lowest = _mm512_set1_ps(std::numeric_limits<float>::lowest());
+  __mmask16 lanes[V], pending[V], first[V];
+  __m512 m[V], d[V];
+#pragma GCC unroll 4
+  for (int k = 0; k < V; ++k) lanes[k] = lanes_from(i + k * k_lanes, c);
+  window_max<V>(g, image, y0, y1, x0, x1, i, lanes, m);
+#pragma GCC unroll 4
+  for (int k = 0; k < V; ++k) {
+    // 0 + d, as the scalar loop's zeroed gradient plus d (-0 becomes +0).
+    d[k] = _mm512_add_ps(_mm512_setzero_ps(), _mm512_maskz_loadu_ps(lanes[k], g_out + i + k * k_lanes));
+    pending[k] = _mm512_mask_cmp_ps_mask(lanes[k], m[k], lowest, _CMP_GT_OQ);
+    first[k] = static_cast<__mmask16>(lanes[k] & ~pending[k]);  // lanes the first position takes anyway
+  }
+  for (std::int64_t y = y0; y < y1; ++y) {
+    for (std::int64_t x = x0; x < x1; ++x) {
+      const std::int64_t at = (y * g.in_w + x) * c + i;
+#pragma GCC unroll 4
+      for (int k = 0; k < V; ++k) {
+        const std::int64_t a = at + k * k_lanes;
+        const __mmask16 hit = static_cast<__mmask16>(
+            _mm512_mask_cmp_ps_mask(pending[k], _mm512_maskz_loadu_ps(lanes[k], image + a), m[k], _CMP_EQ_OQ) |
+            first[k]);
+        pending[k] = static_cast<__mmask16>(pending[k] & ~hit);
+        first[k] = 0;
+        if constexpr (Tiles) {
+          _mm512_mask_storeu_ps(image_grad + a, lanes[k], _mm512_maskz_mov_ps(hit, d[k]));
+        } else {
+          _mm512_mask_storeu_ps(image_grad + a, hit, _mm512_add_ps(_mm512_maskz_loadu_ps(hit, image_grad + a), d[k]));
+        }
+      }
+    }
+  }
+}
+
+// Calls fn.template operator()<V>(i) for the channel groups [i, i + 16 * V) covering c.
+template <class Fn>
+inline void for_channel_groups(std::int64_t c, const Fn& fn) {
+  for (std::int64_t i = 0; i < c; i += k_max_vectors * k_lanes) {
+    switch (std::min<std::int64_t>(k_max_vectors, (c - i + k_lanes - 1) / k_lanes)) {
+      case 4: fn.template operator()<4>(i); break;
+      case 3: fn.template operator()<3>(i); break;
+      case 2: fn.template operator()<2>(i); break;
+      default: fn.template operator()<1>(i); break;
+    }
+  }
+}
+
+void max_pool_avx512(const window_geometry& g, const float* input, float* output, compute_pool& pool) {
+  const std::int64_t c = g.channels;
+  const double cost = static_cast<double>(g.out_w * g.window_h * g.window_w * c) * 0.1;
+  pool.parallel_for(g.batch * g.out_h, cost, [&](std::int64_t b, std::int64_t e) {
+    for (std::int64_t r = b; r < e; ++r) {
+      std::int64_t n = r / g.out_h, oy = r % g.out_h;
+      std::int64_t y0, y1;
+      window_range(oy, g.stride_h, g.pad_top, g.window_h, g.in_h, &y0, &y1);
+      const float* image = input + n * g.in_h * g.in_w * c;
+      for (std::int64_t ox = 0; ox < g.out_w; ++ox) {
+        std::int64_t x0, x1;
+        window_range(ox, g.stride_w, g.pad_left, g.window_w, g.in_w, &x0, &x1);
+        float* out = output + (r * g.out_w + ox) * c;
+        for_channel_groups(c, [&]<int V>(std::int64_t i) { max_pool_pixel<V>(g, image, y0, y1, x0, x1, i, out); });
+      }
+    }
+  });
+}
+
+void max_pool_grad_avx512(const window_geometry& g, const float* input, const float* grad, float* input_grad,
+                          compute_pool& pool) {
+  const std::int64_t c = g.channels;
+  const std::int64_t image_size = g.in_h * g.in_w * c;
+  const bool tiles = g.window_h == g.stride_h && g.window_w == g.stride_w && g.pad_top == 0 && g.pad_left == 0 &&
+                     g.out_h * g.stride_h == g.in_h && g.out_w * g.stride_w == g.in_w;
+  const double cost = static_cast<double>(g.out_h * g.out_w * g.window_h * g.window_w * c) * 0.1;
+  pool.parallel_for(g.batch, cost, [&](std::int64_t b, std::int64_t e) {
+    for (std::int64_t n = b; n < e; ++n) {
+      const float* image = input + n * image_size;
+      float* image_grad = input_grad + n * image_size;
+      if (!tiles) std::fill_n(image_grad, image_size, 0.0f);
+      const float* g_out = grad + n * g.out_h * g.out_w * c;
+      for (std::int64_t oy = 0; oy < g.out_h; ++oy) {
+        std::int64_t y0, y1;
+        window_range(oy, g.stride_h, g.pad_top, g.window_h, g.in_h, &y0, &y1);
+        for (std::int64_t ox = 0; ox < g.out_w; ++ox, g_out += c) {
+          std::int64_t x0, x1;
+          window_range(ox, g.stride_w, g.pad_left, g.window_w, g.in_w, &x0, &x1);
+          if (y0 >= y1 || x0 >= x1) continue;  // a window entirely in the padding
+          for_channel_groups(c, [&]<int V>(std::int64_t i) {
+            if (tiles) max_pool_grad_pixel<V, true>(g, image, g_out, image_grad, y0, y1, x0, x1, i);
+            else max_pool_grad_pixel<V, false>(g, image, g_out, image_grad, y0, y1, x0, x1, i);
+          });
+        }
+      }
+    }
+  });
+}
+
+#pragma GCC diagnostic pop
+#pragma GCC pop_options
+
 template <class T>
 void max_pool(const window_geometry& g, const T* input, T* output, compute_pool& pool) {
+  if constexpr (std::is_same_v<T, float>) {
+    if (has_avx512f()) return max_pool_avx512(g, input, output, pool);
+  }
   const std::int64_t c = g.channels;
   const double cost = static_cast<double>(g.out_w * g.window_h * g.window_w * c) * 0.3;
   pool.parallel_for(g.batch * g.out_h, cost, [&](std::int64_t b, std::int64_t e) {
@@ -61,6 +227,9 @@ void max_pool(const window_geometry& g, const T* input, T* output, compute_pool&
 template <class T>
 void max_pool_grad(const window_geometry& g, const T* input, const T* grad, T* input_grad,
                    compute_pool& pool) {
+  if constexpr (std::is_same_v<T, float>) {
+    if (has_avx512f()) return max_pool_grad_avx512(g, input, grad, input_grad, pool);
+  }
   const std::int64_t c = g.channels;
   const std::int64_t image_size = g.in_h * g.in_w * c;
   const double cost = static_cast<double>(g.out_h * g.out_w * g.window_h * g.window_w * c) * 0.3;

@@ -207,6 +207,9 @@ const std::vector<pool_case>& pool_cases() {
       {1, 5, 5, 1, 2, 3, 3, 3, "SAME"},     // stride larger than the window
       {2, 3, 4, 2, 5, 5, 1, 1, "SAME"},     // window larger than the input
       {1, 4, 4, 3, 4, 4, 1, 1, "VALID"},    // one window covering everything
+      {2, 28, 28, 6, 2, 2, 2, 2, "VALID"},  // LeNet pool1: windows tile the image, 6 channels
+      {1, 8, 8, 20, 2, 2, 2, 2, "VALID"},   // tiling, 20 channels: a vector and 4 lanes
+      {2, 13, 13, 70, 3, 3, 2, 2, "VALID"}, // overlapping, 70 channels: 64 and 6
   };
   return cases;
 }
@@ -324,6 +327,51 @@ TEST_CASE("MaxPoolGrad sends a tied maximum's gradient to the first in the windo
   REQUIRE(dx.ok());
   CHECK(std::vector<float>((*dx)[0].flat<float>().begin(), (*dx)[0].flat<float>().end()) ==
         std::vector<float>{0, 2, 0, 0});
+}
+
+TEST_CASE("float max pooling treats NaN, infinities, signed zeros and ties as the double loop does") {
+  // float MaxPool and MaxPoolGrad run vectorized where the processor has AVX-512, double
+  // always on the scalar loop; on values exact in both types the results must agree: NaN
+  // never wins (an all-NaN window gives lowest() and sends its gradient to its first
+  // position), ties go to the first position, and gradients are small integers so that
+  // sums are exact.
+  std::mt19937 rng(42);
+  const double nan = std::numeric_limits<double>::quiet_NaN(), inf = std::numeric_limits<double>::infinity();
+  const std::vector<double> specials = {nan, nan, -inf, inf, 0.0, -0.0, 0.5, 0.5, -0.5, 1.0};
+  for (const pool_case& c : {pool_case{2, 6, 6, 18, 2, 2, 2, 2, "VALID"}, pool_case{2, 7, 7, 18, 3, 3, 2, 2, "SAME"}}) {
+    INFO(describe(c));
+    ref_pool ref(c);
+    std::vector<double> x(ref.in_size()), dy(ref.out_size());
+    std::uniform_int_distribution<std::size_t> pick(0, specials.size() - 1);
+    std::uniform_int_distribution<int> small(-3, 3);
+    for (double& v : x) v = specials[pick(rng)];
+    for (std::size_t i = 0; i < 4 * 4 * 18; ++i) x[i] = nan;  // windows of only NaN in the first image
+    for (double& v : dy) v = small(rng);
+    compute_pool one(1);
+    auto run = [&](dtype type, const std::vector<double>& values, const std::vector<double>& grads) {
+      tensor xt = type == dtype::float32 ? image_tensor<float>(values, c.batch, c.in_h, c.in_w, c.channels, false)
+                                         : image_tensor<double>(values, c.batch, c.in_h, c.in_w, c.channels, false);
+      tensor dyt = type == dtype::float32 ? image_tensor<float>(grads, c.batch, ref.out_h, ref.out_w, c.channels, false)
+                                          : image_tensor<double>(grads, c.batch, ref.out_h, ref.out_w, c.channels, false);
+      auto y = kernels::run_kernel(pool_node("MaxPool", type, c, false), {xt}, &one);
+      REQUIRE(y.ok());
+      auto dx = kernels::run_kernel(pool_node("MaxPoolGrad", type, c, false), {xt, (*y)[0], dyt}, &one);
+      REQUIRE(dx.ok());
+      return type == dtype::float32
+                 ? std::pair(image_values<float>((*y)[0], false), image_values<float>((*dx)[0], false))
+                 : std::pair(image_values<double>((*y)[0], false), image_values<double>((*dx)[0], false));
+    };
+    const auto [y32, dx32] = run(dtype::float32, x, dy);
+    const auto [y64, dx64] = run(dtype::float64, x, dy);
+    REQUIRE(y32.size() == y64.size());
+    for (std::size_t i = 0; i < y64.size(); ++i) {
+      INFO("MaxPool output " << i);
+      if (y64[i] == std::numeric_limits<double>::lowest()) CHECK(y32[i] == std::numeric_limits<float>::lowest());
+      else CHECK(y32[i] == y64[i]);
+    }
+    CHECK(y64.front() == std::numeric_limits<double>::lowest());  // the all-NaN window
+    CHECK(dx32 == dx64);
+  }
 }
 
 TEST_CASE("pooling errors name the shapes, ksize, strides and padding") {
