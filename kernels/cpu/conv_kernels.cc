@@ -399,43 +399,47 @@ status conv_backprop_input(const conv_shape& s, const T* filter, const T* out_ba
 }
 
 // filter_grad[K, out_c] = patches(input)^T * out_backprop.
+//
+// The rows are summed in groups of chunks fixed by the shape (about 8 groups, whatever
+// the thread count): each group into its own partial gradient (the gemm accumulating
+// chunk after chunk), the partials then added in group order, so that the result has the
+// same bits on every run and pool size.
 template <class T>
 void im2col_backprop_filter(const conv_shape& s, const T* input, const T* out_backprop,
                             T* filter_grad, compute_pool& pool) {
   const std::int64_t m = s.rows(), k = s.patch(), n = s.out_c;
   std::fill_n(filter_grad, k * n, T(0));
   if (m == 0 || k == 0 || n == 0) return;
-  // Each block sums its rows' products into its own partial gradient; partials are
-  // added at the end (under a lock: few blocks, small k x n).
-  std::mutex sum_mutex;
-  auto add_partial = [&](const T* partial) {
-    std::lock_guard<std::mutex> lock(sum_mutex);
-    for (std::int64_t i = 0; i < k * n; ++i) filter_grad[i] += partial[i];
-  };
-  if (s.pointwise()) {
-    pool.parallel_for(m, gemm_ns(1, n, k), [&](std::int64_t b, std::int64_t e) {
-      tensor partial(dtype_of<T>, tensor_shape{k * n});
-      conv_gemm(true, false, k, n, e - b, T(1), input + b * k, k, out_backprop + b * n, n, T(0),
-                partial.data<T>(), n);
-      add_partial(partial.data<T>());
-    });
-    return;
-  }
   const std::int64_t chunk = std::min(chunk_rows<T>(s), m);
   const std::int64_t chunks = (m + chunk - 1) / chunk;
-  pool.parallel_for(chunks, gemm_ns(chunk, n, k) + 0.3 * static_cast<double>(chunk * k),
-                    [&](std::int64_t c0, std::int64_t c1) {
-                      tensor scratch(dtype_of<T>, tensor_shape{chunk * k});
-                      tensor partial(dtype_of<T>, tensor_shape{k * n});
+  const std::int64_t chunks_per_group = std::max<std::int64_t>(1, chunks / 8);
+  const std::int64_t groups = (chunks + chunks_per_group - 1) / chunks_per_group;
+  std::vector<T> partials(static_cast<std::size_t>(groups * k * n));
+  const bool pointwise = s.pointwise();
+  const double group_ns =
+      static_cast<double>(chunks_per_group) * (gemm_ns(chunk, n, k) + 0.3 * static_cast<double>(chunk * k));
+  pool.parallel_for(groups, group_ns,
+                    [&](std::int64_t g0, std::int64_t g1) {
+                      tensor scratch(dtype_of<T>, tensor_shape{pointwise ? 0 : chunk * k});
                       T* patches = scratch.data<T>();
-                      for (std::int64_t c = c0; c < c1; ++c) {
-                        std::int64_t begin = c * chunk, end = std::min(m, begin + chunk);
-                        im2col(s, input, begin, end, patches);
-                        conv_gemm(true, false, k, n, end - begin, T(1), patches, k, out_backprop + begin * n, n,
-                                  c == c0 ? T(0) : T(1), partial.data<T>(), n);
+                      for (std::int64_t group = g0; group < g1; ++group) {
+                        T* partial = partials.data() + group * k * n;
+                        const std::int64_t c0 = group * chunks_per_group;
+                        const std::int64_t c1 = std::min(chunks, c0 + chunks_per_group);
+                        for (std::int64_t c = c0; c < c1; ++c) {
+                          const std::int64_t begin = c * chunk, end = std::min(m, begin + chunk);
+                          // A 1x1 filter at stride 1: the input rows are the patches.
+                          const T* rows = pointwise ? input + begin * k : patches;
+                          if (!pointwise) im2col(s, input, begin, end, patches);
+                          conv_gemm(true, false, k, n, end - begin, T(1), rows, k, out_backprop + begin * n, n,
+                                    c == c0 ? T(0) : T(1), partial, n);
+                        }
                       }
-                      add_partial(partial.data<T>());
                     });
+  for (std::int64_t group = 0; group < groups; ++group) {
+    const T* partial = partials.data() + group * k * n;
+    for (std::int64_t i = 0; i < k * n; ++i) filter_grad[i] += partial[i];
+  }
 }
 
 template <class T>

@@ -5,8 +5,9 @@
 // row is shifted by its maximum before exp, and log-sums are taken of the shifted values.
 // Rows are split over the compute pool; within a row Eigen's vectorized exp does the work.
 #include <algorithm>
-#include <mutex>
 #include <cmath>
+#include <numeric>
+#include <optional>
 #include <vector>
 
 // GCC 12 reports Eigen's AVX-512 exp (built on _mm512_undefined_*) as "maybe uninitialized";
@@ -35,6 +36,22 @@ struct bias_layout {
   std::int64_t channels = 1;
   std::int64_t spatial = 1;
 };
+
+// Channels-last rows in periods: `rows` rows of `channels` values cover `values` =
+// lcm(channels, 16) values, whole vectors of 16 floats (or 8 doubles) however few the
+// channels, so that loops over a period vectorize without remainders (LeNet's 6 channels
+// otherwise leave 6-element loops). Few channels only: a period of more than 512 values
+// would not pay.
+struct channel_period {
+  std::int64_t rows = 1;
+  std::int64_t values = 0;
+};
+inline std::optional<channel_period> period_of(std::int64_t channels) {
+  if (channels <= 0) return std::nullopt;
+  const std::int64_t values = std::lcm(channels, std::int64_t{16});
+  if (values > 512) return std::nullopt;
+  return channel_period{values / channels, values};
+}
 
 bias_layout layout_of(const tensor_shape& shape, bool nchw) {
   bias_layout l;
@@ -87,6 +104,21 @@ class bias_add_kernel final : public bias_kernel_base {
     T* out = output.data<T>();
     std::int64_t rows = l.batch * l.channels;  // rows of `spatial` elements
     if (rows == 0 || l.spatial == 0) return;
+    if (const auto period = period_of(l.channels); (!nchw_ || l.spatial == 1) && period) {
+      // Whole periods against the bias tiled over one period, then the rows left over.
+      std::vector<T> tiled(static_cast<std::size_t>(period->values));
+      for (std::int64_t j = 0; j < period->values; ++j) tiled[j] = b[j % l.channels];
+      const std::int64_t periods = l.batch / period->rows, p = period->values;
+      ctx.pool().parallel_for(periods, static_cast<double>(p) * 0.1, [&](std::int64_t begin, std::int64_t end) {
+        for (std::int64_t k = begin; k < end; ++k) {
+          const T* from = in + k * p;
+          T* to = out + k * p;
+          for (std::int64_t j = 0; j < p; ++j) to[j] = from[j] + tiled[j];
+        }
+      });
+      for (std::int64_t j = periods * p; j < l.batch * l.channels; ++j) out[j] = in[j] + b[j % l.channels];
+      return;
+    }
     if (!nchw_ || l.spatial == 1) {
       std::int64_t c = l.channels;
       ctx.pool().parallel_for(l.batch, static_cast<double>(c) * 0.3,
@@ -128,29 +160,43 @@ class bias_add_grad_kernel final : public bias_kernel_base {
     T* out = output.data<T>();
     std::fill_n(out, l.channels, T(0));
     const T* in = grad.data<T>();
-    // Blocks of rows sum into their own partials (vectorized over the channels when the
-    // channels are innermost), added to the output under a lock.
-    std::mutex mutex;
-    const double cost = static_cast<double>(l.channels * l.spatial) * 0.3;
-    ctx.pool().parallel_for(l.batch, cost, [&](std::int64_t b, std::int64_t e) {
-      std::vector<T> partial(static_cast<std::size_t>(l.channels), T(0));
-      T* sums = partial.data();
-      for (std::int64_t n = b; n < e; ++n) {
-        const T* rows = in + n * l.channels * l.spatial;
-        if (l.spatial == 1) {
-          for (std::int64_t c = 0; c < l.channels; ++c) sums[c] += rows[c];
-        } else {
-          for (std::int64_t c = 0; c < l.channels; ++c) {
-            const T* row = rows + c * l.spatial;
-            T sum = 0;
-            for (std::int64_t j = 0; j < l.spatial; ++j) sum += row[j];
-            sums[c] += sum;
+    if (l.batch == 0 || l.channels == 0) return;
+    // The rows in fixed chunks (whatever the thread count), each summed into its own
+    // partial; the partials are added in chunk order, so the result has the same bits on
+    // every run and pool size. Channels-last with few channels sums whole periods of
+    // rows (period_of) into a period-long partial, folded to the channels at the end.
+    const std::optional<channel_period> period = l.spatial == 1 ? period_of(l.channels) : std::nullopt;
+    const std::int64_t width = period ? period->values : l.channels;  // a partial's length
+    const std::int64_t unit_rows = period ? period->rows : 1;          // rows per unit of work
+    const std::int64_t units = l.batch / unit_rows;
+    const std::int64_t unit_size = unit_rows * l.channels * l.spatial;
+    const std::int64_t per_chunk = std::max<std::int64_t>(1, (std::int64_t{1} << 14) / std::max<std::int64_t>(1, unit_size));
+    const std::int64_t chunks = (units + per_chunk - 1) / per_chunk;
+    std::vector<T> partials(static_cast<std::size_t>(chunks * width), T(0));
+    ctx.pool().parallel_for(chunks, static_cast<double>(per_chunk * unit_size) * 0.15,
+                            [&](std::int64_t b, std::int64_t e) {
+      for (std::int64_t chunk = b; chunk < e; ++chunk) {
+        T* sums = partials.data() + chunk * width;
+        for (std::int64_t u = chunk * per_chunk, last = std::min(units, u + per_chunk); u < last; ++u) {
+          const T* rows = in + u * unit_size;
+          if (l.spatial == 1) {
+            for (std::int64_t j = 0; j < width; ++j) sums[j] += rows[j];
+          } else {
+            for (std::int64_t c = 0; c < l.channels; ++c) {
+              const T* row = rows + c * l.spatial;
+              T sum = 0;
+              for (std::int64_t j = 0; j < l.spatial; ++j) sum += row[j];
+              sums[c] += sum;
+            }
           }
         }
       }
-      std::lock_guard<std::mutex> lock(mutex);
-      for (std::int64_t c = 0; c < l.channels; ++c) out[c] += sums[c];
     });
+    for (std::int64_t chunk = 0; chunk < chunks; ++chunk) {
+      for (std::int64_t j = 0; j < width; ++j) out[j % l.channels] += partials[chunk * width + j];
+    }
+    // Rows left over after whole periods.
+    for (std::int64_t j = units * unit_size; j < l.batch * l.channels * l.spatial; ++j) out[j % l.channels] += in[j];
   }
 };
 

@@ -16,6 +16,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <map>
 #include <random>
 #include <string>
@@ -388,6 +389,37 @@ TEST_CASE("float convolutions give the same bits on every call of a geometry") {
       }
     }
   }
+}
+
+TEST_CASE("Conv2DBackpropFilter on im2col and the direct kernels gives the same bits on any pool size") {
+  // double always runs on im2col + gemm; float where TROUPE_CONV fixes im2col or direct
+  // (oneDNN splits the batch by the pool's threads, so its sums depend on the pool size).
+  const char* path = std::getenv("TROUPE_CONV");
+  const bool float_too = path != nullptr && (std::string(path) == "im2col" || std::string(path) == "direct");
+  std::mt19937 rng(42);
+  const conv_case c{16, 14, 14, 6, 5, 5, 16, 1, 1, 1, 1, "VALID"};
+  ref_conv ref(c);
+  tensor_shape filter_shape{c.k_h, c.k_w, c.in_c, c.out_c};
+  const std::vector<double> x = random_values(c.batch * c.in_h * c.in_w * c.in_c, rng);
+  const std::vector<double> dy = random_values(c.batch * ref.g.out_h * ref.g.out_w * c.out_c, rng);
+  auto check = [&]<class T>() {
+    INFO(dtype_name(dtype_of<T>));
+    tensor x_t = image_tensor<T>(x, {c.batch, c.in_h, c.in_w, c.in_c}, false);
+    tensor dy_t = image_tensor<T>(dy, {c.batch, ref.g.out_h, ref.g.out_w, c.out_c}, false);
+    std::vector<T> first;
+    for (int threads : {1, 2, 3}) {
+      compute_pool pool(threads);
+      auto df = kernels::run_kernel(conv_node("Conv2DBackpropFilter", dtype_of<T>, c, false),
+                                    {x_t, sizes_tensor(filter_shape.dims()), dy_t}, &pool);
+      REQUIRE(df.ok());
+      const tensor& grad = (*df)[0];
+      std::vector<T> got(grad.data<T>(), grad.data<T>() + grad.num_elements());
+      if (first.empty()) first = got;
+      else CHECK(got == first);
+    }
+  };
+  check.template operator()<double>();
+  if (float_too) check.template operator()<float>();
 }
 
 // sum(w * Conv2D(x, f)) for double tensors.

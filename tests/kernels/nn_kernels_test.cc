@@ -91,6 +91,8 @@ TEST_CASE("BiasAdd and BiasAddGrad match the reference in both data formats") {
       tensor_shape shape = random_shape(rng, 2, 5, 6);
       if (trial == 0) shape = tensor_shape{64, 3000};      // large enough for the pool
       if (trial == 1) shape = tensor_shape{4, 16, 40, 40};
+      if (trial == 2) shape = tensor_shape{3, 7, 9, 6};  // channels last in periods of 8 rows, 5 rows left over
+      if (trial == 4) shape = tensor_shape{5, 9, 33};    // 33 channels: no period (lcm 528)
       int channel_dim = nchw ? 1 : shape.rank() - 1;
       std::int64_t channels = shape.dim(channel_dim);
       std::int64_t spatial = 1;
@@ -122,6 +124,26 @@ TEST_CASE("BiasAdd and BiasAddGrad match the reference in both data formats") {
       }
     }
   });
+}
+
+TEST_CASE("BiasAddGrad gives the same bits on any pool size") {
+  std::mt19937 rng(42);
+  for (const tensor_shape& shape : {tensor_shape{64, 28, 28, 6}, tensor_shape{64, 1000}, tensor_shape{8, 50, 30, 30}}) {
+    const bool nchw = shape.rank() == 4 && shape.dim(1) == 50;
+    INFO("value " << shape << (nchw ? " NCHW" : " NHWC") << ", seed 42");
+    tensor value = random_tensor<float>(shape, rng);
+    tf::NodeDef node = make_node("BiasAddGrad", dtype::float32);
+    (*node.mutable_attr())["data_format"] = graph::attr_value(nchw ? "NCHW" : "NHWC");
+    std::vector<float> first;
+    for (int threads : {1, 2, 3}) {
+      compute_pool pool(threads);
+      auto grad = kernels::run_kernel(node, {value}, &pool);
+      REQUIRE(grad.ok());
+      std::vector<float> got((*grad)[0].data<float>(), (*grad)[0].data<float>() + (*grad)[0].num_elements());
+      if (first.empty()) first = got;
+      else CHECK(got == first);
+    }
+  }
 }
 
 TEST_CASE("BiasAdd errors") {
