@@ -26,6 +26,12 @@ namespace troupe::kernels {
 
 namespace {
 
+// An output pixel's window clipped to the image: input rows [y0, y1), columns [x0, x1).
+struct window_box {
+  std::int64_t y0, y1, x0, x1;
+  bool empty() const { return y0 >= y1 || x0 >= x1; }
+};
+
 // The in-bounds window of output position `o` in one dimension: [begin, end).
 inline void window_range(std::int64_t o, std::int64_t stride, std::int64_t pad,
                          std::int64_t window, std::int64_t in, std::int64_t* begin,
@@ -33,6 +39,43 @@ inline void window_range(std::int64_t o, std::int64_t stride, std::int64_t pad,
   std::int64_t start = o * stride - pad;
   *begin = std::max<std::int64_t>(start, 0);
   *end = std::min<std::int64_t>(start + window, in);
+}
+
+// Calls fn(ox, window) for the pixels of output row oy, left to right. Always inlined,
+// also into the AVX-512 kernels below (a callee built for less may be), so that fn is too.
+template <class Fn>
+[[gnu::always_inline]] inline void for_each_window_in_row(const window_geometry& g, std::int64_t oy, const Fn& fn) {
+  window_box w{};
+  window_range(oy, g.stride_h, g.pad_top, g.window_h, g.in_h, &w.y0, &w.y1);
+  for (std::int64_t ox = 0; ox < g.out_w; ++ox) {
+    window_range(ox, g.stride_w, g.pad_left, g.window_w, g.in_w, &w.x0, &w.x1);
+    fn(ox, w);
+  }
+}
+
+// Calls fn(oy, ox, window) for every output pixel of one image, row-major.
+template <class Fn>
+[[gnu::always_inline]] inline void for_each_window(const window_geometry& g, const Fn& fn) {
+  for (std::int64_t oy = 0; oy < g.out_h; ++oy) {
+    for_each_window_in_row(g, oy, [&](std::int64_t ox, const window_box& w) { fn(oy, ox, w); });
+  }
+}
+
+// The forward ops' split: output rows r = n * out_h + oy over the pool, row(n, oy, r).
+template <class Row>
+void for_each_output_row(const window_geometry& g, compute_pool& pool, double cost_per_row, const Row& row) {
+  pool.parallel_for(g.batch * g.out_h, cost_per_row, [&](std::int64_t b, std::int64_t e) {
+    for (std::int64_t r = b; r < e; ++r) row(r / g.out_h, r % g.out_h, r);
+  });
+}
+
+// The gradients' split: images over the pool (windows of one image overlap and their
+// gradients add up), image(n).
+template <class Image>
+void for_each_image(const window_geometry& g, compute_pool& pool, double cost_per_image, const Image& image) {
+  pool.parallel_for(g.batch, cost_per_image, [&](std::int64_t b, std::int64_t e) {
+    for (std::int64_t n = b; n < e; ++n) image(n);
+  });
 }
 
 #pragma GCC push_options
@@ -51,17 +94,16 @@ inline __mmask16 lanes_from(std::int64_t i, std::int64_t c) {
   return c - i >= k_lanes ? static_cast<__mmask16>(0xFFFF) : static_cast<__mmask16>((1u << (c - i)) - 1u);
 }
 
-// The max of channels [i, i + 16 * V) over the in-bounds window [y0, y1) x [x0, x1) of
-// `image`, V independent chains: vmaxps(v, m) is v > m ? v : m lane by lane, the scalar
+// The max of channels [i, i + 16 * V) over window `w` of `image`, V independent chains: vmaxps(v, m) is v > m ? v : m lane by lane, the scalar
 // loop's select, so NaN never wins and an all-NaN window gives lowest() as there.
 template <int V>
-inline void window_max(const window_geometry& g, const float* image, std::int64_t y0, std::int64_t y1,
-                       std::int64_t x0, std::int64_t x1, std::int64_t i, const __mmask16* lanes, __m512* m) {
+inline void window_max(const window_geometry& g, const float* image, const window_box& w, std::int64_t i,
+                       const __mmask16* lanes, __m512* m) {
 #pragma GCC unroll 4
   for (int k = 0; k < V; ++k) m[k] = _mm512_set1_ps(std::numeric_limits<float>::lowest());
-  for (std::int64_t y = y0; y < y1; ++y) {
+  for (std::int64_t y = w.y0; y < w.y1; ++y) {
     const float* row = image + y * g.in_w * g.channels + i;
-    for (std::int64_t x = x0; x < x1; ++x) {
+    for (std::int64_t x = w.x0; x < w.x1; ++x) {
 #pragma GCC unroll 4
       for (int k = 0; k < V; ++k) {
         m[k] = _mm512_max_ps(_mm512_maskz_loadu_ps(lanes[k], row + x * g.channels + k * k_lanes), m[k]);
@@ -71,13 +113,12 @@ inline void window_max(const window_geometry& g, const float* image, std::int64_
 }
 
 template <int V>
-void max_pool_pixel(const window_geometry& g, const float* image, std::int64_t y0, std::int64_t y1, std::int64_t x0,
-                    std::int64_t x1, std::int64_t i, float* out) {
+void max_pool_pixel(const window_geometry& g, const float* image, const window_box& w, std::int64_t i, float* out) {
   __mmask16 lanes[V];
   __m512 m[V];
 #pragma GCC unroll 4
   for (int k = 0; k < V; ++k) lanes[k] = lanes_from(i + k * k_lanes, g.channels);
-  window_max<V>(g, image, y0, y1, x0, x1, i, lanes, m);
+  window_max<V>(g, image, w, i, lanes, m);
 #pragma GCC unroll 4
   for (int k = 0; k < V; ++k) _mm512_mask_storeu_ps(out + i + k * k_lanes, lanes[k], m[k]);
 }
@@ -91,14 +132,14 @@ void max_pool_pixel(const window_geometry& g, const float* image, std::int64_t y
 // order as the scalar loop.
 template <int V, bool Tiles>
 void max_pool_grad_pixel(const window_geometry& g, const float* image, const float* g_out, float* image_grad,
-                         std::int64_t y0, std::int64_t y1, std::int64_t x0, std::int64_t x1, std::int64_t i) {
+                         const window_box& w, std::int64_t i) {
   const std::int64_t c = g.channels;
   const __m512 lowest = _mm512_set1_ps(std::numeric_limits<float>::lowest());
   __mmask16 lanes[V], pending[V], first[V];
   __m512 m[V], d[V];
 #pragma GCC unroll 4
   for (int k = 0; k < V; ++k) lanes[k] = lanes_from(i + k * k_lanes, c);
-  window_max<V>(g, image, y0, y1, x0, x1, i, lanes, m);
+  window_max<V>(g, image, w, i, lanes, m);
 #pragma GCC unroll 4
   for (int k = 0; k < V; ++k) {
     // 0 + d, as the scalar loop's zeroed gradient plus d (-0 becomes +0).
@@ -106,8 +147,8 @@ void max_pool_grad_pixel(const window_geometry& g, const float* image, const flo
     pending[k] = _mm512_mask_cmp_ps_mask(lanes[k], m[k], lowest, _CMP_GT_OQ);
     first[k] = static_cast<__mmask16>(lanes[k] & ~pending[k]);  // lanes the first position takes anyway
   }
-  for (std::int64_t y = y0; y < y1; ++y) {
-    for (std::int64_t x = x0; x < x1; ++x) {
+  for (std::int64_t y = w.y0; y < w.y1; ++y) {
+    for (std::int64_t x = w.x0; x < w.x1; ++x) {
       const std::int64_t at = (y * g.in_w + x) * c + i;
 #pragma GCC unroll 4
       for (int k = 0; k < V; ++k) {
@@ -143,19 +184,12 @@ inline void for_channel_groups(std::int64_t c, const Fn& fn) {
 void max_pool_avx512(const window_geometry& g, const float* input, float* output, compute_pool& pool) {
   const std::int64_t c = g.channels;
   const double cost = static_cast<double>(g.out_w * g.window_h * g.window_w * c) * 0.1;
-  pool.parallel_for(g.batch * g.out_h, cost, [&](std::int64_t b, std::int64_t e) {
-    for (std::int64_t r = b; r < e; ++r) {
-      std::int64_t n = r / g.out_h, oy = r % g.out_h;
-      std::int64_t y0, y1;
-      window_range(oy, g.stride_h, g.pad_top, g.window_h, g.in_h, &y0, &y1);
-      const float* image = input + n * g.in_h * g.in_w * c;
-      for (std::int64_t ox = 0; ox < g.out_w; ++ox) {
-        std::int64_t x0, x1;
-        window_range(ox, g.stride_w, g.pad_left, g.window_w, g.in_w, &x0, &x1);
-        float* out = output + (r * g.out_w + ox) * c;
-        for_channel_groups(c, [&]<int V>(std::int64_t i) { max_pool_pixel<V>(g, image, y0, y1, x0, x1, i, out); });
-      }
-    }
+  for_each_output_row(g, pool, cost, [&](std::int64_t n, std::int64_t oy, std::int64_t r) {
+    const float* image = input + n * g.in_h * g.in_w * c;
+    for_each_window_in_row(g, oy, [&](std::int64_t ox, const window_box& w) {
+      float* out = output + (r * g.out_w + ox) * c;
+      for_channel_groups(c, [&]<int V>(std::int64_t i) { max_pool_pixel<V>(g, image, w, i, out); });
+    });
   });
 }
 
@@ -166,26 +200,18 @@ void max_pool_grad_avx512(const window_geometry& g, const float* input, const fl
   const bool tiles = g.window_h == g.stride_h && g.window_w == g.stride_w && g.pad_top == 0 && g.pad_left == 0 &&
                      g.out_h * g.stride_h == g.in_h && g.out_w * g.stride_w == g.in_w;
   const double cost = static_cast<double>(g.out_h * g.out_w * g.window_h * g.window_w * c) * 0.1;
-  pool.parallel_for(g.batch, cost, [&](std::int64_t b, std::int64_t e) {
-    for (std::int64_t n = b; n < e; ++n) {
-      const float* image = input + n * image_size;
-      float* image_grad = input_grad + n * image_size;
-      if (!tiles) std::fill_n(image_grad, image_size, 0.0f);
-      const float* g_out = grad + n * g.out_h * g.out_w * c;
-      for (std::int64_t oy = 0; oy < g.out_h; ++oy) {
-        std::int64_t y0, y1;
-        window_range(oy, g.stride_h, g.pad_top, g.window_h, g.in_h, &y0, &y1);
-        for (std::int64_t ox = 0; ox < g.out_w; ++ox, g_out += c) {
-          std::int64_t x0, x1;
-          window_range(ox, g.stride_w, g.pad_left, g.window_w, g.in_w, &x0, &x1);
-          if (y0 >= y1 || x0 >= x1) continue;  // a window entirely in the padding
-          for_channel_groups(c, [&]<int V>(std::int64_t i) {
-            if (tiles) max_pool_grad_pixel<V, true>(g, image, g_out, image_grad, y0, y1, x0, x1, i);
-            else max_pool_grad_pixel<V, false>(g, image, g_out, image_grad, y0, y1, x0, x1, i);
-          });
-        }
-      }
-    }
+  for_each_image(g, pool, cost, [&](std::int64_t n) {
+    const float* image = input + n * image_size;
+    float* image_grad = input_grad + n * image_size;
+    if (!tiles) std::fill_n(image_grad, image_size, 0.0f);
+    for_each_window(g, [&](std::int64_t oy, std::int64_t ox, const window_box& w) {
+      if (w.empty()) return;  // a window entirely in the padding
+      const float* g_out = grad + ((n * g.out_h + oy) * g.out_w + ox) * c;
+      for_channel_groups(c, [&]<int V>(std::int64_t i) {
+        if (tiles) max_pool_grad_pixel<V, true>(g, image, g_out, image_grad, w, i);
+        else max_pool_grad_pixel<V, false>(g, image, g_out, image_grad, w, i);
+      });
+    });
   });
 }
 
@@ -199,25 +225,18 @@ void max_pool(const window_geometry& g, const T* input, T* output, compute_pool&
   }
   const std::int64_t c = g.channels;
   const double cost = static_cast<double>(g.out_w * g.window_h * g.window_w * c) * 0.3;
-  pool.parallel_for(g.batch * g.out_h, cost, [&](std::int64_t b, std::int64_t e) {
-    for (std::int64_t r = b; r < e; ++r) {
-      std::int64_t n = r / g.out_h, oy = r % g.out_h;
-      std::int64_t y0, y1;
-      window_range(oy, g.stride_h, g.pad_top, g.window_h, g.in_h, &y0, &y1);
-      const T* image = input + n * g.in_h * g.in_w * c;
-      for (std::int64_t ox = 0; ox < g.out_w; ++ox) {
-        std::int64_t x0, x1;
-        window_range(ox, g.stride_w, g.pad_left, g.window_w, g.in_w, &x0, &x1);
-        T* out = output + (r * g.out_w + ox) * c;
-        std::fill_n(out, c, std::numeric_limits<T>::lowest());
-        for (std::int64_t y = y0; y < y1; ++y) {
-          for (std::int64_t x = x0; x < x1; ++x) {
-            const T* in = image + (y * g.in_w + x) * c;
-            for (std::int64_t i = 0; i < c; ++i) out[i] = in[i] > out[i] ? in[i] : out[i];
-          }
+  for_each_output_row(g, pool, cost, [&](std::int64_t n, std::int64_t oy, std::int64_t r) {
+    const T* image = input + n * g.in_h * g.in_w * c;
+    for_each_window_in_row(g, oy, [&](std::int64_t ox, const window_box& w) {
+      T* out = output + (r * g.out_w + ox) * c;
+      std::fill_n(out, c, std::numeric_limits<T>::lowest());
+      for (std::int64_t y = w.y0; y < w.y1; ++y) {
+        for (std::int64_t x = w.x0; x < w.x1; ++x) {
+          const T* in = image + (y * g.in_w + x) * c;
+          for (std::int64_t i = 0; i < c; ++i) out[i] = in[i] > out[i] ? in[i] : out[i];
         }
       }
-    }
+    });
   });
 }
 
@@ -233,36 +252,28 @@ void max_pool_grad(const window_geometry& g, const T* input, const T* grad, T* i
   const std::int64_t c = g.channels;
   const std::int64_t image_size = g.in_h * g.in_w * c;
   const double cost = static_cast<double>(g.out_h * g.out_w * g.window_h * g.window_w * c) * 0.3;
-  pool.parallel_for(g.batch, cost, [&](std::int64_t b, std::int64_t e) {
-    for (std::int64_t n = b; n < e; ++n) {
-      const T* image = input + n * image_size;
-      T* image_grad = input_grad + n * image_size;
-      std::fill_n(image_grad, image_size, T(0));
-      const T* g_out = grad + n * g.out_h * g.out_w * c;
-      for (std::int64_t oy = 0; oy < g.out_h; ++oy) {
-        std::int64_t y0, y1;
-        window_range(oy, g.stride_h, g.pad_top, g.window_h, g.in_h, &y0, &y1);
-        for (std::int64_t ox = 0; ox < g.out_w; ++ox, g_out += c) {
-          std::int64_t x0, x1;
-          window_range(ox, g.stride_w, g.pad_left, g.window_w, g.in_w, &x0, &x1);
-          if (y0 >= y1 || x0 >= x1) continue;  // a window entirely in the padding
-          for (std::int64_t i = 0; i < c; ++i) {
-            T best = std::numeric_limits<T>::lowest();
-            std::int64_t best_at = (y0 * g.in_w + x0) * c + i;
-            for (std::int64_t y = y0; y < y1; ++y) {
-              for (std::int64_t x = x0; x < x1; ++x) {
-                const std::int64_t at = (y * g.in_w + x) * c + i;
-                const T v = image[at];
-                const bool greater = v > best;
-                best = greater ? v : best;
-                best_at = greater ? at : best_at;
-              }
-            }
-            image_grad[best_at] += g_out[i];
+  for_each_image(g, pool, cost, [&](std::int64_t n) {
+    const T* image = input + n * image_size;
+    T* image_grad = input_grad + n * image_size;
+    std::fill_n(image_grad, image_size, T(0));
+    for_each_window(g, [&](std::int64_t oy, std::int64_t ox, const window_box& w) {
+      if (w.empty()) return;  // a window entirely in the padding
+      const T* g_out = grad + ((n * g.out_h + oy) * g.out_w + ox) * c;
+      for (std::int64_t i = 0; i < c; ++i) {
+        T best = std::numeric_limits<T>::lowest();
+        std::int64_t best_at = (w.y0 * g.in_w + w.x0) * c + i;
+        for (std::int64_t y = w.y0; y < w.y1; ++y) {
+          for (std::int64_t x = w.x0; x < w.x1; ++x) {
+            const std::int64_t at = (y * g.in_w + x) * c + i;
+            const T v = image[at];
+            const bool greater = v > best;
+            best = greater ? v : best;
+            best_at = greater ? at : best_at;
           }
         }
+        image_grad[best_at] += g_out[i];
       }
-    }
+    });
   });
 }
 
@@ -270,28 +281,21 @@ template <class T>
 void avg_pool(const window_geometry& g, const T* input, T* output, compute_pool& pool) {
   const std::int64_t c = g.channels;
   const double cost = static_cast<double>(g.out_w * g.window_h * g.window_w * c) * 0.3;
-  pool.parallel_for(g.batch * g.out_h, cost, [&](std::int64_t b, std::int64_t e) {
-    for (std::int64_t r = b; r < e; ++r) {
-      std::int64_t n = r / g.out_h, oy = r % g.out_h;
-      std::int64_t y0, y1;
-      window_range(oy, g.stride_h, g.pad_top, g.window_h, g.in_h, &y0, &y1);
-      const T* image = input + n * g.in_h * g.in_w * c;
-      for (std::int64_t ox = 0; ox < g.out_w; ++ox) {
-        std::int64_t x0, x1;
-        window_range(ox, g.stride_w, g.pad_left, g.window_w, g.in_w, &x0, &x1);
-        T* out = output + (r * g.out_w + ox) * c;
-        std::fill_n(out, c, T(0));
-        for (std::int64_t y = y0; y < y1; ++y) {
-          for (std::int64_t x = x0; x < x1; ++x) {
-            const T* in = image + (y * g.in_w + x) * c;
-            for (std::int64_t i = 0; i < c; ++i) out[i] += in[i];
-          }
+  for_each_output_row(g, pool, cost, [&](std::int64_t n, std::int64_t oy, std::int64_t r) {
+    const T* image = input + n * g.in_h * g.in_w * c;
+    for_each_window_in_row(g, oy, [&](std::int64_t ox, const window_box& w) {
+      T* out = output + (r * g.out_w + ox) * c;
+      std::fill_n(out, c, T(0));
+      for (std::int64_t y = w.y0; y < w.y1; ++y) {
+        for (std::int64_t x = w.x0; x < w.x1; ++x) {
+          const T* in = image + (y * g.in_w + x) * c;
+          for (std::int64_t i = 0; i < c; ++i) out[i] += in[i];
         }
-        const std::int64_t count = std::max<std::int64_t>(0, y1 - y0) * std::max<std::int64_t>(0, x1 - x0);
-        const T scale = count > 0 ? T(1) / static_cast<T>(count) : T(0);
-        for (std::int64_t i = 0; i < c; ++i) out[i] *= scale;
       }
-    }
+      const std::int64_t count = w.empty() ? 0 : (w.y1 - w.y0) * (w.x1 - w.x0);
+      const T scale = count > 0 ? T(1) / static_cast<T>(count) : T(0);
+      for (std::int64_t i = 0; i < c; ++i) out[i] *= scale;
+    });
   });
 }
 
@@ -300,28 +304,20 @@ void avg_pool_grad(const window_geometry& g, const T* grad, T* input_grad, compu
   const std::int64_t c = g.channels;
   const std::int64_t image_size = g.in_h * g.in_w * c;
   const double cost = static_cast<double>(g.out_h * g.out_w * g.window_h * g.window_w * c) * 0.3;
-  pool.parallel_for(g.batch, cost, [&](std::int64_t b, std::int64_t e) {
-    for (std::int64_t n = b; n < e; ++n) {
-      T* image_grad = input_grad + n * image_size;
-      std::fill_n(image_grad, image_size, T(0));
-      for (std::int64_t oy = 0; oy < g.out_h; ++oy) {
-        std::int64_t y0, y1;
-        window_range(oy, g.stride_h, g.pad_top, g.window_h, g.in_h, &y0, &y1);
-        for (std::int64_t ox = 0; ox < g.out_w; ++ox) {
-          std::int64_t x0, x1;
-          window_range(ox, g.stride_w, g.pad_left, g.window_w, g.in_w, &x0, &x1);
-          if (y0 >= y1 || x0 >= x1) continue;
-          const T scale = T(1) / static_cast<T>((y1 - y0) * (x1 - x0));
-          const T* g_out = grad + ((n * g.out_h + oy) * g.out_w + ox) * c;
-          for (std::int64_t y = y0; y < y1; ++y) {
-            for (std::int64_t x = x0; x < x1; ++x) {
-              T* to = image_grad + (y * g.in_w + x) * c;
-              for (std::int64_t i = 0; i < c; ++i) to[i] += g_out[i] * scale;
-            }
-          }
+  for_each_image(g, pool, cost, [&](std::int64_t n) {
+    T* image_grad = input_grad + n * image_size;
+    std::fill_n(image_grad, image_size, T(0));
+    for_each_window(g, [&](std::int64_t oy, std::int64_t ox, const window_box& w) {
+      if (w.empty()) return;
+      const T scale = T(1) / static_cast<T>((w.y1 - w.y0) * (w.x1 - w.x0));
+      const T* g_out = grad + ((n * g.out_h + oy) * g.out_w + ox) * c;
+      for (std::int64_t y = w.y0; y < w.y1; ++y) {
+        for (std::int64_t x = w.x0; x < w.x1; ++x) {
+          T* to = image_grad + (y * g.in_w + x) * c;
+          for (std::int64_t i = 0; i < c; ++i) to[i] += g_out[i] * scale;
         }
       }
-    }
+    });
   });
 }
 
