@@ -7,7 +7,6 @@
 #include <algorithm>
 #include <cmath>
 #include <numeric>
-#include <optional>
 #include <vector>
 
 // GCC 12 reports Eigen's AVX-512 exp (built on _mm512_undefined_*) as "maybe uninitialized";
@@ -37,19 +36,17 @@ struct bias_layout {
   std::int64_t spatial = 1;
 };
 
-// Channels-last rows in periods: `rows` rows of `channels` values cover `values` =
-// lcm(channels, 16) values, whole vectors of 16 floats (or 8 doubles) however few the
-// channels, so that loops over a period vectorize without remainders (LeNet's 6 channels
-// otherwise leave 6-element loops). Few channels only: a period of more than 512 values
-// would not pay.
+// Channels-last rows in periods: `rows` rows of `channels` values cover `values` values.
+// With few channels a period is lcm(channels, 16) values, whole vectors of 16 floats (or 8
+// doubles), so that loops over a period vectorize without remainders (LeNet's 6 channels
+// otherwise leave 6-element loops); where that would exceed 512 values it is one row.
 struct channel_period {
   std::int64_t rows = 1;
   std::int64_t values = 0;
 };
-inline std::optional<channel_period> period_of(std::int64_t channels) {
-  if (channels <= 0) return std::nullopt;
+inline channel_period period_of(std::int64_t channels) {
   const std::int64_t values = std::lcm(channels, std::int64_t{16});
-  if (values > 512) return std::nullopt;
+  if (channels <= 0 || values > 512) return channel_period{1, channels};
   return channel_period{values / channels, values};
 }
 
@@ -104,11 +101,13 @@ class bias_add_kernel final : public bias_kernel_base {
     T* out = output.data<T>();
     std::int64_t rows = l.batch * l.channels;  // rows of `spatial` elements
     if (rows == 0 || l.spatial == 0) return;
-    if (const auto period = period_of(l.channels); (!nchw_ || l.spatial == 1) && period) {
-      // Whole periods against the bias tiled over one period, then the rows left over.
-      std::vector<T> tiled(static_cast<std::size_t>(period->values));
-      for (std::int64_t j = 0; j < period->values; ++j) tiled[j] = b[j % l.channels];
-      const std::int64_t periods = l.batch / period->rows, p = period->values;
+    if (!nchw_ || l.spatial == 1) {
+      // Channels last: whole periods against the bias tiled over one period, then the
+      // rows left over.
+      const channel_period period = period_of(l.channels);
+      const std::int64_t periods = l.batch / period.rows, p = period.values;
+      std::vector<T> tiled(static_cast<std::size_t>(p));
+      for (std::int64_t j = 0; j < p; ++j) tiled[j] = b[j % l.channels];
       ctx.pool().parallel_for(periods, static_cast<double>(p) * 0.1, [&](std::int64_t begin, std::int64_t end) {
         for (std::int64_t k = begin; k < end; ++k) {
           const T* from = in + k * p;
@@ -117,18 +116,6 @@ class bias_add_kernel final : public bias_kernel_base {
         }
       });
       for (std::int64_t j = periods * p; j < l.batch * l.channels; ++j) out[j] = in[j] + b[j % l.channels];
-      return;
-    }
-    if (!nchw_ || l.spatial == 1) {
-      std::int64_t c = l.channels;
-      ctx.pool().parallel_for(l.batch, static_cast<double>(c) * 0.3,
-                              [&](std::int64_t begin, std::int64_t end) {
-                                for (std::int64_t i = begin; i < end; ++i) {
-                                  for (std::int64_t j = 0; j < c; ++j) {
-                                    out[i * c + j] = in[i * c + j] + b[j];
-                                  }
-                                }
-                              });
       return;
     }
     std::int64_t s = l.spatial;
@@ -163,11 +150,12 @@ class bias_add_grad_kernel final : public bias_kernel_base {
     if (l.batch == 0 || l.channels == 0) return;
     // The rows in fixed chunks (whatever the thread count), each summed into its own
     // partial; the partials are added in chunk order, so the result has the same bits on
-    // every run and pool size. Channels-last with few channels sums whole periods of
-    // rows (period_of) into a period-long partial, folded to the channels at the end.
-    const std::optional<channel_period> period = l.spatial == 1 ? period_of(l.channels) : std::nullopt;
-    const std::int64_t width = period ? period->values : l.channels;  // a partial's length
-    const std::int64_t unit_rows = period ? period->rows : 1;          // rows per unit of work
+    // every run and pool size. Channels last sums whole periods of rows (period_of) into
+    // a period-long partial, folded to the channels at the end; NCHW sums one image's
+    // channels at a time.
+    const channel_period period = l.spatial == 1 ? period_of(l.channels) : channel_period{1, l.channels};
+    const std::int64_t width = period.values;     // a partial's length
+    const std::int64_t unit_rows = period.rows;   // rows per unit of work
     const std::int64_t units = l.batch / unit_rows;
     const std::int64_t unit_size = unit_rows * l.channels * l.spatial;
     const std::int64_t per_chunk = std::max<std::int64_t>(1, (std::int64_t{1} << 14) / std::max<std::int64_t>(1, unit_size));
