@@ -17,7 +17,7 @@ namespace troupe::kernels::direct_conv {
 #pragma GCC target("avx512f")
 namespace {
 
-constexpr int k_lanes = 16;
+constexpr int k_lanes = k_avx512_float_lanes;
 constexpr int k_max_vectors = 4;  // output channels per tile: 4 vectors of 16
 // The filter gradient's output rows per group: their out_backprop and input rows, about
 // this many bytes, stay in the L2 cache while every tile passes over them.
@@ -95,7 +95,7 @@ struct layout {
 // the tile is Full (its mask then a constant the compiler drops).
 template <int V, bool Full>
 inline __mmask16 lane_mask(int k, int tail) {
-  return !Full && k == V - 1 ? static_cast<__mmask16>((1u << tail) - 1u) : static_cast<__mmask16>(0xFFFF);
+  return first_lanes(!Full && k == V - 1 ? tail : k_lanes);
 }
 template <int V, bool Full>
 inline __m512 load_lanes(const float* p, int k, int tail) {

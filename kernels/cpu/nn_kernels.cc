@@ -158,7 +158,8 @@ class bias_add_grad_kernel final : public bias_kernel_base {
     const std::int64_t unit_rows = period.rows;   // rows per unit of work
     const std::int64_t units = l.batch / unit_rows;
     const std::int64_t unit_size = unit_rows * l.channels * l.spatial;
-    const std::int64_t per_chunk = std::max<std::int64_t>(1, (std::int64_t{1} << 14) / std::max<std::int64_t>(1, unit_size));
+    const std::int64_t per_chunk =
+        std::max<std::int64_t>(1, (std::int64_t{1} << 14) / std::max<std::int64_t>(1, unit_size));
     const std::int64_t chunks = (units + per_chunk - 1) / per_chunk;
     std::vector<T> partials(static_cast<std::size_t>(chunks * width), T(0));
     ctx.pool().parallel_for(chunks, static_cast<double>(per_chunk * unit_size) * 0.15,

@@ -85,17 +85,12 @@ void for_each_image(const window_geometry& g, compute_pool& pool, double cost_pe
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 
-constexpr int k_lanes = 16;
+constexpr int k_lanes = k_avx512_float_lanes;
 constexpr int k_max_vectors = 4;  // channels per pass over a window: up to 64
 
-// The lanes of channels [i, i + 16) that exist among c.
-inline __mmask16 lanes_from(std::int64_t i, std::int64_t c) {
-  if (i >= c) return 0;
-  return c - i >= k_lanes ? static_cast<__mmask16>(0xFFFF) : static_cast<__mmask16>((1u << (c - i)) - 1u);
-}
-
-// The max of channels [i, i + 16 * V) over window `w` of `image`, V independent chains: vmaxps(v, m) is v > m ? v : m lane by lane, the scalar
-// loop's select, so NaN never wins and an all-NaN window gives lowest() as there.
+// The max of channels [i, i + 16 * V) over window `w` of `image`, V independent chains:
+// vmaxps(v, m) is v > m ? v : m lane by lane, the scalar loop's select, so NaN never wins
+// and an all-NaN window gives lowest() as there.
 template <int V>
 inline void window_max(const window_geometry& g, const float* image, const window_box& w, std::int64_t i,
                        const __mmask16* lanes, __m512* m) {
@@ -117,7 +112,7 @@ void max_pool_pixel(const window_geometry& g, const float* image, const window_b
   __mmask16 lanes[V];
   __m512 m[V];
 #pragma GCC unroll 4
-  for (int k = 0; k < V; ++k) lanes[k] = lanes_from(i + k * k_lanes, g.channels);
+  for (int k = 0; k < V; ++k) lanes[k] = first_lanes(g.channels - i - k * k_lanes);
   window_max<V>(g, image, w, i, lanes, m);
 #pragma GCC unroll 4
   for (int k = 0; k < V; ++k) _mm512_mask_storeu_ps(out + i + k * k_lanes, lanes[k], m[k]);
@@ -138,7 +133,7 @@ void max_pool_grad_pixel(const window_geometry& g, const float* image, const flo
   __mmask16 lanes[V], pending[V], first[V];
   __m512 m[V], d[V];
 #pragma GCC unroll 4
-  for (int k = 0; k < V; ++k) lanes[k] = lanes_from(i + k * k_lanes, c);
+  for (int k = 0; k < V; ++k) lanes[k] = first_lanes(c - i - k * k_lanes);
   window_max<V>(g, image, w, i, lanes, m);
 #pragma GCC unroll 4
   for (int k = 0; k < V; ++k) {
