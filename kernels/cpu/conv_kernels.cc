@@ -32,6 +32,7 @@
 #include <vector>
 
 #include "kernels/cpu/blas.h"
+#include "kernels/cpu/cpu_features.h"
 #include "kernels/cpu/direct_conv.h"
 #include "kernels/cpu/fastest.h"
 #include "kernels/cpu/gemm_backend.h"
@@ -226,9 +227,15 @@ status onednn_convolve(onednn::conv_pass pass, const conv_shape& s, const T* a, 
 template <class T>
 bool try_onednn_nchw(onednn::conv_pass pass, const conv_shape& s, const T* a, const T* b, T* out,
                      compute_pool& pool, status* error) {
-  const onednn::conv_path setting = onednn::conv_path_setting();
-  if (!std::is_same_v<T, float> || setting == onednn::conv_path::im2col ||
-      (setting == onednn::conv_path::direct && pass != onednn::conv_pass::backward_data && direct_conv::available())) {
+  if (!std::is_same_v<T, float>) return false;
+  const auto& setting = onednn::conv_path_setting();
+  if (!setting.ok()) {
+    *error = setting.error();
+    return true;
+  }
+  // A fixed direct path runs (or refuses to run) on NHWC, like im2col.
+  if (*setting == onednn::conv_path::im2col ||
+      (*setting == onednn::conv_path::direct && pass != onednn::conv_pass::backward_data)) {
     return false;
   }
   status st = onednn_convolve(pass, s, a, b, out, pool, onednn::image_layout::nchw);
@@ -281,8 +288,15 @@ status fastest_path(onednn::conv_pass pass, const conv_shape& s, compute_pool& p
   } else {
     using onednn::conv_path;
     const bool direct_runs = on_direct && direct_conv::available();
-    conv_path setting = onednn::conv_path_setting();
-    if (setting == conv_path::direct && !direct_runs) setting = conv_path::tuned;
+    const auto& configured = onednn::conv_path_setting();
+    if (!configured.ok()) return configured.error();
+    conv_path setting = *configured;
+    if (setting == conv_path::direct && !on_direct) setting = conv_path::tuned;  // no direct input gradient
+    if (setting == conv_path::direct && !direct_runs) {
+      return failed_precondition_error("TROUPE_CONV=direct, but the direct convolution kernels need AVX-512F, which ",
+                                       avx512_hidden() ? "TROUPE_HIDE_AVX512 hides" : "this processor lacks",
+                                       "; unset it or choose onednn or im2col");
+    }
     static measured_paths* paths = new measured_paths();  // never destroyed: used until exit
     const measured_paths::key k = measured_paths::make_key(pass, s, pool.num_threads());
     const std::optional<conv_path> known = setting == conv_path::tuned ? paths->find(k) : std::optional(setting);

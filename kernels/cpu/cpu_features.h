@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <cstdlib>
 
 namespace troupe::kernels {
 
@@ -19,13 +20,30 @@ constexpr std::uint16_t first_lanes(std::int64_t n) {
   return n <= 0 ? 0 : static_cast<std::uint16_t>((1u << n) - 1u);
 }
 
-// True when the processor runs AVX-512F.
-inline bool has_avx512f() {
+// True when the environment variable TROUPE_HIDE_AVX512 is set (to anything but "" or
+// "0"): every runtime dispatch of troupe then acts as on a processor without AVX-512 (its
+// own kernels, and oneDNN, whose instruction set is capped at AVX2 before its first use),
+// so that a machine with AVX-512 also tests what an AVX2 machine runs. OpenBLAS picks its
+// kernels when the library loads: set OPENBLAS_CORETYPE=Haswell beside it (CTest does).
+inline bool avx512_hidden() {
+  static const bool hidden = [] {
+    const char* v = std::getenv("TROUPE_HIDE_AVX512");
+    return v != nullptr && v[0] != '\0' && !(v[0] == '0' && v[1] == '\0');
+  }();
+  return hidden;
+}
+
+// True when the processor itself runs AVX-512F, hidden or not.
+inline bool processor_has_avx512f() {
   static const bool yes = [] {
     __builtin_cpu_init();
     return __builtin_cpu_supports("avx512f") != 0;
   }();
   return yes;
 }
+
+// True when AVX-512F kernels may run: the processor has it and TROUPE_HIDE_AVX512 does
+// not hide it. Every runtime dispatch asks this.
+inline bool has_avx512f() { return processor_has_avx512f() && !avx512_hidden(); }
 
 }  // namespace troupe::kernels

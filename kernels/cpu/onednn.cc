@@ -1,6 +1,9 @@
 #include "kernels/cpu/onednn.h"
 
+#include <cstdio>
 #include <vector>
+
+#include "kernels/cpu/cpu_features.h"
 
 namespace troupe::kernels::onednn {
 
@@ -20,7 +23,21 @@ dnnl::stream& thread_stream() {
 
 }  // namespace
 
+void apply_isa_limit() {
+  static const bool applied = [] {
+    if (!avx512_hidden()) return true;
+    try {
+      dnnl::set_max_cpu_isa(dnnl::cpu_isa::avx2);
+    } catch (const dnnl::error& e) {  // oneDNN already dispatched: say so, once
+      std::fprintf(stderr, "troupe: TROUPE_HIDE_AVX512 could not cap oneDNN at AVX2: %s\n", e.what());
+    }
+    return true;
+  }();
+  (void)applied;
+}
+
 const dnnl::engine& cpu_engine() {
+  apply_isa_limit();
   // Never destroyed, like the primitive caches built on it: no order of destruction at
   // exit to get wrong.
   static const auto* engine = new dnnl::engine(dnnl::engine::kind::cpu, 0);

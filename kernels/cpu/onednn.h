@@ -34,10 +34,16 @@
 
 namespace troupe::kernels::onednn {
 
+// Caps oneDNN's instruction set at AVX2 when TROUPE_HIDE_AVX512 hides AVX-512
+// (kernels/cpu/cpu_features.h). Only the first call does anything; it must come before
+// oneDNN builds or runs anything, so cpu_engine() and single_threaded_openmp() call it.
+void apply_isa_limit();
+
 // Makes oneDNN calls from this thread single-threaded. Cheap after the first call.
 inline void single_threaded_openmp() {
   thread_local bool done = false;
   if (done) return;
+  apply_isa_limit();
   omp_set_num_threads(1);
   done = true;
 }

@@ -11,6 +11,7 @@
 #include <utility>
 #include <vector>
 
+#include "kernels/cpu/cpu_features.h"
 #include "kernels/cpu/fastest.h"
 #include "kernels/cpu/onednn.h"
 
@@ -237,29 +238,28 @@ std::shared_ptr<primitive_entry> fastest(const conv_spec& c,
 }
 
 // The choice environment variable `name` names among `choices`: nullopt when it is unset
-// or "tuned"; any other value is reported on stderr, with the accepted ones, and ignored.
+// or "tuned"; any other value is an error naming the variable and the accepted values.
 template <class E>
-std::optional<E> env_choice(const char* name, std::initializer_list<std::pair<const char*, E>> choices) {
+result<std::optional<E>> env_choice(const char* name, std::initializer_list<std::pair<const char*, E>> choices) {
   const char* v = std::getenv(name);
-  if (v == nullptr || std::string(v) == "tuned") return std::nullopt;
+  if (v == nullptr || std::string(v) == "tuned") return std::optional<E>();
   std::string accepted;
   for (const auto& [text, value] : choices) {
-    if (std::string(v) == text) return value;
+    if (std::string(v) == text) return std::optional<E>(value);
     accepted = accepted + text + ", ";
   }
-  std::fprintf(stderr, "troupe: ignoring %s=%s (expected %sor tuned)\n", name, v, accepted.c_str());
-  return std::nullopt;
+  return invalid_argument_error(name, "=", v, " is not a choice: expected ", accepted, "or tuned");
 }
 
 // TROUPE_CONV_VARIANT: "nhwc", "nchw", "preferred" or "winograd" fix one variant for
-// every primitive (where oneDNN has no Winograd primitive, nhwc); tests cover each path
-// this way. Unset (or "tuned"): each geometry measures them.
-std::optional<variant> forced_variant() {
-  static const std::optional<variant> forced = env_choice<variant>(
-      "TROUPE_CONV_VARIANT", {{"nhwc", variant::nhwc},
-                              {"nchw", variant::nchw},
-                              {"preferred", variant::preferred},
-                              {"winograd", variant::winograd}});
+// every primitive (winograd: where the geometry has no Winograd primitive, 3x3 windows
+// at stride 1, nhwc); tests cover each path this way. Unset (or "tuned"): each geometry
+// measures them.
+const result<std::optional<variant>>& forced_variant() {
+  static const auto forced = env_choice<variant>("TROUPE_CONV_VARIANT", {{"nhwc", variant::nhwc},
+                                                                          {"nchw", variant::nchw},
+                                                                          {"preferred", variant::preferred},
+                                                                          {"winograd", variant::winograd}});
   return forced;
 }
 
@@ -269,7 +269,7 @@ std::optional<variant> forced_variant() {
 // AlexNet conv2's by 30%, and Winograd took a third off AlexNet conv3; on an AMD Zen 5,
 // blocked layouts won only backward-data with many channels). Null when oneDNN has none.
 std::shared_ptr<primitive_entry> build_fastest(const conv_spec& c) {
-  if (const auto forced = forced_variant()) {
+  if (const auto& forced = *forced_variant()) {
     auto entry = build(c, *forced);
     return entry != nullptr || *forced != variant::winograd ? entry : build(c, variant::nhwc);
   }
@@ -296,18 +296,50 @@ std::shared_ptr<primitive_entry> find(const conv_spec& c) {
 
 }  // namespace
 
-conv_path conv_path_setting() {
-  static const conv_path setting =
-      env_choice<conv_path>("TROUPE_CONV", {{"onednn", conv_path::onednn},
-                                             {"im2col", conv_path::im2col},
-                                             {"direct", conv_path::direct}})
-          .value_or(conv_path::tuned);
+const result<conv_path>& conv_path_setting() {
+  static const result<conv_path> setting = []() -> result<conv_path> {
+    auto choice = env_choice<conv_path>("TROUPE_CONV", {{"onednn", conv_path::onednn},
+                                                         {"im2col", conv_path::im2col},
+                                                         {"direct", conv_path::direct}});
+    if (!choice.ok()) return choice.error();
+    return choice->value_or(conv_path::tuned);
+  }();
   return setting;
+}
+
+bool has_winograd() {
+  static const bool yes = [] {
+    window_geometry g;
+    g.batch = 1;
+    g.in_h = g.in_w = g.out_h = g.out_w = 8;
+    g.channels = 16;
+    g.window_h = g.window_w = 3;
+    g.pad_top = g.pad_left = 1;
+    try {
+      return build({conv_pass::forward, g, 1, 16, image_layout::nhwc}, variant::winograd) != nullptr;
+    } catch (const dnnl::error&) {
+      return false;
+    }
+  }();
+  return yes;
+}
+
+status forced_variant_status() {
+  const auto& forced = forced_variant();
+  if (!forced.ok()) return forced.error();
+  if (*forced == variant::winograd && !has_winograd()) {
+    return failed_precondition_error("TROUPE_CONV_VARIANT=winograd, but oneDNN has no Winograd convolution on this "
+                                     "processor (it needs AVX-512, which ",
+                                     avx512_hidden() ? "TROUPE_HIDE_AVX512 hides" : "this processor lacks",
+                                     "); unset it or choose nhwc, nchw or preferred");
+  }
+  return status();
 }
 
 status convolve(conv_pass pass, const window_geometry& g, std::int64_t out_c,
                 image_layout layout, const float* a, const float* b, float* out,
                 compute_pool& pool) {
+  TROUPE_RETURN_IF_ERROR(forced_variant_status());
   single_threaded_openmp();
   const batch_split split = split_batch(g.batch, pool.num_threads());
   // Build (or find) the primitives of both chunk sizes before any work starts, so that a

@@ -44,10 +44,18 @@ enum class conv_pass {
 // The path of float32 convolutions: TROUPE_CONV=onednn, im2col or direct in the
 // environment (read once) fixes one, so that a benchmark can compare them in one build and
 // tests cover each; unset (or "tuned"), each geometry measures them. direct
-// (kernels/cpu/direct_conv.h) has no input gradient and needs AVX-512: where it cannot
-// run, the pass is measured as if unset.
+// (kernels/cpu/direct_conv.h) has no input gradient, which is measured as if unset; where
+// the processor cannot run it (no AVX-512F, or TROUPE_HIDE_AVX512), forcing it makes
+// the forward pass and the filter gradient fail with failed_precondition. An unknown
+// value is invalid_argument, naming the accepted ones.
 enum class conv_path { tuned, onednn, im2col, direct };
-conv_path conv_path_setting();
+const result<conv_path>& conv_path_setting();
+
+// Whether oneDNN has Winograd convolutions on this processor (AVX-512 ones only; false
+// under TROUPE_HIDE_AVX512). TROUPE_CONV_VARIANT=winograd where it has none makes every
+// oneDNN convolution fail with failed_precondition instead of silently running another
+// variant.
+bool has_winograd();
 
 // How the images (input, output and their gradients) are laid out in memory.
 enum class image_layout { nhwc, nchw };
