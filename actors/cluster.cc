@@ -10,6 +10,15 @@ namespace troupe::actors {
 
 result<std::shared_ptr<cluster>> cluster::create(cluster_options options) {
   if (options.kernels == &kernels::kernel_registry::builtin()) ensure_runtime_kernels();
+  if (options.memory_limit < 0) {
+    return invalid_argument_error("cluster_options.memory_limit must be positive (or 0 for the default), not ",
+                                  options.memory_limit);
+  }
+  if (options.memory_limit == 0) {
+    auto limit = memory_limit_from_environment();
+    if (!limit.ok()) return limit.error();
+    options.memory_limit = *limit;
+  }
   std::shared_ptr<cluster> c(new cluster(std::move(options)));
   const cluster_options& o = c->options_;
   int compute = o.compute_threads > 0 ? o.compute_threads : default_num_threads();
@@ -27,6 +36,7 @@ result<std::shared_ptr<cluster>> cluster::create(cluster_options options) {
     std::string task = full.substr(0, full.find("/device:"));
     auto dev = std::make_unique<runtime_device>(full, task, *c->system_, *c->pool_);
     dev->set_tracer(o.tracer);
+    dev->set_memory_limit(o.memory_limit);
     device_options d;
     d.device = dev.get();
     d.kernels = o.kernels;

@@ -40,6 +40,10 @@ struct cluster_options {
   const kernels::kernel_registry* kernels = &kernels::kernel_registry::builtin();
   // Receives every kernel span and transfer when set; must outlive the cluster.
   step_tracer* tracer = nullptr;
+  // Bytes each device's kernels may hold at once (core/memory.h); an allocation beyond
+  // it fails its step with RESOURCE_EXHAUSTED naming the node, the shape and the bytes.
+  // 0: TROUPE_MEMORY_LIMIT, else 80% of physical memory.
+  std::int64_t memory_limit = 0;
 };
 
 class cluster {

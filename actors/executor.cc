@@ -1,6 +1,8 @@
 #include "actors/executor.h"
 
+#include <algorithm>
 #include <atomic>
+#include <limits>
 #include <condition_variable>
 #include <future>
 #include <map>
@@ -26,7 +28,6 @@ struct executable::plan {
     std::vector<int> control_out;
     std::vector<std::pair<int, int>> fetch_outputs;  // (output, fetch index)
     std::vector<int> used_outputs;         // outputs some edge or fetch reads, ascending
-    bool expensive = true;
     bool async = false;
   };
   std::vector<node> nodes;
@@ -40,6 +41,7 @@ struct executable::plan {
 struct executable::step {
   const executable* exec;
   compute_pool* pool;
+  memory_account* memory = nullptr;  // the device's, current around each kernel
   kernels::step_info info;
   std::vector<tensor> inputs;
   std::vector<tensor> outputs;
@@ -84,9 +86,15 @@ result<std::shared_ptr<const executable>> executable::create(
       return invalid_argument_error("tensor '", n.name(), ":", spec.feeds[i].index, "' is fed twice");
     }
   }
+  // Plan nodes in topological order; everything below is linear in nodes and edges.
   std::vector<int> index_of(static_cast<std::size_t>(g.num_nodes()), -1);
+  for (int id : spec.nodes) {
+    if (id < 0 || id >= g.num_nodes()) return internal_error("the step names node id ", id, ", not in the graph");
+    index_of[static_cast<std::size_t>(id)] = 0;
+  }
+  p.nodes.reserve(spec.nodes.size());
   for (int id : g.topological_order()) {
-    if (std::find(spec.nodes.begin(), spec.nodes.end(), id) == spec.nodes.end()) continue;
+    if (index_of[static_cast<std::size_t>(id)] < 0) continue;
     index_of[static_cast<std::size_t>(id)] = static_cast<int>(p.nodes.size());
     p.nodes.emplace_back();
     p.nodes.back().graph_node = &g.get(id);
@@ -103,7 +111,6 @@ result<std::shared_ptr<const executable>> executable::create(
     if (!kernel.ok()) return kernel.error();
     pn.kernel = std::move(*kernel);
     pn.async = pn.kernel->is_async();
-    pn.expensive = pn.kernel->is_expensive();
     pn.input_offset = p.total_inputs;
     pn.num_inputs = static_cast<int>(n.inputs.size());
     p.total_inputs += pn.num_inputs;
@@ -187,6 +194,12 @@ status executable::check_feeds(const std::vector<tensor>& feeds) const {
   return status();
 }
 
+// How many ready nodes one call of process() runs inline off the compute pool (on an
+// actor's thread) before it hands the rest to the pool: each is cheap (at most
+// op_kernel::k_inline_ns), so an actor's thread spends well under a millisecond per
+// message however long a chain of cheap nodes is.
+constexpr int k_inline_nodes_off_pool = 32;
+
 struct executor_access {
   using plan = executable::plan;
   using step = executable::step;
@@ -208,6 +221,13 @@ struct executor_access {
     } else {
       done(std::move(s->fetches));
     }
+  }
+
+  // Whether node `index`, whose inputs are all present, is cheaper than a hand-off.
+  static bool is_cheap(const std::shared_ptr<step>& s, int index) {
+    const plan::node& n = s->exec->plan_->nodes[static_cast<std::size_t>(index)];
+    std::span<const tensor> inputs(s->inputs.data() + n.input_offset, static_cast<std::size_t>(n.num_inputs));
+    return n.kernel->estimated_ns(inputs) <= kernels::op_kernel::k_inline_ns;
   }
 
   // Called when node `index` has finished computing (ctx status in `st`).
@@ -240,8 +260,8 @@ struct executor_access {
       auto release = [&](int consumer) {
         if (s->pending[consumer].fetch_sub(1, std::memory_order_acq_rel) == 1) {
           s->outstanding.fetch_add(1, std::memory_order_relaxed);
-          if (p.nodes[static_cast<std::size_t>(consumer)].expensive) expensive.push_back(consumer);
-          else inline_ready.push_back(consumer);
+          if (is_cheap(s, consumer)) inline_ready.push_back(consumer);
+          else expensive.push_back(consumer);
         }
       };
       const std::size_t num_edges = n.out_edges.size();
@@ -264,7 +284,7 @@ struct executor_access {
         expensive.pop_back();
       }
       for (int e : expensive) {
-        s->pool->schedule([s, e] { process(s, e); });
+        s->pool->schedule([s, e] { process(s, {e}); });
       }
     }
     for (int o = 0; o < n.num_outputs; ++o) outputs[o] = tensor();
@@ -278,11 +298,26 @@ struct executor_access {
                            step_tracer::clock::now());
   }
 
-  // Runs ready nodes, starting with `first`, until no inline work is left.
-  static void process(const std::shared_ptr<step>& s, int first) {
+  // An asynchronous node's context and whether it has completed: a kernel that throws
+  // after arranging for done() to be called must not complete the node twice.
+  struct async_call {
+    async_call(std::span<const tensor> inputs, std::span<tensor> outputs, const std::vector<dtype>& types,
+               const kernels::step_info& info)
+        : ctx(inputs, outputs, types, info) {}
+    kernels::kernel_context ctx;
+    std::atomic<bool> completed{false};
+  };
+
+  // Runs ready nodes until no inline work is left; off the compute pool, at most
+  // k_inline_nodes_off_pool of them, then the rest go to the pool.
+  static void process(const std::shared_ptr<step>& s, std::vector<int> ready) {
     const plan& p = *s->exec->plan_;
-    std::vector<int> ready{first};
+    int budget = s->pool->in_pool() ? std::numeric_limits<int>::max() : k_inline_nodes_off_pool;
     while (!ready.empty()) {
+      if (budget-- == 0) {
+        s->pool->schedule([s, rest = std::move(ready)]() mutable { process(s, std::move(rest)); });
+        return;
+      }
       int index = ready.back();
       ready.pop_back();
       const plan::node& n = p.nodes[static_cast<std::size_t>(index)];
@@ -293,25 +328,29 @@ struct executor_access {
       std::span<const tensor> inputs(s->inputs.data() + n.input_offset, static_cast<std::size_t>(n.num_inputs));
       std::span<tensor> outputs(s->outputs.data() + n.output_offset, static_cast<std::size_t>(n.num_outputs));
       step_tracer* tracer = s->exec->spec_.tracer;
+      const auto start = tracer != nullptr ? step_tracer::clock::now() : step_tracer::clock::time_point();
+      account_scope memory(s->memory);
       if (n.async) {
-        auto ctx = std::make_shared<kernels::kernel_context>(inputs, outputs, n.graph_node->output_types, s->info);
-        auto start = tracer != nullptr ? step_tracer::clock::now() : step_tracer::clock::time_point();
-        static_cast<kernels::async_op_kernel&>(*n.kernel).compute_async(*ctx, [s, index, ctx, tracer, start] {
+        auto call = std::make_shared<async_call>(inputs, outputs, n.graph_node->output_types, s->info);
+        auto done = [s, index, call, tracer, start] {
+          if (call->completed.exchange(true)) return;
           if (tracer != nullptr) trace(s, index, start);
           std::vector<int> more;
-          complete(s, index, ctx->get_status(), more);
-          for (int m : more) process(s, m);
-        });
+          complete(s, index, call->ctx.get_status(), more);
+          if (!more.empty()) process(s, std::move(more));
+        };
+        status thrown = kernels::catch_exceptions(
+            [&] { static_cast<kernels::async_op_kernel&>(*n.kernel).compute_async(call->ctx, done); });
+        if (!thrown.ok()) {
+          call->ctx.fail(std::move(thrown));
+          done();
+        }
         continue;
       }
       kernels::kernel_context ctx(inputs, outputs, n.graph_node->output_types, s->info);
-      if (tracer != nullptr) {
-        auto start = step_tracer::clock::now();
-        n.kernel->compute(ctx);
-        trace(s, index, start);
-      } else {
-        n.kernel->compute(ctx);
-      }
+      status thrown = kernels::catch_exceptions([&] { n.kernel->compute(ctx); });
+      if (!thrown.ok()) ctx.fail(std::move(thrown));
+      if (tracer != nullptr) trace(s, index, start);
       complete(s, index, ctx.get_status(), ready);
     }
   }
@@ -323,6 +362,7 @@ void executable::run(std::int64_t step_id, std::vector<tensor> feeds, compute_po
   auto s = std::make_shared<step>();
   s->exec = this;
   s->pool = &pool;
+  s->memory = spec_.device != nullptr ? spec_.device->memory() : nullptr;
   s->info.step_id = step_id;
   s->info.pool = &pool;
   s->info.cancellation = &s->cancellation;
@@ -357,13 +397,16 @@ void executable::run(std::int64_t step_id, std::vector<tensor> feeds, compute_po
   // Roots: expensive ones go to the pool, cheap ones run here, in the caller's thread.
   std::vector<int> cheap;
   for (int r : p.roots) {
-    if (p.nodes[static_cast<std::size_t>(r)].expensive) {
-      pool.schedule([s, r] { executor_access::process(s, r); });
-    } else {
+    if (executor_access::is_cheap(s, r)) {
       cheap.push_back(r);
+    } else {
+      pool.schedule([s, r] { executor_access::process(s, {r}); });
     }
   }
-  for (int r : cheap) executor_access::process(s, r);
+  if (!cheap.empty()) {
+    std::reverse(cheap.begin(), cheap.end());  // process() takes from the back: keep the roots' order
+    executor_access::process(s, std::move(cheap));
+  }
 }
 
 result<std::vector<tensor>> executable::run_and_wait(std::int64_t step_id, std::vector<tensor> feeds,

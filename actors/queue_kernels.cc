@@ -93,7 +93,7 @@ class queue_op_kernel final : public kernels::op_kernel {
     }
     ctx.set_output(0, tensor::from_resource(resource_handle{device_->name(), container_, options_.name, *made}));
   }
-  bool is_expensive() const override { return false; }
+  double estimated_ns(std::span<const tensor>) const override { return 0; }
 
  private:
   runtime_device* device_ = nullptr;
@@ -106,7 +106,7 @@ class queue_op_kernel final : public kernels::op_kernel {
 class queue_user_kernel : public async_op_kernel {
  public:
   using async_op_kernel::async_op_kernel;
-  bool is_expensive() const override { return false; }
+  double estimated_ns(std::span<const tensor>) const override { return 0; }
 
  protected:
   // The queue behind input 0, or null after failing ctx.

@@ -58,7 +58,7 @@ class send_kernel final : public kernels::op_kernel {
                              "' in the cluster"));
     }
   }
-  bool is_expensive() const override { return false; }
+  double estimated_ns(std::span<const tensor>) const override { return 0; }
   void compute(kernel_context& ctx) override {
     if (auto* tracer = device_->tracer()) {
       tracer->transfer_sent(key_->printed(), ctx.step().step_id, device_->task(), device_->short_name(),
@@ -93,7 +93,7 @@ class recv_kernel final : public kernels::async_op_kernel {
                                     " but its recv_device is ", key_->key().recv_device));
     }
   }
-  bool is_expensive() const override { return false; }
+  double estimated_ns(std::span<const tensor>) const override { return 0; }
 
   // The callbacks below use `this`: the kernel lives as long as its partition, which the
   // step keeps alive until this node's done has been called.

@@ -334,6 +334,7 @@ result<std::unique_ptr<session>> session::create(std::shared_ptr<const graph::gr
     cluster_options co;
     co.compute_threads = options.compute_threads;
     co.actor_threads = options.actor_threads;
+    co.memory_limit = options.memory_limit;
     co.kernels = options.kernels;
     auto c = cluster::create(std::move(co));
     if (!c.ok()) return c.error();

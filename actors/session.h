@@ -53,6 +53,7 @@ struct session_options {
   bool allow_soft_placement = true;
 
   int compute_threads = 0;  // private cluster only: compute pool; 0: default_num_threads()
+  std::int64_t memory_limit = 0;  // private cluster only: cluster_options::memory_limit
   int actor_threads = 0;    // private cluster only: CAF threads; 0: min(2, hardware threads)
   const kernels::kernel_registry* kernels = &kernels::kernel_registry::builtin();
 };

@@ -47,7 +47,7 @@ class var_handle_kernel final : public kernels::op_kernel {
                                        "' needs the actor runtime (a session or cluster device)"));
     }
   }
-  bool is_expensive() const override { return false; }
+  double estimated_ns(std::span<const tensor>) const override { return 0; }
 
   void compute(kernel_context& ctx) override {
     auto r = device_->resources().lookup_or_create(container_, shared_name_, [&]() -> result<std::shared_ptr<resource>> {
@@ -168,7 +168,7 @@ class destroy_resource_kernel final : public kernels::op_kernel {
     device_ = runtime_device::from(c.device());
     if (device_ == nullptr) c.fail(failed_precondition_error("DestroyResourceOp needs the actor runtime"));
   }
-  bool is_expensive() const override { return false; }
+  double estimated_ns(std::span<const tensor>) const override { return 0; }
   void compute(kernel_context& ctx) override {
     const resource_handle& h = ctx.input(0).resource_value();
     if (!device_->resources().erase(h.container, h.name) && !ignore_lookup_error_) {

@@ -1,5 +1,8 @@
 #include "core/buffer.h"
 
+#include "core/memory.h"
+#include "core/status.h"
+
 #include <sys/mman.h>
 
 #include <array>
@@ -63,9 +66,16 @@ std::size_t class_size(std::size_t cls) {
 
 }  // namespace
 
+static_assert(sizeof(buffer) <= buffer::k_alignment, "the header must fit before the data");
+
 buffer* buffer::allocate(std::size_t bytes) {
   auto& c = the_cache();
   c.allocations.fetch_add(1, std::memory_order_relaxed);
+  memory_account& account = current_account();
+  if (bytes > (std::size_t{1} << 62)) {
+    throw allocation_error(str_cat("cannot allocate ", bytes, " bytes"), "more than any machine has");
+  }
+  account.charge(static_cast<std::int64_t>(bytes));  // throws when it does not fit
   std::size_t capacity = 0;
   std::size_t cls = class_of(bytes, &capacity);
   void* block = nullptr;
@@ -83,10 +93,15 @@ buffer* buffer::allocate(std::size_t bytes) {
   } else {
     // The header lives in the first 64 bytes, the data after it.
     block = std::aligned_alloc(k_alignment, capacity + k_alignment);
-    if (block == nullptr) throw std::bad_alloc();
+    if (block == nullptr) {
+      account.release(static_cast<std::int64_t>(bytes));
+      throw allocation_error(str_cat("cannot allocate ", describe_bytes(static_cast<std::int64_t>(bytes))),
+                             "the system has no memory left");
+    }
     if (capacity >= (std::size_t{2} << 20)) madvise(block, capacity + k_alignment, MADV_HUGEPAGE);
   }
-  return new (block) buffer(static_cast<char*>(block) + k_alignment, bytes, cls);
+  account.ref();
+  return new (block) buffer(static_cast<char*>(block) + k_alignment, bytes, cls, &account);
 }
 
 void buffer::unref() const {
@@ -94,6 +109,9 @@ void buffer::unref() const {
   if (destroy_ != nullptr) destroy_(data_, size_);
   auto& c = the_cache();
   std::size_t cls = class_;
+  memory_account* account = account_;
+  account->release(static_cast<std::int64_t>(size_));
+  account->unref();
   void* block = const_cast<buffer*>(this);
   this->~buffer();
   if (cls < k_num_classes) {

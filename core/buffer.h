@@ -5,6 +5,10 @@
 // per 4 KB on these machines and glibc returns memory to the system eagerly. The cache
 // holds at most `cache_limit_bytes` (default 2 GiB, env TROUPE_ALLOCATOR_CACHE_MB).
 //
+// Each buffer is charged, while it lives, to the memory account current on the thread
+// that allocated it (core/memory.h); an allocation that does not fit throws
+// allocation_error, as does one the system refuses.
+//
 // Thread safety: ref/unref are atomic; a buffer's bytes are not synchronized (the
 // dataflow order does that).
 #pragma once
@@ -15,11 +19,15 @@
 
 namespace troupe {
 
+class memory_account;
+
 class buffer {
  public:
   static constexpr std::size_t k_alignment = 64;
 
-  // A buffer of `bytes` bytes (uninitialized) with a reference count of one.
+  // A buffer of `bytes` bytes (uninitialized) with a reference count of one, charged to
+  // current_account(). Throws allocation_error when it does not fit or the system has
+  // no memory.
   static buffer* allocate(std::size_t bytes);
 
   void* data() const { return data_; }
@@ -39,13 +47,14 @@ class buffer {
   buffer& operator=(const buffer&) = delete;
 
  private:
-  buffer(void* data, std::size_t size, std::size_t capacity_class)
-      : data_(data), size_(size), class_(capacity_class) {}
+  buffer(void* data, std::size_t size, std::size_t capacity_class, memory_account* account)
+      : data_(data), size_(size), class_(capacity_class), account_(account) {}
   ~buffer() = default;
 
   void* data_;
   std::size_t size_;
   std::size_t class_;
+  memory_account* account_;
   destroy_fn destroy_ = nullptr;
   mutable std::atomic<std::int64_t> refs_{1};
 };

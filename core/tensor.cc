@@ -2,13 +2,33 @@
 
 #include <sstream>
 
+#include "core/memory.h"
 #include "core/status.h"
 
 namespace troupe {
 
 tensor::tensor(dtype type, tensor_shape shape) : dtype_(type), shape_(std::move(shape)) {
   assert(dtype_size(type) > 0);
-  buffer_ = buffer::allocate(byte_size());
+  auto describe = [&] { return str_cat("cannot allocate ", dtype_name(type), " ", shape_.to_string()); };
+  // The size in bytes, refusing shapes whose size does not fit in 62 bits (num_elements()
+  // would overflow) before anything is allocated.
+  std::int64_t bytes = static_cast<std::int64_t>(dtype_size(type));
+  for (int i = 0; i < shape_.rank(); ++i) {
+    const std::int64_t d = shape_.dim(i);
+    if (d == 0) {
+      bytes = 0;
+      break;
+    }
+    if (d < 0 || bytes > (std::int64_t{1} << 62) / d) {
+      throw allocation_error(describe(), "its size does not fit in 62 bits");
+    }
+    bytes *= d;
+  }
+  try {
+    buffer_ = buffer::allocate(static_cast<std::size_t>(bytes));
+  } catch (const allocation_error& e) {
+    throw e.described_as(str_cat(describe(), ", ", describe_bytes(bytes)));
+  }
   data_ = buffer_->data();
 }
 

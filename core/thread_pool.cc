@@ -7,6 +7,7 @@
 #include <atomic>
 #include <condition_variable>
 #include <cstdlib>
+#include <exception>
 #include <mutex>
 #include <thread>
 
@@ -38,14 +39,25 @@ struct parallel_state {
   std::atomic<std::int64_t> done{0};
   std::mutex mutex;
   std::condition_variable finished;
+  std::exception_ptr error;  // the first exception a block threw (under mutex)
+  std::atomic<bool> failed{false};
 
-  // Claims and runs blocks until none is left.
+  // Claims and runs blocks until none is left. The first exception a block throws is
+  // kept for the caller, and blocks not yet started are skipped.
   void work() {
     for (;;) {
       std::int64_t b = next.fetch_add(1, std::memory_order_relaxed);
       if (b >= num_blocks) return;
       std::int64_t begin = b * block_size;
-      fn(begin, std::min(n, begin + block_size));
+      if (!failed.load(std::memory_order_relaxed)) {
+        try {
+          fn(begin, std::min(n, begin + block_size));
+        } catch (...) {
+          std::lock_guard<std::mutex> lock(mutex);
+          if (!error) error = std::current_exception();
+          failed.store(true, std::memory_order_relaxed);
+        }
+      }
       if (done.fetch_add(1, std::memory_order_acq_rel) + 1 == num_blocks) {
         std::lock_guard<std::mutex> lock(mutex);
         finished.notify_all();
@@ -80,6 +92,7 @@ void compute_pool::parallel_for(std::int64_t n, double cost_per_unit,
   state->work();
   std::unique_lock<std::mutex> lock(state->mutex);
   state->finished.wait(lock, [&] { return state->done.load() == state->num_blocks; });
+  if (state->error) std::rethrow_exception(state->error);
 }
 
 int default_num_threads() {

@@ -31,7 +31,9 @@ class compute_pool {
 
   // Calls fn(begin, end) over [0, n) in blocks; `cost_per_unit` is an estimate in
   // nanoseconds of one unit's work, used to decide how many blocks are worth it (below
-  // ~20 us of work in all, everything runs inline).
+  // ~20 us of work in all, everything runs inline). An exception thrown by fn reaches the
+  // caller (the first one, once every started block has finished; blocks not yet started
+  // are skipped), never a pool thread.
   void parallel_for(std::int64_t n, double cost_per_unit,
                     const std::function<void(std::int64_t, std::int64_t)>& fn);
 

@@ -304,7 +304,7 @@ class throttle_kernel final : public async_op_kernel {
       device_ = require_runtime(c);
     }
   }
-  bool is_expensive() const override { return false; }  // one message; never worth a hand-off
+  double estimated_ns(std::span<const tensor>) const override { return 0; }  // one message; never worth a hand-off
 
   void compute_async(kernel_context& ctx, done_callback done) override {
     auto bucket = find_or_create_bucket();
@@ -386,7 +386,7 @@ class throttle_stats_kernel final : public async_op_kernel {
       device_ = require_runtime(c);
     }
   }
-  bool is_expensive() const override { return false; }
+  double estimated_ns(std::span<const tensor>) const override { return 0; }
 
   void compute_async(kernel_context& ctx, done_callback done) override {
     auto found = std::dynamic_pointer_cast<throttle_resource>(device_->resources().lookup(container_, bucket_));

@@ -20,6 +20,7 @@
 #include <utility>
 #include <vector>
 
+#include "core/memory.h"
 #include "core/resource.h"
 #include "core/status.h"
 
@@ -60,10 +61,20 @@ class device {
   const std::string& type() const { return type_; }
   resource_manager& resources() { return resources_; }
 
+  // The account the device's kernels allocate from (core/memory.h): the executor makes
+  // it current around each kernel. Null: the process's.
+  memory_account* memory() const { return memory_.get(); }
+  // Gives the device an account of `limit` bytes (within the process's). Call before
+  // any kernel runs.
+  void set_memory_limit(std::int64_t limit) {
+    memory_ = memory_account::create(str_cat("device ", name_), limit, &memory_account::process());
+  }
+
  private:
   std::string name_;
   std::string type_;
   resource_manager resources_;
+  account_ref memory_;
 };
 
 }  // namespace troupe::kernels

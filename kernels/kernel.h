@@ -22,12 +22,14 @@
 #pragma once
 
 #include <cstdint>
+#include <exception>
 #include <functional>
 #include <memory>
 #include <span>
 #include <string>
 #include <vector>
 
+#include "core/memory.h"
 #include "core/status.h"
 #include "core/tensor.h"
 #include "core/thread_pool.h"
@@ -145,9 +147,17 @@ class op_kernel {
   // Synchronous kernels override this.
   virtual void compute(kernel_context& ctx) = 0;
   virtual bool is_async() const { return false; }
-  // False for kernels cheaper than a thread hand-off (~16 us): the executor runs those
-  // inline instead of on another pool thread.
-  virtual bool is_expensive() const { return true; }
+
+  // The kernel's estimated running time on these inputs, in nanoseconds. The executor runs
+  // a ready node inline (on the thread that made it ready) when this is at most
+  // k_inline_ns, the cost of handing it to another pool thread; otherwise on the pool.
+  // Off the pool (on an actor's thread) only such cheap nodes ever run. The default says
+  // "always worth a thread"; kernels of constant small cost return 0 (shape ops, messages
+  // to actors), element-wise kernels elementwise_ns() with their measured cost per
+  // element.
+  virtual double estimated_ns(std::span<const tensor> inputs) const { return k_expensive_ns; }
+  static constexpr double k_inline_ns = 20000;
+  static constexpr double k_expensive_ns = 1e18;
 
   const std::string& name() const { return name_; }
   const std::string& op() const { return op_; }
@@ -157,6 +167,32 @@ class op_kernel {
   std::string op_;
 };
 
+// The estimated time of an element-wise kernel over `inputs` that broadcast together:
+// `ns_per_element` times the broadcast result's element count (the largest size of each
+// dimension, aligned on the right).
+double elementwise_ns(std::span<const tensor> inputs, double ns_per_element);
+
+// The dynamic type of `e`, demangled ("std::out_of_range").
+std::string exception_type_name(const std::exception& e);
+
+// Runs `body` (a kernel's work) and returns ok, or the error of an exception that escaped
+// it: allocation_error (core/memory.h) becomes RESOURCE_EXHAUSTED with what was asked for
+// and why, anything else INTERNAL naming the exception. No exception escapes a kernel:
+// the executor and everything that runs kernel work elsewhere (a pool task of an
+// asynchronous kernel) go through this.
+template <class F>
+status catch_exceptions(F&& body) noexcept {
+  try {
+    body();
+    return status();
+  } catch (const allocation_error& e) {
+    return e.to_status();
+  } catch (const std::exception& e) {
+    return internal_error("the kernel threw ", exception_type_name(e), ": ", e.what());
+  } catch (...) {
+    return internal_error("the kernel threw an exception that is not a std::exception");
+  }
+}
 class async_op_kernel : public op_kernel {
  public:
   using op_kernel::op_kernel;

@@ -42,15 +42,21 @@ result<std::vector<tensor>> run_kernel(tf::NodeDef node, const std::vector<tenso
     std::mutex mutex;
     std::condition_variable cv;
     bool done = false;
-    static_cast<async_op_kernel&>(**kernel).compute_async(ctx, [&] {
+    auto finish = [&] {
       std::lock_guard<std::mutex> lock(mutex);
       done = true;
       cv.notify_all();
-    });
+    };
+    status thrown = catch_exceptions([&] { static_cast<async_op_kernel&>(**kernel).compute_async(ctx, finish); });
+    if (!thrown.ok()) {
+      ctx.fail(std::move(thrown));
+      finish();
+    }
     std::unique_lock<std::mutex> lock(mutex);
     cv.wait(lock, [&] { return done; });
   } else {
-    (*kernel)->compute(ctx);
+    status thrown = catch_exceptions([&] { (*kernel)->compute(ctx); });
+    if (!thrown.ok()) ctx.fail(std::move(thrown));
   }
   if (!ctx.ok()) return ctx.get_status().with_context(str_cat("node '", node.name(), "' (", node.op(), ")"));
   for (std::size_t i = 0; i < outputs.size(); ++i) {

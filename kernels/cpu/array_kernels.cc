@@ -83,7 +83,7 @@ class const_kernel final : public op_kernel {
     }
   }
   void compute(kernel_context& ctx) override { ctx.set_output(0, value_); }
-  bool is_expensive() const override { return false; }
+  double estimated_ns(std::span<const tensor>) const override { return 0; }
 
  private:
   tensor value_;  // built once; every run hands out the same buffer
@@ -100,7 +100,7 @@ class placeholder_kernel final : public op_kernel {
                        " value of shape ", shape.to_string(), " in the step's feeds");
   }
   void compute(kernel_context& ctx) override { ctx.fail(invalid_argument_error(message_)); }
-  bool is_expensive() const override { return false; }
+  double estimated_ns(std::span<const tensor>) const override { return 0; }
 
  private:
   std::string message_;
@@ -121,7 +121,7 @@ class placeholder_with_default_kernel final : public op_kernel {
     }
     ctx.set_output(0, input);
   }
-  bool is_expensive() const override { return false; }
+  double estimated_ns(std::span<const tensor>) const override { return 0; }
 
  private:
   partial_shape shape_;
@@ -134,14 +134,14 @@ class identity_kernel final : public op_kernel {
   void compute(kernel_context& ctx) override {
     for (int i = 0; i < ctx.num_inputs(); ++i) ctx.set_output(i, ctx.input(i));
   }
-  bool is_expensive() const override { return false; }
+  double estimated_ns(std::span<const tensor>) const override { return 0; }
 };
 
 class no_op_kernel final : public op_kernel {
  public:
   explicit no_op_kernel(kernel_construction& c) : op_kernel(c) {}
   void compute(kernel_context&) override {}
-  bool is_expensive() const override { return false; }
+  double estimated_ns(std::span<const tensor>) const override { return 0; }
 };
 
 // ---------------------------------------------------------------------------------------
@@ -212,7 +212,7 @@ class reshape_kernel final : public op_kernel {
     }
     ctx.set_output(0, input.reshaped(std::move(shape)));
   }
-  bool is_expensive() const override { return false; }
+  double estimated_ns(std::span<const tensor>) const override { return 0; }
 };
 
 class expand_dims_kernel final : public op_kernel {
@@ -240,7 +240,7 @@ class expand_dims_kernel final : public op_kernel {
     shape.insert_dim(static_cast<int>(d), 1);
     ctx.set_output(0, input.reshaped(std::move(shape)));
   }
-  bool is_expensive() const override { return false; }
+  double estimated_ns(std::span<const tensor>) const override { return 0; }
 };
 
 class squeeze_kernel final : public op_kernel {
@@ -274,7 +274,7 @@ class squeeze_kernel final : public op_kernel {
     }
     ctx.set_output(0, input.reshaped(std::move(shape)));
   }
-  bool is_expensive() const override { return false; }
+  double estimated_ns(std::span<const tensor>) const override { return 0; }
 
  private:
   std::vector<std::int64_t> squeeze_dims_;
@@ -308,7 +308,7 @@ class shape_kernel final : public op_kernel {
       if (!store_index(ctx, input.dim(i), &values[i], input)) return;
     }
   }
-  bool is_expensive() const override { return false; }
+  double estimated_ns(std::span<const tensor>) const override { return 0; }
 };
 
 template <class Out>
@@ -320,7 +320,7 @@ class size_kernel final : public op_kernel {
     tensor& out = ctx.allocate_output(0, tensor_shape{});
     store_index(ctx, input.num_elements(), out.data<Out>(), input);
   }
-  bool is_expensive() const override { return false; }
+  double estimated_ns(std::span<const tensor>) const override { return 0; }
 };
 
 class rank_kernel final : public op_kernel {
@@ -329,7 +329,7 @@ class rank_kernel final : public op_kernel {
   void compute(kernel_context& ctx) override {
     ctx.set_output(0, tensor::scalar<std::int32_t>(ctx.input(0).rank()));
   }
-  bool is_expensive() const override { return false; }
+  double estimated_ns(std::span<const tensor>) const override { return 0; }
 };
 
 // ---------------------------------------------------------------------------------------

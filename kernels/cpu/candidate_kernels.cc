@@ -150,7 +150,10 @@ class log_uniform_sampler_kernel final : public op_kernel {
     for (std::size_t i = 0; i < sampled.size(); ++i) sampled_count[i] = expected_count(sampled[i], num_tries);
   }
 
-  bool is_expensive() const override { return num_sampled_ >= 1024; }
+  // Below 1024 samples, cheaper than a hand-off.
+  double estimated_ns(std::span<const tensor>) const override {
+    return num_sampled_ >= 1024 ? k_expensive_ns : 0;
+  }
 
  private:
   // 32-bit values reserved per sampled candidate and run (TensorFlow's 2048).
@@ -239,7 +242,7 @@ class accidental_hits_kernel final : public op_kernel {
     }
   }
 
-  bool is_expensive() const override { return false; }
+  double estimated_ns(std::span<const tensor>) const override { return 0; }
 
  private:
   std::int64_t num_true_ = 1;

@@ -13,7 +13,8 @@
 //
 // Every kernel reuses an input's buffer for its output when no one else holds it
 // (forward_input_or_allocate_output), splits large tensors over the device pool, and
-// reports is_expensive() == false so the executor runs it inline.
+// estimates its time from its functor's cost per element, so that the executor runs it
+// inline when it is small and on the pool when it is large.
 //
 // Integer arithmetic wraps around (two's complement), as TensorFlow's does, instead of
 // being undefined behaviour; integer RealDiv fails on a zero divisor. Cast from floating
@@ -315,11 +316,17 @@ struct greater_equal_op {
 
 // --- Shared machinery --------------------------------------------------------------------
 
+// Element-wise work costs `ns_per_element` (the figure its parallel_for uses) per element
+// of the broadcast result.
 class cwise_kernel : public op_kernel {
  public:
-  using op_kernel::op_kernel;
-  // Element-wise work is cheap per element; large tensors are split by parallel_for.
-  bool is_expensive() const override { return false; }
+  cwise_kernel(kernel_construction& c, double ns_per_element) : op_kernel(c), ns_per_element_(ns_per_element) {}
+  double estimated_ns(std::span<const tensor> inputs) const override {
+    return elementwise_ns(inputs, ns_per_element_);
+  }
+
+ private:
+  double ns_per_element_;
 };
 
 // Output 0, reusing the first input among `candidates` that may be overwritten (no other
@@ -387,7 +394,7 @@ void select_run(const bool* cond, std::int64_t cond_step, const T* t, std::int64
 template <class T, class Op>
 class unary_kernel final : public cwise_kernel {
  public:
-  explicit unary_kernel(kernel_construction& c) : cwise_kernel(c) {}
+  explicit unary_kernel(kernel_construction& c) : cwise_kernel(c, Op::cost) {}
 
   void compute(kernel_context& ctx) override {
     const tensor& x = ctx.input(0);
@@ -405,7 +412,7 @@ class binary_kernel final : public cwise_kernel {
  public:
   using out_type = std::invoke_result_t<Op, T, T>;
 
-  explicit binary_kernel(kernel_construction& c) : cwise_kernel(c) {
+  explicit binary_kernel(kernel_construction& c) : cwise_kernel(c, Op::cost) {
     if constexpr (requires { Op::incompatible_shapes_result; }) {
       c.get_attr("incompatible_shape_error", &incompatible_shape_error_);
     }
@@ -481,7 +488,7 @@ class binary_kernel final : public cwise_kernel {
 template <class T>
 class select_kernel final : public cwise_kernel {
  public:
-  explicit select_kernel(kernel_construction& c) : cwise_kernel(c) {}
+  explicit select_kernel(kernel_construction& c) : cwise_kernel(c, 0.3) {}
 
   void compute(kernel_context& ctx) override {
     const tensor& cond = ctx.input(0);
@@ -533,7 +540,7 @@ class select_kernel final : public cwise_kernel {
 template <class T>
 class select_v2_kernel final : public cwise_kernel {
  public:
-  explicit select_v2_kernel(kernel_construction& c) : cwise_kernel(c) {}
+  explicit select_v2_kernel(kernel_construction& c) : cwise_kernel(c, 0.5) {}
 
   void compute(kernel_context& ctx) override {
     const tensor& cond = ctx.input(0);
@@ -587,7 +594,7 @@ void cast_range(const tensor& x, tensor& y, std::int64_t begin, std::int64_t end
 template <class S>
 class cast_kernel final : public cwise_kernel {
  public:
-  explicit cast_kernel(kernel_construction& c) : cwise_kernel(c) {
+  explicit cast_kernel(kernel_construction& c) : cwise_kernel(c, 0.5) {
     dtype dst = dtype::invalid;
     if (!c.get_attr("DstT", &dst)) return;
     bool known = visit_dtype(dst, [&]<class D>() { convert_ = &cast_range<S, D>; });
@@ -621,7 +628,7 @@ struct constant_like {
   template <class T>
   class kernel final : public cwise_kernel {
    public:
-    explicit kernel(kernel_construction& c) : cwise_kernel(c) {}
+    explicit kernel(kernel_construction& c) : cwise_kernel(c, 0.1) {}
     void compute(kernel_context& ctx) override {
       const tensor& x = ctx.input(0);
       tensor& y = ctx.forward_input_or_allocate_output(0, 0, x.shape());
@@ -638,7 +645,11 @@ struct constant_like {
 template <class T>
 class add_n_kernel final : public cwise_kernel {
  public:
-  explicit add_n_kernel(kernel_construction& c) : cwise_kernel(c) {}
+  explicit add_n_kernel(kernel_construction& c) : cwise_kernel(c, 0.3) {}
+  // 0.3 ns per element and term.
+  double estimated_ns(std::span<const tensor> inputs) const override {
+    return cwise_kernel::estimated_ns(inputs) * static_cast<double>(inputs.size());
+  }
 
   void compute(kernel_context& ctx) override {
     const tensor& first = ctx.input(0);

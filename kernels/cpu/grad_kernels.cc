@@ -28,7 +28,7 @@ template <class T>
 class broadcast_gradient_args_kernel final : public op_kernel {
  public:
   explicit broadcast_gradient_args_kernel(kernel_construction& c) : op_kernel(c) {}
-  bool is_expensive() const override { return false; }
+  double estimated_ns(std::span<const tensor>) const override { return 0; }
 
   void compute(kernel_context& ctx) override {
     const tensor& s0 = ctx.input(0);
@@ -241,7 +241,7 @@ template <class T>
 class invert_permutation_kernel final : public op_kernel {
  public:
   explicit invert_permutation_kernel(kernel_construction& c) : op_kernel(c) {}
-  bool is_expensive() const override { return false; }
+  double estimated_ns(std::span<const tensor>) const override { return 0; }
 
   void compute(kernel_context& ctx) override {
     const tensor& x = ctx.input(0);
@@ -272,7 +272,7 @@ class invert_permutation_kernel final : public op_kernel {
 class concat_offset_kernel final : public op_kernel {
  public:
   explicit concat_offset_kernel(kernel_construction& c) : op_kernel(c) {}
-  bool is_expensive() const override { return false; }
+  double estimated_ns(std::span<const tensor>) const override { return 0; }
 
   void compute(kernel_context& ctx) override {
     const tensor& dim_t = ctx.input(0);

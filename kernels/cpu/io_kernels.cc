@@ -11,7 +11,7 @@
 //  3. Epoch e's order is a Fisher-Yates shuffle driven by philox(seed, e): it depends
 //     only on the seed and e, not on how the batches were split among steps.
 //
-// is_expensive() stays true (the default) although a batch of 64 Fashion-MNIST images is
+// estimated_ns() stays "expensive" (the default) although a batch of 64 Fashion-MNIST images is
 // a ~50 KB copy, cheaper than a thread hand-off: the first call reads and decompresses
 // the files (~0.3 s) and any call may wait on the mutex, and the executor runs a cheap
 // root node on the thread that starts the step, which must never block.

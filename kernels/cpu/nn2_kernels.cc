@@ -247,13 +247,17 @@ struct floor_mod_op {
 
 // --- Generic element-wise kernels ----------------------------------------------------------
 
+constexpr double k_cwise_ns_per_element = 1.0;
+
+// Element-wise gradients and activations: k_cwise_ns_per_element per element (the figure
+// their parallel_for uses), run inline when small.
 class cwise_kernel : public op_kernel {
  public:
   using op_kernel::op_kernel;
-  bool is_expensive() const override { return false; }
+  double estimated_ns(std::span<const tensor> inputs) const override {
+    return elementwise_ns(inputs, k_cwise_ns_per_element);
+  }
 };
-
-constexpr double k_cwise_ns_per_element = 1.0;
 
 template <class T, class Op>
 class unary_kernel final : public cwise_kernel {

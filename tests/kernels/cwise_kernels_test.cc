@@ -779,7 +779,7 @@ TEST_CASE("dtypes without a kernel are reported", "[cwise]") {
   }
 }
 
-TEST_CASE("element-wise kernels run inline", "[cwise]") {
+TEST_CASE("element-wise kernels run inline when small and on the pool when large", "[cwise]") {
   auto& ops = graph::op_registry::builtin();
   for (const char* op : {"Add", "Exp", "Select", "SelectV2", "AddN", "ZerosLike"}) {
     INFO(op);
@@ -792,7 +792,20 @@ TEST_CASE("element-wise kernels run inline", "[cwise]") {
     REQUIRE(graph::input_output_types(*def, node, &in, &out).ok());
     auto kernel = kernels::kernel_registry::builtin().create("CPU", node, *def, in, out);
     REQUIRE(kernel.ok());
-    CHECK_FALSE((*kernel)->is_expensive());
+    const int arity = std::string(op) == "ZerosLike" || std::string(op) == "Exp" ? 1
+                      : std::string(op) == "Add" || std::string(op) == "AddN" ? 2 : 3;
+    auto inputs = [&](std::int64_t n) {
+      std::vector<tensor> v(static_cast<std::size_t>(arity), tensor(dtype::float32, {n}));
+      if (std::string(op).starts_with("Select")) v[0] = tensor(dtype::bool_, {n});
+      return v;
+    };
+    CHECK((*kernel)->estimated_ns(inputs(100)) <= kernels::op_kernel::k_inline_ns);
+    CHECK((*kernel)->estimated_ns(inputs(10000000)) > kernels::op_kernel::k_inline_ns);
+    // A broadcast's cost is its result's, not its inputs'.
+    if (arity == 2) {
+      std::vector<tensor> outer = {tensor(dtype::float32, {4000, 1}), tensor(dtype::float32, {1, 4000})};
+      CHECK((*kernel)->estimated_ns(outer) > kernels::op_kernel::k_inline_ns);
+    }
   }
 }
 
