@@ -1,6 +1,14 @@
 // Reading and writing NumPy's .npy format (version 1.0 and 2.0 headers; C order;
 // little-endian or byte-order-neutral dtypes): the way tensors enter and leave the
 // `troupe` command line. Format: https://numpy.org/doc/stable/reference/generated/numpy.lib.format.html
+//
+// Reading is strict, since a file may come from anywhere: the header must be the dict
+// numpy writes (exactly the keys 'descr', 'fortran_order' and 'shape'), and the data must
+// be exactly the bytes the shape needs. Errors are invalid_argument (unimplemented for a
+// dtype or layout troupe does not read) and name the source and what is wrong. Nothing
+// is allocated from the header's shape before it has been checked against the bytes
+// present, so a header that lies about its size costs nothing. A bool array's non-zero
+// bytes are read as 1 (true), as numpy reads them.
 #pragma once
 
 #include <string>
