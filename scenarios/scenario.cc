@@ -10,8 +10,8 @@
 #include <filesystem>
 #include <map>
 #include <optional>
-#include <regex>
 #include <set>
+#include <string_view>
 
 #include "core/file.h"
 #include "core/random.h"
@@ -80,32 +80,48 @@ void collect_enum_fields(const pb::Descriptor* type, std::set<const pb::Descript
   }
 }
 
+// Matches `message` against  <a>"<first>"<b>"<second>"...  and extracts the quoted parts.
+// (Plain string matching: std::regex recurses once per character and overflows the stack
+// on a long quoted name.)
+bool match_quoted_pair(std::string_view message, std::string_view a, std::string_view b,
+                       std::string* first, std::string* second) {
+  auto quoted = [&](std::string_view prefix, std::string* out) {
+    if (message.substr(0, prefix.size()) != prefix || message.substr(prefix.size(), 1) != "\"") {
+      return false;
+    }
+    message.remove_prefix(prefix.size() + 1);
+    std::size_t close = message.find('"');
+    if (close == std::string_view::npos) return false;
+    *out = std::string(message.substr(0, close));
+    message.remove_prefix(close + 1);
+    return true;
+  };
+  return quoted(a, first) && quoted(b, second);
+}
+
 // The protobuf parser's messages say what is wrong but not what would be right: add the
 // valid values of an enum, or the fields of a message with a suggestion.
 std::string explain_parse_error(const std::string& message) {
-  static const std::regex unknown_enum(R"(Unknown enumeration value of \"([^\"]*)\" for field \"([^\"]*)\".*)");
-  static const std::regex unknown_field(R"(Message type \"([^\"]*)\" has no field named \"([^\"]*)\".*)");
-  std::smatch match;
-  if (std::regex_match(message, match, unknown_enum)) {
+  std::string first, second;
+  if (match_quoted_pair(message, "Unknown enumeration value of ", " for field ", &first, &second)) {
     std::set<const pb::Descriptor*> seen;
     std::multimap<std::string, const pb::EnumDescriptor*> fields;
     collect_enum_fields(scenario::Scenario::descriptor(), &seen, &fields);
-    auto [begin, end] = fields.equal_range(match[2].str());
+    auto [begin, end] = fields.equal_range(second);
     if (begin == end || std::next(begin) != end) return message;
     std::vector<std::string> values;
     for (int i = 0; i < begin->second->value_count(); ++i) {
       const std::string& value = begin->second->value(i)->name();
       if (value.find("UNSPECIFIED") == std::string::npos) values.push_back(value);
     }
-    return str_cat(message, suggestion(match[1].str(), values), " Valid: ", join(values), ".");
+    return str_cat(message, suggestion(first, values), " Valid: ", join(values), ".");
   }
-  if (std::regex_match(message, match, unknown_field)) {
-    const pb::Descriptor* type =
-        pb::DescriptorPool::generated_pool()->FindMessageTypeByName(match[1].str());
+  if (match_quoted_pair(message, "Message type ", " has no field named ", &first, &second)) {
+    const pb::Descriptor* type = pb::DescriptorPool::generated_pool()->FindMessageTypeByName(first);
     if (type == nullptr) return message;
     std::vector<std::string> names;
     for (int i = 0; i < type->field_count(); ++i) names.push_back(type->field(i)->name());
-    return str_cat(message, suggestion(match[2].str(), names), " Fields of ", type->name(), ": ",
+    return str_cat(message, suggestion(second, names), " Fields of ", type->name(), ": ",
                    join(names), ".");
   }
   return message;
@@ -266,9 +282,30 @@ class checker {
   std::vector<std::string> errors_;
 };
 
+// [a-z][a-z0-9_]*
 bool valid_job_name(const std::string& name) {
-  static const std::regex pattern("[a-z][a-z0-9_]*");
-  return std::regex_match(name, pattern);
+  if (name.empty() || name[0] < 'a' || name[0] > 'z') return false;
+  return std::all_of(name.begin(), name.end(), [](char c) {
+    return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_';
+  });
+}
+
+// Records an error unless min <= value <= max: "must be >= min (is v)" or "must be <= max
+// (is v)", with `note` before "is" when given.
+template <class T>
+void check_range(checker& c, const node& n, std::string_view field, int index, T value,
+                 std::int64_t min, std::int64_t max, std::string_view note = "") {
+  std::string is = note.empty() ? str_cat("is ", value) : str_cat(note, "; is ", value);
+  if (value < min) {
+    c.error(n, field, index, "must be >= ", min, " (", is, ")");
+  } else if (value > max) {
+    c.error(n, field, index, "must be <= ", max, " (", is, ")");
+  }
+}
+template <class T>
+void check_range(checker& c, const node& n, std::string_view field, T value, std::int64_t min,
+                 std::int64_t max, std::string_view note = "") {
+  check_range(c, n, field, -1, value, min, max, note);
 }
 
 void check_cluster(checker& c, const node& parent, scenario::Cluster* cluster) {
@@ -286,7 +323,7 @@ void check_cluster(checker& c, const node& parent, scenario::Cluster* cluster) {
               c.position(it->second), ")");
     }
     if (!job->has_tasks()) job->set_tasks(1);
-    if (job->tasks() < 1) c.error(j, "tasks", "must be >= 1 (is ", job->tasks(), ")");
+    check_range(c, j, "tasks", job->tasks(), 1, k_max_tasks);
   }
   if (cluster->job_size() == 0) {
     auto* job = cluster->add_job();
@@ -294,10 +331,14 @@ void check_cluster(checker& c, const node& parent, scenario::Cluster* cluster) {
     job->set_tasks(1);
   }
   std::vector<std::string> jobs;
-  int total_tasks = 0;
+  std::int64_t total_tasks = 0;  // of the jobs whose count is in range (reported above)
   for (const auto& job : cluster->job()) {
     jobs.push_back(job.name());
-    total_tasks += std::max(job.tasks(), 0);
+    if (job.tasks() >= 1 && job.tasks() <= k_max_tasks) total_tasks += job.tasks();
+  }
+  if (total_tasks > k_max_tasks) {
+    c.error_at(c.location_of(n, "job", 0), str_cat(n.path, ".job"), "the cluster has ", total_tasks,
+               " tasks in all; at most ", k_max_tasks);
   }
 
   if (!contains(jobs, cluster->worker_job())) {
@@ -355,10 +396,13 @@ void check_model(checker& c, const node& parent, scenario::Model* model) {
     model->add_hidden_units(512);
     model->add_hidden_units(512);
   }
+  if (model->hidden_units_size() > k_max_hidden_layers) {
+    c.error(n, "hidden_units", k_max_hidden_layers, "at most ", k_max_hidden_layers,
+            " hidden layers (has ", model->hidden_units_size(), ")");
+    return;
+  }
   for (int i = 0; i < model->hidden_units_size(); ++i) {
-    if (model->hidden_units(i) < 1) {
-      c.error(n, "hidden_units", i, "must be >= 1 (is ", model->hidden_units(i), ")");
-    }
+    check_range(c, n, "hidden_units", i, model->hidden_units(i), 1, k_max_hidden_units);
   }
 }
 
@@ -438,13 +482,11 @@ void check_training(checker& c, const node& parent, scenario::Training* training
   check_optimizer(c, n, training->mutable_optimizer());
   if (!c.written(n, "steps")) {
     c.error(n, "steps", "required: how many updates to apply (for example: steps: 1000)");
-  } else if (training->steps() < 1) {
-    c.error(n, "steps", "must be >= 1 (is ", training->steps(), ")");
+  } else {
+    check_range(c, n, "steps", training->steps(), 1, k_max_steps);
   }
   if (!training->has_batch_size()) training->set_batch_size(64);
-  if (training->batch_size() < 1) {
-    c.error(n, "batch_size", "must be >= 1 (is ", training->batch_size(), ")");
-  }
+  check_range(c, n, "batch_size", training->batch_size(), 1, k_max_batch_size);
   if (!training->has_seed()) training->set_seed(random_seed());
   if (!scenario::Training::Replication_IsValid(training->replication())) {
     c.error(n, "replication", "unknown replication ", training->replication(),
@@ -464,11 +506,10 @@ void check_training(checker& c, const node& parent, scenario::Training* training
               " worker task", worker_tasks == 1 ? "" : "s", " (is ", b, ")");
     }
   }
-  if (training->eval_every() < 0) {
-    c.error(n, "eval_every", "must be >= 0 (0: only at the end; is ", training->eval_every(), ")");
-  }
+  check_range(c, n, "eval_every", training->eval_every(), 0, k_max_steps, "0: only at the end");
 }
 
+// batch_size: training.batch_size, already checked; clamped to its range when invalid.
 void check_dataset(checker& c, const node& parent, scenario::Dataset* dataset,
                    std::int64_t batch_size) {
   node n = c.child(parent, "dataset", *dataset);
@@ -480,20 +521,21 @@ void check_dataset(checker& c, const node& parent, scenario::Dataset* dataset,
   if (dataset->dir().empty()) dataset->set_dir(k_default_dataset_dir);
   if (!dataset->has_shuffle()) dataset->set_shuffle(true);
   if (!dataset->has_reader_threads()) dataset->set_reader_threads(1);
-  if (dataset->reader_threads() < 1) {
-    c.error(n, "reader_threads", "must be >= 1 (is ", dataset->reader_threads(), ")");
-  }
+  check_range(c, n, "reader_threads", dataset->reader_threads(), 1, k_max_reader_threads);
   if (!dataset->has_min_after_dequeue()) {
     dataset->set_min_after_dequeue(dataset->shuffle() ? static_cast<std::int32_t>(4 * batch_size) : 0);
-  } else if (dataset->min_after_dequeue() < 0) {
-    c.error(n, "min_after_dequeue", "must be >= 0 (is ", dataset->min_after_dequeue(), ")");
+  } else if (dataset->min_after_dequeue() < 0 || dataset->min_after_dequeue() >= k_max_queue_capacity) {
+    check_range(c, n, "min_after_dequeue", dataset->min_after_dequeue(), 0, k_max_queue_capacity - 1);
   } else if (!dataset->shuffle() && dataset->min_after_dequeue() > 0) {
     c.error(n, "min_after_dequeue", "is ", dataset->min_after_dequeue(),
             " but the dataset is not shuffled (shuffle: false): it must be 0");
   }
   if (!dataset->has_queue_capacity()) {
-    dataset->set_queue_capacity(
-        static_cast<std::int32_t>(dataset->min_after_dequeue() + 3 * batch_size));
+    std::int64_t wanted = std::int64_t{dataset->min_after_dequeue()} + 3 * batch_size;
+    dataset->set_queue_capacity(static_cast<std::int32_t>(std::min<std::int64_t>(wanted, k_max_queue_capacity)));
+  } else if (dataset->queue_capacity() > k_max_queue_capacity) {
+    c.error(n, "queue_capacity", "must be <= ", k_max_queue_capacity, " (is ",
+            dataset->queue_capacity(), ")");
   } else if (dataset->queue_capacity() < batch_size ||
              dataset->queue_capacity() <= dataset->min_after_dequeue()) {
     c.error(n, "queue_capacity", "must be >= training.batch_size (", batch_size,
@@ -511,9 +553,7 @@ void check_report(checker& c, const node& parent, scenario::Report* report) {
     report->set_progress(scenario::Report::AUTO);
   }
   if (!report->has_progress_every()) report->set_progress_every(100);
-  if (report->progress_every() < 1) {
-    c.error(n, "progress_every", "must be >= 1 (is ", report->progress_every(), ")");
-  }
+  check_range(c, n, "progress_every", report->progress_every(), 1, k_max_steps);
   node e = c.child(n, "expect", report->expect());
   if (report->expect().has_min_test_accuracy()) {
     float a = report->expect().min_test_accuracy();
@@ -565,7 +605,7 @@ result<scenario::Scenario> parse_scenario(const std::string& text, const std::st
   int worker_tasks = num_tasks(s.cluster(), s.cluster().worker_job());
   check_model(c, root, s.mutable_model());
   check_training(c, root, s.mutable_training(), worker_tasks);
-  check_dataset(c, root, s.mutable_dataset(), std::max(1, s.training().batch_size()));
+  check_dataset(c, root, s.mutable_dataset(), std::clamp(s.training().batch_size(), 1, k_max_batch_size));
   check_report(c, root, s.mutable_report());
   TROUPE_RETURN_IF_ERROR(c.to_status());
   return s;

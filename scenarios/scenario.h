@@ -7,9 +7,10 @@
 //  1. Syntax: protobuf text format, no unknown fields. The parser's first error, with a
 //     suggestion for a misspelled field and the valid values of an enum.
 //  2. Meaning: names outside the model zoo, the datasets and the optimizers (with the
-//     valid list), values out of range, jobs defined twice or not used, a worker job that
-//     is not in the cluster, parameters the chosen optimizer does not have, ... Every such
-//     error is reported, one per line, each naming the field by its path and, when the
+//     valid list), values out of range (the counts and sizes also have a largest value,
+//     k_max_* below), jobs defined twice or not used, a worker job that is not in the
+//     cluster, parameters the chosen optimizer does not have, ... Every such error is
+//     reported, one per line, each naming the field by its path and, when the
 //     file contains it, its position (else the position of the enclosing message).
 //  3. Defaults: every field left out gets its value (documented in the .proto), so the
 //     returned scenario is complete; in particular training.seed is always set, drawn at
@@ -28,6 +29,7 @@
 // Thread safety: the functions keep no state and may be called from any thread.
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -36,6 +38,17 @@
 #include "scenarios/scenario.pb.h"
 
 namespace troupe::scenarios {
+
+// The largest values the loader accepts (doc/scenarios.md, "Limits"). Beyond them a run
+// would not fit in one machine (threads, memory), or arithmetic on the values and on the
+// defaults derived from them (min_after_dequeue = 4 * batch_size, ...) would overflow.
+inline constexpr std::int32_t k_max_tasks = 1024;               // in the whole cluster
+inline constexpr std::int32_t k_max_hidden_layers = 32;         // model.hidden_units entries
+inline constexpr std::int32_t k_max_hidden_units = 16384;       // each entry
+inline constexpr std::int32_t k_max_batch_size = 65536;         // training.batch_size
+inline constexpr std::int32_t k_max_queue_capacity = 1 << 20;   // dataset.queue_capacity
+inline constexpr std::int32_t k_max_reader_threads = 64;        // dataset.reader_threads
+inline constexpr std::int64_t k_max_steps = 1'000'000'000'000;  // steps, eval_every, progress_every
 
 // Reads, checks and completes the scenario in `path`.
 result<scenario::Scenario> load_scenario(const std::string& path);

@@ -222,6 +222,68 @@ TEST_CASE("Values out of range name the field and say what is valid", "[scenario
         "s.pbtxt:1:19: report.expect.max_final_loss: must be > 0 (is 0)");
 }
 
+TEST_CASE("Impossible sizes and counts name the field and the largest value", "[scenario]") {
+  // 2000000000 used to load, and its default min_after_dequeue (4 * batch_size) overflowed
+  // into a negative value reported on an internal queue node.
+  CHECK(error_of("training { steps: 1 batch_size: 2000000000 }") ==
+        "s.pbtxt:1:21: training.batch_size: must be <= 65536 (is 2000000000)");
+  CHECK(error_of("training {\n  steps: 10000000000000\n}") ==
+        "s.pbtxt:2:3: training.steps: must be <= 1000000000000 (is 10000000000000)");
+  CHECK(error_of("training { steps: 1 eval_every: 10000000000000 }") ==
+        "s.pbtxt:1:21: training.eval_every: must be <= 1000000000000 (0: only at the end; is "
+        "10000000000000)");
+  CHECK(error_of("report { progress_every: 10000000000000 }\n" + k_minimal) ==
+        "s.pbtxt:1:10: report.progress_every: must be <= 1000000000000 (is 10000000000000)");
+  CHECK(error_of("dataset { min_after_dequeue: 2000000000 }\n" + k_minimal) ==
+        "s.pbtxt:1:11: dataset.min_after_dequeue: must be <= 1048575 (is 2000000000)");
+  CHECK(error_of("dataset { queue_capacity: 2000000000 }\n" + k_minimal) ==
+        "s.pbtxt:1:11: dataset.queue_capacity: must be <= 1048576 (is 2000000000)");
+  CHECK(error_of("dataset { reader_threads: 1000 }\n" + k_minimal) ==
+        "s.pbtxt:1:11: dataset.reader_threads: must be <= 64 (is 1000)");
+  CHECK(error_of("model { hidden_units: [64, 100000] }\n" + k_minimal) ==
+        "s.pbtxt:1:9: model.hidden_units[1]: must be <= 16384 (is 100000)");
+  std::string layers = "model { hidden_units: [1";
+  for (int i = 1; i < 33; ++i) layers += ", 1";
+  CHECK(error_of(layers + "] }\n" + k_minimal) ==
+        "s.pbtxt:1:9: model.hidden_units[32]: at most 32 hidden layers (has 33)");
+  // Task counts whose sum overflowed an int (undefined behaviour, found by UBSan).
+  CHECK(error_of("cluster {\n  job { name: 'worker' tasks: 2147483647 }\n"
+                 "  job { name: 'ps' tasks: 2147483647 }\n}\n" + k_minimal) ==
+        "s.pbtxt:2:24: cluster.job[0].tasks: must be <= 1024 (is 2147483647)\n"
+        "s.pbtxt:3:20: cluster.job[1].tasks: must be <= 1024 (is 2147483647)");
+  CHECK(error_of("cluster {\n  job { name: 'worker' tasks: 1000 }\n"
+                 "  job { name: 'ps' tasks: 1000 }\n}\n" + k_minimal) ==
+        "s.pbtxt:2:3: cluster.job: the cluster has 2000 tasks in all; at most 1024");
+
+  // The largest values load, and the defaults derived from them stay in range.
+  auto largest = parse_scenario(
+      "cluster { job { name: 'ps' tasks: 24 } job { name: 'worker' tasks: 1000 } }\n"
+      "model { hidden_units: [16384] }\n"
+      "dataset { reader_threads: 64 min_after_dequeue: 1048575 }\n"
+      "training { steps: 1000000000000 batch_size: 65536 eval_every: 1000000000000 }\n"
+      "report { progress_every: 1000000000000 }\n",
+      "s.pbtxt");
+  if (!largest.ok()) FAIL(largest.error().message());
+  CHECK(largest->dataset().queue_capacity() == 1048576);  // the default, capped
+  auto defaults = parse_scenario("training { steps: 1 batch_size: 65536 }", "s.pbtxt");
+  REQUIRE(defaults.ok());
+  CHECK(defaults->dataset().min_after_dequeue() == 4 * 65536);
+  CHECK(defaults->dataset().queue_capacity() == 7 * 65536);
+}
+
+TEST_CASE("Very long names are errors, not a crash", "[scenario]") {
+  // std::regex overflowed the stack on these (found by feeding the scenario fuzzer long
+  // names; fuzz/regressions/scenario/ keeps both).
+  std::string name(200000, 'A');
+  std::string e = error_of("cluster { job { name: '" + name + "' } worker_job: '" + name + "' }\n" +
+                           k_minimal);
+  CHECK(starts_with(e, "s.pbtxt:1:17: cluster.job[0].name: 'AAAA"));
+  CHECK(contains(e, "is not a valid job name"));
+  e = error_of("training { steps: 1 " + std::string(200000, 'b') + ": 1 }");
+  CHECK(starts_with(e, "s.pbtxt:1:21: Message type \"troupe.scenario.Training\" has no field named \"bbbb"));
+  CHECK(contains(e, "Fields of Training: optimizer, steps"));
+}
+
 TEST_CASE("Optimizer parameters must belong to the optimizer and be in range", "[scenario]") {
   CHECK(error_of("training {\n  steps: 1\n  optimizer { name: 'sgd' momentum: 0.9 }\n}") ==
         "s.pbtxt:3:27: training.optimizer.momentum: 'sgd' has no parameter momentum (its "
