@@ -1,7 +1,12 @@
 #include "graph/attr.h"
 
+#include <algorithm>
+#include <cstdint>
 #include <cstring>
+#include <limits>
 #include <sstream>
+
+#include "core/memory.h"
 
 namespace troupe::graph {
 namespace {
@@ -235,23 +240,29 @@ void shape_to_proto(const partial_shape& shape, tf::TensorShapeProto* proto) {
 namespace {
 
 // Copies the typed *_val field into t, repeating the last value to fill.
+// REQUIRES: values.size() <= t.num_elements().
 template <class T, class Field>
-status fill_from_values(const Field& values, tensor& t, std::string_view what) {
-  std::int64_t n = t.num_elements();
-  auto count = static_cast<std::int64_t>(values.size());
-  if (count > n) {
-    return invalid_argument_error(what, ": TensorProto has ", count, " values but shape ",
-                                  t.shape().to_string(), " holds ", n);
-  }
+void fill_from_values(const Field& values, tensor& t) {
+  const auto n = static_cast<std::size_t>(t.num_elements());
+  const auto count = static_cast<std::size_t>(values.size());
   if (count == 0) {
     std::memset(t.raw_data(), 0, t.byte_size());
-    return status();
+    return;
   }
   T* data = t.data<T>();
-  for (std::int64_t i = 0; i < n; ++i) {
-    data[i] = static_cast<T>(values.Get(static_cast<int>(std::min(i, count - 1))));
+  for (std::size_t i = 0; i < count; ++i) data[i] = static_cast<T>(values.Get(static_cast<int>(i)));
+  std::fill(data + count, data + n, data[count - 1]);
+}
+
+// How many values the typed *_val field for `type` holds.
+std::size_t value_count(const tf::TensorProto& proto, dtype type) {
+  switch (type) {
+    case dtype::float32: return static_cast<std::size_t>(proto.float_val_size());
+    case dtype::float64: return static_cast<std::size_t>(proto.double_val_size());
+    case dtype::int64: return static_cast<std::size_t>(proto.int64_val_size());
+    case dtype::bool_: return static_cast<std::size_t>(proto.bool_val_size());
+    default: return static_cast<std::size_t>(proto.int_val_size());
   }
-  return status();
 }
 
 }  // namespace
@@ -269,30 +280,52 @@ result<tensor> tensor_from_proto(const tf::TensorProto& proto, std::string_view 
   }
   auto shape = tensor_shape::make(ps.dims());
   if (!shape.ok()) return shape.error().with_context(what);
-  tensor t(type, *shape);
-  if (!proto.tensor_content().empty()) {
-    if (proto.tensor_content().size() != t.byte_size()) {
-      return invalid_argument_error(what, ": tensor_content has ", proto.tensor_content().size(),
-                                    " bytes but ", dtype_name(type), " ", shape->to_string(),
-                                    " needs ", t.byte_size());
+  // Everything that can be checked is checked before the tensor is allocated: a proto
+  // of a few bytes may declare any shape.
+  const auto elements = static_cast<std::uint64_t>(shape->num_elements());
+  const std::size_t element_size = dtype_size(type);
+  const std::size_t content = proto.tensor_content().size();
+  if (content != 0 && (elements > content / element_size || elements * element_size != content)) {
+    std::string needs = elements <= std::numeric_limits<std::uint64_t>::max() / element_size
+                            ? std::to_string(elements * element_size)
+                            : str_cat(elements, " x ", element_size);
+    return invalid_argument_error(what, ": tensor_content has ", content, " bytes but ",
+                                  dtype_name(type), " ", shape->to_string(), " needs ", needs);
+  }
+  const std::size_t count = content == 0 ? value_count(proto, type) : 0;
+  if (count > elements) {
+    return invalid_argument_error(what, ": TensorProto has ", count, " values but shape ",
+                                  shape->to_string(), " holds ", elements);
+  }
+  // The values may be fewer than the elements (the last one repeats): the tensor can be
+  // far larger than the proto, and allocating it may exceed the memory limit.
+  tensor t;
+  try {
+    t = tensor(type, *shape);
+  } catch (const allocation_error& e) {
+    return e.to_status().with_context(what);
+  }
+  if (content != 0) {
+    std::memcpy(t.raw_data(), proto.tensor_content().data(), content);
+    if (type == dtype::bool_) {
+      // A C++ bool must hold 0 or 1; TensorFlow reads any non-zero byte as true.
+      auto* bytes = static_cast<unsigned char*>(t.raw_data());
+      for (std::size_t i = 0; i < content; ++i) bytes[i] = bytes[i] != 0 ? 1 : 0;
     }
-    std::memcpy(t.raw_data(), proto.tensor_content().data(), t.byte_size());
     return t;
   }
-  status s;
   switch (type) {
-    case dtype::float32: s = fill_from_values<float>(proto.float_val(), t, what); break;
-    case dtype::float64: s = fill_from_values<double>(proto.double_val(), t, what); break;
-    case dtype::int64: s = fill_from_values<std::int64_t>(proto.int64_val(), t, what); break;
-    case dtype::bool_: s = fill_from_values<bool>(proto.bool_val(), t, what); break;
-    case dtype::int32: s = fill_from_values<std::int32_t>(proto.int_val(), t, what); break;
-    case dtype::int16: s = fill_from_values<std::int16_t>(proto.int_val(), t, what); break;
-    case dtype::int8: s = fill_from_values<std::int8_t>(proto.int_val(), t, what); break;
-    case dtype::uint8: s = fill_from_values<std::uint8_t>(proto.int_val(), t, what); break;
-    case dtype::uint16: s = fill_from_values<std::uint16_t>(proto.int_val(), t, what); break;
+    case dtype::float32: fill_from_values<float>(proto.float_val(), t); break;
+    case dtype::float64: fill_from_values<double>(proto.double_val(), t); break;
+    case dtype::int64: fill_from_values<std::int64_t>(proto.int64_val(), t); break;
+    case dtype::bool_: fill_from_values<bool>(proto.bool_val(), t); break;
+    case dtype::int32: fill_from_values<std::int32_t>(proto.int_val(), t); break;
+    case dtype::int16: fill_from_values<std::int16_t>(proto.int_val(), t); break;
+    case dtype::int8: fill_from_values<std::int8_t>(proto.int_val(), t); break;
+    case dtype::uint8: fill_from_values<std::uint8_t>(proto.int_val(), t); break;
+    case dtype::uint16: fill_from_values<std::uint16_t>(proto.int_val(), t); break;
     default: return unimplemented_error(what, ": dtype ", dtype_name(type));
   }
-  if (!s.ok()) return s;
   return t;
 }
 

@@ -57,7 +57,9 @@ tf::AttrValue attr_value(const std::vector<partial_shape>& v);  // list(shape), 
 partial_shape shape_from_proto(const tf::TensorShapeProto& proto);
 void shape_to_proto(const partial_shape& shape, tf::TensorShapeProto* proto);
 // Accepts both tensor_content and the typed *_val fields (a short *_val list repeats its
-// last value, as TensorFlow does). `what` names the source in errors.
+// last value, as TensorFlow does). `what` names the source in errors. Everything is
+// checked before the tensor is allocated; a tensor that does not fit in the memory limit
+// (core/memory.h) is RESOURCE_EXHAUSTED, not an exception. Non-zero bool bytes read as 1.
 result<tensor> tensor_from_proto(const tf::TensorProto& proto, std::string_view what = "tensor");
 // Writes tensor_content (raw little-endian bytes), as TensorFlow does for non-scalars.
 void tensor_to_proto(const tensor& t, tf::TensorProto* proto);
