@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "core/file.h"
+#include "core/memory.h"
 
 namespace troupe {
 namespace {
@@ -180,7 +181,12 @@ result<tensor> parse_idx(std::string_view bytes, std::string_view what) {
                            " unexpected bytes after the data its header declares (",
                            dtype_name(type), " ", shape.to_string(), ")");
   }
-  tensor t(type, shape);
+  tensor t;
+  try {
+    t = tensor(type, shape);
+  } catch (const allocation_error& e) {  // over the memory limit (core/memory.h)
+    return e.to_status().with_context(str_cat("'", what, "'"));
+  }
   copy_big_endian(data + header, count, element_size, t.raw_data());
   return t;
 }

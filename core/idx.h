@@ -17,7 +17,8 @@
 // Errors name the file and say what is wrong: not_found when it cannot be opened,
 // data_loss for damaged contents (bad gzip data, truncated, a bad magic number or type
 // code, a size that disagrees with the header, trailing bytes), invalid_argument when an
-// images file and a labels file do not belong together. Nothing is allocated from the
+// images file and a labels file do not belong together, resource_exhausted when the
+// tensor does not fit in the memory limit (core/memory.h). Nothing is allocated from the
 // header's sizes before they have been checked against the bytes present.
 //
 // Thread safety: the functions keep no state and may be called from any thread.

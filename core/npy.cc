@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "core/file.h"
+#include "core/memory.h"
 
 namespace troupe {
 namespace {
@@ -235,7 +236,12 @@ result<tensor> parse_npy(const std::string& bytes, const std::string& what) {
     return invalid_argument_error(what, ": .npy data is ", present, " bytes but shape ",
                                   shape->to_string(), " of ", dtype_name(type), " needs ", needs);
   }
-  tensor t(type, *shape);
+  tensor t;
+  try {
+    t = tensor(type, *shape);
+  } catch (const allocation_error& e) {  // over the memory limit (core/memory.h)
+    return e.to_status().with_context(what);
+  }
   if (present > 0) std::memcpy(t.raw_data(), bytes.data() + data_start, present);
   if (type == dtype::bool_) {
     // numpy reads any non-zero byte as True; a C++ bool must hold 0 or 1.

@@ -5,7 +5,8 @@
 // Reading is strict, since a file may come from anywhere: the header must be the dict
 // numpy writes (exactly the keys 'descr', 'fortran_order' and 'shape'), and the data must
 // be exactly the bytes the shape needs. Errors are invalid_argument (unimplemented for a
-// dtype or layout troupe does not read) and name the source and what is wrong. Nothing
+// dtype or layout troupe does not read, resource_exhausted for a tensor over the memory
+// limit of core/memory.h) and name the source and what is wrong. Nothing
 // is allocated from the header's shape before it has been checked against the bytes
 // present, so a header that lies about its size costs nothing. A bool array's non-zero
 // bytes are read as 1 (true), as numpy reads them.

@@ -11,6 +11,7 @@
 
 #include "core/file.h"
 #include "core/idx.h"
+#include "core/memory.h"
 #include "core/tensor.h"
 
 using namespace troupe;
@@ -140,6 +141,16 @@ TEST_CASE("Damaged IDX files give errors naming the file and what is wrong", "[i
   REQUIRE_FALSE(missing.ok());
   CHECK(missing.error().error_code() == code::not_found);
   CHECK(contains(missing.error().message(), "no-such-file"));
+}
+
+TEST_CASE("An IDX file over the memory limit is RESOURCE_EXHAUSTED, not an exception", "[idx]") {
+  std::string bytes = to_idx_bytes(tensor::zeros(dtype::uint8, {4, 32, 32}));
+  auto small = memory_account::create("small", 1024, &memory_account::process());
+  account_scope scope(small.get());
+  auto t = parse_idx(bytes, "big.idx");
+  REQUIRE_FALSE(t.ok());
+  CHECK(t.error().error_code() == code::resource_exhausted);
+  CHECK(t.error().message().rfind("'big.idx': cannot allocate uint8 [4,32,32]", 0) == 0);
 }
 
 TEST_CASE("read_idx_examples checks that images and labels belong together", "[idx]") {

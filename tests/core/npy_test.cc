@@ -6,6 +6,7 @@
 #include <string>
 
 #include "core/buffer.h"
+#include "core/memory.h"
 #include "core/npy.h"
 
 namespace troupe {
@@ -116,6 +117,16 @@ TEST_CASE("A .npy bool array reads non-zero bytes as true", "[npy]") {
   CHECK(bytes[0] == 0);
   CHECK(bytes[1] == 1);
   CHECK(bytes[2] == 1);
+}
+
+TEST_CASE("A .npy array over the memory limit is RESOURCE_EXHAUSTED, not an exception", "[npy]") {
+  std::string bytes = npy_file(header_with_shape("|u1", "(4096,)"), std::string(4096, '\x01'));
+  auto small = memory_account::create("small", 1024, &memory_account::process());
+  account_scope scope(small.get());
+  auto t = parse_npy(bytes, "big.npy");
+  REQUIRE_FALSE(t.ok());
+  CHECK(t.error().error_code() == code::resource_exhausted);
+  CHECK(t.error().message().rfind("big.npy: cannot allocate uint8 [4096]", 0) == 0);
 }
 
 }  // namespace troupe
