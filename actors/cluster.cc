@@ -77,4 +77,16 @@ caf::actor cluster::device_actor(std::string_view name) const {
   return d == nullptr ? caf::actor() : d->self();
 }
 
+result<device_stats> cluster::stats(std::string_view device, std::chrono::milliseconds timeout) {
+  caf::actor a = device_actor(device);
+  if (!a) return not_found_error("no device '", device, "' in the cluster");
+  unpinned_use use(*system_);  // outlives the scoped actor
+  caf::scoped_actor self{*system_};
+  result<device_stats> out = internal_error("no answer");
+  self->request(a, timeout, stats_atom::value)
+      .receive([&](device_stats& s) { out = s; },
+               [&](caf::error& e) { out = unavailable_error("device ", device, " did not report: ", caf::to_string(e)); });
+  return out;
+}
+
 }  // namespace troupe::actors

@@ -19,11 +19,13 @@
 #include <caf/all.hpp>
 
 #include <atomic>
+#include <chrono>
 #include <map>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "actors/device_actor.h"
 #include "actors/runtime_device.h"
 #include "actors/tracing.h"
 #include "core/status.h"
@@ -63,6 +65,13 @@ class cluster {
   // The device of that complete name, or null.
   runtime_device* find_device(std::string_view name) const;
   caf::actor device_actor(std::string_view name) const;
+  // Every device's actor by complete name (shared: it outlives the cluster's handles).
+  std::shared_ptr<const device_directory> directory() const { return directory_; }
+
+  // What a device holds now (for tests and tools: it asks the device actor and waits up
+  // to `timeout`; never call it on an actor's thread). Errors: no such device, or the
+  // device did not answer.
+  result<device_stats> stats(std::string_view device, std::chrono::milliseconds timeout = std::chrono::seconds(10));
 
   // A fresh step id, unique across the cluster.
   std::int64_t next_step_id() { return next_step_.fetch_add(1, std::memory_order_relaxed); }

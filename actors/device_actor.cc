@@ -1,17 +1,39 @@
 #include "actors/device_actor.h"
 
 #include <map>
+#include <set>
 
 #include "actors/messages.h"
 #include "actors/rendezvous.h"
 #include "kernels/cancellation.h"
 
+namespace troupe::actors::detail {
+
+// What a preparation on the compute pool sends back to its device actor.
+struct prepare_outcome {
+  std::uint64_t request = 0;
+  result<std::shared_ptr<const executable>> exec = internal_error("not prepared");
+};
+
+}  // namespace troupe::actors::detail
+
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(troupe::actors::detail::prepare_outcome)
+
 namespace troupe::actors {
 namespace {
+
+using prepared_atom = caf::atom_constant<caf::atom("prepared")>;
+using detail::prepare_outcome;
+
+// How long a tensor may wait in the rendezvous for a step that is not running here before
+// it counts as an orphan, and how often the table is swept for them (on arrivals).
+constexpr auto k_orphan_age = std::chrono::minutes(5);
+constexpr auto k_sweep_every = std::chrono::seconds(30);
 
 struct device_state {
   device_options options;
   std::map<std::uint64_t, std::shared_ptr<const executable>> partitions;
+  std::map<std::uint64_t, caf::response_promise> preparing;
   // Running steps by request: the client's promise, and the step's cancellation, so an
   // abort from the master (by step id) or the device's exit can reach them.
   struct running_step {
@@ -20,52 +42,104 @@ struct device_state {
     std::shared_ptr<kernels::cancellation_manager> cancel;
   };
   std::map<std::uint64_t, running_step> running;
-  rendezvous_table rendezvous;
+  std::multiset<std::int64_t> running_ids;
+  std::unique_ptr<rendezvous_table> rendezvous;
+  rendezvous_table::clock::time_point last_sweep = rendezvous_table::clock::now();
   std::uint64_t next_handle = 1;
   std::uint64_t next_request = 1;
   static inline const char* name = "troupe-device";
+
+  const std::string& device_name() const { return options.device->name(); }
+  caf::error gone() const { return to_caf_error(unavailable_error("device ", device_name(), " went down")); }
 };
 
 using device_actor = caf::stateful_actor<device_state>;
 
+// Aborts `step_id` here: its parked Recvs fail, its running partition's waiting kernels
+// are cancelled, later traffic for it is refused.
+void abort_here(device_actor* self, std::int64_t step_id, const status& reason) {
+  auto& st = self->state;
+  st.rendezvous->abort(step_id, reason);
+  std::vector<std::shared_ptr<kernels::cancellation_manager>> cancels;
+  for (auto& [request, step] : st.running) {
+    if (step.step_id == step_id) cancels.push_back(step.cancel);
+  }
+  for (auto& c : cancels) c->start_cancel();
+}
+
 caf::behavior device_behavior(device_actor* self, device_options options) {
   self->state.options = std::move(options);
-  // When the device goes, its running steps are cancelled: kernels waiting on other
-  // actors fail now instead of finishing against a device that is gone.
+  self->state.rendezvous = std::make_unique<rendezvous_table>(self->state.options.rendezvous_limit);
+  // When the device goes, every request still open is answered, and its running steps
+  // are cancelled: kernels waiting on other actors fail now instead of finishing against
+  // a device that is gone.
   self->set_exit_handler([self](caf::exit_msg& msg) {
-    for (auto& [request, step] : self->state.running) step.cancel->start_cancel();
+    auto& st = self->state;
+    for (auto& [request, step] : st.running) {
+      step.cancel->start_cancel();
+      step.promise.deliver(st.gone());
+    }
+    st.running.clear();
+    for (auto& [request, promise] : st.preparing) promise.deliver(st.gone());
+    st.preparing.clear();
     self->quit(msg.reason);
   });
-  // Answers the request of a finished step with its fetches or its error.
+  // Answers the request of a finished step with its fetches or its error, and closes the
+  // step's rendezvous entries.
   auto finish = [self](std::uint64_t request, auto&& outcome) {
-    auto it = self->state.running.find(request);
-    if (it == self->state.running.end()) return;
+    auto& st = self->state;
+    auto it = st.running.find(request);
+    if (it == st.running.end()) return;
+    const std::int64_t step_id = it->second.step_id;
     it->second.promise.deliver(std::move(outcome));
-    self->state.running.erase(it);
+    st.running.erase(it);
+    st.running_ids.erase(st.running_ids.find(step_id));
+    st.rendezvous->close(step_id);
   };
   return {
       [=](prepare_atom, executable_spec& spec) -> caf::result<std::uint64_t> {
-        spec.device = self->state.options.device;
-        spec.tracer = self->state.options.device->tracer();
-        spec.trace_task = self->state.options.device->task();
-        spec.trace_device = self->state.options.device->short_name();
-        auto exec = executable::create(spec, *self->state.options.kernels);
-        if (!exec.ok()) return to_caf_error(exec.error());
-        std::uint64_t handle = self->state.next_handle++;
-        self->state.partitions.emplace(handle, std::move(*exec));
-        return handle;
+        auto& st = self->state;
+        spec.device = st.options.device;
+        spec.tracer = st.options.device->tracer();
+        spec.trace_task = st.options.device->task();
+        spec.trace_device = st.options.device->short_name();
+        const std::uint64_t request = st.next_request++;
+        auto promise = self->make_response_promise<std::uint64_t>();
+        st.preparing.emplace(request, promise);
+        // Building kernels is unbounded work (a partition may have 10^5 nodes): on the pool.
+        caf::actor me = caf::actor_cast<caf::actor>(self);
+        const kernels::kernel_registry* registry = st.options.kernels;
+        st.options.device->pool().schedule([me, request, spec = std::move(spec), registry] {
+          prepare_outcome outcome{request, internal_error("not prepared")};
+          account_scope memory(spec.device->memory());
+          status thrown = kernels::catch_exceptions([&] { outcome.exec = executable::create(spec, *registry); });
+          if (!thrown.ok()) outcome.exec = thrown.with_context("preparing a partition");
+          caf::anon_send(me, prepared_atom::value, std::move(outcome));
+        });
+        return promise;
       },
+      [=](prepared_atom, prepare_outcome& outcome) {
+        auto& st = self->state;
+        auto it = st.preparing.find(outcome.request);
+        if (it == st.preparing.end()) return;
+        auto promise = std::move(it->second);
+        st.preparing.erase(it);
+        if (!outcome.exec.ok()) return promise.deliver(to_caf_error(outcome.exec.error()));
+        const std::uint64_t handle = st.next_handle++;
+        st.partitions.emplace(handle, std::move(*outcome.exec));
+        promise.deliver(handle);
+      },
+      [=](unprepare_atom, std::uint64_t handle) { self->state.partitions.erase(handle); },
       [=](run_atom, std::uint64_t handle, std::int64_t step_id,
           std::vector<tensor>& feeds) -> caf::result<std::vector<tensor>> {
         auto& st = self->state;
-        rendezvous_table::active_scope active(st.rendezvous, st.options.device);
-        const std::string& device_name = st.options.device->name();
+        rendezvous_table::active_scope active(*st.rendezvous, st.options.device);
         auto it = st.partitions.find(handle);
         if (it == st.partitions.end()) {
-          return to_caf_error(not_found_error("device ", device_name, " has no partition ", handle));
+          return to_caf_error(not_found_error("device ", st.device_name(), " has no partition ", handle));
         }
-        if (st.rendezvous.is_aborted(step_id)) {
-          return to_caf_error(aborted_error("step ", step_id, " was aborted before it started on ", device_name));
+        if (st.rendezvous->is_aborted(step_id)) {
+          return to_caf_error(aborted_error("step ", step_id, " was aborted before it started on ", st.device_name()));
         }
         std::shared_ptr<const executable> exec = it->second;
         status s = exec->check_feeds(feeds);
@@ -74,6 +148,7 @@ caf::behavior device_behavior(device_actor* self, device_options options) {
         auto promise = self->make_response_promise<std::vector<tensor>>();
         auto cancel = std::make_shared<kernels::cancellation_manager>();
         st.running.emplace(request, device_state::running_step{step_id, promise, cancel});
+        st.running_ids.insert(step_id);
         caf::actor me = caf::actor_cast<caf::actor>(self);
         // The completion keeps the partition alive: the actor may exit (and drop its
         // partitions) while a step still waits in an asynchronous kernel.
@@ -95,28 +170,39 @@ caf::behavior device_behavior(device_actor* self, device_options options) {
         finish(request, std::move(error));
       },
       [=](abort_step_atom, std::int64_t step_id, const caf::error& reason) {
-        auto& st = self->state;
-        st.rendezvous.abort(step_id, to_status(reason));
-        std::vector<std::shared_ptr<kernels::cancellation_manager>> cancels;
-        for (auto& [request, step] : st.running) {
-          if (step.step_id == step_id) cancels.push_back(step.cancel);
-        }
-        for (auto& c : cancels) c->start_cancel();
+        abort_here(self, step_id, to_status(reason));
       },
       // A tensor's arrival or a Recv's request may complete a Recv, and the nodes it wakes
       // run here: the rendezvous is active so that Recvs among them ask it directly.
       [=](rv_send_atom, std::int64_t step_id, const transfer_key_ptr& key, tensor& value) {
         auto& st = self->state;
-        rendezvous_table::active_scope active(st.rendezvous, st.options.device);
-        st.rendezvous.send(step_id, key, std::move(value));
+        rendezvous_table::active_scope active(*st.rendezvous, st.options.device);
+        status s = st.rendezvous->send(step_id, key, std::move(value), st.device_name());
+        if (!s.ok()) abort_here(self, step_id, s);
+        const auto now = rendezvous_table::clock::now();
+        if (now - st.last_sweep > k_sweep_every) {
+          st.last_sweep = now;
+          st.rendezvous->sweep(now - k_orphan_age, [&](std::int64_t id) { return st.running_ids.count(id) > 0; });
+        }
       },
       [=](rv_recv_atom, std::int64_t step_id, const transfer_key_ptr& key, reply<tensor>& r) {
         auto& st = self->state;
-        rendezvous_table::active_scope active(st.rendezvous, st.options.device);
-        st.rendezvous.recv(step_id, key, std::move(r));
+        rendezvous_table::active_scope active(*st.rendezvous, st.options.device);
+        st.rendezvous->recv(step_id, key, std::move(r));
       },
       [=](rv_cancel_atom, std::int64_t step_id, const transfer_key_ptr& key) {
-        self->state.rendezvous.cancel(step_id, key);
+        self->state.rendezvous->cancel(step_id, key);
+      },
+      [=](stats_atom) {
+        auto& st = self->state;
+        device_stats stats;
+        stats.partitions = static_cast<std::int64_t>(st.partitions.size());
+        stats.preparing = static_cast<std::int64_t>(st.preparing.size());
+        stats.running_steps = static_cast<std::int64_t>(st.running.size());
+        stats.rendezvous_entries = static_cast<std::int64_t>(st.rendezvous->num_waiting());
+        stats.rendezvous_bytes = st.rendezvous->bytes_waiting();
+        if (auto* memory = st.options.device->memory()) stats.memory_in_use = memory->in_use();
+        return stats;
       },
   };
 }

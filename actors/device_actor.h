@@ -3,7 +3,9 @@
 // sent from other devices meet the Recvs waiting for them (actors/rendezvous.h).
 //
 // Protocol:
-//   (prepare_atom, executable_spec)              -> uint64_t handle   kernels built once
+//   (prepare_atom, executable_spec)              -> uint64_t handle   kernels built once,
+//       on the compute pool (preparing a large partition never holds the actor's thread)
+//   (unprepare_atom, handle)                                          forgets a partition
 //   (run_atom, handle, step_id, vector<tensor>)  -> vector<tensor>    runs one step
 //   (abort_step_atom, step_id, caf::error)                            aborts that step here:
 //       its running partition stops, parked Recvs fail, later traffic for it is refused
@@ -11,14 +13,26 @@
 //   (rv_recv_atom, step_id, transfer_key_ptr, reply<tensor>)  a local _Recv asks (from
 //       outside this actor's handlers; inside them it asks the rendezvous directly)
 //   (rv_cancel_atom, step_id, transfer_key_ptr)          a local _Recv's step cancelled it
+//   (stats_atom)                                 -> device_stats      what it holds now
 //
-// Cheap nodes of a step run in the handler that starts it (the executor's rule), the
-// rest on the compute pool; no handler ever waits. Completion comes back as a message
-// that answers the pending request. Errors come back as caf::error naming the node.
+// Guarantees:
+//  1. Every request is answered exactly once, also when the actor ends: its exit answers
+//     the steps still running and the preparations still building with `unavailable`
+//     naming the device (and cancels the running steps' waiting kernels).
+//  2. A step that ends here (done or failed) closes its rendezvous entries: tensors that
+//     arrive for it later are dropped, not kept. A second tensor for one transfer fails
+//     the step (internal: the partition is wrong). Tensors waiting for their Recv are
+//     bounded in bytes (device_options::rendezvous_limit): one beyond it fails its step
+//     with resource_exhausted naming the device.
+//  3. No handler waits or runs unbounded work: cheap nodes of a step run in the handler
+//     that starts or wakes them (the executor's rule), the rest on the compute pool.
+//     Completion comes back as a message that answers the pending request. Errors come
+//     back as caf::error naming the node.
 #pragma once
 
 #include <caf/all.hpp>
 
+#include <cstdint>
 #include <string>
 
 #include "actors/runtime_device.h"
@@ -28,14 +42,30 @@
 namespace troupe::actors {
 
 using abort_step_atom = caf::atom_constant<caf::atom("abortstep")>;
+using unprepare_atom = caf::atom_constant<caf::atom("unprepare")>;
+using stats_atom = caf::atom_constant<caf::atom("stats")>;
 
 struct device_options {
   // REQUIRES: non-null and outliving the actor; its pool runs the steps.
   runtime_device* device = nullptr;
   const kernels::kernel_registry* kernels = &kernels::kernel_registry::builtin();
+  // Bytes of arrived tensors the rendezvous keeps for Recvs that have not asked yet.
+  std::int64_t rendezvous_limit = std::int64_t{1} << 30;
+};
+
+// What a device holds now.
+struct device_stats {
+  std::int64_t partitions = 0;       // registered (prepared) partitions
+  std::int64_t preparing = 0;        // partitions being built on the pool
+  std::int64_t running_steps = 0;    // steps running here
+  std::int64_t rendezvous_entries = 0;  // tensors and Recvs waiting in the rendezvous
+  std::int64_t rendezvous_bytes = 0;    // bytes of the tensors among them
+  std::int64_t memory_in_use = 0;       // bytes its kernels' buffers hold (core/memory.h)
 };
 
 // Spawns the actor and records it as the device's self().
 caf::actor spawn_device(caf::actor_system& system, device_options options);
 
 }  // namespace troupe::actors
+
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(troupe::actors::device_stats)

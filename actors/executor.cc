@@ -7,6 +7,7 @@
 #include <future>
 #include <map>
 #include <mutex>
+#include <span>
 
 namespace troupe::actors {
 
@@ -16,6 +17,11 @@ struct executable::plan {
     int consumer;    // plan node index (-1: a fetch only)
     int slot;        // absolute index into the step's input array
   };
+  // A node's edges, control successors, fetched outputs and used outputs are ranges of
+  // the plan's shared arrays (one allocation each for the whole plan, not per node).
+  struct range {
+    int begin = 0, end = 0;
+  };
   struct node {
     std::unique_ptr<kernels::op_kernel> kernel;
     const graph::node* graph_node = nullptr;
@@ -24,13 +30,22 @@ struct executable::plan {
     int output_offset = 0;
     int num_outputs = 0;
     int initial_pending = 0;
-    std::vector<edge> out_edges;           // sorted so each output's last edge moves
-    std::vector<int> control_out;
-    std::vector<std::pair<int, int>> fetch_outputs;  // (output, fetch index)
-    std::vector<int> used_outputs;         // outputs some edge or fetch reads, ascending
+    range out_edges;      // in edges, sorted by output so each output's last edge moves
+    range control_out;    // in control_out
+    range fetch_outputs;  // in fetch_outputs
+    range used_outputs;   // in used_outputs: outputs some edge or fetch reads, ascending
     bool async = false;
   };
   std::vector<node> nodes;
+  std::vector<edge> edges;
+  std::vector<int> control_out;
+  std::vector<std::pair<int, int>> fetch_outputs;  // (output, fetch index)
+  std::vector<int> used_outputs;
+
+  template <class T>
+  static std::span<const T> of(const std::vector<T>& all, range r) {
+    return std::span<const T>(all.data() + r.begin, static_cast<std::size_t>(r.end - r.begin));
+  }
   std::vector<int> roots;
   int total_inputs = 0;
   int total_outputs = 0;
@@ -106,7 +121,7 @@ result<std::shared_ptr<const executable>> executable::create(
       return invalid_argument_error("placeholder '", n.name(), "' must be fed: a fetch or target of "
                                     "this step depends on it");
     }
-    auto kernel = registry.create(spec.device_type, n.def, *n.op, n.input_types, n.output_types,
+    auto kernel = registry.create(spec.device_type, n.def, *n.op, n.input_types.to_vector(), n.output_types.to_vector(),
                                   spec.device);
     if (!kernel.ok()) return kernel.error();
     pn.kernel = std::move(*kernel);
@@ -114,10 +129,41 @@ result<std::shared_ptr<const executable>> executable::create(
     pn.input_offset = p.total_inputs;
     pn.num_inputs = static_cast<int>(n.inputs.size());
     p.total_inputs += pn.num_inputs;
-    pn.output_offset = p.total_outputs;
     pn.num_outputs = n.num_outputs();
-    p.total_outputs += pn.num_outputs;
+    // Only asynchronous nodes keep their outputs in the step (they finish later); a
+    // synchronous node's outputs live on the stack of the call that runs it.
+    if (pn.async) {
+      pn.output_offset = p.total_outputs;
+      p.total_outputs += pn.num_outputs;
+    }
   }
+  // Edges, grouped by producer in three passes (count, place, sort each producer's few
+  // by output): linear in nodes and edges, one allocation per kind.
+  std::vector<int> edge_count(p.nodes.size() + 1, 0), control_count(p.nodes.size() + 1, 0);
+  for (std::size_t c = 0; c < p.nodes.size(); ++c) {
+    const graph::node& n = *p.nodes[c].graph_node;
+    for (const graph::endpoint& src : n.inputs) {
+      if (fed.count(src) > 0) continue;
+      const int producer = index_of[static_cast<std::size_t>(src.node)];
+      if (producer < 0) {
+        return internal_error("node '", n.name(), "' needs '", g.get(src.node).name(),
+                              "', which is neither fed nor in the step");
+      }
+      ++edge_count[static_cast<std::size_t>(producer) + 1];
+    }
+    for (int ctl : n.control_inputs) {
+      const int producer = index_of[static_cast<std::size_t>(ctl)];
+      if (producer >= 0) ++control_count[static_cast<std::size_t>(producer) + 1];
+    }
+  }
+  for (std::size_t i = 0; i < p.nodes.size(); ++i) {
+    edge_count[i + 1] += edge_count[i];
+    control_count[i + 1] += control_count[i];
+    p.nodes[i].out_edges = {edge_count[i], edge_count[i]};
+    p.nodes[i].control_out = {control_count[i], control_count[i]};
+  }
+  p.edges.resize(static_cast<std::size_t>(edge_count.back()));
+  p.control_out.resize(static_cast<std::size_t>(control_count.back()));
   for (std::size_t c = 0; c < p.nodes.size(); ++c) {
     auto& consumer = p.nodes[c];
     const graph::node& n = *consumer.graph_node;
@@ -128,22 +174,20 @@ result<std::shared_ptr<const executable>> executable::create(
         p.feed_slots[static_cast<std::size_t>(f->second)].push_back(slot);
         continue;
       }
-      int producer = index_of[static_cast<std::size_t>(src.node)];
-      if (producer < 0) {
-        return internal_error("node '", n.name(), "' needs '", g.get(src.node).name(),
-                              "', which is neither fed nor in the step");
-      }
-      p.nodes[static_cast<std::size_t>(producer)].out_edges.push_back({src.index, static_cast<int>(c), slot});
+      auto& producer = p.nodes[static_cast<std::size_t>(index_of[static_cast<std::size_t>(src.node)])];
+      p.edges[static_cast<std::size_t>(producer.out_edges.end++)] = {src.index, static_cast<int>(c), slot};
       ++consumer.initial_pending;
     }
     for (int ctl : n.control_inputs) {
       int producer = index_of[static_cast<std::size_t>(ctl)];
       if (producer < 0) continue;  // a control input on a pruned (fed-only) node
-      p.nodes[static_cast<std::size_t>(producer)].control_out.push_back(static_cast<int>(c));
+      p.control_out[static_cast<std::size_t>(p.nodes[static_cast<std::size_t>(producer)].control_out.end++)] =
+          static_cast<int>(c);
       ++consumer.initial_pending;
     }
   }
   p.fetch_from_feed.assign(spec.fetches.size(), -1);
+  std::map<int, std::vector<std::pair<int, int>>> fetches_of;
   for (std::size_t f = 0; f < spec.fetches.size(); ++f) {
     const auto& e = spec.fetches[f];
     if (auto it = fed.find(e); it != fed.end()) {
@@ -154,19 +198,27 @@ result<std::shared_ptr<const executable>> executable::create(
     if (producer < 0) {
       return internal_error("fetch '", g.get(e.node).name(), "' is not produced by the step");
     }
-    p.nodes[static_cast<std::size_t>(producer)].fetch_outputs.push_back({e.index, static_cast<int>(f)});
+    fetches_of[producer].push_back({e.index, static_cast<int>(f)});
   }
+  std::vector<int> used;
   for (std::size_t i = 0; i < p.nodes.size(); ++i) {
-    auto& edges = p.nodes[i].out_edges;
-    std::stable_sort(edges.begin(), edges.end(), [](const plan::edge& a, const plan::edge& b) {
-      return a.output < b.output;
-    });
-    auto& used = p.nodes[i].used_outputs;
-    for (const auto& e : edges) used.push_back(e.output);
-    for (auto [output, fetch] : p.nodes[i].fetch_outputs) used.push_back(output);
+    auto& pn = p.nodes[i];
+    std::stable_sort(p.edges.begin() + pn.out_edges.begin, p.edges.begin() + pn.out_edges.end,
+                     [](const plan::edge& a, const plan::edge& b) { return a.output < b.output; });
+    pn.fetch_outputs.begin = static_cast<int>(p.fetch_outputs.size());
+    if (auto it = fetches_of.find(static_cast<int>(i)); it != fetches_of.end()) {
+      p.fetch_outputs.insert(p.fetch_outputs.end(), it->second.begin(), it->second.end());
+    }
+    pn.fetch_outputs.end = static_cast<int>(p.fetch_outputs.size());
+    used.clear();
+    for (const auto& e : plan::of(p.edges, pn.out_edges)) used.push_back(e.output);
+    for (auto [output, fetch] : plan::of(p.fetch_outputs, pn.fetch_outputs)) used.push_back(output);
     std::sort(used.begin(), used.end());
     used.erase(std::unique(used.begin(), used.end()), used.end());
-    if (p.nodes[i].initial_pending == 0) p.roots.push_back(static_cast<int>(i));
+    pn.used_outputs.begin = static_cast<int>(p.used_outputs.size());
+    p.used_outputs.insert(p.used_outputs.end(), used.begin(), used.end());
+    pn.used_outputs.end = static_cast<int>(p.used_outputs.size());
+    if (pn.initial_pending == 0) p.roots.push_back(static_cast<int>(i));
   }
   return std::shared_ptr<const executable>(std::move(exec));
 }
@@ -230,8 +282,8 @@ struct executor_access {
     return n.kernel->estimated_ns(inputs) <= kernels::op_kernel::k_inline_ns;
   }
 
-  // Called when node `index` has finished computing (ctx status in `st`).
-  static void complete(const std::shared_ptr<step>& s, int index, const status& st,
+  // Called when node `index` has finished computing (ctx status in `st`) into `outputs`.
+  static void complete(const std::shared_ptr<step>& s, int index, const status& st, tensor* outputs,
                        std::vector<int>& inline_ready) {
     const plan& p = *s->exec->plan_;
     const plan::node& n = p.nodes[static_cast<std::size_t>(index)];
@@ -242,9 +294,8 @@ struct executor_access {
                   ? st.with_context(str_cat("node '", name, "' (", n.graph_node->op_name(), ")"))
                   : st);
     }
-    tensor* outputs = s->outputs.data() + n.output_offset;
     if (!s->aborted.load(std::memory_order_acquire)) {
-      for (int o : n.used_outputs) {
+      for (int o : plan::of(p.used_outputs, n.used_outputs)) {
         if (!outputs[o].initialized()) {
           s->fail(internal_error("node '", n.graph_node->name(), "' (", n.graph_node->op_name(),
                                  ") did not produce output ", o));
@@ -253,7 +304,9 @@ struct executor_access {
       }
     }
     if (!s->aborted.load(std::memory_order_acquire)) {
-      for (auto [output, fetch] : n.fetch_outputs) s->fetches[static_cast<std::size_t>(fetch)] = outputs[output];
+      for (auto [output, fetch] : plan::of(p.fetch_outputs, n.fetch_outputs)) {
+        s->fetches[static_cast<std::size_t>(fetch)] = outputs[output];
+      }
     }
     if (!s->aborted.load(std::memory_order_acquire)) {
       std::vector<int> expensive;
@@ -264,10 +317,11 @@ struct executor_access {
           else expensive.push_back(consumer);
         }
       };
-      const std::size_t num_edges = n.out_edges.size();
+      const auto edges = plan::of(p.edges, n.out_edges);
+      const std::size_t num_edges = edges.size();
       for (std::size_t e = 0; e < num_edges; ++e) {
-        const plan::edge& edge = n.out_edges[e];
-        bool last_use = e + 1 == num_edges || n.out_edges[e + 1].output != edge.output;
+        const plan::edge& edge = edges[e];
+        bool last_use = e + 1 == num_edges || edges[e + 1].output != edge.output;
         if (last_use) {
           s->inputs[static_cast<std::size_t>(edge.slot)] = std::move(outputs[edge.output]);
         } else {
@@ -275,7 +329,7 @@ struct executor_access {
         }
         release(edge.consumer);
       }
-      for (int c : n.control_out) release(c);
+      for (int c : plan::of(p.control_out, n.control_out)) release(c);
       // Keep one expensive node for this thread when it has nothing else to do, unless
       // this is not a compute thread (an asynchronous kernel finishing on an actor's
       // thread): compute never runs there.
@@ -301,7 +355,7 @@ struct executor_access {
   // An asynchronous node's context and whether it has completed: a kernel that throws
   // after arranging for done() to be called must not complete the node twice.
   struct async_call {
-    async_call(std::span<const tensor> inputs, std::span<tensor> outputs, const std::vector<dtype>& types,
+    async_call(std::span<const tensor> inputs, std::span<tensor> outputs, std::span<const dtype> types,
                const kernels::step_info& info)
         : ctx(inputs, outputs, types, info) {}
     kernels::kernel_context ctx;
@@ -313,6 +367,7 @@ struct executor_access {
   static void process(const std::shared_ptr<step>& s, std::vector<int> ready) {
     const plan& p = *s->exec->plan_;
     int budget = s->pool->in_pool() ? std::numeric_limits<int>::max() : k_inline_nodes_off_pool;
+    std::vector<tensor> scratch;  // a synchronous node's outputs, until complete() hands them on
     while (!ready.empty()) {
       if (budget-- == 0) {
         s->pool->schedule([s, rest = std::move(ready)]() mutable { process(s, std::move(rest)); });
@@ -321,12 +376,14 @@ struct executor_access {
       int index = ready.back();
       ready.pop_back();
       const plan::node& n = p.nodes[static_cast<std::size_t>(index)];
+      if (!n.async && scratch.size() < static_cast<std::size_t>(n.num_outputs)) scratch.resize(static_cast<std::size_t>(n.num_outputs));
+      tensor* output_data = n.async ? s->outputs.data() + n.output_offset : scratch.data();
       if (s->aborted.load(std::memory_order_acquire)) {
-        complete(s, index, status(), ready);
+        complete(s, index, status(), output_data, ready);
         continue;
       }
       std::span<const tensor> inputs(s->inputs.data() + n.input_offset, static_cast<std::size_t>(n.num_inputs));
-      std::span<tensor> outputs(s->outputs.data() + n.output_offset, static_cast<std::size_t>(n.num_outputs));
+      std::span<tensor> outputs(output_data, static_cast<std::size_t>(n.num_outputs));
       step_tracer* tracer = s->exec->spec_.tracer;
       const auto start = tracer != nullptr ? step_tracer::clock::now() : step_tracer::clock::time_point();
       account_scope memory(s->memory);
@@ -336,7 +393,7 @@ struct executor_access {
           if (call->completed.exchange(true)) return;
           if (tracer != nullptr) trace(s, index, start);
           std::vector<int> more;
-          complete(s, index, call->ctx.get_status(), more);
+          complete(s, index, call->ctx.get_status(), s->outputs.data() + s->exec->plan_->nodes[static_cast<std::size_t>(index)].output_offset, more);
           if (!more.empty()) process(s, std::move(more));
         };
         status thrown = kernels::catch_exceptions(
@@ -351,7 +408,7 @@ struct executor_access {
       status thrown = kernels::catch_exceptions([&] { n.kernel->compute(ctx); });
       if (!thrown.ok()) ctx.fail(std::move(thrown));
       if (tracer != nullptr) trace(s, index, start);
-      complete(s, index, ctx.get_status(), ready);
+      complete(s, index, ctx.get_status(), output_data, ready);
     }
   }
 };

@@ -6,7 +6,7 @@ namespace troupe::actors {
 
 namespace {
 
-constexpr std::size_t k_remembered_aborts = 4096;
+constexpr std::size_t k_remembered_closed = 4096;
 
 std::size_t hash_of(const placement::rendezvous_key& k) {
   std::hash<std::string> h;
@@ -42,26 +42,52 @@ rendezvous_table* rendezvous_table::active(const runtime_device* device) {
   return device != nullptr && active_device == device ? active_table : nullptr;
 }
 
-void rendezvous_table::send(std::int64_t step, const transfer_key_ptr& key, tensor value) {
-  if (is_aborted(step)) return;  // the step is gone; its Recvs were failed
+void rendezvous_table::remember_closed(std::int64_t step, const status& reason) {
+  if (closed_.emplace(step, reason).second) {
+    closed_order_.push_back(step);
+    if (closed_order_.size() > k_remembered_closed) {
+      closed_.erase(closed_order_.front());
+      closed_order_.pop_front();
+    }
+  }
+}
+
+tensor rendezvous_table::take(entry& e) {
+  bytes_ -= static_cast<std::int64_t>(e.value.byte_size());
+  return std::move(e.value);
+}
+
+status rendezvous_table::send(std::int64_t step, const transfer_key_ptr& key, tensor value, std::string_view device) {
+  if (is_aborted(step)) return status();  // the step is gone; its Recvs were failed
   auto [it, inserted] = entries_.try_emplace({step, key.get()});
   entry& e = it->second;
-  if (inserted) {
-    e.key = key;
-    e.value = std::move(value);
-    return;
-  }
-  if (e.waiting) {
+  if (!inserted && e.waiting) {
     auto r = std::move(e.waiting);
     entries_.erase(it);
     r(std::move(value));
-    return;
+    return status();
   }
-  // A second tensor for the same key and step: the partition is wrong. Keep the first.
+  if (!inserted) {
+    return internal_error("a second tensor arrived for ", key->printed(), " in step ", step,
+                          ": each transfer of a step carries one tensor");
+  }
+  const auto bytes = static_cast<std::int64_t>(value.byte_size());
+  if (bytes > limit_bytes_ - bytes_) {
+    entries_.erase(it);
+    return resource_exhausted_error("the rendezvous of ", device.empty() ? std::string("a device") : std::string(device),
+                                    " would hold ", bytes_ + bytes, " bytes of tensors that no Recv has asked for yet, "
+                                    "over its bound of ", limit_bytes_, " bytes (", key->printed(), " in step ", step,
+                                    ")");
+  }
+  e.key = key;
+  e.value = std::move(value);
+  e.arrived = clock::now();
+  bytes_ += bytes;
+  return status();
 }
 
 void rendezvous_table::recv(std::int64_t step, const transfer_key_ptr& key, reply<tensor> r) {
-  if (auto reason = abort_reason_.find(step); reason != abort_reason_.end()) {
+  if (auto reason = closed_.find(step); reason != closed_.end()) {
     r(reason->second);
     return;
   }
@@ -73,7 +99,7 @@ void rendezvous_table::recv(std::int64_t step, const transfer_key_ptr& key, repl
     return;
   }
   if (e.value.initialized()) {
-    tensor value = std::move(e.value);
+    tensor value = take(e);
     entries_.erase(it);
     r(std::move(value));
     return;
@@ -91,23 +117,38 @@ void rendezvous_table::cancel(std::int64_t step, const transfer_key_ptr& key) {
 }
 
 void rendezvous_table::abort(std::int64_t step, const status& error) {
-  if (abort_reason_.emplace(step, error).second) {
-    aborted_order_.push_back(step);
-    if (aborted_order_.size() > k_remembered_aborts) {
-      abort_reason_.erase(aborted_order_.front());
-      aborted_order_.pop_front();
-    }
-  }
+  remember_closed(step, error);
   std::vector<reply<tensor>> to_fail;
   for (auto it = entries_.begin(); it != entries_.end();) {
     if (it->first.first == step) {
       if (it->second.waiting) to_fail.push_back(std::move(it->second.waiting));
+      else take(it->second);
       it = entries_.erase(it);
     } else {
       ++it;
     }
   }
   for (auto& r : to_fail) r(error);
+}
+
+void rendezvous_table::close(std::int64_t step) {
+  if (is_aborted(step) && entries_.empty()) return;
+  abort(step, aborted_error("step ", step, " has ended on this device"));
+}
+
+int rendezvous_table::sweep(clock::time_point cutoff, const std::function<bool(std::int64_t)>& is_running) {
+  int dropped = 0;
+  for (auto it = entries_.begin(); it != entries_.end();) {
+    entry& e = it->second;
+    if (!e.waiting && e.arrived < cutoff && !is_running(it->first.first)) {
+      take(e);
+      it = entries_.erase(it);
+      ++dropped;
+    } else {
+      ++it;
+    }
+  }
+  return dropped;
 }
 
 }  // namespace troupe::actors

@@ -3,7 +3,12 @@
 // actor, which either hands the tensor to the Recv already waiting there or keeps it
 // until the Recv asks. A Recv that asks first is parked with its reply. Entries are keyed
 // by (step id, the transfer's key); an aborted step fails its parked Recvs and drops its
-// tensors, and anything arriving later for it is refused.
+// tensors, and anything arriving later for it is refused. A step that ends on the device
+// is closed the same way (close()), so a tensor that arrives for it afterwards is dropped
+// rather than kept; a tensor that waits longer than a given age for a step that never
+// ran here is dropped by sweep(). What the table keeps is bounded: arrived tensors in
+// bytes (a send beyond the bound is refused, and its step fails), the memory of closed
+// steps in count (the oldest forgotten first).
 //
 // A _Recv asks by message, unless it runs inside a handler of its own device's actor
 // (a step's first nodes run in the handler that starts it, and nodes woken by an arrival
@@ -16,9 +21,13 @@
 
 #include <caf/all.hpp>
 
+#include <chrono>
 #include <cstdint>
 #include <deque>
+#include <functional>
+#include <limits>
 #include <memory>
+#include <string_view>
 #include <unordered_map>
 
 #include "actors/reply.h"
@@ -61,12 +70,19 @@ using rv_cancel_atom = caf::atom_constant<caf::atom("rvcancel")>;
 
 class rendezvous_table {
  public:
-  rendezvous_table() = default;
+  using clock = std::chrono::steady_clock;
+
+  // `limit_bytes` bounds the bytes of arrived tensors that no Recv has asked for yet.
+  explicit rendezvous_table(std::int64_t limit_bytes = std::numeric_limits<std::int64_t>::max())
+      : limit_bytes_(limit_bytes) {}
   rendezvous_table(const rendezvous_table&) = delete;
   rendezvous_table& operator=(const rendezvous_table&) = delete;
 
-  // A tensor arrived for (step, key).
-  void send(std::int64_t step, const transfer_key_ptr& key, tensor value);
+  // A tensor arrived for (step, key). Errors, on which the caller fails the step: a second
+  // tensor for the same transfer (internal), or the bound on kept bytes exceeded
+  // (resource_exhausted, naming `device`); the tensor is not kept. A tensor for a closed
+  // step is dropped (ok).
+  status send(std::int64_t step, const transfer_key_ptr& key, tensor value, std::string_view device = "");
   // A Recv asks for (step, key): answered now (before this returns) or parked.
   void recv(std::int64_t step, const transfer_key_ptr& key, reply<tensor> r);
   // The Recv's step cancelled it: fail it with `cancelled` if still parked.
@@ -74,9 +90,16 @@ class rendezvous_table {
   // Fails every parked Recv of `step` with `error`, drops its tensors, and refuses later
   // traffic for it.
   void abort(std::int64_t step, const status& error);
+  // The step ended on this device: as abort(), with a reason saying so.
+  void close(std::int64_t step);
+  // Drops tensors that arrived before `cutoff` for steps `is_running` says are not
+  // running here (orphans of steps that ended, or never started, on this device).
+  // Returns how many were dropped.
+  int sweep(clock::time_point cutoff, const std::function<bool(std::int64_t)>& is_running);
 
-  bool is_aborted(std::int64_t step) const { return abort_reason_.count(step) > 0; }
+  bool is_aborted(std::int64_t step) const { return closed_.count(step) > 0; }
   std::size_t num_waiting() const { return entries_.size(); }
+  std::int64_t bytes_waiting() const { return bytes_; }
 
   // Makes `table`, the rendezvous of `device`'s actor, the active one on this thread for
   // the scope's life. The device actor opens one in each handler that may run kernels.
@@ -109,13 +132,19 @@ class rendezvous_table {
   struct entry {
     transfer_key_ptr key;  // keeps the pointer in the map key alive
     tensor value;          // arrived, not yet received
+    clock::time_point arrived;
     reply<tensor> waiting;
   };
+  void remember_closed(std::int64_t step, const status& reason);
+  tensor take(entry& e);
+
   std::unordered_map<entry_key, entry, entry_hash, entry_equal> entries_;
-  // Recently aborted steps (bounded, oldest forgotten first) and why, so late messages
-  // for them are refused.
-  std::unordered_map<std::int64_t, status> abort_reason_;
-  std::deque<std::int64_t> aborted_order_;
+  // Recently closed (ended or aborted) steps (bounded, oldest forgotten first) and why,
+  // so late messages for them are refused.
+  std::unordered_map<std::int64_t, status> closed_;
+  std::deque<std::int64_t> closed_order_;
+  std::int64_t bytes_ = 0;  // of arrived tensors in entries_
+  std::int64_t limit_bytes_;
 };
 
 }  // namespace troupe::actors

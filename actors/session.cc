@@ -1,11 +1,16 @@
 #include "actors/session.h"
 
+#include <algorithm>
 #include <atomic>
 #include <condition_variable>
 #include <future>
+#include <list>
 #include <map>
 #include <mutex>
+#include <optional>
+#include <set>
 #include <thread>
+#include <unordered_map>
 
 #include "actors/cluster.h"
 #include "actors/device_actor.h"
@@ -37,33 +42,110 @@ status to_status(const caf::error& e) {
   return unavailable_error("actor error: ", caf::to_string(e));
 }
 
+namespace detail {
+
+// What the master plans for one partition of a step: the device and the executable spec
+// it will prepare there, and how the step's feeds and fetches map onto it.
+struct partition_plan {
+  caf::actor device;
+  std::string device_name;
+  executable_spec spec;
+  std::vector<int> feeds, fetches;
+};
+
+using placement_result = std::shared_ptr<const result<placement::placement>>;
+
+// What planning a step on the compute pool sends back to the master.
+struct plan_outcome {
+  std::string key;
+  placement_result placed;  // the graph's placement, when this job computed it
+  result<std::vector<partition_plan>> plans = internal_error("not planned");
+};
+
+}  // namespace detail
+}  // namespace troupe::actors
+
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(troupe::actors::detail::plan_outcome)
+
+namespace troupe::actors {
 namespace {
+
+using planned_atom = caf::atom_constant<caf::atom("planned")>;
+using detail::partition_plan;
+using detail::placement_result;
+using detail::plan_outcome;
 
 // One partition of a prepared step: where it runs and how the step's feeds and fetches
 // map onto it.
 struct prepared_partition {
   caf::actor device;
-  std::uint64_t handle = 0;
+  std::string device_name;
+  std::uint64_t handle = 0;  // 0 until the device has registered it
   std::vector<int> feeds;    // partition feed i <- step feed feeds[i]
   std::vector<int> fetches;  // partition fetch i -> step fetch fetches[i]
 };
+
+// A step signature's partitions, registered on their devices. Its last reference
+// unregisters them: a step dropped from the cache (once no running step uses it), or one
+// whose preparation failed halfway, leaves nothing behind on any device.
 struct prepared_step {
   std::vector<prepared_partition> partitions;
   int num_fetches = 0;
+  prepared_step() = default;
+  prepared_step(const prepared_step&) = delete;
+  prepared_step& operator=(const prepared_step&) = delete;
+  ~prepared_step() {
+    for (const auto& p : partitions) {
+      if (p.handle != 0) caf::anon_send(p.device, unprepare_atom::value, p.handle);
+    }
+  }
+};
+
+// What planning reads, copied out of the master so that a pool thread can plan while the
+// master goes on handling messages.
+struct plan_context {
+  std::shared_ptr<const graph::graph> graph;
+  placement::cluster_spec spec = placement::cluster_spec::local();
+  std::shared_ptr<const device_directory> devices;
+  const kernels::kernel_registry* kernels = nullptr;
+  placement::placer_options placer;
+};
+
+// What one running step collects from its partitions.
+struct step_progress {
+  std::shared_ptr<const prepared_step> prepared;
+  std::vector<tensor> fetches;
+  std::vector<bool> answered;  // by partition
+  int remaining = 0;
+  status error;
+  caf::response_promise promise;
 };
 
 struct master_state {
-  std::shared_ptr<const graph::graph> graph;
+  plan_context context;
   // Not owning: the session holds the cluster, and the cluster's actor system outlives
   // this actor. (Owning it here would let the last reference drop on an actor thread,
   // which would then have to wait for the actor system it runs on.)
   cluster* owner = nullptr;
   session_options options;
-  std::unique_ptr<result<placement::placement>> placed;  // computed on first use
-  std::map<std::string, std::shared_ptr<const prepared_step>> prepared;
-  // Steps started on the devices and not yet answered by all of them, by step id: when
-  // the session closes (this actor exits), each is aborted on its devices.
-  std::map<std::int64_t, std::shared_ptr<const prepared_step>> running;
+  placement_result placed;  // computed by the first plan
+  // Prepared steps by signature, least recently used last; at most
+  // options.max_prepared_steps.
+  std::list<std::string> recency;
+  struct cached_step {
+    std::shared_ptr<const prepared_step> step;
+    std::list<std::string>::iterator position;
+  };
+  std::unordered_map<std::string, cached_step> prepared;
+  // Steps waiting for their signature's preparation (concurrent first runs share one).
+  struct waiting_step {
+    std::vector<tensor> feeds;
+    caf::response_promise promise;
+  };
+  std::map<std::string, std::vector<waiting_step>> preparing;
+  // Steps started on the devices and not yet answered by all of them, by step id.
+  std::map<std::int64_t, std::shared_ptr<step_progress>> running;
+  std::set<caf::actor_addr> monitored;  // devices
   std::shared_ptr<std::atomic<int>> num_prepared;
   static inline const char* name = "troupe-master";
 };
@@ -107,42 +189,61 @@ std::string default_device_of(const cluster& c, const session_options& o) {
   return c.device_names().front();
 }
 
-const result<placement::placement>& placement_of(master_actor* self) {
-  auto& st = self->state;
-  if (st.placed == nullptr) {
-    const auto& kernels = st.owner->kernels();
-    placement::placer_options po;
-    po.default_device = default_device_of(*st.owner, st.options);
-    po.allow_soft_placement = st.options.allow_soft_placement;
-    st.placed = std::make_unique<result<placement::placement>>(placement::place(
-        *st.graph, st.owner->spec(),
-        [&kernels](const graph::node& n, const std::string& type) { return kernels.has_kernel(type, n.def); },
-        po));
-  }
-  return *st.placed;
+result<placement::placement> place_graph(const plan_context& c) {
+  const kernels::kernel_registry* kernels = c.kernels;
+  return placement::place(
+      *c.graph, c.spec,
+      [kernels](const graph::node& n, const std::string& type) { return kernels->has_kernel(type, n.def); },
+      c.placer);
 }
 
-// One executable per partition, with the step's feeds and fetches mapped onto it.
-struct partition_plan {
-  caf::actor device;
-  executable_spec spec;
-  std::vector<int> feeds, fetches;
-};
+caf::actor device_named(const plan_context& c, const std::string& name) {
+  auto it = c.devices->find(name);
+  return it == c.devices->end() ? caf::actor() : it->second;
+}
 
-result<std::vector<partition_plan>> plan_partitions(master_actor* self, const run_request& r) {
-  auto& st = self->state;
-  auto step = resolve_step(*st.graph, r);
+// The partitions of a step whose nodes all run on one device: that device runs the
+// graph itself (no copy, no Send/Recv). Nothing when the step needs several devices.
+std::optional<partition_plan> single_device_plan(const plan_context& c, const placement::placement& placed,
+                                                 const placement::step_spec& step) {
+  std::vector<int> needed = graph::prune(*c.graph, step.feeds, step.fetches, step.targets);
+  if (needed.empty()) return std::nullopt;
+  const std::string& device = placed.device_of(needed.front());
+  for (int id : needed) {
+    if (placed.device_of(id) != device) return std::nullopt;
+  }
+  partition_plan plan;
+  plan.device = device_named(c, device);
+  plan.device_name = device;
+  plan.spec.graph = c.graph;
+  plan.spec.nodes = std::move(needed);
+  plan.spec.feeds = step.feeds;
+  plan.spec.fetches = step.fetches;
+  for (std::size_t i = 0; i < step.feeds.size(); ++i) plan.feeds.push_back(static_cast<int>(i));
+  for (std::size_t i = 0; i < step.fetches.size(); ++i) plan.fetches.push_back(static_cast<int>(i));
+  return plan;
+}
+
+// One executable per partition, with the step's feeds and fetches mapped onto it. Pure:
+// runs on the compute pool.
+result<std::vector<partition_plan>> plan_partitions(const plan_context& c, const placement::placement& placed,
+                                                    const run_request& r) {
+  auto step = resolve_step(*c.graph, r);
   if (!step.ok()) return step.error();
-  const auto& placed = placement_of(self);
-  if (!placed.ok()) return placed.error();
-  auto parts = placement::partition_graph(*st.graph, *placed, *step);
-  if (!parts.ok()) return parts.error();
   std::vector<partition_plan> plans;
-  for (const auto& part : parts->partitions) {
+  if (auto one = single_device_plan(c, placed, *step)) {
+    if (!one->device) return internal_error("the step's nodes are placed on unknown device ", one->device_name);
+    plans.push_back(std::move(*one));
+    return plans;
+  }
+  auto parts = placement::partition_graph(*c.graph, placed, *step);
+  if (!parts.ok()) return parts.error();
+  for (auto& part : parts->partitions) {
     partition_plan plan;
-    plan.device = st.owner->device_actor(part.device);
+    plan.device = device_named(c, part.device);
+    plan.device_name = part.device;
     if (!plan.device) return internal_error("partition for unknown device ", part.device);
-    auto g = graph::graph::from_graph_def(part.graph_def);
+    auto g = graph::graph::from_graph_def(std::move(part.graph_def));
     if (!g.ok()) return g.error().with_context(str_cat("partition for ", part.device));
     auto shared = std::make_shared<const graph::graph>(std::move(*g));
     plan.spec.graph = shared;
@@ -171,128 +272,258 @@ result<std::vector<partition_plan>> plan_partitions(master_actor* self, const ru
   return plans;
 }
 
-// What one running step collects from its partitions.
-struct step_progress {
-  std::vector<tensor> fetches;
-  int remaining = 0;
-  status error;
-  caf::response_promise promise;
-};
+void monitor_device(master_actor* self, const caf::actor& device) {
+  if (self->state.monitored.insert(device.address()).second) self->monitor(device);
+}
 
-void start_step(master_actor* self, const std::shared_ptr<const prepared_step>& prepared,
-                const std::vector<tensor>& feed_values, caf::response_promise promise) {
-  auto progress = std::make_shared<step_progress>();
-  progress->fetches.resize(static_cast<std::size_t>(prepared->num_fetches));
-  progress->remaining = static_cast<int>(prepared->partitions.size());
-  progress->promise = std::move(promise);
-  if (progress->remaining == 0) {
-    progress->promise.deliver(std::vector<tensor>{});
+// Records partition `index`'s answer (`fetched`, or `error` when not ok) for step
+// `step_id`; the first error aborts the step everywhere; the last answer answers the
+// client. Later answers for a partition already counted (a device that went down and
+// still answered) are ignored.
+void partition_answered(master_actor* self, std::int64_t step_id, std::size_t index, std::vector<tensor>* fetched,
+                        const status& error) {
+  auto& st = self->state;
+  auto it = st.running.find(step_id);
+  if (it == st.running.end()) return;
+  step_progress& progress = *it->second;
+  if (progress.answered[index]) return;
+  progress.answered[index] = true;
+  const prepared_partition& part = progress.prepared->partitions[index];
+  if (!error.ok()) {
+    if (progress.error.ok()) {
+      progress.error = error;
+      // The first failure aborts the step everywhere: pending Recvs fail.
+      caf::error reason = to_caf_error(error);
+      for (const auto& other : progress.prepared->partitions) {
+        self->send(other.device, abort_step_atom::value, step_id, reason);
+      }
+    }
+  } else if (fetched != nullptr) {
+    for (std::size_t i = 0; i < fetched->size() && i < part.fetches.size(); ++i) {
+      progress.fetches[static_cast<std::size_t>(part.fetches[i])] = std::move((*fetched)[i]);
+    }
+  }
+  if (--progress.remaining > 0) return;
+  auto done = std::move(it->second);
+  st.running.erase(it);
+  if (done->error.ok()) done->promise.deliver(std::move(done->fetches));
+  else done->promise.deliver(to_caf_error(done->error));
+}
+
+void start_step(master_actor* self, std::shared_ptr<const prepared_step> prepared, std::vector<tensor> feed_values,
+                caf::response_promise promise) {
+  auto& st = self->state;
+  if (prepared->partitions.empty()) {
+    promise.deliver(std::vector<tensor>{});
     return;
   }
-  std::int64_t step_id = self->state.owner->next_step_id();
-  self->state.running.emplace(step_id, prepared);
-  auto finish_one = [self, step_id, prepared, progress] {
-    if (--progress->remaining > 0) return;
-    self->state.running.erase(step_id);
-    if (progress->error.ok()) progress->promise.deliver(std::move(progress->fetches));
-    else progress->promise.deliver(to_caf_error(progress->error));
-  };
-  for (const auto& part : prepared->partitions) {
+  auto progress = std::make_shared<step_progress>();
+  progress->fetches.resize(static_cast<std::size_t>(prepared->num_fetches));
+  progress->answered.assign(prepared->partitions.size(), false);
+  progress->remaining = static_cast<int>(prepared->partitions.size());
+  progress->promise = std::move(promise);
+  progress->prepared = prepared;
+  const std::int64_t step_id = st.owner->next_step_id();
+  st.running.emplace(step_id, progress);
+  const auto timeout = st.options.step_timeout;
+  for (std::size_t i = 0; i < prepared->partitions.size(); ++i) {
+    const prepared_partition& part = prepared->partitions[i];
     std::vector<tensor> feeds;
     feeds.reserve(part.feeds.size());
     for (int f : part.feeds) feeds.push_back(feed_values[static_cast<std::size_t>(f)]);
-    const prepared_partition* p = &part;  // prepared (and so *p) outlives the step
-    self->request(part.device, caf::infinite, run_atom::value, part.handle, step_id, std::move(feeds))
-        .then(
-            [progress, p, finish_one](std::vector<tensor>& fetched) {
-              for (std::size_t i = 0; i < fetched.size() && i < p->fetches.size(); ++i) {
-                progress->fetches[static_cast<std::size_t>(p->fetches[i])] = std::move(fetched[i]);
-              }
-              finish_one();
-            },
-            [self, prepared, progress, step_id, finish_one](caf::error& e) {
-              if (progress->error.ok()) {
-                progress->error = to_status(e);
-                // The first failure aborts the step everywhere: pending Recvs fail.
-                for (const auto& other : prepared->partitions) {
-                  self->send(other.device, abort_step_atom::value, step_id, e);
-                }
-              }
-              finish_one();
-            });
+    self->request(part.device, timeout, run_atom::value, part.handle, step_id, std::move(feeds))
+        .then([self, step_id, i](std::vector<tensor>& fetched) { partition_answered(self, step_id, i, &fetched, status()); },
+              [self, step_id, i, timeout, device = part.device_name](caf::error& e) {
+                status s = e == caf::sec::request_timeout
+                               ? deadline_exceeded_error("step ", step_id, ": device ", device,
+                                                         " did not finish its part within the step timeout of ",
+                                                         timeout.count(), " ms (session_options::step_timeout)")
+                               : to_status(e);
+                partition_answered(self, step_id, i, nullptr, s);
+              });
   }
 }
 
-void prepare_then_start(master_actor* self, std::string key, std::vector<partition_plan> plans,
-                        std::vector<tensor> feed_values, caf::response_promise promise) {
+// Fails every step waiting for signature `key`'s preparation.
+void fail_waiting(master_actor* self, const std::string& key, const status& error) {
+  auto it = self->state.preparing.find(key);
+  if (it == self->state.preparing.end()) return;
+  auto waiting = std::move(it->second);
+  self->state.preparing.erase(it);
+  for (auto& w : waiting) w.promise.deliver(to_caf_error(error));
+}
+
+// Keeps a prepared step for its signature, dropping the least recently used beyond the
+// bound (their partitions are unregistered once no running step holds them).
+void remember(master_actor* self, const std::string& key, std::shared_ptr<const prepared_step> step) {
+  auto& st = self->state;
+  st.recency.push_front(key);
+  st.prepared[key] = master_state::cached_step{std::move(step), st.recency.begin()};
+  ++*st.num_prepared;
+  while (static_cast<int>(st.prepared.size()) > std::max(1, st.options.max_prepared_steps)) {
+    st.prepared.erase(st.recency.back());
+    st.recency.pop_back();
+  }
+}
+
+// Registers each planned partition with its device, then starts every step waiting for
+// the signature; on any failure, fails them all (and what was registered is unregistered
+// with the prepared step).
+void prepare_on_devices(master_actor* self, const std::string& key, std::vector<partition_plan> plans) {
   auto prepared = std::make_shared<prepared_step>();
   prepared->partitions.resize(plans.size());
+  for (const auto& plan : plans) prepared->num_fetches += static_cast<int>(plan.fetches.size());
   struct pending_prepare {
     int remaining;
     status error;
   };
   auto pending = std::make_shared<pending_prepare>(pending_prepare{static_cast<int>(plans.size()), status()});
-  if (plans.empty()) return start_step(self, prepared, feed_values, promise);
-  int num_fetches = 0;
-  for (const auto& plan : plans) num_fetches += static_cast<int>(plan.fetches.size());
-  prepared->num_fetches = num_fetches;
+  auto done = [self, key, prepared, pending] {
+    if (--pending->remaining > 0) return;
+    if (!pending->error.ok()) return fail_waiting(self, key, pending->error);
+    auto it = self->state.preparing.find(key);
+    if (it == self->state.preparing.end()) return;
+    auto waiting = std::move(it->second);
+    self->state.preparing.erase(it);
+    remember(self, key, prepared);
+    for (auto& w : waiting) start_step(self, prepared, std::move(w.feeds), std::move(w.promise));
+  };
+  if (plans.empty()) {
+    pending->remaining = 1;
+    return done();
+  }
+  const auto timeout = self->state.options.prepare_timeout;
   for (std::size_t i = 0; i < plans.size(); ++i) {
     auto& part = prepared->partitions[i];
     part.device = plans[i].device;
-    part.feeds = plans[i].feeds;
-    part.fetches = plans[i].fetches;
-    auto done = [=]() mutable {
-      if (--pending->remaining > 0) return;
-      if (!pending->error.ok()) return promise.deliver(to_caf_error(pending->error));
-      auto [it, inserted] = self->state.prepared.emplace(key, prepared);
-      if (inserted) ++*self->state.num_prepared;
-      start_step(self, it->second, feed_values, promise);
-    };
-    self->request(part.device, caf::infinite, prepare_atom::value, std::move(plans[i].spec))
-        .then([prepared, i, done](std::uint64_t handle) mutable {
+    part.device_name = plans[i].device_name;
+    part.feeds = std::move(plans[i].feeds);
+    part.fetches = std::move(plans[i].fetches);
+    monitor_device(self, part.device);
+    self->request(part.device, timeout, prepare_atom::value, std::move(plans[i].spec))
+        .then([prepared, i, done](std::uint64_t handle) {
                 prepared->partitions[i].handle = handle;
                 done();
               },
-              [pending, done](caf::error& e) mutable {
-                if (pending->error.ok()) pending->error = to_status(e);
+              [pending, done, timeout, device = part.device_name](caf::error& e) {
+                if (pending->error.ok()) {
+                  pending->error = e == caf::sec::request_timeout
+                                       ? deadline_exceeded_error("device ", device, " did not prepare its partition "
+                                                                 "within the prepare timeout of ", timeout.count(),
+                                                                 " ms (session_options::prepare_timeout)")
+                                       : to_status(e);
+                }
                 done();
               });
   }
 }
+
+// A device this master uses went down: its part of every running step fails with
+// `unavailable` (the rest of each such step is aborted), and no cached step keeps it.
+void device_down(master_actor* self, const caf::down_msg& msg) {
+  auto& st = self->state;
+  st.monitored.erase(msg.source);
+  std::vector<std::pair<std::int64_t, std::size_t>> lost;
+  std::string name = "a device";
+  for (const auto& [step_id, progress] : st.running) {
+    const auto& parts = progress->prepared->partitions;
+    for (std::size_t i = 0; i < parts.size(); ++i) {
+      if (parts[i].device.address() == msg.source) {
+        name = parts[i].device_name;
+        if (!progress->answered[i]) lost.emplace_back(step_id, i);
+      }
+    }
+  }
+  for (auto [step_id, index] : lost) {
+    partition_answered(self, step_id, index, nullptr,
+                       unavailable_error("device ", name, " went down while step ", step_id,
+                                         " ran (", caf::to_string(msg.reason), ")"));
+  }
+  for (auto it = st.prepared.begin(); it != st.prepared.end();) {
+    const auto& parts = it->second.step->partitions;
+    const bool uses = std::any_of(parts.begin(), parts.end(), [&](const prepared_partition& p) {
+      return p.device.address() == msg.source;
+    });
+    if (uses) {
+      st.recency.erase(it->second.position);
+      it = st.prepared.erase(it);
+    } else {
+      ++it;
+    }
+  }
+}
+
 caf::behavior master_behavior(master_actor* self, std::shared_ptr<const graph::graph> g,
                               cluster* owner, session_options options,
                               std::shared_ptr<std::atomic<int>> num_prepared) {
-  self->state.graph = std::move(g);
-  self->state.owner = owner;
-  self->state.options = std::move(options);
-  self->state.options.cluster = nullptr;  // the session holds it (see master_state)
-  self->state.num_prepared = std::move(num_prepared);
+  auto& st = self->state;
+  st.owner = owner;
+  st.options = std::move(options);
+  st.options.cluster = nullptr;  // the session holds it (see master_state)
+  st.num_prepared = std::move(num_prepared);
+  st.context.graph = std::move(g);
+  st.context.spec = owner->spec();
+  st.context.devices = owner->directory();
+  st.context.kernels = &owner->kernels();
+  st.context.placer.default_device = default_device_of(*owner, st.options);
+  st.context.placer.allow_soft_placement = st.options.allow_soft_placement;
   // The session is closing: its running steps fail everywhere (parked kernels are
-  // cancelled, pending Recvs fail), so that nothing of them lingers on a cluster that
-  // lives on; their clients hear of it through run_async's monitor.
+  // cancelled, pending Recvs fail) so that nothing of them lingers on a cluster that
+  // lives on, and every client still waiting is answered. The prepared steps go with
+  // this actor's state, unregistering their partitions.
   self->set_exit_handler([self](caf::exit_msg& msg) {
-    for (const auto& [step_id, prepared] : self->state.running) {
-      caf::error reason = to_caf_error(cancelled_error("the session was closed while step ", step_id, " ran"));
-      for (const auto& part : prepared->partitions) self->send(part.device, abort_step_atom::value, step_id, reason);
+    auto& st = self->state;
+    for (const auto& [step_id, progress] : st.running) {
+      status closed = cancelled_error("the session was closed while step ", step_id, " ran");
+      for (const auto& part : progress->prepared->partitions) {
+        self->send(part.device, abort_step_atom::value, step_id, to_caf_error(closed));
+      }
+      progress->promise.deliver(to_caf_error(closed));
     }
-    self->state.running.clear();
+    st.running.clear();
+    for (auto& [key, waiting] : st.preparing) {
+      for (auto& w : waiting) w.promise.deliver(to_caf_error(cancelled_error("the session was closed")));
+    }
+    st.preparing.clear();
+    st.prepared.clear();
     self->quit(msg.reason);
   });
+  self->set_down_handler([self](caf::down_msg& msg) { device_down(self, msg); });
   return {
       [=](run_atom, run_request& r) -> caf::result<std::vector<tensor>> {
+        auto& st = self->state;
         auto promise = self->make_response_promise<std::vector<tensor>>();
         std::string key = signature(r);
-        if (auto it = self->state.prepared.find(key); it != self->state.prepared.end()) {
-          start_step(self, it->second, r.feed_values, promise);
+        if (auto it = st.prepared.find(key); it != st.prepared.end()) {
+          st.recency.splice(st.recency.begin(), st.recency, it->second.position);
+          start_step(self, it->second.step, std::move(r.feed_values), promise);
           return promise;
         }
-        auto plans = plan_partitions(self, r);
-        if (!plans.ok()) {
-          promise.deliver(to_caf_error(plans.error()));
-          return promise;
-        }
-        prepare_then_start(self, std::move(key), std::move(*plans), std::move(r.feed_values), promise);
+        auto [waiting, first] = st.preparing.try_emplace(key);
+        waiting->second.push_back({std::move(r.feed_values), promise});
+        if (!first) return promise;  // the first run of this signature prepares it
+        // Placement, partitioning and graph building are unbounded work: on the pool.
+        r.feed_values.clear();
+        caf::actor me = caf::actor_cast<caf::actor>(self);
+        st.owner->pool().schedule([me, context = st.context, placed = st.placed, key, request = std::move(r)] {
+          plan_outcome out;
+          out.key = key;
+          status thrown = kernels::catch_exceptions([&] {
+            if (placed == nullptr) out.placed = std::make_shared<const result<placement::placement>>(place_graph(context));
+            const auto& p = placed != nullptr ? *placed : *out.placed;
+            if (!p.ok()) out.plans = p.error();
+            else out.plans = plan_partitions(context, *p, request);
+          });
+          if (!thrown.ok()) out.plans = thrown.with_context("planning the step");
+          caf::anon_send(me, planned_atom::value, std::move(out));
+        });
         return promise;
+      },
+      [=](planned_atom, plan_outcome& out) {
+        auto& st = self->state;
+        if (st.placed == nullptr && out.placed != nullptr) st.placed = out.placed;
+        if (!out.plans.ok()) return fail_waiting(self, out.key, out.plans.error());
+        prepare_on_devices(self, out.key, std::move(*out.plans));
       },
   };
 }

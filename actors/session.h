@@ -25,6 +25,7 @@
 // Thread safety: run and run_async may be called from any number of threads.
 #pragma once
 
+#include <chrono>
 #include <functional>
 #include <memory>
 #include <string>
@@ -51,6 +52,19 @@ struct session_options {
   // When a node's requested device cannot run it (unknown device, no kernel), place it
   // on one that can instead of failing.
   bool allow_soft_placement = true;
+
+  // Every request the master sends to a device (which may be in another task) has a
+  // finite timeout; one that passes fails the step with DEADLINE_EXCEEDED naming the
+  // device, and the step is aborted everywhere. A device that goes down fails its running
+  // steps with UNAVAILABLE naming it at once, whatever the timeouts.
+  //   prepare_timeout: building a new step signature's kernels on a device;
+  //   step_timeout:    a device's part of one step (raise it for steps that wait on a
+  //                    queue longer than that).
+  std::chrono::milliseconds prepare_timeout = std::chrono::minutes(5);
+  std::chrono::milliseconds step_timeout = std::chrono::hours(1);
+  // How many step signatures (feeds, fetches, targets) stay prepared on the devices; the
+  // least recently used beyond it is unregistered (and prepared again if it comes back).
+  int max_prepared_steps = 256;
 
   int compute_threads = 0;  // private cluster only: compute pool; 0: default_num_threads()
   std::int64_t memory_limit = 0;  // private cluster only: cluster_options::memory_limit
@@ -80,7 +94,8 @@ class session {
 
   const graph::graph& current_graph() const;
   const std::shared_ptr<actors::cluster>& get_cluster() const;
-  // How many distinct step signatures have been prepared.
+  // How many times a step signature has been prepared (a signature dropped from the
+  // cache and run again counts again).
   int num_prepared() const;
 
  private:

@@ -14,6 +14,7 @@
 //
 // Prints one JSON object: seconds per phase, total, total/parse, resident MB after each
 // phase and the peak.
+#include <malloc.h>
 #include <sys/resource.h>
 #include <unistd.h>
 
@@ -43,6 +44,13 @@ double resident_mb() {
   long pages = 0, resident = 0;
   statm >> pages >> resident;
   return static_cast<double>(resident) * static_cast<double>(sysconf(_SC_PAGESIZE)) / (1 << 20);
+}
+
+// Bytes malloc has handed out and not had back (what the structures hold, without the
+// allocator's free lists).
+double heap_mb() {
+  const struct mallinfo2 info = mallinfo2();
+  return static_cast<double>(info.uordblks + info.hblkhd) / (1 << 20);
 }
 
 double peak_mb() {
@@ -76,13 +84,12 @@ int run(long nodes, const std::string& op) {
   std::filesystem::remove(path);
   if (!def.ok()) return std::cerr << def.error() << "\n", 1;
   const double parse = seconds_since(t0);
-  const double parsed_mb = resident_mb();
+  const double parsed_mb = resident_mb(), parsed_heap = heap_mb();
   const auto t1 = clock_type::now();
-  auto g = graph::graph::from_graph_def(*def);
+  auto g = graph::graph::from_graph_def(std::move(*def));  // as eval does: the graph takes the nodes
   if (!g.ok()) return std::cerr << g.error() << "\n", 1;
-  *def = tf::GraphDef();  // eval keeps only the graph
   const double build = seconds_since(t1);
-  const double graph_mb = resident_mb();
+  const double graph_mb = resident_mb(), graph_heap = heap_mb();
   const auto t2 = clock_type::now();
   auto session = actors::session::create(std::move(*g));
   if (!session.ok()) return std::cerr << session.error() << "\n", 1;
@@ -90,7 +97,7 @@ int run(long nodes, const std::string& op) {
   auto first = (*session)->run(feeds, {last});
   if (!first.ok()) return std::cerr << first.error() << "\n", 1;
   const double first_step = seconds_since(t2);
-  const double prepared_mb = resident_mb();
+  const double prepared_mb = resident_mb(), prepared_heap = heap_mb();
   const auto t3 = clock_type::now();
   auto second = (*session)->run(feeds, {last});
   if (!second.ok()) return std::cerr << second.error() << "\n", 1;
@@ -99,9 +106,10 @@ int run(long nodes, const std::string& op) {
   std::printf(
       "{\"nodes\": %ld, \"op\": \"%s\", \"parse_s\": %.3f, \"build_graph_s\": %.3f, \"first_step_s\": %.3f, "
       "\"second_step_s\": %.4f, \"total_s\": %.3f, \"total_over_parse\": %.2f, \"start_mb\": %.1f, "
-      "\"parsed_mb\": %.1f, \"graph_mb\": %.1f, \"prepared_mb\": %.1f, \"peak_mb\": %.1f}\n",
+      "\"parsed_mb\": %.1f, \"graph_mb\": %.1f, \"prepared_mb\": %.1f, \"peak_mb\": %.1f, \"parsed_heap_mb\": %.1f, "
+      "\"graph_heap_mb\": %.1f, \"prepared_heap_mb\": %.1f}\n",
       nodes, op.c_str(), parse, build, first_step, second_step, total, total / parse, start_mb, parsed_mb, graph_mb,
-      prepared_mb, peak_mb());
+      prepared_mb, peak_mb(), parsed_heap, graph_heap, prepared_heap);
   return 0;
 }
 

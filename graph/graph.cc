@@ -28,15 +28,38 @@ result<tensor_name> parse_tensor_name(std::string_view text) {
   return out;
 }
 
-status graph::prepare(tf::NodeDef def, node* out) const {
+namespace {
+
+// `nd` with its attributes held only as a map. Protobuf's text parser fills a map field as
+// a list of entries, and the first access as a map builds the map beside the list and
+// keeps both: about 150 bytes a node that a graph of 10^5 nodes would carry for nothing.
+std::unique_ptr<tf::NodeDef> with_attr_map_only(std::unique_ptr<tf::NodeDef> nd) {
+  auto fresh = std::make_unique<tf::NodeDef>();
+  fresh->mutable_name()->swap(*nd->mutable_name());
+  fresh->mutable_op()->swap(*nd->mutable_op());
+  fresh->mutable_device()->swap(*nd->mutable_device());
+  fresh->mutable_input()->Swap(nd->mutable_input());
+  if (nd->has_experimental_debug_info()) fresh->mutable_experimental_debug_info()->Swap(nd->mutable_experimental_debug_info());
+  fresh->GetReflection()->MutableUnknownFields(fresh.get())->Swap(nd->GetReflection()->MutableUnknownFields(nd.get()));
+  auto& attrs = *fresh->mutable_attr();
+  for (const auto& [name, value] : nd->attr()) attrs[name] = value;
+  return fresh;
+}
+
+}  // namespace
+
+status graph::prepare(node& n) const {
+  tf::NodeDef& def = n.def;
   if (def.name().empty()) return invalid_argument_error("a node of op '", def.op(), "' has no name");
   auto op = ops_->lookup(def.op());
   if (!op.ok()) return op.error().with_context(str_cat("node '", def.name(), "'"));
-  out->op = *op;
+  n.op = *op;
   TROUPE_RETURN_IF_ERROR(add_defaults_and_validate_attrs(**op, &def));
-  TROUPE_RETURN_IF_ERROR(input_output_types(**op, def, &out->input_types, &out->output_types)
+  std::vector<dtype> input_types, output_types;
+  TROUPE_RETURN_IF_ERROR(input_output_types(**op, def, &input_types, &output_types)
                              .with_context(str_cat("node '", def.name(), "'")));
-  out->def = std::move(def);
+  n.input_types.assign(input_types.begin(), input_types.end());
+  n.output_types.assign(output_types.begin(), output_types.end());
   return status();
 }
 
@@ -101,7 +124,7 @@ status graph::check_and_infer(node& n) {
     TROUPE_RETURN_IF_ERROR(get_attr(n.def, "value", &value));
     constants_[n.id] = std::move(value);
   }
-  shape_context ctx(n.def, *n.op, std::move(shapes), std::move(values), n.input_types,
+  shape_context ctx(n.def, *n.op, std::move(shapes), std::move(values), n.input_types.to_vector(),
                     n.num_outputs());
   ctx.set_input_nodes(std::move(producers));
   if (n.op->shape) {
@@ -131,9 +154,9 @@ result<int> graph::add_node(tf::NodeDef def) {
   if (by_name_.count(def.name()) > 0) {
     return invalid_argument_error("duplicate node name '", def.name(), "'");
   }
-  auto n = std::make_unique<node>();
+  auto n = std::make_unique<node>(std::make_unique<tf::NodeDef>(std::move(def)));
   n->id = num_nodes();
-  TROUPE_RETURN_IF_ERROR(prepare(std::move(def), n.get()));
+  TROUPE_RETURN_IF_ERROR(prepare(*n));
   TROUPE_RETURN_IF_ERROR(resolve_inputs(*n));
   TROUPE_RETURN_IF_ERROR(check_and_infer(*n));
   by_name_[n->name()] = n->id;
@@ -143,21 +166,27 @@ result<int> graph::add_node(tf::NodeDef def) {
   return nodes_.back()->id;
 }
 
-result<graph> graph::from_graph_def(const tf::GraphDef& def, const op_registry& ops) {
+result<graph> graph::from_graph_def(tf::GraphDef def, const op_registry& ops) {
   graph g(ops);
   g.versions_ = def.versions();
+  // The graph takes the GraphDef's NodeDefs themselves (GraphDef owns them one by one).
+  const int count = def.node_size();
+  std::vector<tf::NodeDef*> defs(static_cast<std::size_t>(count));
+  def.mutable_node()->ExtractSubrange(0, count, defs.data());
+  for (tf::NodeDef* nd : defs) {
+    g.nodes_.push_back(std::make_unique<node>(with_attr_map_only(std::unique_ptr<tf::NodeDef>(nd))));
+  }
+  g.by_name_.reserve(static_cast<std::size_t>(count));
   // 1. Names and schemas.
-  for (int i = 0; i < def.node_size(); ++i) {
-    const auto& nd = def.node(i);
-    auto [it, inserted] = g.by_name_.emplace(nd.name(), i);
+  for (int i = 0; i < count; ++i) {
+    node& n = *g.nodes_[static_cast<std::size_t>(i)];
+    n.id = i;
+    auto [it, inserted] = g.by_name_.emplace(n.name(), i);
     if (!inserted) {
-      return invalid_argument_error("duplicate node name '", nd.name(), "' (nodes ", it->second,
+      return invalid_argument_error("duplicate node name '", n.name(), "' (nodes ", it->second,
                                     " and ", i, " of the GraphDef)");
     }
-    auto n = std::make_unique<node>();
-    n->id = i;
-    TROUPE_RETURN_IF_ERROR(g.prepare(nd, n.get()));
-    g.nodes_.push_back(std::move(n));
+    TROUPE_RETURN_IF_ERROR(g.prepare(n));
   }
   // 2. Edges.
   for (auto& n : g.nodes_) TROUPE_RETURN_IF_ERROR(g.resolve_inputs(*n));
@@ -203,7 +232,7 @@ tf::GraphDef graph::to_graph_def() const {
 }
 
 const node* graph::find(std::string_view name) const {
-  auto it = by_name_.find(std::string(name));
+  auto it = by_name_.find(name);
   return it == by_name_.end() ? nullptr : nodes_[static_cast<std::size_t>(it->second)].get();
 }
 

@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "core/shape.h"
+#include "core/small_vector.h"
 #include "core/status.h"
 #include "graph/op_registry.h"
 #include "graph/proto/graph.pb.h"
@@ -39,13 +40,20 @@ struct endpoint {
 };
 
 struct node {
+  explicit node(std::unique_ptr<tf::NodeDef> d) : def_storage(std::move(d)), def(*def_storage) {}
+  node(const node&) = delete;
+  node& operator=(const node&) = delete;
+
   int id = -1;
-  tf::NodeDef def;
+  // The NodeDef itself, taken from the GraphDef it came in (not copied).
+  std::unique_ptr<tf::NodeDef> def_storage;
+  tf::NodeDef& def;
   const op_def* op = nullptr;
-  std::vector<endpoint> inputs;  // data inputs, in order
-  std::vector<int> control_inputs;
-  std::vector<dtype> input_types;
-  std::vector<dtype> output_types;
+  // Short lists kept inside the node (most nodes have a few inputs and outputs).
+  small_vector<endpoint, 2> inputs;  // data inputs, in order
+  small_vector<int, 2> control_inputs;
+  small_vector<dtype, 8> input_types;
+  small_vector<dtype, 8> output_types;
   std::vector<partial_shape> output_shapes;
 
   const std::string& name() const { return def.name(); }
@@ -65,8 +73,9 @@ class graph {
  public:
   explicit graph(const op_registry& ops = op_registry::builtin()) : ops_(&ops) {}
 
-  static result<graph> from_graph_def(const tf::GraphDef& def,
-                                      const op_registry& ops = op_registry::builtin());
+  // Takes the GraphDef by value: pass an rvalue (std::move) and its NodeDefs move into
+  // the graph instead of being copied.
+  static result<graph> from_graph_def(tf::GraphDef def, const op_registry& ops = op_registry::builtin());
 
   // Adds one node whose inputs are all already in the graph; returns its id.
   result<int> add_node(tf::NodeDef def);
@@ -83,9 +92,15 @@ class graph {
   // Every node after all of its inputs (data and control).
   const std::vector<int>& topological_order() const { return topo_order_; }
   // For each node, the (consumer node, input slot) pairs of its data outputs, and its
-  // control consumers.
-  const std::vector<std::pair<int, int>>& consumers(int id) const { return consumers_[static_cast<std::size_t>(id)]; }
-  const std::vector<int>& control_consumers(int id) const { return control_consumers_[static_cast<std::size_t>(id)]; }
+  // control consumers (`for (auto [consumer, slot] : g.consumers(id))`).
+  struct consumer {
+    int node;   // the consuming node
+    int input;  // which of its data inputs
+  };
+  using consumer_list = small_vector<consumer, 1>;
+  using control_consumer_list = small_vector<int, 2>;
+  const consumer_list& consumers(int id) const { return consumers_[static_cast<std::size_t>(id)]; }
+  const control_consumer_list& control_consumers(int id) const { return control_consumers_[static_cast<std::size_t>(id)]; }
 
   const tf::VersionDef& versions() const { return versions_; }
   const op_registry& registry() const { return *ops_; }
@@ -93,17 +108,18 @@ class graph {
   const tensor* constant_value(endpoint e) const;
 
  private:
-  status prepare(tf::NodeDef def, node* out) const;
+  // Fills in n.def's defaults and validates it; resolves its op and dtypes.
+  status prepare(node& n) const;
   status resolve_inputs(node& n) const;
   status check_and_infer(node& n);
   void link(const node& n);
 
   const op_registry* ops_;
   std::vector<std::unique_ptr<node>> nodes_;
-  std::unordered_map<std::string, int> by_name_;
+  std::unordered_map<std::string_view, int> by_name_;  // keys view the nodes' names
   std::vector<int> topo_order_;
-  std::vector<std::vector<std::pair<int, int>>> consumers_;
-  std::vector<std::vector<int>> control_consumers_;
+  std::vector<consumer_list> consumers_;
+  std::vector<control_consumer_list> control_consumers_;
   std::map<int, tensor> constants_;
   tf::VersionDef versions_;
 };

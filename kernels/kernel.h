@@ -92,7 +92,7 @@ struct step_info {
 class kernel_context {
  public:
   kernel_context(std::span<const tensor> inputs, std::span<tensor> outputs,
-                 const std::vector<dtype>& output_types, const step_info& step)
+                 std::span<const dtype> output_types, const step_info& step)
       : inputs_(inputs), outputs_(outputs), output_types_(output_types), step_(step) {}
 
   int num_inputs() const { return static_cast<int>(inputs_.size()); }
@@ -133,15 +133,14 @@ class kernel_context {
  private:
   std::span<const tensor> inputs_;
   std::span<tensor> outputs_;
-  const std::vector<dtype>& output_types_;
+  std::span<const dtype> output_types_;
   const step_info& step_;
   status status_;
 };
 
 class op_kernel {
  public:
-  explicit op_kernel(const kernel_construction& c)
-      : name_(c.node().name()), op_(c.node().op()) {}
+  explicit op_kernel(const kernel_construction& c) : name_(c.node().name()), op_(&c.op().name) {}
   virtual ~op_kernel() = default;
 
   // Synchronous kernels override this.
@@ -160,11 +159,11 @@ class op_kernel {
   static constexpr double k_expensive_ns = 1e18;
 
   const std::string& name() const { return name_; }
-  const std::string& op() const { return op_; }
+  const std::string& op() const { return *op_; }
 
  private:
   std::string name_;
-  std::string op_;
+  const std::string* op_;  // the op schema's name (schemas live as long as their registry)
 };
 
 // The estimated time of an element-wise kernel over `inputs` that broadcast together:

@@ -95,7 +95,7 @@ std::string graph_def_to_dot(const tf::GraphDef& def) {
 std::string graph_to_dot(const graph::graph& g, const placement* placed) {
   tf::GraphDef def = g.to_graph_def();
   if (placed != nullptr) {
-    for (int i = 0; i < def.node_size() && i < static_cast<int>(placed->devices.size()); ++i) {
+    for (int i = 0; i < def.node_size() && i < static_cast<int>(placed->size()); ++i) {
       def.mutable_node(i)->set_device(placed->device_of(i));
     }
   }

@@ -110,8 +110,8 @@ class partitioner {
   }
 
   status check_step() const {
-    if (static_cast<int>(placed_.devices.size()) != g_.num_nodes()) {
-      return invalid_argument_error("the placement covers ", placed_.devices.size(),
+    if (static_cast<int>(placed_.size()) != g_.num_nodes()) {
+      return invalid_argument_error("the placement covers ", placed_.size(),
                                     " nodes but the graph has ", g_.num_nodes());
     }
     std::set<graph::endpoint> fed;

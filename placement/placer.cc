@@ -5,6 +5,7 @@
 #include <map>
 #include <numeric>
 #include <set>
+#include <span>
 
 #include "graph/attr.h"
 
@@ -74,14 +75,30 @@ class colocation_graph {
     return id;
   }
 
-  // Groups sorted by member id, ordered by their first member.
-  std::vector<std::vector<int>> groups() {
-    std::map<int, std::vector<int>> by_root;
-    for (int id = 0; id < static_cast<int>(parent_.size()); ++id) by_root[root(id)].push_back(id);
-    std::vector<std::vector<int>> out;
-    for (auto& [r, members] : by_root) out.push_back(std::move(members));
-    std::sort(out.begin(), out.end(),
-              [](const auto& x, const auto& y) { return x.front() < y.front(); });
+  // The groups, each sorted by member id, ordered by their first member, as one flat
+  // array (a graph of 10^5 nodes is mostly groups of one: no allocation per group).
+  // A group's root is its smallest member (join keeps the smaller root), so ordering by
+  // root is ordering by first member.
+  struct group_list {
+    std::vector<int> members;
+    std::vector<int> begins;  // group i is members[begins[i], begins[i + 1])
+    std::size_t size() const { return begins.size() - 1; }
+    std::span<const int> operator[](std::size_t i) const {
+      return std::span<const int>(members.data() + begins[i], static_cast<std::size_t>(begins[i + 1] - begins[i]));
+    }
+  };
+  group_list groups() {
+    const std::size_t n = parent_.size();
+    std::vector<int> start(n + 1, 0);  // by root: where its members begin
+    for (int id = 0; id < static_cast<int>(n); ++id) ++start[static_cast<std::size_t>(root(id)) + 1];
+    group_list out;
+    for (std::size_t r = 0; r < n; ++r) {
+      if (start[r + 1] > 0) out.begins.push_back(start[r]);
+      start[r + 1] += start[r];
+    }
+    out.begins.push_back(static_cast<int>(n));
+    out.members.resize(n);
+    for (int id = 0; id < static_cast<int>(n); ++id) out.members[static_cast<std::size_t>(start[static_cast<std::size_t>(root(id))]++)] = id;
     return out;
   }
 
@@ -144,7 +161,7 @@ std::string list_devices(const std::vector<device_name>& devices) {
   return out;
 }
 
-std::string list_members(const graph::graph& g, const std::vector<int>& members) {
+std::string list_members(const graph::graph& g, std::span<const int> members) {
   std::string out;
   std::size_t shown = 0;
   for (int id : members) {
@@ -171,12 +188,14 @@ class placer {
   result<placement> run() {
     TROUPE_RETURN_IF_ERROR(coloc_.error());
     placement out;
-    out.devices.resize(static_cast<std::size_t>(g_.num_nodes()));
-    for (const auto& members : coloc_.groups()) {
+    out.index.resize(static_cast<std::size_t>(g_.num_nodes()));
+    const auto groups = coloc_.groups();
+    for (std::size_t i = 0; i < groups.size(); ++i) {
+      const std::span<const int> members = groups[i];
       auto chosen = place_group(members);
       if (!chosen.ok()) return chosen.error();
-      std::string name = to_string(*chosen);
-      for (int id : members) out.devices[static_cast<std::size_t>(id)] = name;
+      const std::string name = to_string(*chosen);
+      for (int id : members) out.assign(id, name);
     }
     return out;
   }
@@ -191,14 +210,14 @@ class placer {
     return parsed;
   }
 
-  std::string group_note(const std::vector<int>& members) const {
+  std::string group_note(std::span<const int> members) const {
     if (members.size() == 1) return "";
     return str_cat(" (merged over its colocation group ", list_members(g_, members), ")");
   }
 
   // Rule 2: the members' requests merged; conflicts name both nodes and why they are
   // colocated.
-  result<device_name> merged_request(const std::vector<int>& members) {
+  result<device_name> merged_request(std::span<const int> members) {
     device_name merged;
     merge_mode mode = soft_ ? merge_mode::soft : merge_mode::strict;
     std::vector<int> requesting;
@@ -229,22 +248,22 @@ class placer {
   }
 
   bool kernel(int id, const std::string& type) {
-    auto key = std::make_pair(id, type);
-    auto it = kernel_cache_.find(key);
-    if (it == kernel_cache_.end())
-      it = kernel_cache_.emplace(key, has_kernel_(g_.get(id), type)).first;
-    return it->second;
+    auto& known = kernel_cache_[type];  // by node id: -1 not asked yet, else the answer
+    if (known.empty()) known.assign(static_cast<std::size_t>(g_.num_nodes()), -1);
+    signed char& k = known[static_cast<std::size_t>(id)];
+    if (k < 0) k = has_kernel_(g_.get(id), type) ? 1 : 0;
+    return k == 1;
   }
 
   // The first member without a kernel for `type`, or -1.
-  int missing_kernel(const std::vector<int>& members, const std::string& type) {
+  int missing_kernel(std::span<const int> members, const std::string& type) {
     for (int id : members) {
       if (!kernel(id, type)) return id;
     }
     return -1;
   }
 
-  std::vector<device_name> candidates(const std::vector<int>& members, const device_name& spec) {
+  std::vector<device_name> candidates(std::span<const int> members, const device_name& spec) {
     std::vector<device_name> out;
     for (const auto& d : devices_) {
       if (matches(spec, d) && missing_kernel(members, *d.type) < 0) out.push_back(d);
@@ -253,7 +272,7 @@ class placer {
   }
 
   // Which member lacks a kernel for each device type among `devices`, for errors.
-  std::string kernel_gaps(const std::vector<int>& members,
+  std::string kernel_gaps(std::span<const int> members,
                           const std::vector<device_name>& devices) {
     std::set<std::string> types;
     for (const auto& d : devices) types.insert(*d.type);
@@ -278,7 +297,7 @@ class placer {
     return found.front();
   }
 
-  result<device_name> place_group(const std::vector<int>& members) {
+  result<device_name> place_group(std::span<const int> members) {
     auto request = merged_request(members);
     if (!request.ok()) return request.error();
     const graph::node& first = g_.get(members.front());
@@ -326,7 +345,7 @@ class placer {
   device_name default_;
   bool soft_;
   colocation_graph coloc_;
-  std::map<std::pair<int, std::string>, bool> kernel_cache_;
+  std::map<std::string, std::vector<signed char>, std::less<>> kernel_cache_;  // by device type
 };
 
 }  // namespace
@@ -359,7 +378,10 @@ result<placement> place(const graph::graph& g, const cluster_spec& cluster,
 }
 
 std::vector<std::vector<int>> colocation_groups(const graph::graph& g) {
-  return colocation_graph(g).groups();
+  const auto groups = colocation_graph(g).groups();
+  std::vector<std::vector<int>> out;
+  for (std::size_t i = 0; i < groups.size(); ++i) out.emplace_back(groups[i].begin(), groups[i].end());
+  return out;
 }
 
 }  // namespace troupe::placement

@@ -53,10 +53,36 @@ struct placer_options {
   bool allow_soft_placement = false;
 };
 
-// A complete device name for every node, indexed by node id.
+// A complete device name for every node, indexed by node id. Each distinct name is kept
+// once (a graph of 10^5 nodes on a few devices holds a few strings, not 10^5).
 struct placement {
-  std::vector<std::string> devices;
-  const std::string& device_of(int node) const { return devices[static_cast<std::size_t>(node)]; }
+  std::vector<std::string> names;  // the distinct devices, in order of first use
+  std::vector<int> index;          // by node id, into names
+
+  const std::string& device_of(int node) const { return names[static_cast<std::size_t>(index[static_cast<std::size_t>(node)])]; }
+  // How many nodes it places.
+  std::size_t size() const { return index.size(); }
+  // Places the next node (id size()) on `device`.
+  void push_back(std::string_view device) { index.push_back(index_of(device)); }
+  // Places node `node` on `device`. REQUIRES: node < size().
+  void assign(int node, std::string_view device) { index[static_cast<std::size_t>(node)] = index_of(device); }
+  // The same device for every node.
+  friend bool operator==(const placement& a, const placement& b) {
+    if (a.size() != b.size()) return false;
+    for (std::size_t i = 0; i < a.size(); ++i) {
+      if (a.device_of(static_cast<int>(i)) != b.device_of(static_cast<int>(i))) return false;
+    }
+    return true;
+  }
+
+ private:
+  int index_of(std::string_view device) {
+    for (std::size_t i = 0; i < names.size(); ++i) {
+      if (names[i] == device) return static_cast<int>(i);
+    }
+    names.emplace_back(device);
+    return static_cast<int>(names.size()) - 1;
+  }
 };
 
 // REQUIRES: `devices` lists complete, distinct device names (checked: invalid_argument).

@@ -79,7 +79,7 @@ result<graph::graph> finish_graph(const scope& root, const cluster_layout& l, co
   o.ps_job = l.ps_job.empty() ? "ps" : l.ps_job;
   o.worker_device = worker_device;
   TROUPE_RETURN_IF_ERROR(placement::replica_device_setter(&*def, o));
-  return graph::graph::from_graph_def(*def);
+  return graph::graph::from_graph_def(std::move(*def));
 }
 
 // A worker's training graph: input pipeline, model, optimizer, global step.

@@ -87,7 +87,7 @@ int eval_command(const std::vector<std::string>& args, std::ostream& out, std::o
   };
   auto def = graph::read_graph_def(parsed->graph);
   if (!def.ok()) return fail(def.error());
-  auto g = graph::graph::from_graph_def(*def);
+  auto g = graph::graph::from_graph_def(std::move(*def));  // the graph takes its nodes
   if (!g.ok()) return fail(g.error().with_context(parsed->graph));
   actors::feed_list feeds;
   for (const auto& [name, path] : parsed->feeds) {

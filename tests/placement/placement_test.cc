@@ -537,7 +537,7 @@ TEST_CASE("the placer checks its device list and is deterministic", "[placement]
   auto b = placement::place(g, devices, cpu_only, with_default(k_worker1));
   REQUIRE(a.ok());
   REQUIRE(b.ok());
-  CHECK(a->devices == b->devices);
+  CHECK(*a == *b);
 
   auto error = [&](std::vector<std::string> list) {
     auto p = placement::place(g, list, cpu_only);
@@ -669,7 +669,7 @@ placement::placement assign_devices(const graph::graph& g,
   placement::placement p;
   for (int id = 0; id < g.num_nodes(); ++id) {
     auto it = devices.find(g.get(id).name());
-    p.devices.push_back(it == devices.end() ? otherwise : it->second);
+    p.push_back(it == devices.end() ? otherwise : it->second);
   }
   return p;
 }
@@ -853,11 +853,11 @@ TEST_CASE("feeds, fetches and targets are bound to the partitions that hold them
   REQUIRE_FALSE(bad_fetch.ok());
   CHECK_THAT(bad_fetch.error().message(), Contains("fetch 0 'x:3'") && Contains("has 1 outputs"));
   placement::placement short_placement = p.placed;
-  short_placement.devices.pop_back();
+  short_placement.index.pop_back();
   CHECK_THAT(placement::partition_graph(p.g, short_placement, step).error().message(),
              Contains("covers"));
   placement::placement partial = p.placed;
-  partial.devices[static_cast<std::size_t>(p.g.find("z")->id)] = "/job:ps";
+  partial.assign(p.g.find("z")->id, "/job:ps");
   CHECK_THAT(placement::partition_graph(p.g, partial, step).error().message(),
              Contains("node 'z'") && Contains("not a complete device name"));
 }
