@@ -58,6 +58,10 @@ std::string suggestion(std::string_view name, const std::vector<std::string>& ca
   std::string best;
   std::size_t best_distance = std::max<std::size_t>(1, name.size() / 4) + 1;  // to beat
   for (const auto& c : candidates) {
+    // The distance is at least the difference in length: a long name is not compared in
+    // full with every short candidate.
+    std::size_t length_difference = name.size() > c.size() ? name.size() - c.size() : c.size() - name.size();
+    if (length_difference >= best_distance) continue;
     std::size_t d = edit_distance(name, c);
     if (d < best_distance) {
       best = c;
@@ -137,9 +141,16 @@ int column_of_byte(std::string_view line, std::size_t byte) {
   }
   return column;
 }
+// The first byte whose column is beyond `column` (one pass: counting the columns of every
+// prefix again took quadratic time, minutes for a line of a few hundred thousand bytes).
 std::size_t byte_of_column(std::string_view line, int column) {
+  int at = 0;
   std::size_t i = 0;
-  while (i < line.size() && column_of_byte(line, i + 1) <= column) ++i;
+  for (; i < line.size(); ++i) {
+    int next = line[i] == '\t' ? at + k_tab_width - at % k_tab_width : at + 1;
+    if (next > column) break;
+    at = next;
+  }
   return i;
 }
 
