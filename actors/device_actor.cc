@@ -32,8 +32,19 @@ constexpr auto k_sweep_every = std::chrono::seconds(30);
 
 struct device_state {
   device_options options;
-  std::map<std::uint64_t, std::shared_ptr<const executable>> partitions;
-  std::map<std::uint64_t, caf::response_promise> preparing;
+  // Registered partitions and who registered them (a session's master): an owner that
+  // goes down without unregistering its partitions (a crash, or a kill) loses them.
+  struct partition {
+    std::shared_ptr<const executable> exec;
+    caf::actor_addr owner;
+  };
+  std::map<std::uint64_t, partition> partitions;
+  struct preparation {
+    caf::response_promise promise;
+    caf::actor_addr owner;
+  };
+  std::map<std::uint64_t, preparation> preparing;
+  std::set<caf::actor_addr> owners;  // monitored
   // Running steps by request: the client's promise, and the step's cancellation, so an
   // abort from the master (by step id) or the device's exit can reach them.
   struct running_step {
@@ -80,7 +91,7 @@ caf::behavior device_behavior(device_actor* self, device_options options) {
       step.promise.deliver(st.gone());
     }
     st.running.clear();
-    for (auto& [request, promise] : st.preparing) promise.deliver(st.gone());
+    for (auto& [request, preparing] : st.preparing) preparing.promise.deliver(st.gone());
     st.preparing.clear();
     self->quit(msg.reason);
   });
@@ -96,16 +107,25 @@ caf::behavior device_behavior(device_actor* self, device_options options) {
     st.running_ids.erase(st.running_ids.find(step_id));
     st.rendezvous->close(step_id);
   };
+  self->set_down_handler([self](caf::down_msg& msg) {
+    auto& st = self->state;
+    st.owners.erase(msg.source);
+    for (auto it = st.partitions.begin(); it != st.partitions.end();) {
+      it = it->second.owner == msg.source ? st.partitions.erase(it) : std::next(it);
+    }
+  });
   return {
       [=](prepare_atom, executable_spec& spec) -> caf::result<std::uint64_t> {
         auto& st = self->state;
+        caf::actor_addr owner = caf::actor_cast<caf::actor_addr>(self->current_sender());
+        if (owner && st.owners.insert(owner).second) self->monitor(owner);
         spec.device = st.options.device;
         spec.tracer = st.options.device->tracer();
         spec.trace_task = st.options.device->task();
         spec.trace_device = st.options.device->short_name();
         const std::uint64_t request = st.next_request++;
         auto promise = self->make_response_promise<std::uint64_t>();
-        st.preparing.emplace(request, promise);
+        st.preparing.emplace(request, device_state::preparation{promise, owner});
         // Building kernels is unbounded work (a partition may have 10^5 nodes): on the pool.
         caf::actor me = caf::actor_cast<caf::actor>(self);
         const kernels::kernel_registry* registry = st.options.kernels;
@@ -122,12 +142,13 @@ caf::behavior device_behavior(device_actor* self, device_options options) {
         auto& st = self->state;
         auto it = st.preparing.find(outcome.request);
         if (it == st.preparing.end()) return;
-        auto promise = std::move(it->second);
+        auto preparing = std::move(it->second);
         st.preparing.erase(it);
-        if (!outcome.exec.ok()) return promise.deliver(to_caf_error(outcome.exec.error()));
+        if (!outcome.exec.ok()) return preparing.promise.deliver(to_caf_error(outcome.exec.error()));
+        if (preparing.owner && st.owners.count(preparing.owner) == 0) return;  // its owner went down meanwhile
         const std::uint64_t handle = st.next_handle++;
-        st.partitions.emplace(handle, std::move(*outcome.exec));
-        promise.deliver(handle);
+        st.partitions.emplace(handle, device_state::partition{std::move(*outcome.exec), preparing.owner});
+        preparing.promise.deliver(handle);
       },
       [=](unprepare_atom, std::uint64_t handle) { self->state.partitions.erase(handle); },
       [=](run_atom, std::uint64_t handle, std::int64_t step_id,
@@ -141,7 +162,7 @@ caf::behavior device_behavior(device_actor* self, device_options options) {
         if (st.rendezvous->is_aborted(step_id)) {
           return to_caf_error(aborted_error("step ", step_id, " was aborted before it started on ", st.device_name()));
         }
-        std::shared_ptr<const executable> exec = it->second;
+        std::shared_ptr<const executable> exec = it->second.exec;
         status s = exec->check_feeds(feeds);
         if (!s.ok()) return to_caf_error(s);
         std::uint64_t request = st.next_request++;

@@ -677,17 +677,13 @@ caf::actor spawn_queue(caf::actor_system& system, queue_options options) {
 // ---- queue_resource
 
 queue_resource::queue_resource(caf::actor actor, queue_options options)
-    : actor_(std::move(actor)), options_(std::move(options)) {
+    : actor_resource(kind_name, options.name, std::move(actor)), options_(std::move(options)) {
   options_.owner = caf::actor();  // the actor holds it; a strong handle here would be a cycle
 }
 
-queue_resource::~queue_resource() { caf::anon_send_exit(actor_, caf::exit_reason::user_shutdown); }
-
-std::string queue_resource::peer() const { return str_cat("queue '", options_.name, "'"); }
-
 status queue_resource::matches(const queue_options& other) const {
   const queue_options& o = options_;
-  const std::string q = peer();
+  const std::string& q = label();
   if (other.kind != o.kind) {
     return invalid_argument_error("shared ", q, " is a ", queue_kind_name(o.kind), ", not a ",
                                   queue_kind_name(other.kind));
@@ -716,46 +712,46 @@ status queue_resource::matches(const queue_options& other) const {
 
 std::uint64_t queue_resource::enqueue(std::vector<tensor> element, status_reply done, std::int64_t timeout_ms) {
   const std::uint64_t id = next_request_id();
-  caf::anon_send(actor_, queue_enqueue{id, std::move(element), false, timeout_ms, std::move(done)});
+  caf::anon_send(actor(), queue_enqueue{id, std::move(element), false, timeout_ms, std::move(done)});
   return id;
 }
 
 std::uint64_t queue_resource::enqueue_many(std::vector<tensor> batch, status_reply done, std::int64_t timeout_ms) {
   const std::uint64_t id = next_request_id();
-  caf::anon_send(actor_, queue_enqueue{id, std::move(batch), true, timeout_ms, std::move(done)});
+  caf::anon_send(actor(), queue_enqueue{id, std::move(batch), true, timeout_ms, std::move(done)});
   return id;
 }
 
 std::uint64_t queue_resource::dequeue(element_reply done, std::int64_t timeout_ms) {
   const std::uint64_t id = next_request_id();
-  caf::anon_send(actor_, queue_dequeue{id, dequeue_mode::one, 1, timeout_ms, std::move(done)});
+  caf::anon_send(actor(), queue_dequeue{id, dequeue_mode::one, 1, timeout_ms, std::move(done)});
   return id;
 }
 
 std::uint64_t queue_resource::dequeue_many(std::int64_t n, element_reply done, std::int64_t timeout_ms) {
   const std::uint64_t id = next_request_id();
-  caf::anon_send(actor_, queue_dequeue{id, dequeue_mode::many, n, timeout_ms, std::move(done)});
+  caf::anon_send(actor(), queue_dequeue{id, dequeue_mode::many, n, timeout_ms, std::move(done)});
   return id;
 }
 
 std::uint64_t queue_resource::dequeue_up_to(std::int64_t n, element_reply done, std::int64_t timeout_ms) {
   const std::uint64_t id = next_request_id();
-  caf::anon_send(actor_, queue_dequeue{id, dequeue_mode::up_to, n, timeout_ms, std::move(done)});
+  caf::anon_send(actor(), queue_dequeue{id, dequeue_mode::up_to, n, timeout_ms, std::move(done)});
   return id;
 }
 
 std::uint64_t queue_resource::close(bool cancel_pending_enqueues, status_reply done) {
   const std::uint64_t id = next_request_id();
-  caf::anon_send(actor_, queue_close{id, cancel_pending_enqueues, std::move(done)});
+  caf::anon_send(actor(), queue_close{id, cancel_pending_enqueues, std::move(done)});
   return id;
 }
 
 void queue_resource::size(reply<std::int64_t> done) const {
-  caf::anon_send(actor_, queue_size_query{std::move(done)});
+  caf::anon_send(actor(), queue_size_query{std::move(done)});
 }
 
 void queue_resource::cancel(std::uint64_t request_id) const {
-  caf::anon_send(actor_, queue_cancel{request_id});
+  caf::anon_send(actor(), queue_cancel{request_id});
 }
 
 result<std::shared_ptr<queue_resource>> make_queue(caf::actor_system& system, queue_options options) {

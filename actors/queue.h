@@ -57,6 +57,7 @@
 #include <string_view>
 #include <vector>
 
+#include "actors/actor_resource.h"
 #include "actors/reply.h"
 #include "core/resource.h"
 #include "core/shape.h"
@@ -147,28 +148,17 @@ struct queue_cancel {
 // Spawns a queue actor. REQUIRES: validate_queue_options(options).ok().
 caf::actor spawn_queue(caf::actor_system& system, queue_options options);
 
-// A queue as a resource (kind "queue"): what a queue op's handle points at. It holds the
-// actor, the queue's description, and the request-id counter its users share. Destroying
-// it stops the actor.
-class queue_resource final : public resource {
+// A queue as a resource (kind "queue", actors/actor_resource.h): what a queue op's handle
+// points at. It holds the actor, the queue's description, and the request-id counter its
+// users share. Destroying it stops the actor.
+class queue_resource final : public actor_resource {
  public:
+  static constexpr const char* kind_name = "queue";
   queue_resource(caf::actor actor, queue_options options);
-  ~queue_resource() override;
-  queue_resource(const queue_resource&) = delete;
-  queue_resource& operator=(const queue_resource&) = delete;
 
-  std::string_view kind() const override { return "queue"; }
-
-  const caf::actor& actor() const { return actor_; }
   const queue_options& options() const { return options_; }
-  const std::string& name() const { return options_.name; }
   const std::vector<dtype>& component_types() const { return options_.types; }
   const std::vector<partial_shape>& component_shapes() const { return options_.shapes; }
-  // "queue 'name'": the peer named when a reply fails because the actor went away.
-  std::string peer() const;
-
-  // A fresh request id (never 0).
-  std::uint64_t next_request_id() { return next_request_id_.fetch_add(1, std::memory_order_relaxed) + 1; }
 
   // Ok when `other` (from another node naming the same shared queue) describes this
   // queue: kind, component types and shapes, capacity, and the shuffle parameters.
@@ -185,9 +175,7 @@ class queue_resource final : public resource {
   void cancel(std::uint64_t request_id) const;
 
  private:
-  caf::actor actor_;
   queue_options options_;
-  std::atomic<std::uint64_t> next_request_id_{0};
 };
 
 // Validates the options and spawns the queue. Errors: validate_queue_options's.

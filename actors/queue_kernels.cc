@@ -3,11 +3,10 @@
 // asynchronous kernels that send one request to the queue with a reply and finish from it.
 // A request that waits in the queue is cancelled when the step aborts (the kernel then
 // fails with `cancelled`) or when its timeout_ms passes (deadline_exceeded).
-#include <mutex>
-#include <optional>
-
+#include "actors/actor_resource.h"
 #include "actors/queue.h"
 #include "actors/runtime_device.h"
+#include "actors/withdrawable.h"
 #include "graph/attr.h"
 
 namespace troupe::actors {
@@ -36,22 +35,12 @@ std::string type_list(const std::vector<dtype>& types) {
 class queue_op_kernel final : public kernels::op_kernel {
  public:
   explicit queue_op_kernel(kernel_construction& c) : op_kernel(c) {
-    device_ = runtime_device::from(c.device());
-    if (device_ == nullptr) {
-      c.fail(failed_precondition_error("node '", c.node().name(), "' (", c.node().op(),
-                                       ") creates a queue actor, so it needs the actor runtime's "
-                                       "device (a runtime_device); it cannot run outside it"));
-      return;
-    }
+    if (!key_.read(c)) return;
     const std::string& op = c.node().op();
     options_.kind = op == "RandomShuffleQueueV2" ? queue_kind::random_shuffle
                     : op == "PaddingFIFOQueueV2" ? queue_kind::padding_fifo
                                                  : queue_kind::fifo;
-    std::string shared_name;
-    if (!c.get_attr("component_types", &options_.types) || !c.get_attr("capacity", &options_.capacity) ||
-        !c.get_attr("container", &container_) || !c.get_attr("shared_name", &shared_name)) {
-      return;
-    }
+    if (!c.get_attrs("component_types", &options_.types, "capacity", &options_.capacity)) return;
     options_.shapes = shapes_attr(c.node());
     if (options_.kind == queue_kind::random_shuffle) {
       std::int64_t seed = 0, seed2 = 0;
@@ -62,42 +51,33 @@ class queue_op_kernel final : public kernels::op_kernel {
       options_.seed = static_cast<std::uint64_t>(seed);
       options_.seed2 = static_cast<std::uint64_t>(seed2);
     }
-    options_.name = shared_name.empty() ? c.node().name() : shared_name;
-    options_.pool = &device_->pool();
+    options_.name = key_.name;
+    options_.pool = &key_.device->pool();
     status s = validate_queue_options(options_);
     if (!s.ok()) c.fail(s.with_context(str_cat("node '", c.node().name(), "' (", op, ")")));
   }
 
   void compute(kernel_context& ctx) override {
-    auto made = device_->resources().lookup_or_create(container_, options_.name, [&] {
+    auto made = key_.find_or_make<queue_resource>([&] {
       queue_options o = options_;
-      o.owner = device_->self();
-      auto q = make_queue(device_->system(), std::move(o));
-      if (!q.ok()) return result<std::shared_ptr<resource>>(q.error());
-      return result<std::shared_ptr<resource>>(std::shared_ptr<resource>(std::move(*q)));
+      o.owner = key_.device->self();
+      return make_queue(key_.device->system(), std::move(o));
     });
     if (!made.ok()) {
       ctx.fail(made.error());
       return;
     }
-    auto* q = dynamic_cast<queue_resource*>(made->get());
-    if (q == nullptr) {
-      ctx.fail(invalid_argument_error("resource '", options_.name, "' in container '", container_, "' on ",
-                                      device_->name(), " is a ", (*made)->kind(), ", not a queue"));
-      return;
-    }
-    status s = q->matches(options_);
+    status s = (*made)->matches(options_);
     if (!s.ok()) {
       ctx.fail(std::move(s));
       return;
     }
-    ctx.set_output(0, tensor::from_resource(resource_handle{device_->name(), container_, options_.name, *made}));
+    ctx.set_output(0, tensor::from_resource(resource_handle{key_.device->name(), key_.container, key_.name, *made}));
   }
   double estimated_ns(std::span<const tensor>) const override { return 0; }
 
  private:
-  runtime_device* device_ = nullptr;
-  std::string container_;
+  resource_key key_;
   queue_options options_;
 };
 
@@ -106,7 +86,6 @@ class queue_op_kernel final : public kernels::op_kernel {
 class queue_user_kernel : public async_op_kernel {
  public:
   using async_op_kernel::async_op_kernel;
-  double estimated_ns(std::span<const tensor>) const override { return 0; }
 
  protected:
   // The queue behind input 0, or null after failing ctx.
@@ -123,56 +102,14 @@ class queue_user_kernel : public async_op_kernel {
     return q;
   }
 
-  // Sends a request with a reply, registered with the step's cancellation so that an
-  // abort cancels it in the queue; `finish(ctx, result)` sets outputs or fails ctx, then
-  // done is called. The request is sent before registering, so the queue always sees a
-  // cancel after its request; an answer that arrives before registration is held until
-  // registration is over.
+  // Sends a request with a reply (`send`), withdrawn from the queue if the step aborts
+  // (actors/withdrawable.h); `finish(ctx, result)` sets outputs or fails ctx.
   template <class T, class Send, class Finish>
   static void call(kernel_context& ctx, done_callback done, queue_resource& q, std::uint64_t id,
                    Send send, Finish finish) {
-    struct call_state {
-      std::mutex mutex;
-      bool sent = false;
-      bool registered = false;
-      std::optional<result<T>> early;
-    };
-    kernels::cancellation_manager* cm = &ctx.cancellation();
-    const auto token = cm->new_token();
-    auto state = std::make_shared<call_state>();
-    auto complete = [&ctx, done = std::move(done), finish](result<T> r) {
-      finish(ctx, std::move(r));
-      done();
-    };
-    send(reply<T>(
-        [state, cm, token, complete](result<T> r) {
-          bool registered = false;
-          {
-            std::lock_guard<std::mutex> lock(state->mutex);
-            if (!state->sent) {
-              state->early.emplace(std::move(r));
-              return;
-            }
-            registered = state->registered;
-          }
-          if (registered) cm->deregister(token);
-          complete(std::move(r));
-        },
-        q.peer()));
     caf::actor actor = q.actor();
-    const bool registered = cm->register_callback(token, [actor, id] { caf::anon_send(actor, queue_cancel{id}); });
-    if (!registered) caf::anon_send(actor, queue_cancel{id});  // the step was already aborted
-    std::optional<result<T>> early;
-    {
-      std::lock_guard<std::mutex> lock(state->mutex);
-      state->sent = true;
-      state->registered = registered;
-      early.swap(state->early);
-    }
-    if (early) {
-      if (registered) cm->deregister(token);
-      complete(std::move(*early));
-    }
+    send_withdrawable<T>(ctx, std::move(done), q.peer(), send,
+                         [actor, id] { caf::anon_send(actor, queue_cancel{id}); }, finish);
   }
 };
 
@@ -226,7 +163,7 @@ class dequeue_kernel final : public queue_user_kernel {
       return;
     }
     if (q->component_types() != types_) {
-      ctx.fail_invalid_argument("dequeues component types ", type_list(types_), " from ", q->peer(),
+      ctx.fail_invalid_argument("dequeues component types ", type_list(types_), " from ", q->label(),
                                 ", whose component types are ", type_list(q->component_types()));
       done();
       return;
@@ -241,7 +178,7 @@ class dequeue_kernel final : public queue_user_kernel {
       }
       n = nt.scalar_value<std::int32_t>();
       if (n < 0) {
-        ctx.fail_invalid_argument("n is ", n, " but must be >= 0 (dequeue from ", q->peer(), ")");
+        ctx.fail_invalid_argument("n is ", n, " but must be >= 0 (dequeue from ", q->label(), ")");
         done();
         return;
       }
@@ -252,17 +189,7 @@ class dequeue_kernel final : public queue_user_kernel {
         [&](element_reply r) {
           caf::anon_send(q->actor(), queue_dequeue{id, mode_, n, timeout_ms_, std::move(r)});
         },
-        [](kernel_context& c, result<std::vector<tensor>> r) {
-          if (!r.ok()) {
-            c.fail(r.error());
-            return;
-          }
-          if (static_cast<int>(r->size()) != c.num_outputs()) {
-            c.fail(internal_error("the queue answered ", r->size(), " components for ", c.num_outputs(), " outputs"));
-            return;
-          }
-          for (int i = 0; i < c.num_outputs(); ++i) c.set_output(i, std::move((*r)[static_cast<std::size_t>(i)]));
-        });
+        set_outputs);
   }
 
  private:

@@ -82,5 +82,6 @@ using status_reply = reply<done_t>;
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(troupe::tensor)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(std::vector<troupe::tensor>)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(troupe::actors::reply<troupe::tensor>)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(troupe::actors::reply<std::vector<troupe::tensor>>)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(troupe::actors::reply<bool>)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(troupe::actors::status_reply)

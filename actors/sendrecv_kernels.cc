@@ -8,9 +8,11 @@
 // parses, hashes and formats no strings.
 #include <optional>
 
+#include "actors/actor_resource.h"
 #include "actors/rendezvous.h"
 #include "actors/runtime_device.h"
 #include "actors/runtime_kernels.h"
+#include "actors/withdrawable.h"
 #include "graph/attr.h"
 #include "kernels/kernel_registry.h"
 
@@ -37,11 +39,8 @@ std::optional<transfer_end> read_transfer_end(kernel_construction& c) {
     return std::nullopt;
   }
   key.send_device_incarnation = static_cast<std::uint64_t>(incarnation);
-  auto* dev = runtime_device::from(c.device());
-  if (dev == nullptr) {
-    c.fail(failed_precondition_error(c.node().op(), " '", c.node().name(), "' needs the actor runtime"));
-    return std::nullopt;
-  }
+  auto* dev = require_runtime(c);
+  if (dev == nullptr) return std::nullopt;
   return transfer_end{std::make_shared<const transfer_key>(std::move(key)), dev};
 }
 
@@ -93,40 +92,33 @@ class recv_kernel final : public kernels::async_op_kernel {
                                     " but its recv_device is ", key_->key().recv_device));
     }
   }
-  double estimated_ns(std::span<const tensor>) const override { return 0; }
 
   // The callbacks below use `this`: the kernel lives as long as its partition, which the
-  // step keeps alive until this node's done has been called.
+  // step keeps alive until this node's done has been called. The request is withdrawn from
+  // the rendezvous when the step aborts (actors/withdrawable.h).
   void compute_async(kernel_context& ctx, done_callback done) override {
     const std::int64_t step = ctx.step().step_id;
-    auto& cancellation = ctx.cancellation();
-    auto token = cancellation.new_token();
-    if (!cancellation.register_callback(token, [this, step] {
-          caf::anon_send(self_, rv_cancel_atom::value, step, key_);
-        })) {
-      ctx.fail(cancelled_error("step ", step, " was aborted before '", name(), "' ran"));
-      return done();
-    }
-    reply<tensor> answer(
-        [this, &ctx, token, step, done = std::move(done)](result<tensor> r) {
-          ctx.cancellation().deregister(token);
+    send_withdrawable<tensor>(
+        ctx, std::move(done), peer_,
+        [this, step](reply<tensor> answer) {
+          rendezvous_table* table = rendezvous_table::active(device_);
+          if (table != nullptr && direct_depth < k_max_direct_depth) {
+            ++direct_depth;
+            table->recv(step, key_, std::move(answer));  // may answer now
+            --direct_depth;
+            return;
+          }
+          caf::anon_send(self_, rv_recv_atom::value, step, key_, std::move(answer));
+        },
+        [this, step] { caf::anon_send(self_, rv_cancel_atom::value, step, key_); },
+        [this, step](kernel_context& c, result<tensor> r) {
           if (auto* tracer = device_->tracer(); tracer != nullptr && r.ok()) {
             tracer->transfer_received(key_->printed(), step, device_->task(), device_->short_name(),
                                       step_tracer::clock::now());
           }
-          if (r.ok()) ctx.set_output(0, std::move(*r));
-          else ctx.fail(r.error());
-          done();
-        },
-        peer_);
-    rendezvous_table* table = rendezvous_table::active(device_);
-    if (table != nullptr && direct_depth < k_max_direct_depth) {
-      ++direct_depth;
-      table->recv(step, key_, std::move(answer));  // may answer, and finish this node, now
-      --direct_depth;
-      return;
-    }
-    caf::anon_send(self_, rv_recv_atom::value, step, key_, std::move(answer));
+          if (r.ok()) c.set_output(0, std::move(*r));
+          else c.fail(r.error());
+        });
   }
 
  private:

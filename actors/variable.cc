@@ -5,13 +5,9 @@
 
 #include "actors/messages.h"
 #include "actors/spawn.h"
+#include "kernels/kernel.h"
 
 namespace troupe::actors {
-
-variable_resource::~variable_resource() {
-  // The last handle is gone: nothing can reach the actor any more.
-  caf::anon_send_exit(actor_, caf::exit_reason::user_shutdown);
-}
 
 namespace {
 
@@ -21,7 +17,14 @@ struct variable_state {
   partial_shape shape;
   tensor value;                                // uninitialized until assigned
   bool leased = false;
-  std::deque<std::function<void()>> waiting;   // requests that arrived during a lease
+  // Requests that arrived during a lease, in order: how to serve one, how to refuse it,
+  // and its id (a lease request's, for withdrawal; 0 otherwise).
+  struct waiting_request {
+    std::uint64_t id;
+    std::function<void()> serve;
+    std::function<void(status)> refuse;
+  };
+  std::deque<waiting_request> waiting;
   static inline const char* name = "troupe-variable";
 };
 
@@ -36,63 +39,89 @@ caf::behavior variable_behavior(variable_actor* self, std::string name, dtype ty
   self->state.var = std::move(name);
   self->state.type = type;
   self->state.shape = std::move(shape);
-  // Runs `fn` now, or after the current lease ends, keeping arrival order.
-  auto when_free = [self](std::function<void()> fn) {
-    if (self->state.leased || !self->state.waiting.empty()) {
-      self->state.waiting.push_back(std::move(fn));
-    } else {
-      fn();
+  // Serves a request now, or after the current lease ends, keeping arrival order; refuses
+  // it when too many wait already.
+  auto when_free = [self](std::uint64_t id, std::function<void()> serve, std::function<void(status)> refuse) {
+    auto& s = self->state;
+    if (!s.leased && s.waiting.empty()) return serve();
+    if (s.waiting.size() >= k_max_waiting) {
+      return refuse(resource_exhausted_error("variable '", s.var, "' has ", s.waiting.size(),
+                                             " requests waiting behind its lease already"));
     }
+    s.waiting.push_back({id, std::move(serve), std::move(refuse)});
   };
   auto drain = [self] {
     while (!self->state.leased && !self->state.waiting.empty()) {
-      auto fn = std::move(self->state.waiting.front());
+      auto next = std::move(self->state.waiting.front());
       self->state.waiting.pop_front();
-      fn();
+      next.serve();
     }
   };
   return {
       [=](var_read_atom, const reply<tensor>& r) {
-        when_free([self, r] {
-          auto& s = self->state;
-          if (!s.value.initialized()) return r(uninitialized(s));
-          r(s.value);
-        });
+        when_free(
+            0,
+            [self, r] {
+              auto& s = self->state;
+              if (!s.value.initialized()) return r(uninitialized(s));
+              r(s.value);
+            },
+            r);
       },
       [=](var_assign_atom, const tensor& value, const status_reply& r) {
-        when_free([self, value, r] {
-          auto& s = self->state;
-          if (value.type() != s.type) {
-            return r(invalid_argument_error("cannot assign a ", dtype_name(value.type()), " tensor to variable '",
-                                            s.var, "' of dtype ", dtype_name(s.type)));
-          }
-          if (!s.shape.is_compatible_with(value.shape())) {
-            return r(invalid_argument_error("cannot assign a tensor of shape ", value.shape().to_string(),
-                                            " to variable '", s.var, "' of shape ", s.shape.to_string()));
-          }
-          s.value = value;
-          r(done_t{});
-        });
+        when_free(
+            0,
+            [self, value, r] {
+              auto& s = self->state;
+              if (value.type() != s.type) {
+                return r(invalid_argument_error("cannot assign a ", dtype_name(value.type()), " tensor to variable '",
+                                                s.var, "' of dtype ", dtype_name(s.type)));
+              }
+              if (!s.shape.is_compatible_with(value.shape())) {
+                return r(invalid_argument_error("cannot assign a tensor of shape ", value.shape().to_string(),
+                                                " to variable '", s.var, "' of shape ", s.shape.to_string()));
+              }
+              s.value = value;
+              r(done_t{});
+            },
+            r);
       },
       [=](var_init_atom, const reply<bool>& r) {
-        when_free([self, r] { r(self->state.value.initialized()); });
+        when_free(0, [self, r] { r(self->state.value.initialized()); }, r);
       },
-      [=](var_lease_atom, const reply<tensor>& r) {
-        when_free([self, r] {
-          auto& s = self->state;
-          if (!s.value.initialized()) return r(uninitialized(s));
-          // Hand out a buffer no reader shares: the value itself when we hold the only
-          // reference, a copy otherwise (readers keep their snapshots).
-          tensor exclusive = s.value.ref_count_is_one() ? std::move(s.value) : s.value.deep_copy();
-          s.value = tensor();
-          s.leased = true;
-          r(std::move(exclusive));
-        });
+      [=](var_lease_atom, std::uint64_t id, const reply<tensor>& r) {
+        when_free(
+            id,
+            [self, r] {
+              auto& s = self->state;
+              if (!s.value.initialized()) return r(uninitialized(s));
+              // Hand out a buffer no reader shares: the value itself when we hold the only
+              // reference, a copy otherwise (readers keep their snapshots).
+              tensor exclusive;
+              status thrown = kernels::catch_exceptions(
+                  [&] { exclusive = s.value.ref_count_is_one() ? std::move(s.value) : s.value.deep_copy(); });
+              if (!thrown.ok()) return r(thrown.with_context(str_cat("leasing variable '", s.var, "'")));
+              s.value = tensor();
+              s.leased = true;
+              r(std::move(exclusive));
+            },
+            r);
       },
-      [=](var_release_atom, tensor& value) {
+      [=](var_withdraw_atom, std::uint64_t id) {
+        auto& s = self->state;
+        for (auto it = s.waiting.begin(); it != s.waiting.end(); ++it) {
+          if (it->id != id) continue;
+          auto withdrawn = std::move(*it);
+          s.waiting.erase(it);
+          withdrawn.refuse(cancelled_error("the lease of variable '", s.var, "' was withdrawn: its step aborted"));
+          return;
+        }  // not waiting any more: already served
+      },
+      [=](var_release_atom, tensor& value, const status_reply& r) {
         auto& s = self->state;
         s.value = std::move(value);
         s.leased = false;
+        r(done_t{});
         drain();
       },
   };

@@ -9,21 +9,35 @@
 //   (var_read_atom, reply<tensor>)          the value; failed_precondition if uninitialized
 //   (var_assign_atom, tensor, status_reply) replaces the value (dtype checked)
 //   (var_init_atom, reply<bool>)            whether the variable has a value
-//   (var_lease_atom, reply<tensor>)         exclusive use for an update: the reply gets a
+//   (var_lease_atom, id, reply<tensor>)     exclusive use for an update: the reply gets a
 //                                           tensor no one else holds; the variable answers
 //                                           nothing else until
-//   (var_release_atom, tensor)              gives the (updated) value back.
-// Requests that arrive during a lease wait, in order, inside the actor (no thread waits).
-// An update touching several variables (Adam: var, m, v) leases them in the global
-// order of lease_order(), so two such updates cannot deadlock.
+//   (var_release_atom, tensor, status_reply) gives the (updated) value back, answered once
+//                                           it is stored (an update whose variable died
+//                                           meanwhile fails: its write is not lost silently)
+//   (var_withdraw_atom, id)                 the lease request `id` belongs to a step that
+//                                           aborted: if it still waits, it fails `cancelled`
+// Requests that arrive during a lease wait, in order, inside the actor (no thread waits);
+// at most k_max_waiting of them, beyond which a request fails with resource_exhausted
+// naming the variable.
+//
+// Leases have owners: a lease request waits no longer than its step (an abort withdraws
+// it, and steps have a finite timeout), and a granted lease is held by one update
+// operation that returns it on every path: after the update, after a failure, or when
+// the operation is destroyed. An update touching several variables (Adam: var, m, v)
+// leases them in the global order of lease_key() (device, container, name: the same in
+// every run), so two such updates cannot deadlock.
 //
 // Thread safety: messages may come from any thread.
 #pragma once
 
 #include <caf/all.hpp>
 
+#include <atomic>
+#include <memory>
 #include <string>
 
+#include "actors/actor_resource.h"
 #include "actors/reply.h"
 #include "core/resource.h"
 #include "core/shape.h"
@@ -36,26 +50,27 @@ using var_assign_atom = caf::atom_constant<caf::atom("varassign")>;
 using var_init_atom = caf::atom_constant<caf::atom("varinit")>;
 using var_lease_atom = caf::atom_constant<caf::atom("varlease")>;
 using var_release_atom = caf::atom_constant<caf::atom("varrelease")>;
+using var_withdraw_atom = caf::atom_constant<caf::atom("varwithdr")>;
 
-class variable_resource final : public resource {
+// How many requests may wait behind a lease.
+constexpr std::size_t k_max_waiting = 100000;
+
+class variable_resource final : public actor_resource {
  public:
-  variable_resource(std::string name, dtype type, partial_shape shape, caf::actor actor)
-      : name_(std::move(name)), dtype_(type), shape_(std::move(shape)), actor_(std::move(actor)) {}
-  ~variable_resource() override;
+  static constexpr const char* kind_name = "variable";
+  // `lease_key` orders this variable among all others for multi-variable updates.
+  variable_resource(std::string name, std::string lease_key, dtype type, partial_shape shape, caf::actor actor)
+      : actor_resource(kind_name, std::move(name), std::move(actor)), lease_key_(std::move(lease_key)), dtype_(type),
+        shape_(std::move(shape)) {}
 
-  std::string_view kind() const override { return "variable"; }
-  const std::string& name() const { return name_; }
   dtype value_type() const { return dtype_; }
   const partial_shape& declared_shape() const { return shape_; }
-  const caf::actor& actor() const { return actor_; }
   // The global order in which multi-variable updates lease their variables.
-  std::uintptr_t lease_order() const { return reinterpret_cast<std::uintptr_t>(this); }
-
+  const std::string& lease_key() const { return lease_key_; }
  private:
-  std::string name_;
+  std::string lease_key_;
   dtype dtype_;
   partial_shape shape_;
-  caf::actor actor_;
 };
 
 // Spawns the actor of variable `name` holding values of `type` (uninitialized).

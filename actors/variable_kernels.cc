@@ -3,9 +3,11 @@
 // variables (in the global lease order), compute, and release them.
 #include <algorithm>
 
+#include "actors/actor_resource.h"
 #include "actors/runtime_device.h"
 #include "actors/runtime_kernels.h"
 #include "actors/variable.h"
+#include "actors/withdrawable.h"
 #include "kernels/kernel_registry.h"
 #include "kernels/training_ops.h"
 
@@ -16,9 +18,6 @@ using kernels::async_op_kernel;
 using kernels::kernel_construction;
 using kernels::kernel_context;
 
-// Updates of at most this many elements run on the thread that got the lease (cheaper
-// than a hand-off to the compute pool).
-constexpr std::int64_t k_inline_update_elements = 1 << 15;
 
 result<variable_resource*> variable_input(const kernel_context& ctx, int i, const std::string& node) {
   const tensor& t = ctx.input(i);
@@ -36,46 +35,29 @@ result<variable_resource*> variable_input(const kernel_context& ctx, int i, cons
 class var_handle_kernel final : public kernels::op_kernel {
  public:
   explicit var_handle_kernel(kernel_construction& c) : op_kernel(c) {
-    c.get_attr("container", &container_);
-    c.get_attr("shared_name", &shared_name_);
-    c.get_attr("dtype", &dtype_);
-    c.get_attr("shape", &shape_);
-    if (shared_name_.empty()) shared_name_ = c.node().name();
-    device_ = runtime_device::from(c.device());
-    if (device_ == nullptr) {
-      c.fail(failed_precondition_error("VarHandleOp '", c.node().name(),
-                                       "' needs the actor runtime (a session or cluster device)"));
-    }
+    if (c.get_attrs("dtype", &dtype_, "shape", &shape_)) key_.read(c);
   }
   double estimated_ns(std::span<const tensor>) const override { return 0; }
 
   void compute(kernel_context& ctx) override {
-    auto r = device_->resources().lookup_or_create(container_, shared_name_, [&]() -> result<std::shared_ptr<resource>> {
-      caf::actor a = spawn_variable(device_->system(), shared_name_, dtype_, shape_);
-      return std::shared_ptr<resource>(std::make_shared<variable_resource>(shared_name_, dtype_, shape_, std::move(a)));
+    auto v = key_.find_or_make<variable_resource>([&] {
+      caf::actor a = spawn_variable(key_.device->system(), key_.name, dtype_, shape_);
+      return result<std::shared_ptr<variable_resource>>(std::make_shared<variable_resource>(
+          key_.name, str_cat(key_.device->name(), "/", key_.container, "/", key_.name), dtype_, shape_, std::move(a)));
     });
-    if (!r.ok()) return ctx.fail(r.error());
-    auto* v = dynamic_cast<variable_resource*>(r->get());
-    if (v == nullptr) {
-      return ctx.fail(already_exists_or_conflict(std::string((*r)->kind())));
-    }
-    if (v->value_type() != dtype_) {
-      return ctx.fail(invalid_argument_error("variable '", shared_name_, "' already exists on ", device_->name(),
-                                             " with dtype ", dtype_name(v->value_type()), ", not ",
+    if (!v.ok()) return ctx.fail(v.error());
+    if ((*v)->value_type() != dtype_) {
+      return ctx.fail(invalid_argument_error("variable '", key_.name, "' already exists on ", key_.device->name(),
+                                             " with dtype ", dtype_name((*v)->value_type()), ", not ",
                                              dtype_name(dtype_)));
     }
-    ctx.set_output(0, tensor::from_resource({device_->name(), container_, shared_name_, *r}));
+    ctx.set_output(0, tensor::from_resource({key_.device->name(), key_.container, key_.name, *v}));
   }
 
  private:
-  status already_exists_or_conflict(const std::string& kind) const {
-    return invalid_argument_error("resource '", shared_name_, "' on ", device_->name(), " is a ", kind,
-                                  ", not a variable");
-  }
-  std::string container_, shared_name_;
+  resource_key key_;
   dtype dtype_ = dtype::invalid;
   partial_shape shape_;
-  runtime_device* device_ = nullptr;
 };
 
 class read_variable_kernel final : public async_op_kernel {
@@ -94,7 +76,7 @@ class read_variable_kernel final : public async_op_kernel {
                      if (r.ok()) ctx.set_output(0, std::move(*r));
                      else ctx.fail(r.error());
                      done();
-                   }, str_cat("variable '", (*v)->name(), "'")));
+                   }, (*v)->peer()));
   }
 
  private:
@@ -111,7 +93,7 @@ class assign_variable_kernel final : public async_op_kernel {
                    status_reply([&ctx, done](result<done_t> r) {
                      if (!r.ok()) ctx.fail(r.error());
                      done();
-                   }, str_cat("variable '", (*v)->name(), "'")));
+                   }, (*v)->peer()));
   }
 };
 
@@ -126,7 +108,7 @@ class var_is_initialized_kernel final : public async_op_kernel {
                      if (r.ok()) ctx.set_output(0, tensor::scalar<bool>(*r));
                      else ctx.fail(r.error());
                      done();
-                   }, str_cat("variable '", (*v)->name(), "'")));
+                   }, (*v)->peer()));
   }
 };
 
@@ -154,7 +136,7 @@ class resource_gather_kernel final : public async_op_kernel {
                      };
                      if (ctx.input(1).num_elements() > 4096) ctx.pool().schedule(std::move(gather));
                      else gather();
-                   }, str_cat("variable '", (*v)->name(), "'")));
+                   }, (*v)->peer()));
   }
 
  private:
@@ -165,8 +147,7 @@ class destroy_resource_kernel final : public kernels::op_kernel {
  public:
   explicit destroy_resource_kernel(kernel_construction& c) : op_kernel(c) {
     c.get_attr("ignore_lookup_error", &ignore_lookup_error_);
-    device_ = runtime_device::from(c.device());
-    if (device_ == nullptr) c.fail(failed_precondition_error("DestroyResourceOp needs the actor runtime"));
+    device_ = require_runtime(c);
   }
   double estimated_ns(std::span<const tensor>) const override { return 0; }
   void compute(kernel_context& ctx) override {
@@ -181,8 +162,9 @@ class destroy_resource_kernel final : public kernels::op_kernel {
   runtime_device* device_ = nullptr;
 };
 
-// An op that updates the variables among its inputs: leases them all, runs update(),
-// releases them. Subclasses see the leased values in input order.
+// An op that updates the variables among its inputs: leases them all (in lease_key order,
+// each request withdrawn if the step aborts), runs update(), releases them and waits until
+// every variable has its value back. Subclasses see the leased values in input order.
 class variable_update_kernel : public async_op_kernel {
  public:
   using async_op_kernel::async_op_kernel;
@@ -195,19 +177,20 @@ class variable_update_kernel : public async_op_kernel {
     for (int i = 0; i < ctx.num_inputs(); ++i) {
       if (ctx.input(i).type() != dtype::resource) continue;
       auto v = variable_input(ctx, i, name());
-      if (!v.ok()) return ctx.fail(v.error()), op->done();
+      if (!v.ok()) return ctx.fail(v.error()), op->finish();
       for (auto* other : op->vars) {
         if (other == *v) {
           ctx.fail(invalid_argument_error("'", name(), "' names variable '", other->name(), "' twice"));
-          return op->done();
+          return op->finish();
         }
       }
       op->vars.push_back(*v);
     }
     op->values.resize(op->vars.size());
+    op->leased.assign(op->vars.size(), false);
     for (std::size_t i = 0; i < op->vars.size(); ++i) op->order.push_back(i);
     std::sort(op->order.begin(), op->order.end(), [&](std::size_t a, std::size_t b) {
-      return op->vars[a]->lease_order() < op->vars[b]->lease_order();
+      return op->vars[a]->lease_key() < op->vars[b]->lease_key();
     });
     lease_next(op);
   }
@@ -215,54 +198,100 @@ class variable_update_kernel : public async_op_kernel {
  protected:
   // Applies the update to `vars` (the leased values, in input order), in place.
   virtual status update(kernel_context& ctx, std::vector<tensor>& vars) const = 0;
+  // Its estimated cost per element of the (first) variable, the figure its kernel's
+  // parallel_for uses (kernels/cpu/training_ops.cc): the update runs inline (on the thread
+  // that got the last lease) when it is cheaper than a hand-off, on the compute pool
+  // otherwise.
+  virtual double ns_per_element() const { return 1.0; }
 
  private:
+  // One update in flight. Whatever happens to it, every lease it holds goes back: after
+  // the update, after a failure, or (without waiting for the answer) when it is destroyed.
   struct operation {
-    kernel_context* ctx;
+    kernel_context* ctx = nullptr;
     done_callback done;
-    const variable_update_kernel* kernel;
+    const variable_update_kernel* kernel = nullptr;
     std::vector<variable_resource*> vars;
     std::vector<tensor> values;
+    std::vector<bool> leased;
     std::vector<std::size_t> order;
-    std::size_t leased = 0;
+    std::size_t next = 0;  // in order: the next variable to lease
+    std::atomic<int> releases_pending{0};
+    std::mutex release_mutex;  // releases are answered on the variables' threads
+    status release_error;
+
+    ~operation() {
+      for (std::size_t i = 0; i < vars.size(); ++i) {
+        if (leased[i]) caf::anon_send(vars[i]->actor(), var_release_atom::value, std::move(values[i]), status_reply());
+      }
+    }
+    void finish() {
+      if (!release_error.ok()) ctx->fail(release_error);
+      auto d = std::move(done);
+      d();
+    }
   };
 
+  // Gives every leased value back; `op` finishes once every variable has confirmed (a
+  // variable that died with the value fails the update with `unavailable`).
   static void release_all(const std::shared_ptr<operation>& op) {
-    for (std::size_t k = 0; k < op->leased; ++k) {
-      std::size_t i = op->order[k];
-      caf::anon_send(op->vars[i]->actor(), var_release_atom::value, std::move(op->values[i]));
+    int pending = 0;
+    for (std::size_t i = 0; i < op->vars.size(); ++i) pending += op->leased[i] ? 1 : 0;
+    if (pending == 0) return op->finish();
+    op->releases_pending.store(pending);
+    for (std::size_t i = 0; i < op->vars.size(); ++i) {
+      if (!op->leased[i]) continue;
+      op->leased[i] = false;
+      caf::anon_send(op->vars[i]->actor(), var_release_atom::value, std::move(op->values[i]),
+                     status_reply(
+                         [op](result<done_t> r) {
+                           if (!r.ok()) {
+                             std::lock_guard<std::mutex> lock(op->release_mutex);
+                             if (op->release_error.ok()) op->release_error = r.error();
+                           }
+                           if (op->releases_pending.fetch_sub(1) == 1) op->finish();
+                         },
+                         op->vars[i]->peer()));
     }
-    op->leased = 0;
   }
 
   static void lease_next(std::shared_ptr<operation> op) {
-    if (op->leased == op->vars.size()) return run(std::move(op));
-    std::size_t i = op->order[op->leased];
+    if (op->next == op->vars.size()) return run(std::move(op));
+    const std::size_t i = op->order[op->next];
     variable_resource* v = op->vars[i];
-    caf::anon_send(v->actor(), var_lease_atom::value,
-                   reply<tensor>([op, i](result<tensor> r) {
-                     if (!r.ok()) {
-                       release_all(op);
-                       op->ctx->fail(r.error());
-                       return op->done();
-                     }
-                     op->values[i] = std::move(*r);
-                     ++op->leased;
-                     lease_next(op);
-                   }, str_cat("variable '", v->name(), "'")));
+    const std::uint64_t id = v->next_request_id();
+    caf::actor actor = v->actor();
+    send_withdrawable<tensor>(
+        *op->ctx,
+        [op] {
+          if (!op->ctx->ok()) return release_all(op);
+          ++op->next;
+          lease_next(op);
+        },
+        v->peer(), [&](reply<tensor> r) { caf::anon_send(actor, var_lease_atom::value, id, std::move(r)); },
+        [actor, id] { caf::anon_send(actor, var_withdraw_atom::value, id); },
+        [op, i](kernel_context& ctx, result<tensor> r) {
+          if (!r.ok()) return ctx.fail(r.error());
+          op->values[i] = std::move(*r);
+          op->leased[i] = true;
+        });
   }
 
   static void run(std::shared_ptr<operation> op) {
-    std::int64_t elements = 0;
-    for (const auto& v : op->values) elements += v.num_elements();
+    const double elements = op->values.empty() ? 0 : static_cast<double>(op->values[0].num_elements());
     auto work = [op] {
-      status s = op->kernel->update(*op->ctx, op->values);
-      release_all(op);
+      status s = kernels::catch_exceptions([&] {
+        status updated = op->kernel->update(*op->ctx, op->values);
+        if (!updated.ok()) op->ctx->fail(std::move(updated));
+      });
       if (!s.ok()) op->ctx->fail(std::move(s));
-      op->done();
+      release_all(op);
     };
-    if (elements > k_inline_update_elements) op->ctx->pool().schedule(std::move(work));
-    else work();
+    if (elements * op->kernel->ns_per_element() > kernels::op_kernel::k_inline_ns) {
+      op->ctx->pool().schedule(std::move(work));
+    } else {
+      work();
+    }
   }
 };
 
@@ -310,6 +339,7 @@ class apply_momentum_kernel final : public variable_update_kernel {
 
 class apply_adagrad_kernel final : public variable_update_kernel {
  public:
+  double ns_per_element() const override { return 4.0; }  // a square root per element
   explicit apply_adagrad_kernel(kernel_construction& c) : variable_update_kernel(c) {
     c.get_attr("update_slots", &update_slots_);
   }
@@ -323,6 +353,7 @@ class apply_adagrad_kernel final : public variable_update_kernel {
 
 class apply_adam_kernel final : public variable_update_kernel {
  public:
+  double ns_per_element() const override { return 4.0; }  // a square root per element
   explicit apply_adam_kernel(kernel_construction& c) : variable_update_kernel(c) {
     c.get_attr("use_nesterov", &nesterov_);
   }
@@ -337,6 +368,7 @@ class apply_adam_kernel final : public variable_update_kernel {
 
 class apply_rms_prop_kernel final : public variable_update_kernel {
  public:
+  double ns_per_element() const override { return 4.0; }  // a square root per element
   using variable_update_kernel::variable_update_kernel;
   status update(kernel_context& ctx, std::vector<tensor>& vars) const override {
     return kernels::apply_rms_prop(vars[0], vars[1], vars[2], ctx.input(3), ctx.input(4), ctx.input(5),

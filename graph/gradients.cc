@@ -11,6 +11,11 @@
 
 namespace troupe::graph {
 
+status pass_through_gradient(const gradient_context& ctx, std::vector<output>* grad_inputs) {
+  *grad_inputs = ctx.grad_outputs;
+  return status();
+}
+
 namespace {
 
 // A name scope for this call's nodes: "gradients", or "gradients_1", ... when an earlier

@@ -45,6 +45,11 @@ struct gradient_context {
   std::vector<output> grad_outputs;  // d(sum ys)/d(outputs[i]); invalid: none flows in
 };
 
+// The gradient of an op whose outputs are its inputs, delayed or renamed (Identity,
+// StopGradient's forward, a custom op that gates a value): each output's gradient goes
+// to the input at the same position.
+status pass_through_gradient(const gradient_context& ctx, std::vector<output>* grad_inputs);
+
 // Adds to s's graph the symbolic partial derivatives of sum(ys) with respect to each x
 // in xs, returning one output per x (invalid when no path leads from that x to any y:
 // "no gradient", never an invented zero). grad_ys, when given, has one entry per y and

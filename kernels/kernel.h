@@ -65,6 +65,13 @@ class kernel_construction {
     if (!s.ok()) fail(std::move(s));
     return status_.ok();
   }
+  // Reads several: get_attrs("rate", &rate_, "burst", &burst_). False at the first failure.
+  template <class T, class... Rest>
+  bool get_attrs(std::string_view name, T* out, Rest... rest) {
+    if (!get_attr(name, out)) return false;
+    if constexpr (sizeof...(rest) > 0) return get_attrs(rest...);
+    return true;
+  }
   void fail(status s) {
     if (status_.ok()) status_ = std::move(s);
   }
@@ -203,6 +210,9 @@ class async_op_kernel : public op_kernel {
 
   void compute(kernel_context& ctx) final;  // not used: the executor calls compute_async
   bool is_async() const final { return true; }
+  // Starting one is a message to an actor (a variable, a queue, the rendezvous): cheap.
+  // One that starts real work itself puts it on the pool, or overrides this.
+  double estimated_ns(std::span<const tensor>) const override { return 0; }
 };
 
 }  // namespace troupe::kernels

@@ -342,11 +342,6 @@ const tensor* constant_input(const gradient_context& ctx, int i) {
   return ctx.s.current_graph().constant_value(ctx.forward.inputs[static_cast<std::size_t>(i)]);
 }
 
-// Identity-like ops: each output's gradient goes to the input at the same position.
-status pass_through_grad(const gradient_context& ctx, grads dx) {
-  *dx = ctx.grad_outputs;
-  return status();
-}
 
 // Reshape, ExpandDims, Squeeze: the gradient reshaped to the input's shape.
 status reshape_grad(const gradient_context& ctx, grads dx) {
@@ -452,19 +447,19 @@ void register_array_ops(op_registry& registry) {
                        .attr("dtype: type")
                        .attr("shape: shape")
                        .shape_fn(placeholder_with_default_shape)
-                       .gradient(pass_through_grad));
+                       .gradient(pass_through_gradient));
   add_builtin_op(registry, op_schema("Identity")
                        .input("input: T")
                        .output("output: T")
                        .attr("T: type")
                        .shape_fn(unchanged_shape)
-                       .gradient(pass_through_grad));
+                       .gradient(pass_through_gradient));
   add_builtin_op(registry, op_schema("IdentityN")
                        .input("input: T")
                        .output("output: T")
                        .attr("T: list(type) >= 1")
                        .shape_fn(identity_n_shape)
-                       .gradient(pass_through_grad));
+                       .gradient(pass_through_gradient));
   add_builtin_op(registry, op_schema("NoOp").shape_fn(no_outputs_shape).no_gradient());
   add_builtin_op(registry, op_schema("StopGradient")
                        .input("input: T")
