@@ -137,12 +137,20 @@ struct master_state {
     std::list<std::string>::iterator position;
   };
   std::unordered_map<std::string, cached_step> prepared;
-  // Steps waiting for their signature's preparation (concurrent first runs share one).
+  // Signatures being prepared (planned on the pool, then registered on their devices),
+  // with the steps waiting for them: concurrent first runs share one preparation.
   struct waiting_step {
     std::vector<tensor> feeds;
     caf::response_promise promise;
   };
-  std::map<std::string, std::vector<waiting_step>> preparing;
+  struct preparation {
+    std::vector<waiting_step> waiting;
+    std::shared_ptr<prepared_step> step;  // null while planning
+    std::vector<bool> answered;            // by partition: its device has answered
+    int remaining = 0;
+    status error;
+  };
+  std::map<std::string, preparation> preparing;
   // Steps started on the devices and not yet answered by all of them, by step id.
   std::map<std::int64_t, std::shared_ptr<step_progress>> running;
   std::set<caf::actor_addr> monitored;  // devices
@@ -345,10 +353,10 @@ void start_step(master_actor* self, std::shared_ptr<const prepared_step> prepare
 }
 
 // Fails every step waiting for signature `key`'s preparation.
-void fail_waiting(master_actor* self, const std::string& key, const status& error) {
+void fail_waiting(master_actor* self, const std::string& key, status error) {
   auto it = self->state.preparing.find(key);
   if (it == self->state.preparing.end()) return;
-  auto waiting = std::move(it->second);
+  auto waiting = std::move(it->second.waiting);
   self->state.preparing.erase(it);
   for (auto& w : waiting) w.promise.deliver(to_caf_error(error));
 }
@@ -366,54 +374,64 @@ void remember(master_actor* self, const std::string& key, std::shared_ptr<const 
   }
 }
 
-// Registers each planned partition with its device, then starts every step waiting for
-// the signature; on any failure, fails them all (and what was registered is unregistered
-// with the prepared step).
+// Records partition `index`'s registration (`handle`, or `error` when not ok) for
+// signature `key`; once every device has answered, starts the steps waiting for it, or
+// fails them (and what was registered is unregistered with the prepared step). Later
+// answers for a partition already counted (from a device that went down) are ignored.
+void partition_prepared(master_actor* self, const std::string& key, std::size_t index, std::uint64_t handle,
+                        const status& error) {
+  auto it = self->state.preparing.find(key);
+  if (it == self->state.preparing.end() || it->second.step == nullptr) return;
+  auto& prep = it->second;
+  if (prep.answered[index]) return;
+  prep.answered[index] = true;
+  if (!error.ok()) {
+    if (prep.error.ok()) prep.error = error;
+  } else {
+    prep.step->partitions[index].handle = handle;
+  }
+  if (--prep.remaining > 0) return;
+  if (!prep.error.ok()) return fail_waiting(self, key, status(prep.error));  // a copy: the entry goes
+  auto waiting = std::move(prep.waiting);
+  std::shared_ptr<const prepared_step> step = std::move(prep.step);
+  self->state.preparing.erase(it);
+  remember(self, key, step);
+  for (auto& w : waiting) start_step(self, step, std::move(w.feeds), std::move(w.promise));
+}
+
+// Registers each planned partition with its device (partition_prepared collects the
+// answers).
 void prepare_on_devices(master_actor* self, const std::string& key, std::vector<partition_plan> plans) {
-  auto prepared = std::make_shared<prepared_step>();
-  prepared->partitions.resize(plans.size());
-  for (const auto& plan : plans) prepared->num_fetches += static_cast<int>(plan.fetches.size());
-  struct pending_prepare {
-    int remaining;
-    status error;
-  };
-  auto pending = std::make_shared<pending_prepare>(pending_prepare{static_cast<int>(plans.size()), status()});
-  auto done = [self, key, prepared, pending] {
-    if (--pending->remaining > 0) return;
-    if (!pending->error.ok()) return fail_waiting(self, key, pending->error);
-    auto it = self->state.preparing.find(key);
-    if (it == self->state.preparing.end()) return;
-    auto waiting = std::move(it->second);
-    self->state.preparing.erase(it);
-    remember(self, key, prepared);
-    for (auto& w : waiting) start_step(self, prepared, std::move(w.feeds), std::move(w.promise));
-  };
-  if (plans.empty()) {
-    pending->remaining = 1;
-    return done();
+  auto it = self->state.preparing.find(key);
+  if (it == self->state.preparing.end()) return;
+  auto& prep = it->second;
+  prep.step = std::make_shared<prepared_step>();
+  prep.step->partitions.resize(plans.size());
+  for (const auto& plan : plans) prep.step->num_fetches += static_cast<int>(plan.fetches.size());
+  prep.answered.assign(plans.size(), false);
+  prep.remaining = static_cast<int>(plans.size());
+  if (plans.empty()) {  // a step with nothing to run (only fed tensors fetched)
+    prep.remaining = 1;
+    prep.answered.push_back(false);
+    return partition_prepared(self, key, 0, 0, status());
   }
   const auto timeout = self->state.options.prepare_timeout;
   for (std::size_t i = 0; i < plans.size(); ++i) {
-    auto& part = prepared->partitions[i];
+    auto& part = prep.step->partitions[i];
     part.device = plans[i].device;
     part.device_name = plans[i].device_name;
     part.feeds = std::move(plans[i].feeds);
     part.fetches = std::move(plans[i].fetches);
     monitor_device(self, part.device);
     self->request(part.device, timeout, prepare_atom::value, std::move(plans[i].spec))
-        .then([prepared, i, done](std::uint64_t handle) {
-                prepared->partitions[i].handle = handle;
-                done();
-              },
-              [pending, done, timeout, device = part.device_name](caf::error& e) {
-                if (pending->error.ok()) {
-                  pending->error = e == caf::sec::request_timeout
+        .then([self, key, i](std::uint64_t handle) { partition_prepared(self, key, i, handle, status()); },
+              [self, key, i, timeout, device = part.device_name](caf::error& e) {
+                partition_prepared(self, key, i, 0,
+                                   e == caf::sec::request_timeout
                                        ? deadline_exceeded_error("device ", device, " did not prepare its partition "
                                                                  "within the prepare timeout of ", timeout.count(),
                                                                  " ms (session_options::prepare_timeout)")
-                                       : to_status(e);
-                }
-                done();
+                                       : to_status(e));
               });
   }
 }
@@ -438,6 +456,22 @@ void device_down(master_actor* self, const caf::down_msg& msg) {
     partition_answered(self, step_id, index, nullptr,
                        unavailable_error("device ", name, " went down while step ", step_id,
                                          " ran (", caf::to_string(msg.reason), ")"));
+  }
+  std::vector<std::pair<std::string, std::size_t>> unprepared;
+  for (const auto& [key, prep] : st.preparing) {
+    if (prep.step == nullptr) continue;
+    for (std::size_t i = 0; i < prep.step->partitions.size(); ++i) {
+      const auto& part = prep.step->partitions[i];
+      if (part.device.address() == msg.source && !prep.answered[i]) {
+        name = part.device_name;
+        unprepared.emplace_back(key, i);
+      }
+    }
+  }
+  for (const auto& [key, index] : unprepared) {
+    partition_prepared(self, key, index, 0,
+                       unavailable_error("device ", name, " went down while it prepared a step (",
+                                         caf::to_string(msg.reason), ")"));
   }
   for (auto it = st.prepared.begin(); it != st.prepared.end();) {
     const auto& parts = it->second.step->partitions;
@@ -481,8 +515,8 @@ caf::behavior master_behavior(master_actor* self, std::shared_ptr<const graph::g
       progress->promise.deliver(to_caf_error(closed));
     }
     st.running.clear();
-    for (auto& [key, waiting] : st.preparing) {
-      for (auto& w : waiting) w.promise.deliver(to_caf_error(cancelled_error("the session was closed")));
+    for (auto& [key, prep] : st.preparing) {
+      for (auto& w : prep.waiting) w.promise.deliver(to_caf_error(cancelled_error("the session was closed")));
     }
     st.preparing.clear();
     st.prepared.clear();
@@ -500,7 +534,7 @@ caf::behavior master_behavior(master_actor* self, std::shared_ptr<const graph::g
           return promise;
         }
         auto [waiting, first] = st.preparing.try_emplace(key);
-        waiting->second.push_back({std::move(r.feed_values), promise});
+        waiting->second.waiting.push_back({std::move(r.feed_values), promise});
         if (!first) return promise;  // the first run of this signature prepares it
         // Placement, partitioning and graph building are unbounded work: on the pool.
         r.feed_values.clear();

@@ -299,13 +299,26 @@ result<run_summary> run_scenario(const scenario::Scenario& sc, const run_options
   if (sc.report().has_progress_every()) po.every = sc.report().progress_every();
   progress_reporter progress(out, po);
 
+  // Ending the run, normally or on the first failure of any reader or trainer: every
+  // loop stops at its next check, and closing the queues (once) wakes the steps parked in
+  // an enqueue or a dequeue, which then fail as their threads exit. The first error is
+  // the run's; what fails after it is its consequence.
   std::atomic<bool> stop{false};
+  std::once_flag queues_closed;
+  auto end_run = [&] {
+    stop = true;
+    std::call_once(queues_closed, [&] {
+      for (auto& w : workers) (void)w->run({}, {}, {k_close});
+    });
+  };
   std::mutex error_mutex;
   status first_error;
   auto fail = [&](status s) {
-    std::lock_guard<std::mutex> lock(error_mutex);
-    if (first_error.ok()) first_error = std::move(s);
-    stop = true;
+    {
+      std::lock_guard<std::mutex> lock(error_mutex);
+      if (first_error.ok() && !stop) first_error = std::move(s);
+    }
+    end_run();
   };
 
   // Input pipelines: reader steps fill each worker's queue while it trains.
@@ -316,11 +329,7 @@ result<run_summary> run_scenario(const scenario::Scenario& sc, const run_options
       readers.emplace_back([&, s = w.get()] {
         while (!stop) {
           auto e = s->run({}, {}, {k_enqueue});
-          if (!e.ok()) {
-            // A closed queue ends the pipeline; anything else is a failure.
-            if (!stop) fail(e.error().with_context("input pipeline"));
-            return;
-          }
+          if (!e.ok()) return fail(e.error().with_context("input pipeline"));
         }
       });
     }
@@ -355,8 +364,7 @@ result<run_summary> run_scenario(const scenario::Scenario& sc, const run_options
   }
   for (auto& th : trainers) th.join();
   double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
-  stop = true;
-  for (auto& w : workers) (void)w->run({}, {}, {k_close});  // wakes the readers
+  end_run();  // wakes the readers
   for (auto& th : readers) th.join();
   progress.finish();
   if (!first_error.ok()) return first_error;

@@ -17,6 +17,8 @@
 //
 // Errors (the dataset missing, a graph that cannot be placed, a step that fails) come
 // back as the status of the first failure, naming what failed; nothing is left running.
+// The first failure of any reader or trainer ends the run at once: the other loops stop,
+// and the queues are closed so that steps parked in an enqueue or dequeue end too.
 #pragma once
 
 #include <cstdint>

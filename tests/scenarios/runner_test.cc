@@ -3,6 +3,13 @@
 // set-ups fail before anything starts, naming what is wrong.
 #include <catch2/catch.hpp>
 
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <future>
 #include <sstream>
 
 #include "core/file.h"
@@ -95,4 +102,34 @@ TEST_CASE("set-up errors stop a run before it starts") {
   auto s = scenarios::run_scenario(sync, o);
   REQUIRE_FALSE(s.ok());
   CHECK(s.error().error_code() == code::unimplemented);
+}
+
+TEST_CASE("a reader that fails ends the run with its error, waking the trainers parked in their dequeue") {
+  // The training images are not an IDX file: the first reader step fails while every
+  // trainer waits for a batch in its dequeue. Without the queues closed, they would wait
+  // forever; the run must end with the reader's error instead.
+  const std::string dir =
+      (std::filesystem::temp_directory_path() / ("troupe-runner-bad-dataset-" + std::to_string(::getpid()))).string();
+  std::filesystem::create_directories(dir);
+  const std::string real = "/usr/share/datasets/fashion-mnist";
+  for (const char* f : {"t10k-images-idx3-ubyte.gz", "t10k-labels-idx1-ubyte.gz", "train-labels-idx1-ubyte.gz"}) {
+    std::filesystem::copy_file(real + "/" + f, dir + "/" + f, std::filesystem::copy_options::overwrite_existing);
+  }
+  REQUIRE(write_file(dir + "/train-images-idx3-ubyte.gz", "these bytes are not an IDX file").ok());
+  auto sc = parse(k_small);
+  sc.mutable_dataset()->set_dir(dir);
+  std::ostringstream out;
+  scenarios::run_options o;
+  o.out = &out;
+  o.compute_threads = 2;
+  auto finished = std::async(std::launch::async, [&] { return scenarios::run_scenario(sc, o); });
+  if (finished.wait_for(std::chrono::seconds(60)) != std::future_status::ready) {
+    std::fprintf(stderr, "FATAL: the run did not end within 60 s after its reader failed\n");
+    std::abort();  // a hang cannot be failed and cleaned up in this process
+  }
+  auto summary = finished.get();
+  REQUIRE_FALSE(summary.ok());
+  CHECK(summary.error().error_code() == code::data_loss);
+  CHECK_THAT(summary.error().message(), Catch::Contains("input pipeline") && Catch::Contains("train-images"));
+  std::filesystem::remove_all(dir);
 }
