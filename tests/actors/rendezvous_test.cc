@@ -6,6 +6,7 @@
 // is only visible to its own device's kernels, inside its scope.
 #include <catch2/catch.hpp>
 
+#include <chrono>
 #include <memory>
 #include <optional>
 #include <vector>
@@ -53,7 +54,7 @@ TEST_CASE("a transfer key is hashed and printed once, and equal keys match by va
 TEST_CASE("a tensor that arrives first waits for its Recv, which gets its buffer") {
   rendezvous_table table;
   tensor value = tensor::scalar<float>(3.0f);
-  table.send(1, key_of("x:0"), value);
+  REQUIRE(table.send(1, key_of("x:0"), value).ok());
   CHECK(table.num_waiting() == 1);
   answer a;
   table.recv(1, key_of("x:0"), a.make());
@@ -70,13 +71,13 @@ TEST_CASE("a Recv that asks first is parked until its tensor arrives, per step")
   table.recv(2, key_of("x:0"), step2.make());
   CHECK_FALSE(step1.answered());  // parked: recv returned without an answer
   CHECK(table.num_waiting() == 2);
-  table.send(2, key_of("x:0"), tensor::scalar<float>(2.0f));
+  REQUIRE(table.send(2, key_of("x:0"), tensor::scalar<float>(2.0f)).ok());
   CHECK_FALSE(step1.answered());
   REQUIRE(step2.answered());
   CHECK(step2.value()->scalar_value<float>() == 2.0f);
-  table.send(1, key_of("y:0"), tensor::scalar<float>(9.0f));  // another transfer
+  REQUIRE(table.send(1, key_of("y:0"), tensor::scalar<float>(9.0f)).ok());  // another transfer
   CHECK_FALSE(step1.answered());
-  table.send(1, key_of("x:0"), tensor::scalar<float>(1.0f));
+  REQUIRE(table.send(1, key_of("x:0"), tensor::scalar<float>(1.0f)).ok());
   REQUIRE(step1.answered());
   CHECK(step1.value()->scalar_value<float>() == 1.0f);
   CHECK(table.num_waiting() == 1);  // y:0 of step 1 still waits for its Recv
@@ -99,7 +100,7 @@ TEST_CASE("an aborted step fails its parked Recvs and refuses its late traffic")
   answer parked, other_step;
   table.recv(5, key_of("x:0"), parked.make());
   table.recv(6, key_of("x:0"), other_step.make());
-  table.send(5, key_of("y:0"), tensor::scalar<float>(1.0f));
+  REQUIRE(table.send(5, key_of("y:0"), tensor::scalar<float>(1.0f)).ok());
   table.abort(5, aborted_error("node 'bad' failed"));
   REQUIRE(parked.answered());
   REQUIRE_FALSE(parked.value().ok());
@@ -111,13 +112,65 @@ TEST_CASE("an aborted step fails its parked Recvs and refuses its late traffic")
   CHECK_FALSE(table.is_aborted(6));
 
   // Late traffic: a tensor is dropped, a Recv fails at once with the step's reason.
-  table.send(5, key_of("z:0"), tensor::scalar<float>(1.0f));
+  REQUIRE(table.send(5, key_of("z:0"), tensor::scalar<float>(1.0f)).ok());
   CHECK(table.num_waiting() == 1);
   answer late;
   table.recv(5, key_of("y:0"), late.make());
   REQUIRE(late.answered());
   REQUIRE_FALSE(late.value().ok());
   CHECK_THAT(late.value().error().message(), Catch::Contains("'bad'"));
+}
+
+TEST_CASE("a second tensor for one transfer is an internal error naming the key; the first stays") {
+  rendezvous_table table;
+  REQUIRE(table.send(1, key_of("x:0"), tensor::scalar<float>(1.0f)).ok());
+  status second = table.send(1, key_of("x:0"), tensor::scalar<float>(2.0f));
+  REQUIRE_FALSE(second.ok());
+  CHECK(second.error_code() == code::internal);
+  CHECK_THAT(second.message(), Catch::Contains(key_of("x:0")->printed()) && Catch::Contains("step 1"));
+  answer a;
+  table.recv(1, key_of("x:0"), a.make());
+  REQUIRE(a.value().ok());
+  CHECK(a.value()->scalar_value<float>() == 1.0f);
+}
+
+TEST_CASE("tensors kept for Recvs are bounded in bytes: one beyond the bound is refused, naming the device") {
+  rendezvous_table table(/*limit_bytes=*/100);
+  REQUIRE(table.send(1, key_of("x:0"), tensor(dtype::float32, {20})).ok());  // 80 bytes
+  CHECK(table.bytes_waiting() == 80);
+  status over = table.send(1, key_of("y:0"), tensor(dtype::float32, {10}), "device d");
+  REQUIRE_FALSE(over.ok());
+  CHECK(over.error_code() == code::resource_exhausted);
+  CHECK_THAT(over.message(), Catch::Contains("device d") && Catch::Contains("bound of 100 bytes"));
+  CHECK(table.num_waiting() == 1);  // the refused tensor is not kept
+  answer a;
+  table.recv(1, key_of("x:0"), a.make());  // receiving frees its bytes
+  CHECK(table.bytes_waiting() == 0);
+  REQUIRE(table.send(1, key_of("y:0"), tensor(dtype::float32, {10})).ok());
+}
+
+TEST_CASE("a step that ended here drops its leftovers and refuses later tensors") {
+  rendezvous_table table;
+  REQUIRE(table.send(3, key_of("x:0"), tensor::scalar<float>(1.0f)).ok());
+  REQUIRE(table.send(4, key_of("x:0"), tensor::scalar<float>(1.0f)).ok());
+  table.close(3);
+  CHECK(table.num_waiting() == 1);  // step 4's
+  REQUIRE(table.send(3, key_of("y:0"), tensor::scalar<float>(1.0f)).ok());  // late: dropped
+  CHECK(table.num_waiting() == 1);
+  CHECK(table.bytes_waiting() == 4);
+}
+
+TEST_CASE("a sweep drops old tensors of steps not running here, and nothing else") {
+  rendezvous_table table;
+  answer parked;
+  table.recv(7, key_of("w:0"), parked.make());                            // a waiting Recv: kept
+  REQUIRE(table.send(5, key_of("x:0"), tensor::scalar<float>(1.0f)).ok());  // an orphan
+  REQUIRE(table.send(6, key_of("x:0"), tensor::scalar<float>(1.0f)).ok());  // its step runs here
+  const auto later = rendezvous_table::clock::now() + std::chrono::hours(1);
+  CHECK(table.sweep(later, [](std::int64_t step) { return step == 6; }) == 1);
+  CHECK(table.num_waiting() == 2);
+  CHECK(table.sweep(rendezvous_table::clock::now() - std::chrono::hours(1), [](std::int64_t) { return false; }) == 0);
+  CHECK_FALSE(parked.answered());
 }
 
 TEST_CASE("the table remembers a bounded number of aborted steps, oldest forgotten first") {
@@ -140,7 +193,7 @@ TEST_CASE("a cancelled Recv fails naming the tensor and its sender; a later canc
   CHECK(table.num_waiting() == 0);
 
   answer received;
-  table.send(4, key_of("x:0"), tensor::scalar<float>(1.0f));
+  REQUIRE(table.send(4, key_of("x:0"), tensor::scalar<float>(1.0f)).ok());
   table.recv(4, key_of("x:0"), received.make());
   table.cancel(4, key_of("x:0"));  // already answered: stays answered with the tensor
   REQUIRE(received.value().ok());
@@ -152,14 +205,14 @@ TEST_CASE("a reply may re-enter the table that answers it") {
   rendezvous_table table;
   answer inner;
   bool outer_answered = false;
-  table.send(1, key_of("y:0"), tensor::scalar<float>(2.0f));
+  REQUIRE(table.send(1, key_of("y:0"), tensor::scalar<float>(2.0f)).ok());
   table.recv(1, key_of("x:0"), reply<tensor>([&](result<tensor> r) {
                                    outer_answered = r.ok();
                                    table.recv(1, key_of("y:0"), inner.make());
                                    table.recv(1, key_of("z:0"), reply<tensor>([](result<tensor>) {}, "device test"));
                                  },
                                  "device test"));
-  table.send(1, key_of("x:0"), tensor::scalar<float>(1.0f));
+  REQUIRE(table.send(1, key_of("x:0"), tensor::scalar<float>(1.0f)).ok());
   CHECK(outer_answered);
   REQUIRE(inner.answered());
   CHECK(inner.value()->scalar_value<float>() == 2.0f);
