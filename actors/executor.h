@@ -6,9 +6,13 @@
 // then needs no lookups: a node whose inputs are all present runs; when it finishes,
 // its outputs are moved into its consumers' slots (the last consumer gets the buffer
 // itself, so element-wise kernels can work in place) and consumers whose count reaches
-// zero become ready. Cheap ready nodes run inline on the same thread; of expensive ones,
-// one runs inline and the rest go to the compute pool, so independent nodes run in
-// parallel. No message is sent per node.
+// zero become ready. Cheap ready nodes (op_kernel::estimated_ns on their inputs at most
+// op_kernel::k_inline_ns) run inline on the same thread; of expensive ones, one runs
+// inline and the rest go to the compute pool, so independent nodes run in parallel. Off
+// the pool (on an actor's thread) only cheap nodes run, at most a few dozen in a row
+// before the rest are handed to the pool. No message is sent per node. An exception from a
+// kernel becomes its node's error (RESOURCE_EXHAUSTED for an allocation over the device's
+// memory account, which is made current around each kernel).
 //
 // The first failing node aborts the step: nothing further is started, and `done`
 // receives that node's error (named) once every running node has finished.

@@ -40,19 +40,8 @@ declare -A max_len=([graphdef_text]=100000 [graphdef_binary]=40000 [npy]=4096 [i
 
 packages=(clang-14 libclang-rt-14-dev cmake ninja-build libprotobuf-dev protobuf-compiler
           libeigen3-dev zlib1g-dev)
-missing=()
-for p in "${packages[@]}"; do
-  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
-    missing+=("$p")
-  fi
-done
-if [ ${#missing[@]} -gt 0 ]; then
-  echo "fuzz: installing Debian packages: ${missing[*]}"
-  sudo_cmd=""
-  [ "$(id -u)" -ne 0 ] && sudo_cmd="sudo"
-  $sudo_cmd apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $sudo_cmd apt-get install -y -qq --no-install-recommends "${missing[@]}"
-fi
+source "$root/tools/install_packages.sh"
+install_missing_packages fuzz "${packages[@]}"
 
 lock=()
 [ -n "${TROUPE_BUILD_LOCK:-}" ] && lock=(flock "$TROUPE_BUILD_LOCK")
