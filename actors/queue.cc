@@ -90,8 +90,9 @@ namespace {
 using timeout_atom = caf::atom_constant<caf::atom("qtimeout")>;
 
 // Copies above this many bytes run on the compute pool (when the queue has one): below
-// it, a thread hand-off (~16 us) costs more than the copy.
-constexpr std::size_t k_pool_copy_bytes = std::size_t{1} << 19;
+// it (~13 us at 10 GB/s, under the executor's 20 us rule for inline work), a thread
+// hand-off (~16 us) costs more than the copy.
+constexpr std::size_t k_pool_copy_bytes = std::size_t{1} << 17;
 
 // Elements [begin, begin + count) along dimension 0 of one enqueued batch. The queue holds
 // runs, never copies: a single enqueue is a run of one over its tensors reshaped to
@@ -490,18 +491,24 @@ struct queue_state {
   }
 
   // Builds d's outputs from what it took and replies (on the pool when the copy is large).
+  // An allocation over the memory limit fails the dequeue (its elements are gone with it,
+  // as with any failed dequeue that had taken them).
   void answer(parked_dequeue& d) {
-    if (d.mode == dequeue_mode::one) {
-      d.done(unstack_one(d.taken.front()));
-      return;
-    }
-    if (pool != nullptr && copy_bytes(d.taken) >= k_pool_copy_bytes) {
-      pool->schedule([m = meta, taken = std::move(d.taken), n = d.n, done = std::move(d.done)] {
-        done(stack(*m, taken, n));
+    auto build = [](const queue_meta& m, const std::vector<run>& taken, std::int64_t n, dequeue_mode mode,
+                    const element_reply& done) {
+      std::vector<tensor> out;
+      status thrown = kernels::catch_exceptions(
+          [&] { out = mode == dequeue_mode::one ? unstack_one(taken.front()) : stack(m, taken, n); });
+      if (thrown.ok()) done(std::move(out));
+      else done(thrown);
+    };
+    if (d.mode != dequeue_mode::one && pool != nullptr && copy_bytes(d.taken) >= k_pool_copy_bytes) {
+      pool->schedule([build, m = meta, taken = std::move(d.taken), n = d.n, mode = d.mode, done = std::move(d.done)] {
+        build(*m, taken, n, mode, done);
       });
       return;
     }
-    d.done(stack(*meta, d.taken, d.n));
+    build(*meta, d.taken, d.n, d.mode, d.done);
   }
 
   // ---- Cancellation and timeouts.
