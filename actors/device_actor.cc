@@ -37,11 +37,13 @@ struct device_state {
   struct partition {
     std::shared_ptr<const executable> exec;
     caf::actor_addr owner;
+    std::uint64_t token;  // the preparation's, for forget_atom
   };
   std::map<std::uint64_t, partition> partitions;
   struct preparation {
     caf::response_promise promise;
     caf::actor_addr owner;
+    std::uint64_t token;
   };
   std::map<std::uint64_t, preparation> preparing;
   std::set<caf::actor_addr> owners;  // monitored
@@ -51,6 +53,7 @@ struct device_state {
     std::int64_t step_id;
     caf::response_promise promise;
     std::shared_ptr<kernels::cancellation_manager> cancel;
+    caf::actor_addr owner;
   };
   std::map<std::uint64_t, running_step> running;
   std::multiset<std::int64_t> running_ids;
@@ -113,19 +116,31 @@ caf::behavior device_behavior(device_actor* self, device_options options) {
     for (auto it = st.partitions.begin(); it != st.partitions.end();) {
       it = it->second.owner == msg.source ? st.partitions.erase(it) : std::next(it);
     }
+    std::set<std::int64_t> orphaned;
+    for (const auto& [request, step] : st.running) {
+      if (step.owner == msg.source) orphaned.insert(step.step_id);
+    }
+    for (std::int64_t step_id : orphaned) {
+      abort_here(self, step_id, unavailable_error("the session that ran step ", step_id, " went down"));
+    }
   });
+  // Monitors whoever sent the current request, once.
+  auto owner_of_request = [self] {
+    caf::actor_addr owner = caf::actor_cast<caf::actor_addr>(self->current_sender());
+    if (owner && self->state.owners.insert(owner).second) self->monitor(owner);
+    return owner;
+  };
   return {
-      [=](prepare_atom, executable_spec& spec) -> caf::result<std::uint64_t> {
+      [=](prepare_atom, std::uint64_t token, executable_spec& spec) -> caf::result<std::uint64_t> {
         auto& st = self->state;
-        caf::actor_addr owner = caf::actor_cast<caf::actor_addr>(self->current_sender());
-        if (owner && st.owners.insert(owner).second) self->monitor(owner);
+        caf::actor_addr owner = owner_of_request();
         spec.device = st.options.device;
         spec.tracer = st.options.device->tracer();
         spec.trace_task = st.options.device->task();
         spec.trace_device = st.options.device->short_name();
         const std::uint64_t request = st.next_request++;
         auto promise = self->make_response_promise<std::uint64_t>();
-        st.preparing.emplace(request, device_state::preparation{promise, owner});
+        st.preparing.emplace(request, device_state::preparation{promise, owner, token});
         // Building kernels is unbounded work (a partition may have 10^5 nodes): on the pool.
         caf::actor me = caf::actor_cast<caf::actor>(self);
         const kernels::kernel_registry* registry = st.options.kernels;
@@ -147,10 +162,26 @@ caf::behavior device_behavior(device_actor* self, device_options options) {
         if (!outcome.exec.ok()) return preparing.promise.deliver(to_caf_error(outcome.exec.error()));
         if (preparing.owner && st.owners.count(preparing.owner) == 0) return;  // its owner went down meanwhile
         const std::uint64_t handle = st.next_handle++;
-        st.partitions.emplace(handle, device_state::partition{std::move(*outcome.exec), preparing.owner});
+        st.partitions.emplace(handle, device_state::partition{std::move(*outcome.exec), preparing.owner, preparing.token});
         preparing.promise.deliver(handle);
       },
       [=](unprepare_atom, std::uint64_t handle) { self->state.partitions.erase(handle); },
+      [=](forget_atom, std::uint64_t token) {
+        auto& st = self->state;
+        const caf::actor_addr owner = caf::actor_cast<caf::actor_addr>(self->current_sender());
+        for (auto it = st.preparing.begin(); it != st.preparing.end();) {
+          if (it->second.token != token || it->second.owner != owner) {
+            ++it;
+            continue;
+          }
+          it->second.promise.deliver(to_caf_error(cancelled_error("the preparation was given up")));
+          it = st.preparing.erase(it);
+        }
+        for (auto it = st.partitions.begin(); it != st.partitions.end();) {
+          const bool forget = it->second.token == token && it->second.owner == owner;
+          it = forget ? st.partitions.erase(it) : std::next(it);
+        }
+      },
       [=](run_atom, std::uint64_t handle, std::int64_t step_id,
           std::vector<tensor>& feeds) -> caf::result<std::vector<tensor>> {
         auto& st = self->state;
@@ -168,7 +199,7 @@ caf::behavior device_behavior(device_actor* self, device_options options) {
         std::uint64_t request = st.next_request++;
         auto promise = self->make_response_promise<std::vector<tensor>>();
         auto cancel = std::make_shared<kernels::cancellation_manager>();
-        st.running.emplace(request, device_state::running_step{step_id, promise, cancel});
+        st.running.emplace(request, device_state::running_step{step_id, promise, cancel, owner_of_request()});
         st.running_ids.insert(step_id);
         caf::actor me = caf::actor_cast<caf::actor>(self);
         // The completion keeps the partition alive: the actor may exit (and drop its

@@ -3,9 +3,11 @@
 // sent from other devices meet the Recvs waiting for them (actors/rendezvous.h).
 //
 // Protocol:
-//   (prepare_atom, executable_spec)              -> uint64_t handle   kernels built once,
+//   (prepare_atom, token, executable_spec)       -> uint64_t handle   kernels built once,
 //       on the compute pool (preparing a large partition never holds the actor's thread)
 //   (unprepare_atom, handle)                                          forgets a partition
+//   (forget_atom, token)                         the requester gave up on the preparations
+//       it sent with `token` (its request timed out): drops them, built or not
 //   (run_atom, handle, step_id, vector<tensor>)  -> vector<tensor>    runs one step
 //   (abort_step_atom, step_id, caf::error)                            aborts that step here:
 //       its running partition stops, parked Recvs fail, later traffic for it is refused
@@ -19,6 +21,9 @@
 //  1. Every request is answered exactly once, also when the actor ends: its exit answers
 //     the steps still running and the preparations still building with `unavailable`
 //     naming the device (and cancels the running steps' waiting kernels).
+//  1a. Partitions and steps have owners (whoever sent prepare and run, a session's
+//     master), which the device monitors: when an owner goes down without cleaning up,
+//     its partitions are dropped and its running steps aborted.
 //  2. A step that ends here (done or failed) closes its rendezvous entries: tensors that
 //     arrive for it later are dropped, not kept. A second tensor for one transfer fails
 //     the step (internal: the partition is wrong). Tensors waiting for their Recv are
@@ -44,6 +49,7 @@ namespace troupe::actors {
 using abort_step_atom = caf::atom_constant<caf::atom("abortstep")>;
 using unprepare_atom = caf::atom_constant<caf::atom("unprepare")>;
 using stats_atom = caf::atom_constant<caf::atom("stats")>;
+using forget_atom = caf::atom_constant<caf::atom("forgetprep")>;
 
 struct device_options {
   // REQUIRES: non-null and outliving the actor; its pool runs the steps.

@@ -389,19 +389,20 @@ struct executor_access {
       account_scope memory(s->memory);
       if (n.async) {
         auto call = std::make_shared<async_call>(inputs, outputs, n.graph_node->output_types, s->info);
-        auto done = [s, index, call, tracer, start] {
+        // Completes the node once: with the kernel's context, or (`thrown`) with the error of
+        // an exception from compute_async, whose kernel may still answer on another thread.
+        auto finish = [s, index, call, tracer, start](const status* thrown) {
           if (call->completed.exchange(true)) return;
           if (tracer != nullptr) trace(s, index, start);
           std::vector<int> more;
-          complete(s, index, call->ctx.get_status(), s->outputs.data() + s->exec->plan_->nodes[static_cast<std::size_t>(index)].output_offset, more);
+          complete(s, index, thrown != nullptr ? *thrown : call->ctx.get_status(),
+                   s->outputs.data() + s->exec->plan_->nodes[static_cast<std::size_t>(index)].output_offset, more);
           if (!more.empty()) process(s, std::move(more));
         };
-        status thrown = kernels::catch_exceptions(
-            [&] { static_cast<kernels::async_op_kernel&>(*n.kernel).compute_async(call->ctx, done); });
-        if (!thrown.ok()) {
-          call->ctx.fail(std::move(thrown));
-          done();
-        }
+        status thrown = kernels::catch_exceptions([&] {
+          static_cast<kernels::async_op_kernel&>(*n.kernel).compute_async(call->ctx, [finish] { finish(nullptr); });
+        });
+        if (!thrown.ok()) finish(&thrown);
         continue;
       }
       kernels::kernel_context ctx(inputs, outputs, n.graph_node->output_types, s->info);
@@ -420,6 +421,7 @@ void executable::run(std::int64_t step_id, std::vector<tensor> feeds, compute_po
   s->exec = this;
   s->pool = &pool;
   s->memory = spec_.device != nullptr ? spec_.device->memory() : nullptr;
+  s->info.memory = s->memory;
   s->info.step_id = step_id;
   s->info.pool = &pool;
   s->info.cancellation = &s->cancellation;

@@ -52,6 +52,12 @@ void rendezvous_table::remember_closed(std::int64_t step, const status& reason) 
   }
 }
 
+rendezvous_table::entry_map::iterator rendezvous_table::erase(entry_map::iterator it) {
+  auto count = per_step_.find(it->first.first);
+  if (--count->second == 0) per_step_.erase(count);
+  return entries_.erase(it);
+}
+
 tensor rendezvous_table::take(entry& e) {
   bytes_ -= static_cast<std::int64_t>(e.value.byte_size());
   return std::move(e.value);
@@ -61,9 +67,10 @@ status rendezvous_table::send(std::int64_t step, const transfer_key_ptr& key, te
   if (is_aborted(step)) return status();  // the step is gone; its Recvs were failed
   auto [it, inserted] = entries_.try_emplace({step, key.get()});
   entry& e = it->second;
+  if (inserted) ++per_step_[step];
   if (!inserted && e.waiting) {
     auto r = std::move(e.waiting);
-    entries_.erase(it);
+    erase(it);
     r(std::move(value));
     return status();
   }
@@ -73,7 +80,7 @@ status rendezvous_table::send(std::int64_t step, const transfer_key_ptr& key, te
   }
   const auto bytes = static_cast<std::int64_t>(value.byte_size());
   if (bytes > limit_bytes_ - bytes_) {
-    entries_.erase(it);
+    erase(it);
     return resource_exhausted_error("the rendezvous of ", device.empty() ? std::string("a device") : std::string(device),
                                     " would hold ", bytes_ + bytes, " bytes of tensors that no Recv has asked for yet, "
                                     "over its bound of ", limit_bytes_, " bytes (", key->printed(), " in step ", step,
@@ -94,13 +101,14 @@ void rendezvous_table::recv(std::int64_t step, const transfer_key_ptr& key, repl
   auto [it, inserted] = entries_.try_emplace({step, key.get()});
   entry& e = it->second;
   if (inserted) {
+    ++per_step_[step];
     e.key = key;
     e.waiting = std::move(r);
     return;
   }
   if (e.value.initialized()) {
     tensor value = take(e);
-    entries_.erase(it);
+    erase(it);
     r(std::move(value));
     return;
   }
@@ -111,7 +119,7 @@ void rendezvous_table::cancel(std::int64_t step, const transfer_key_ptr& key) {
   auto it = entries_.find({step, key.get()});
   if (it == entries_.end() || !it->second.waiting) return;
   auto r = std::move(it->second.waiting);
-  entries_.erase(it);
+  erase(it);
   r(cancelled_error("Recv of ", key->key().tensor_name, " from ", key->key().send_device,
                     " was cancelled (step ", step, " aborted)"));
 }
@@ -123,7 +131,7 @@ void rendezvous_table::abort(std::int64_t step, const status& error) {
     if (it->first.first == step) {
       if (it->second.waiting) to_fail.push_back(std::move(it->second.waiting));
       else take(it->second);
-      it = entries_.erase(it);
+      it = erase(it);
     } else {
       ++it;
     }
@@ -132,8 +140,9 @@ void rendezvous_table::abort(std::int64_t step, const status& error) {
 }
 
 void rendezvous_table::close(std::int64_t step) {
-  if (is_aborted(step) && entries_.empty()) return;
-  abort(step, aborted_error("step ", step, " has ended on this device"));
+  status ended = aborted_error("step ", step, " has ended on this device");
+  if (per_step_.count(step) == 0) return remember_closed(step, ended);  // the usual case: nothing left
+  abort(step, ended);
 }
 
 int rendezvous_table::sweep(clock::time_point cutoff, const std::function<bool(std::int64_t)>& is_running) {
@@ -142,7 +151,7 @@ int rendezvous_table::sweep(clock::time_point cutoff, const std::function<bool(s
     entry& e = it->second;
     if (!e.waiting && e.arrived < cutoff && !is_running(it->first.first)) {
       take(e);
-      it = entries_.erase(it);
+      it = erase(it);
       ++dropped;
     } else {
       ++it;

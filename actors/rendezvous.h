@@ -135,10 +135,13 @@ class rendezvous_table {
     clock::time_point arrived;
     reply<tensor> waiting;
   };
+  using entry_map = std::unordered_map<entry_key, entry, entry_hash, entry_equal>;
   void remember_closed(std::int64_t step, const status& reason);
   tensor take(entry& e);
+  entry_map::iterator erase(entry_map::iterator it);  // keeps per_step_ right
 
-  std::unordered_map<entry_key, entry, entry_hash, entry_equal> entries_;
+  entry_map entries_;
+  std::unordered_map<std::int64_t, int> per_step_;  // entries of each step present
   // Recently closed (ended or aborted) steps (bounded, oldest forgotten first) and why,
   // so late messages for them are refused.
   std::unordered_map<std::int64_t, status> closed_;

@@ -10,6 +10,7 @@
 #include <optional>
 #include <set>
 #include <thread>
+#include <tuple>
 #include <unordered_map>
 
 #include "actors/cluster.h"
@@ -146,11 +147,13 @@ struct master_state {
   struct preparation {
     std::vector<waiting_step> waiting;
     std::shared_ptr<prepared_step> step;  // null while planning
+    std::uint64_t token = 0;               // this preparation's, unique in the session
     std::vector<bool> answered;            // by partition: its device has answered
     int remaining = 0;
     status error;
   };
   std::map<std::string, preparation> preparing;
+  std::uint64_t next_token = 1;
   // Steps started on the devices and not yet answered by all of them, by step id.
   std::map<std::int64_t, std::shared_ptr<step_progress>> running;
   std::set<caf::actor_addr> monitored;  // devices
@@ -378,10 +381,12 @@ void remember(master_actor* self, const std::string& key, std::shared_ptr<const 
 // signature `key`; once every device has answered, starts the steps waiting for it, or
 // fails them (and what was registered is unregistered with the prepared step). Later
 // answers for a partition already counted (from a device that went down) are ignored.
-void partition_prepared(master_actor* self, const std::string& key, std::size_t index, std::uint64_t handle,
-                        const status& error) {
+void partition_prepared(master_actor* self, const std::string& key, std::uint64_t token, std::size_t index,
+                        std::uint64_t handle, const status& error) {
   auto it = self->state.preparing.find(key);
-  if (it == self->state.preparing.end() || it->second.step == nullptr) return;
+  // An answer for an earlier preparation of the signature (a request that timed out after
+  // its device was counted as down) belongs to no one now.
+  if (it == self->state.preparing.end() || it->second.step == nullptr || it->second.token != token) return;
   auto& prep = it->second;
   if (prep.answered[index]) return;
   prep.answered[index] = true;
@@ -408,13 +413,18 @@ void prepare_on_devices(master_actor* self, const std::string& key, std::vector<
   prep.step = std::make_shared<prepared_step>();
   prep.step->partitions.resize(plans.size());
   for (const auto& plan : plans) prep.step->num_fetches += static_cast<int>(plan.fetches.size());
+  prep.token = self->state.next_token++;
   prep.answered.assign(plans.size(), false);
   prep.remaining = static_cast<int>(plans.size());
-  if (plans.empty()) {  // a step with nothing to run (only fed tensors fetched)
-    prep.remaining = 1;
-    prep.answered.push_back(false);
-    return partition_prepared(self, key, 0, 0, status());
+  if (plans.empty()) {  // nothing to run anywhere (no feeds, fetches or targets)
+    auto waiting = std::move(prep.waiting);
+    std::shared_ptr<const prepared_step> step = std::move(prep.step);
+    self->state.preparing.erase(it);
+    remember(self, key, step);
+    for (auto& w : waiting) start_step(self, step, std::move(w.feeds), std::move(w.promise));
+    return;
   }
+  const std::uint64_t token = prep.token;
   const auto timeout = self->state.options.prepare_timeout;
   for (std::size_t i = 0; i < plans.size(); ++i) {
     auto& part = prep.step->partitions[i];
@@ -423,15 +433,16 @@ void prepare_on_devices(master_actor* self, const std::string& key, std::vector<
     part.feeds = std::move(plans[i].feeds);
     part.fetches = std::move(plans[i].fetches);
     monitor_device(self, part.device);
-    self->request(part.device, timeout, prepare_atom::value, std::move(plans[i].spec))
-        .then([self, key, i](std::uint64_t handle) { partition_prepared(self, key, i, handle, status()); },
-              [self, key, i, timeout, device = part.device_name](caf::error& e) {
-                partition_prepared(self, key, i, 0,
-                                   e == caf::sec::request_timeout
-                                       ? deadline_exceeded_error("device ", device, " did not prepare its partition "
-                                                                 "within the prepare timeout of ", timeout.count(),
-                                                                 " ms (session_options::prepare_timeout)")
-                                       : to_status(e));
+    self->request(part.device, timeout, prepare_atom::value, token, std::move(plans[i].spec))
+        .then([self, key, token, i](std::uint64_t handle) { partition_prepared(self, key, token, i, handle, status()); },
+              [self, key, token, i, timeout, device = part.device, name = part.device_name](caf::error& e) {
+                if (e != caf::sec::request_timeout) return partition_prepared(self, key, token, i, 0, to_status(e));
+                // Given up: the device must not register it later (or must drop it).
+                self->send(device, forget_atom::value, token);
+                partition_prepared(self, key, token, i, 0,
+                                   deadline_exceeded_error("device ", name, " did not prepare its partition within "
+                                                           "the prepare timeout of ", timeout.count(),
+                                                           " ms (session_options::prepare_timeout)"));
               });
   }
 }
@@ -457,19 +468,19 @@ void device_down(master_actor* self, const caf::down_msg& msg) {
                        unavailable_error("device ", name, " went down while step ", step_id,
                                          " ran (", caf::to_string(msg.reason), ")"));
   }
-  std::vector<std::pair<std::string, std::size_t>> unprepared;
+  std::vector<std::tuple<std::string, std::uint64_t, std::size_t>> unprepared;
   for (const auto& [key, prep] : st.preparing) {
     if (prep.step == nullptr) continue;
     for (std::size_t i = 0; i < prep.step->partitions.size(); ++i) {
       const auto& part = prep.step->partitions[i];
       if (part.device.address() == msg.source && !prep.answered[i]) {
         name = part.device_name;
-        unprepared.emplace_back(key, i);
+        unprepared.emplace_back(key, prep.token, i);
       }
     }
   }
-  for (const auto& [key, index] : unprepared) {
-    partition_prepared(self, key, index, 0,
+  for (const auto& [key, token, index] : unprepared) {
+    partition_prepared(self, key, token, index, 0,
                        unavailable_error("device ", name, " went down while it prepared a step (",
                                          caf::to_string(msg.reason), ")"));
   }

@@ -71,8 +71,9 @@ class small_vector {
 
   void clear() { size_ = 0; }
   void push_back(const T& value) {
+    const T copy = value;  // `value` may be one of ours, which grow() moves
     if (size_ == capacity_) grow(2 * static_cast<size_type>(capacity_));
-    data()[size_++] = value;
+    data()[size_++] = copy;
   }
   void resize(size_type n, const T& value = T()) {
     if (n > capacity_) grow(std::max(n, 2 * static_cast<size_type>(capacity_)));

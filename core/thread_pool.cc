@@ -1,5 +1,7 @@
 #include "core/thread_pool.h"
 
+#include "core/memory.h"
+
 #define EIGEN_USE_THREADS
 #include <unsupported/Eigen/CXX11/ThreadPool>
 
@@ -84,10 +86,15 @@ void compute_pool::parallel_for(std::int64_t n, double cost_per_unit,
   state->block_size = (n + num_blocks - 1) / num_blocks;
   state->num_blocks = (n + state->block_size - 1) / state->block_size;
   state->fn = fn;
-  // The caller works too, so num_threads - 1 helpers keep num_threads threads busy.
+  // The caller works too, so num_threads - 1 helpers keep num_threads threads busy. They
+  // allocate from the caller's memory account (a kernel's device's).
   int helpers = static_cast<int>(std::min<std::int64_t>(num_threads_, state->num_blocks) - 1);
+  memory_account* account = &current_account();
   for (int i = 0; i < helpers; ++i) {
-    impl_->pool.Schedule([state] { state->work(); });
+    impl_->pool.Schedule([state, account] {
+      account_scope scope(account);
+      state->work();
+    });
   }
   state->work();
   std::unique_lock<std::mutex> lock(state->mutex);

@@ -93,6 +93,10 @@ struct step_info {
   // Cancelled when the step aborts; async kernels that wait on others register here.
   // Never null during compute.
   cancellation_manager* cancellation = nullptr;
+  // The device's memory account (core/memory.h), current while compute runs; an
+  // asynchronous kernel that allocates later, on another thread, makes it current there
+  // (account_scope). Null: the process's.
+  memory_account* memory = nullptr;
 };
 
 // What one execution of a kernel sees: inputs, outputs, the step, the device's pool.

@@ -129,55 +129,135 @@ TEST_CASE("a device that is gone before a step is prepared fails the step, not t
   REQUIRE(s->run(k_local_feed, {"local"}).ok());
 }
 
-TEST_CASE("a device that dies while it builds a step's kernels fails the step at once", "[actors][failure]") {
-  // A kernel registry whose Neg factory waits until the test lets it go: the device's
-  // preparation is then provably in progress on the pool when the device is killed.
-  struct gate {
-    std::mutex mutex;
-    std::condition_variable cv;
-    bool entered = false, open = false;
-  };
-  auto g = std::make_shared<gate>();
+// A kernel registry whose Neg factory waits until the test opens the gate: a device's
+// preparation of a graph with a Neg is then provably in progress on the pool.
+struct gated_neg {
+  std::mutex mutex;
+  std::condition_variable cv;
+  bool entered = false, open = false;
   kernels::kernel_registry registry;
-  const auto& builtin = kernels::kernel_registry::builtin();
-  registry.add("Neg", "CPU", {}, [g, &builtin](kernels::kernel_construction& c) -> std::unique_ptr<kernels::op_kernel> {
+  std::shared_ptr<actors::cluster> cluster;
+
+  gated_neg() {
+    registry.add("Neg", "CPU", {}, [this](kernels::kernel_construction& c) -> std::unique_ptr<kernels::op_kernel> {
+      {
+        std::unique_lock<std::mutex> lock(mutex);
+        entered = true;
+        cv.notify_all();
+        cv.wait(lock, [&] { return open; });
+      }
+      auto k = kernels::kernel_registry::builtin().create("CPU", c.node(), c.op(), c.input_types(), c.output_types(),
+                                                           c.device());
+      return k.ok() ? std::move(*k) : nullptr;
+    });
+    add_builtin_kernel(registry, "Placeholder");
+    actors::cluster_options co;
+    co.kernels = &registry;
+    co.compute_threads = 2;
+    auto c = actors::cluster::create(co);
+    REQUIRE(c.ok());
+    cluster = *c;
+  }
+  ~gated_neg() { let_go(); }
+  bool wait_entered() {
+    std::unique_lock<std::mutex> lock(mutex);
+    return cv.wait_for(lock, 5s, [&] { return entered; });
+  }
+  void let_go() {
     {
-      std::unique_lock<std::mutex> lock(g->mutex);
-      g->entered = true;
-      g->cv.notify_all();
-      g->cv.wait(lock, [&] { return g->open; });
+      std::lock_guard<std::mutex> lock(mutex);
+      open = true;
     }
-    auto k = builtin.create("CPU", c.node(), c.op(), c.input_types(), c.output_types(), c.device());
-    return k.ok() ? std::move(*k) : nullptr;
-  });
-  add_builtin_kernel(registry, "Placeholder");
-  actors::cluster_options co;
-  co.kernels = &registry;
-  co.compute_threads = 2;
-  auto cluster = actors::cluster::create(co);
-  REQUIRE(cluster.ok());
+    cv.notify_all();
+  }
+};
+
+graph::scope neg_graph() {
   auto root = graph::scope::new_root();
   ops::neg(root.with_name("y"), ops::placeholder(root.with_name("x"), dtype::float32));
+  return root;
+}
+
+TEST_CASE("a device that dies while it builds a step's kernels fails the step at once", "[actors][failure]") {
+  gated_neg g;
   actors::session_options so;
-  so.cluster = *cluster;
-  auto s = make_session(root, so);
+  so.cluster = g.cluster;
+  auto s = make_session(neg_graph(), so);
   pending_step step(*s, {{"x", tensor::scalar(1.0f)}}, {"y"});
-  {
-    std::unique_lock<std::mutex> lock(g->mutex);
-    REQUIRE(g->cv.wait_for(lock, 5s, [&] { return g->entered; }));
-  }
+  REQUIRE(g.wait_entered());
   const auto killed = clock_type::now();
-  caf::anon_send_exit((*cluster)->device_actor((*cluster)->device_names().front()), caf::exit_reason::kill);
+  caf::anon_send_exit(g.cluster->device_actor(g.cluster->device_names().front()), caf::exit_reason::kill);
   auto r = step.wait(5s);
-  {
-    std::lock_guard<std::mutex> lock(g->mutex);
-    g->open = true;
-  }
-  g->cv.notify_all();
+  g.let_go();
   REQUIRE_FALSE(r.ok());
   INFO(r.error().to_string());
   CHECK(r.error().error_code() == code::unavailable);
   CHECK(step.finished() - killed < 1s);
+}
+
+TEST_CASE("a preparation over its timeout fails the step, and the device forgets it when it is done",
+          "[actors][failure]") {
+  gated_neg g;
+  actors::session_options so;
+  so.cluster = g.cluster;
+  so.prepare_timeout = 200ms;
+  auto s = make_session(neg_graph(), so);
+  auto r = pending_step(*s, {{"x", tensor::scalar(1.0f)}}, {"y"}).wait(5s);
+  REQUIRE_FALSE(r.ok());
+  INFO(r.error().to_string());
+  CHECK(r.error().error_code() == code::deadline_exceeded);
+  CHECK_THAT(r.error().message(), Catch::Contains("prepare timeout of 200 ms"));
+  g.let_go();  // the kernels get built after all; the device must not keep them
+  CHECK(partitions_drain(*g.cluster, g.cluster->device_names().front()));
+  auto again = s->run({{"x", tensor::scalar(1.0f)}}, {"y"});  // built quickly now
+  REQUIRE(again.ok());
+  CHECK(again->at(0).scalar_value<float>() == -1.0f);
+}
+
+TEST_CASE("a step with nothing to run answers at once with nothing", "[actors][failure]") {
+  auto s = make_session(neg_graph());
+  auto r = s->run({}, {}, {});
+  REQUIRE(r.ok());
+  CHECK(r->empty());
+  auto fed_only = s->run({{"x", tensor::scalar(3.0f)}}, {"x"});
+  REQUIRE(fed_only.ok());
+  CHECK(fed_only->at(0).scalar_value<float>() == 3.0f);
+}
+
+TEST_CASE("an update naming one variable twice is an error, not a crash", "[actors][failure]") {
+  auto root = graph::scope::new_root();
+  auto v = graph::make_variable(root, "v", {}, dtype::float32, ops::scalar(root, 1.0f));
+  root.with_name("twice").add("ResourceApplyMomentum", {v.handle, v.handle, ops::scalar(root, 0.1f),
+                                                        ops::scalar(root, 1.0f), ops::scalar(root, 0.5f)},
+                              {{"T", graph::attr_value(dtype::float32)}});
+  auto s = make_session(root);
+  REQUIRE(s->run({}, {}, {v.initializer.node}).ok());
+  auto r = s->run({}, {}, {"twice"});
+  REQUIRE_FALSE(r.ok());
+  CHECK(r.error().error_code() == code::invalid_argument);
+  CHECK_THAT(r.error().message(), Catch::Contains("names variable") && Catch::Contains("twice"));
+}
+
+TEST_CASE("a gather over the memory limit fails its step instead of its variable", "[actors][failure]") {
+  actors::session_options o;
+  o.memory_limit = 1 << 20;
+  auto root = graph::scope::new_root();
+  auto v = graph::make_variable(root, "table", {16, 1024}, dtype::float32,
+                                ops::fill(root, ops::constant(root, tensor::from_vector<std::int32_t>({16, 1024})),
+                                          ops::scalar(root, 1.0f)));
+  auto ids = ops::placeholder(root.with_name("ids"), dtype::int32, {-1});
+  root.with_name("rows").add("ResourceGather", {v.handle, ids}, {{"dtype", graph::attr_value(dtype::float32)}});
+  auto s = make_session(root, o);
+  REQUIRE(s->run({}, {}, {v.initializer.node}).ok());
+  tensor many(dtype::int32, {1000});  // 1000 rows of 4 KiB: 4 MB, over the limit
+  std::fill(many.flat<std::int32_t>().begin(), many.flat<std::int32_t>().end(), 3);
+  auto r = s->run({{"ids", many}}, {"rows"});
+  REQUIRE_FALSE(r.ok());
+  CHECK(r.error().error_code() == code::resource_exhausted);
+  CHECK_THAT(r.error().message(), Catch::Contains("node 'rows'"));
+  auto few = s->run({{"ids", tensor::from_vector<std::int32_t>({0, 15})}}, {"rows"});  // the variable is fine
+  REQUIRE(few.ok());
+  CHECK(few->at(0).shape() == tensor_shape({2, 1024}));
 }
 
 TEST_CASE("an update whose variable actor is gone fails naming the variable; a lease outlives no actor",
