@@ -23,10 +23,12 @@ namespace troupe::actors {
 namespace {
 
 using prepared_atom = caf::atom_constant<caf::atom("prepared")>;
+using sweep_atom = caf::atom_constant<caf::atom("sweep")>;
 using detail::prepare_outcome;
 
 // How long a tensor may wait in the rendezvous for a step that is not running here before
-// it counts as an orphan, and how often the table is swept for them (on arrivals).
+// it counts as an orphan, and how often the table is swept for them: a timer armed by an
+// arrival while none is pending, re-armed while tensors wait (no clock read per arrival).
 constexpr auto k_orphan_age = std::chrono::minutes(5);
 constexpr auto k_sweep_every = std::chrono::seconds(30);
 
@@ -58,7 +60,7 @@ struct device_state {
   std::map<std::uint64_t, running_step> running;
   std::multiset<std::int64_t> running_ids;
   std::unique_ptr<rendezvous_table> rendezvous;
-  rendezvous_table::clock::time_point last_sweep = rendezvous_table::clock::now();
+  bool sweep_pending = false;
   std::uint64_t next_handle = 1;
   std::uint64_t next_request = 1;
   static inline const char* name = "troupe-device";
@@ -231,11 +233,17 @@ caf::behavior device_behavior(device_actor* self, device_options options) {
         rendezvous_table::active_scope active(*st.rendezvous, st.options.device);
         status s = st.rendezvous->send(step_id, key, std::move(value), st.device_name());
         if (!s.ok()) abort_here(self, step_id, s);
-        const auto now = rendezvous_table::clock::now();
-        if (now - st.last_sweep > k_sweep_every) {
-          st.last_sweep = now;
-          st.rendezvous->sweep(now - k_orphan_age, [&](std::int64_t id) { return st.running_ids.count(id) > 0; });
+        if (!st.sweep_pending && st.rendezvous->num_waiting() > 0) {
+          st.sweep_pending = true;
+          self->delayed_send(self, k_sweep_every, sweep_atom::value);
         }
+      },
+      [=](sweep_atom) {
+        auto& st = self->state;
+        const auto now = rendezvous_table::clock::now();
+        st.rendezvous->sweep(now - k_orphan_age, [&](std::int64_t id) { return st.running_ids.count(id) > 0; });
+        st.sweep_pending = st.rendezvous->num_waiting() > 0;
+        if (st.sweep_pending) self->delayed_send(self, k_sweep_every, sweep_atom::value);
       },
       [=](rv_recv_atom, std::int64_t step_id, const transfer_key_ptr& key, reply<tensor>& r) {
         auto& st = self->state;

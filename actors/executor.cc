@@ -35,6 +35,8 @@ struct executable::plan {
     range fetch_outputs;  // in fetch_outputs
     range used_outputs;   // in used_outputs: outputs some edge or fetch reads, ascending
     bool async = false;
+    bool estimate_on_inputs = false;  // else fixed_ns is the kernel's estimate
+    double fixed_ns = 0;
   };
   std::vector<node> nodes;
   std::vector<edge> edges;
@@ -126,6 +128,8 @@ result<std::shared_ptr<const executable>> executable::create(
     if (!kernel.ok()) return kernel.error();
     pn.kernel = std::move(*kernel);
     pn.async = pn.kernel->is_async();
+    pn.estimate_on_inputs = pn.kernel->estimate_depends_on_inputs();
+    if (!pn.estimate_on_inputs) pn.fixed_ns = pn.kernel->estimated_ns({});
     pn.input_offset = p.total_inputs;
     pn.num_inputs = static_cast<int>(n.inputs.size());
     p.total_inputs += pn.num_inputs;
@@ -246,11 +250,14 @@ status executable::check_feeds(const std::vector<tensor>& feeds) const {
   return status();
 }
 
-// How many ready nodes one call of process() runs inline off the compute pool (on an
-// actor's thread) before it hands the rest to the pool: each is cheap (at most
-// op_kernel::k_inline_ns), so an actor's thread spends well under a millisecond per
-// message however long a chain of cheap nodes is.
-constexpr int k_inline_nodes_off_pool = 32;
+// How much estimated work one call of process() runs inline off the compute pool (on an
+// actor's thread) before it hands the rest to the pool: each node counts its estimate
+// (at most op_kernel::k_inline_ns, or it would not be inline) plus the executor's own
+// cost per node, so an actor's thread spends about a millisecond per message at most,
+// however long a chain of cheap nodes is. Estimates, not clocks: the same graph makes the
+// same choices on every run.
+constexpr double k_inline_budget_off_pool_ns = 1e6;
+constexpr double k_executor_ns_per_node = 200;
 
 struct executor_access {
   using plan = executable::plan;
@@ -275,11 +282,15 @@ struct executor_access {
     }
   }
 
+  // The estimated time of node `index`, whose inputs are all present.
+  static double estimate(const std::shared_ptr<step>& s, const plan::node& n) {
+    if (!n.estimate_on_inputs) return n.fixed_ns;
+    return n.kernel->estimated_ns(
+        std::span<const tensor>(s->inputs.data() + n.input_offset, static_cast<std::size_t>(n.num_inputs)));
+  }
   // Whether node `index`, whose inputs are all present, is cheaper than a hand-off.
   static bool is_cheap(const std::shared_ptr<step>& s, int index) {
-    const plan::node& n = s->exec->plan_->nodes[static_cast<std::size_t>(index)];
-    std::span<const tensor> inputs(s->inputs.data() + n.input_offset, static_cast<std::size_t>(n.num_inputs));
-    return n.kernel->estimated_ns(inputs) <= kernels::op_kernel::k_inline_ns;
+    return estimate(s, s->exec->plan_->nodes[static_cast<std::size_t>(index)]) <= kernels::op_kernel::k_inline_ns;
   }
 
   // Called when node `index` has finished computing (ctx status in `st`) into `outputs`.
@@ -362,20 +373,25 @@ struct executor_access {
     std::atomic<bool> completed{false};
   };
 
-  // Runs ready nodes until no inline work is left; off the compute pool, at most
-  // k_inline_nodes_off_pool of them, then the rest go to the pool.
+  // Runs ready nodes until no inline work is left; off the compute pool, only up to
+  // k_inline_budget_off_pool_ns of estimated work, then the rest goes to the pool.
   static void process(const std::shared_ptr<step>& s, std::vector<int> ready) {
     const plan& p = *s->exec->plan_;
-    int budget = s->pool->in_pool() ? std::numeric_limits<int>::max() : k_inline_nodes_off_pool;
+    const bool off_pool = !s->pool->in_pool();
+    double budget_ns = k_inline_budget_off_pool_ns;
     std::vector<tensor> scratch;  // a synchronous node's outputs, until complete() hands them on
+    account_scope memory(s->memory);
     while (!ready.empty()) {
-      if (budget-- == 0) {
-        s->pool->schedule([s, rest = std::move(ready)]() mutable { process(s, std::move(rest)); });
-        return;
-      }
-      int index = ready.back();
-      ready.pop_back();
+      const int index = ready.back();
       const plan::node& n = p.nodes[static_cast<std::size_t>(index)];
+      if (off_pool) {
+        budget_ns -= k_executor_ns_per_node + estimate(s, n);
+        if (budget_ns < 0) {
+          s->pool->schedule([s, rest = std::move(ready)]() mutable { process(s, std::move(rest)); });
+          return;
+        }
+      }
+      ready.pop_back();
       if (!n.async && scratch.size() < static_cast<std::size_t>(n.num_outputs)) scratch.resize(static_cast<std::size_t>(n.num_outputs));
       tensor* output_data = n.async ? s->outputs.data() + n.output_offset : scratch.data();
       if (s->aborted.load(std::memory_order_acquire)) {
@@ -386,7 +402,6 @@ struct executor_access {
       std::span<tensor> outputs(output_data, static_cast<std::size_t>(n.num_outputs));
       step_tracer* tracer = s->exec->spec_.tracer;
       const auto start = tracer != nullptr ? step_tracer::clock::now() : step_tracer::clock::time_point();
-      account_scope memory(s->memory);
       if (n.async) {
         auto call = std::make_shared<async_call>(inputs, outputs, n.graph_node->output_types, s->info);
         // Completes the node once: with the kernel's context, or (`thrown`) with the error of

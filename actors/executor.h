@@ -9,8 +9,8 @@
 // zero become ready. Cheap ready nodes (op_kernel::estimated_ns on their inputs at most
 // op_kernel::k_inline_ns) run inline on the same thread; of expensive ones, one runs
 // inline and the rest go to the compute pool, so independent nodes run in parallel. Off
-// the pool (on an actor's thread) only cheap nodes run, at most a few dozen in a row
-// before the rest are handed to the pool. No message is sent per node. An exception from a
+// the pool (on an actor's thread) only cheap nodes run, up to about a millisecond of
+// estimated work per call, before the rest are handed to the pool. No message is sent per node. An exception from a
 // kernel becomes its node's error (RESOURCE_EXHAUSTED for an allocation over the device's
 // memory account, which is made current around each kernel).
 //

@@ -1,5 +1,6 @@
 #include "actors/rendezvous.h"
 
+#include <algorithm>
 #include <functional>
 
 namespace troupe::actors {
@@ -52,9 +53,24 @@ void rendezvous_table::remember_closed(std::int64_t step, const status& reason) 
   }
 }
 
+void rendezvous_table::count_entry(std::int64_t step, int delta) {
+  for (std::size_t i = 0; i < per_step_.size(); ++i) {
+    if (per_step_[i].first != step) continue;
+    if ((per_step_[i].second += delta) == 0) {
+      per_step_[i] = per_step_.back();
+      per_step_.pop_back();
+    }
+    return;
+  }
+  per_step_.emplace_back(step, delta);
+}
+
+bool rendezvous_table::has_entries(std::int64_t step) const {
+  return std::any_of(per_step_.begin(), per_step_.end(), [step](const auto& c) { return c.first == step; });
+}
+
 rendezvous_table::entry_map::iterator rendezvous_table::erase(entry_map::iterator it) {
-  auto count = per_step_.find(it->first.first);
-  if (--count->second == 0) per_step_.erase(count);
+  count_entry(it->first.first, -1);
   return entries_.erase(it);
 }
 
@@ -67,7 +83,7 @@ status rendezvous_table::send(std::int64_t step, const transfer_key_ptr& key, te
   if (is_aborted(step)) return status();  // the step is gone; its Recvs were failed
   auto [it, inserted] = entries_.try_emplace({step, key.get()});
   entry& e = it->second;
-  if (inserted) ++per_step_[step];
+  if (inserted) count_entry(step, 1);
   if (!inserted && e.waiting) {
     auto r = std::move(e.waiting);
     erase(it);
@@ -101,7 +117,7 @@ void rendezvous_table::recv(std::int64_t step, const transfer_key_ptr& key, repl
   auto [it, inserted] = entries_.try_emplace({step, key.get()});
   entry& e = it->second;
   if (inserted) {
-    ++per_step_[step];
+    count_entry(step, 1);
     e.key = key;
     e.waiting = std::move(r);
     return;
@@ -141,7 +157,7 @@ void rendezvous_table::abort(std::int64_t step, const status& error) {
 
 void rendezvous_table::close(std::int64_t step) {
   status ended = aborted_error("step ", step, " has ended on this device");
-  if (per_step_.count(step) == 0) return remember_closed(step, ended);  // the usual case: nothing left
+  if (!has_entries(step)) return remember_closed(step, ended);  // the usual case: nothing left
   abort(step, ended);
 }
 

@@ -29,6 +29,8 @@
 #include <memory>
 #include <string_view>
 #include <unordered_map>
+#include <utility>
+#include <vector>
 
 #include "actors/reply.h"
 #include "core/tensor.h"
@@ -141,7 +143,10 @@ class rendezvous_table {
   entry_map::iterator erase(entry_map::iterator it);  // keeps per_step_ right
 
   entry_map entries_;
-  std::unordered_map<std::int64_t, int> per_step_;  // entries of each step present
+  // How many entries each step has here: a few steps at a time, so a vector.
+  std::vector<std::pair<std::int64_t, int>> per_step_;
+  void count_entry(std::int64_t step, int delta);
+  bool has_entries(std::int64_t step) const;
   // Recently closed (ended or aborted) steps (bounded, oldest forgotten first) and why,
   // so late messages for them are refused.
   std::unordered_map<std::int64_t, status> closed_;

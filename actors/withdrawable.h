@@ -27,7 +27,7 @@
 // that aborts the step, at most once, and must only send messages.
 #pragma once
 
-#include <mutex>
+#include <atomic>
 #include <optional>
 #include <utility>
 
@@ -39,47 +39,45 @@ namespace troupe::actors {
 template <class T, class Send, class Withdraw, class Finish>
 void send_withdrawable(kernels::kernel_context& ctx, kernels::async_op_kernel::done_callback done,
                        std::shared_ptr<const std::string> peer, Send&& send, Withdraw withdraw, Finish finish) {
+  // One allocation and one atomic: `phase` tells which side completes the call when the
+  // answer comes before registration is over.
   struct call_state {
-    std::mutex mutex;
-    bool sent = false;
-    bool registered = false;
-    std::optional<result<T>> early;  // an answer that came before registration was over
+    call_state(kernels::kernel_context& c, kernels::async_op_kernel::done_callback d, Finish f)
+        : ctx(&c), done(std::move(d)), finish(std::move(f)), token(c.cancellation().new_token()) {}
+    kernels::kernel_context* ctx;
+    kernels::async_op_kernel::done_callback done;
+    Finish finish;
+    kernels::cancellation_manager::token token;
+    bool registered = false;            // written before phase 0 -> 1
+    std::optional<result<T>> early;     // written before phase 0 -> 2
+    std::atomic<int> phase{0};          // 0: sending, 1: registered, 2: answered while sending
+    void complete(result<T> r) {
+      if (registered) ctx->cancellation().deregister(token);
+      finish(*ctx, std::move(r));
+      auto d = std::move(done);
+      d();
+    }
+    void complete_early() {
+      result<T> r = std::move(*early);
+      early.reset();
+      complete(std::move(r));
+    }
   };
-  kernels::cancellation_manager* cancellation = &ctx.cancellation();
-  const auto token = cancellation->new_token();
-  auto state = std::make_shared<call_state>();
-  auto complete = [&ctx, done = std::move(done), finish = std::move(finish)](result<T> r) {
-    finish(ctx, std::move(r));
-    done();
-  };
+  auto state = std::make_shared<call_state>(ctx, std::move(done), std::move(finish));
   send(reply<T>(
-      [state, cancellation, token, complete](result<T> r) {
-        bool registered = false;
-        {
-          std::lock_guard<std::mutex> lock(state->mutex);
-          if (!state->sent) {
-            state->early.emplace(std::move(r));
-            return;
-          }
-          registered = state->registered;
-        }
-        if (registered) cancellation->deregister(token);
-        complete(std::move(r));
+      [state](result<T> r) {
+        if (state->phase.load(std::memory_order_acquire) == 1) return state->complete(std::move(r));
+        state->early.emplace(std::move(r));
+        int sending = 0;
+        if (state->phase.compare_exchange_strong(sending, 2, std::memory_order_acq_rel)) return;  // theirs
+        state->complete_early();  // registration finished meanwhile
       },
       std::move(peer)));
-  const bool registered = cancellation->register_callback(token, withdraw);
-  if (!registered) withdraw();  // the step was already aborted
-  std::optional<result<T>> early;
-  {
-    std::lock_guard<std::mutex> lock(state->mutex);
-    state->sent = true;
-    state->registered = registered;
-    early.swap(state->early);
-  }
-  if (early) {
-    if (registered) cancellation->deregister(token);
-    complete(std::move(*early));
-  }
+  state->registered = ctx.cancellation().register_callback(state->token, withdraw);
+  if (!state->registered) withdraw();  // the step was already aborted
+  int sending = 0;
+  if (state->phase.compare_exchange_strong(sending, 1, std::memory_order_acq_rel)) return;
+  state->complete_early();  // answered while we were sending and registering
 }
 
 // A `finish` for requests answered with tensors: they become the node's outputs, in

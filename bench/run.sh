@@ -190,6 +190,11 @@ log "Figure 6: ${figure6_args[*]}"
 "$bin/bench_figure6" "${figure6_args[@]}" >"$out/figure6.json" 2>"$out/logs/figure6.log" \
   || { log "  bench_figure6 FAILED (log: $out/logs/figure6.log)"; failures=$((failures + 1)); }
 
+# --- 5b. Graph set-up at scale (issue 13: <= 1.5 s and <= 150 MB for 100,000 nodes) ---
+log "graph set-up: 100,000 Neg nodes"
+"$bin/bench_graph_setup" --nodes=100000 >"$out/graph_setup.json" 2>"$out/logs/graph_setup.log" \
+  || { log "  bench_graph_setup FAILED (log: $out/logs/graph_setup.log)"; failures=$((failures + 1)); }
+
 # --- 6. Report ---
 "$python" - "$out/machine.json" "$(cut -d' ' -f1-3 /proc/loadavg)" <<'EOF'
 import json, sys

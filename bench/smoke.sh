@@ -48,6 +48,11 @@ echo "== bench_figure6"
 "$bin/bench_figure6" --workers=1,3 --ps=4 --seconds=0.05 --warmup=0.01 --embedding_mb=1 \
   >"$out/figure6.json" 2>"$out/figure6.log" || { cat "$out/figure6.log" >&2; exit 1; }
 
+echo "== bench_graph_setup"
+"$bin/bench_graph_setup" --nodes=1000 >"$out/graph_setup.json" 2>"$out/graph_setup.log" \
+  || { cat "$out/graph_setup.log" >&2; exit 1; }
+grep -q '"total_s"' "$out/graph_setup.json" || { echo "smoke: bench_graph_setup wrote no total" >&2; exit 1; }
+
 # The report builder reads what the programs wrote (no peers here; plots only when
 # matplotlib is installed).
 if command -v python3 >/dev/null; then

@@ -166,6 +166,9 @@ class op_kernel {
   // to actors), element-wise kernels elementwise_ns() with their measured cost per
   // element.
   virtual double estimated_ns(std::span<const tensor> inputs) const { return k_expensive_ns; }
+  // True when estimated_ns looks at its inputs; false lets the executor ask once, when it
+  // prepares the node, and keep the answer beside the node (no call per step).
+  virtual bool estimate_depends_on_inputs() const { return false; }
   static constexpr double k_inline_ns = 20000;
   static constexpr double k_expensive_ns = 1e18;
 

@@ -324,6 +324,7 @@ class cwise_kernel : public op_kernel {
   double estimated_ns(std::span<const tensor> inputs) const override {
     return elementwise_ns(inputs, ns_per_element_);
   }
+  bool estimate_depends_on_inputs() const override { return true; }
 
  private:
   double ns_per_element_;

@@ -257,6 +257,7 @@ class cwise_kernel : public op_kernel {
   double estimated_ns(std::span<const tensor> inputs) const override {
     return elementwise_ns(inputs, k_cwise_ns_per_element);
   }
+  bool estimate_depends_on_inputs() const override { return true; }
 };
 
 template <class T, class Op>
