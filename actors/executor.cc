@@ -259,6 +259,10 @@ status executable::check_feeds(const std::vector<tensor>& feeds) const {
 constexpr double k_inline_budget_off_pool_ns = 1e6;
 constexpr double k_executor_ns_per_node = 200;
 
+// True on a thread inside run_and_wait(): it blocks for the step anyway and is no actor's
+// thread, so like a compute thread it runs its inline work without a budget.
+thread_local bool t_caller_waits = false;
+
 struct executor_access {
   using plan = executable::plan;
   using step = executable::step;
@@ -319,11 +323,16 @@ struct executor_access {
         s->fetches[static_cast<std::size_t>(fetch)] = outputs[output];
       }
     }
+    // Nodes this one makes ready; they take over its count in `outstanding`, so a chain
+    // costs no atomic operation on it. A consumer with one producer needs no atomic
+    // decrement either: this is its only producer.
+    int released = 0;
+    std::vector<int> expensive;
     if (!s->aborted.load(std::memory_order_acquire)) {
-      std::vector<int> expensive;
       auto release = [&](int consumer) {
-        if (s->pending[consumer].fetch_sub(1, std::memory_order_acq_rel) == 1) {
-          s->outstanding.fetch_add(1, std::memory_order_relaxed);
+        if (p.nodes[static_cast<std::size_t>(consumer)].initial_pending == 1 ||
+            s->pending[consumer].fetch_sub(1, std::memory_order_acq_rel) == 1) {
+          ++released;
           if (is_cheap(s, consumer)) inline_ready.push_back(consumer);
           else expensive.push_back(consumer);
         }
@@ -341,19 +350,24 @@ struct executor_access {
         release(edge.consumer);
       }
       for (int c : plan::of(p.control_out, n.control_out)) release(c);
-      // Keep one expensive node for this thread when it has nothing else to do, unless
-      // this is not a compute thread (an asynchronous kernel finishing on an actor's
-      // thread): compute never runs there.
-      if (!expensive.empty() && inline_ready.empty() && s->pool->in_pool()) {
-        inline_ready.push_back(expensive.back());
-        expensive.pop_back();
-      }
-      for (int e : expensive) {
-        s->pool->schedule([s, e] { process(s, {e}); });
-      }
     }
     for (int o = 0; o < n.num_outputs; ++o) outputs[o] = tensor();
-    if (s->outstanding.fetch_sub(1, std::memory_order_acq_rel) == 1) finish_step(s);
+    if (released == 0) {
+      if (s->outstanding.fetch_sub(1, std::memory_order_acq_rel) == 1) finish_step(s);
+      return;
+    }
+    // Counted before any of them can run on another thread and finish.
+    if (released > 1) s->outstanding.fetch_add(released - 1, std::memory_order_relaxed);
+    // Keep one expensive node for this thread when it has nothing else to do, unless
+    // this is not a compute thread (an asynchronous kernel finishing on an actor's
+    // thread): compute never runs there.
+    if (!expensive.empty() && inline_ready.empty() && s->pool->in_pool()) {
+      inline_ready.push_back(expensive.back());
+      expensive.pop_back();
+    }
+    for (int e : expensive) {
+      s->pool->schedule([s, e] { process(s, {e}); });
+    }
   }
 
   static void trace(const std::shared_ptr<step>& s, int index, step_tracer::clock::time_point start) {
@@ -377,7 +391,7 @@ struct executor_access {
   // k_inline_budget_off_pool_ns of estimated work, then the rest goes to the pool.
   static void process(const std::shared_ptr<step>& s, std::vector<int> ready) {
     const plan& p = *s->exec->plan_;
-    const bool off_pool = !s->pool->in_pool();
+    const bool off_pool = !t_caller_waits && !s->pool->in_pool();
     double budget_ns = k_inline_budget_off_pool_ns;
     std::vector<tensor> scratch;  // a synchronous node's outputs, until complete() hands them on
     account_scope memory(s->memory);
@@ -488,7 +502,13 @@ result<std::vector<tensor>> executable::run_and_wait(std::int64_t step_id, std::
   TROUPE_RETURN_IF_ERROR(check_feeds(feeds));
   std::promise<result<std::vector<tensor>>> promise;
   auto future = promise.get_future();
-  run(step_id, std::move(feeds), pool, [&promise](result<std::vector<tensor>> r) { promise.set_value(std::move(r)); });
+  {
+    struct waiting_caller {
+      waiting_caller() { t_caller_waits = true; }
+      ~waiting_caller() { t_caller_waits = false; }
+    } scope;
+    run(step_id, std::move(feeds), pool, [&promise](result<std::vector<tensor>> r) { promise.set_value(std::move(r)); });
+  }
   return future.get();
 }
 

@@ -69,7 +69,8 @@ class executable {
            done_callback done, kernels::cancellation_manager* abort = nullptr) const;
 
   // Runs one step and waits for it (for tests, tools and benchmarks; never call it on an
-  // actor's thread).
+  // actor's thread). The calling thread runs cheap nodes inline without the budget of an
+  // actor's thread: it would only wait otherwise.
   result<std::vector<tensor>> run_and_wait(std::int64_t step_id, std::vector<tensor> feeds,
                                            compute_pool& pool) const;
 

@@ -72,6 +72,7 @@ namespace troupe::actors {
 namespace {
 
 using planned_atom = caf::atom_constant<caf::atom("planned")>;
+using deadline_atom = caf::atom_constant<caf::atom("deadline")>;
 using detail::partition_plan;
 using detail::placement_result;
 using detail::plan_outcome;
@@ -120,6 +121,7 @@ struct step_progress {
   int remaining = 0;
   status error;
   caf::response_promise promise;
+  caf::actor_clock::time_point deadline;  // of the devices' parts (step_timeout)
 };
 
 struct master_state {
@@ -156,6 +158,7 @@ struct master_state {
   std::uint64_t next_token = 1;
   // Steps started on the devices and not yet answered by all of them, by step id.
   std::map<std::int64_t, std::shared_ptr<step_progress>> running;
+  bool deadline_check_pending = false;  // a deadline_atom is on its way
   std::set<caf::actor_addr> monitored;  // devices
   std::shared_ptr<std::atomic<int>> num_prepared;
   static inline const char* name = "troupe-master";
@@ -321,6 +324,17 @@ void partition_answered(master_actor* self, std::int64_t step_id, std::size_t in
   else done->promise.deliver(to_caf_error(done->error));
 }
 
+// While steps run, a deadline_atom comes every eighth of the step timeout (1 ms to 1 s):
+// a part fails at most that long after its deadline.
+void arm_deadline_check(master_actor* self) {
+  auto& st = self->state;
+  if (st.deadline_check_pending || st.running.empty()) return;
+  st.deadline_check_pending = true;
+  const auto every = std::clamp<std::chrono::milliseconds>(st.options.step_timeout / 8, std::chrono::milliseconds(1),
+                                                           std::chrono::seconds(1));
+  self->delayed_send(self, every, deadline_atom::value);
+}
+
 void start_step(master_actor* self, std::shared_ptr<const prepared_step> prepared, std::vector<tensor> feed_values,
                 caf::response_promise promise) {
   auto& st = self->state;
@@ -336,23 +350,46 @@ void start_step(master_actor* self, std::shared_ptr<const prepared_step> prepare
   progress->prepared = prepared;
   const std::int64_t step_id = st.owner->next_step_id();
   st.running.emplace(step_id, progress);
+  const auto now = self->clock().now();
   const auto timeout = st.options.step_timeout;
+  progress->deadline = timeout >= caf::actor_clock::time_point::max() - now ? caf::actor_clock::time_point::max()
+                                                                            : now + timeout;
   for (std::size_t i = 0; i < prepared->partitions.size(); ++i) {
     const prepared_partition& part = prepared->partitions[i];
     std::vector<tensor> feeds;
     feeds.reserve(part.feeds.size());
     for (int f : part.feeds) feeds.push_back(feed_values[static_cast<std::size_t>(f)]);
-    self->request(part.device, timeout, run_atom::value, part.handle, step_id, std::move(feeds))
+    // No timeout on the request itself: one timer per request would cost two wake-ups
+    // of CAF's clock thread per partition and step; check_deadlines() enforces it.
+    self->request(part.device, caf::infinite, run_atom::value, part.handle, step_id, std::move(feeds))
         .then([self, step_id, i](std::vector<tensor>& fetched) { partition_answered(self, step_id, i, &fetched, status()); },
-              [self, step_id, i, timeout, device = part.device_name](caf::error& e) {
-                status s = e == caf::sec::request_timeout
-                               ? deadline_exceeded_error("step ", step_id, ": device ", device,
-                                                         " did not finish its part within the step timeout of ",
-                                                         timeout.count(), " ms (session_options::step_timeout)")
-                               : to_status(e);
-                partition_answered(self, step_id, i, nullptr, s);
-              });
+              [self, step_id, i](caf::error& e) { partition_answered(self, step_id, i, nullptr, to_status(e)); });
   }
+  arm_deadline_check(self);
+}
+
+// Fails the parts of running steps that are past their deadline with DEADLINE_EXCEEDED
+// naming the device (the first failure aborts the step everywhere), then checks again
+// later while steps run.
+void check_deadlines(master_actor* self) {
+  auto& st = self->state;
+  st.deadline_check_pending = false;
+  const auto now = self->clock().now();
+  std::vector<std::tuple<std::int64_t, std::size_t, std::string>> late;
+  for (const auto& [step_id, progress] : st.running) {
+    if (progress->deadline > now) continue;
+    for (std::size_t i = 0; i < progress->answered.size(); ++i) {
+      if (!progress->answered[i]) late.emplace_back(step_id, i, progress->prepared->partitions[i].device_name);
+    }
+  }
+  for (const auto& [step_id, index, device] : late) {
+    partition_answered(self, step_id, index, nullptr,
+                       deadline_exceeded_error("step ", step_id, ": device ", device,
+                                               " did not finish its part within the step timeout of ",
+                                               st.options.step_timeout.count(),
+                                               " ms (session_options::step_timeout)"));
+  }
+  arm_deadline_check(self);
 }
 
 // Fails every step waiting for signature `key`'s preparation.
@@ -564,6 +601,7 @@ caf::behavior master_behavior(master_actor* self, std::shared_ptr<const graph::g
         });
         return promise;
       },
+      [=](deadline_atom) { check_deadlines(self); },
       [=](planned_atom, plan_outcome& out) {
         auto& st = self->state;
         if (st.placed == nullptr && out.placed != nullptr) st.placed = out.placed;

@@ -59,7 +59,8 @@ struct session_options {
   // steps with UNAVAILABLE naming it at once, whatever the timeouts.
   //   prepare_timeout: building a new step signature's kernels on a device;
   //   step_timeout:    a device's part of one step (raise it for steps that wait on a
-  //                    queue longer than that).
+  //                    queue longer than that); enforced within an eighth of it
+  //                    (at least 1 ms, at most 1 s) after it passes.
   std::chrono::milliseconds prepare_timeout = std::chrono::minutes(5);
   std::chrono::milliseconds step_timeout = std::chrono::hours(1);
   // How many step signatures (feeds, fetches, targets) stay prepared on the devices; the
