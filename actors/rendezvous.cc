@@ -111,7 +111,7 @@ status rendezvous_table::send(std::int64_t step, const transfer_key_ptr& key, te
 
 void rendezvous_table::recv(std::int64_t step, const transfer_key_ptr& key, reply<tensor> r) {
   if (auto reason = closed_.find(step); reason != closed_.end()) {
-    r(reason->second);
+    r(reason->second.ok() ? ended_error(step) : reason->second);
     return;
   }
   auto [it, inserted] = entries_.try_emplace({step, key.get()});
@@ -155,10 +155,15 @@ void rendezvous_table::abort(std::int64_t step, const status& error) {
   for (auto& r : to_fail) r(error);
 }
 
+status rendezvous_table::ended_error(std::int64_t step) {
+  return aborted_error("step ", step, " has ended on this device");
+}
+
 void rendezvous_table::close(std::int64_t step) {
-  status ended = aborted_error("step ", step, " has ended on this device");
-  if (!has_entries(step)) return remember_closed(step, ended);  // the usual case: nothing left
-  abort(step, ended);
+  // The usual case, nothing left: remembered as ended (ok), the error built only if a
+  // late Recv asks.
+  if (!has_entries(step)) return remember_closed(step, status());
+  abort(step, ended_error(step));
 }
 
 int rendezvous_table::sweep(clock::time_point cutoff, const std::function<bool(std::int64_t)>& is_running) {

@@ -138,7 +138,8 @@ class rendezvous_table {
     reply<tensor> waiting;
   };
   using entry_map = std::unordered_map<entry_key, entry, entry_hash, entry_equal>;
-  void remember_closed(std::int64_t step, const status& reason);
+  void remember_closed(std::int64_t step, const status& reason);  // ok: ended normally
+  static status ended_error(std::int64_t step);
   tensor take(entry& e);
   entry_map::iterator erase(entry_map::iterator it);  // keeps per_step_ right
 
@@ -147,7 +148,8 @@ class rendezvous_table {
   std::vector<std::pair<std::int64_t, int>> per_step_;
   void count_entry(std::int64_t step, int delta);
   bool has_entries(std::int64_t step) const;
-  // Recently closed (ended or aborted) steps (bounded, oldest forgotten first) and why,
+  // Recently closed (ended or aborted) steps (bounded, oldest forgotten first) and why (ok
+  // for a step that ended),
   // so late messages for them are refused.
   std::unordered_map<std::int64_t, status> closed_;
   std::deque<std::int64_t> closed_order_;
