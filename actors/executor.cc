@@ -8,6 +8,7 @@
 #include <map>
 #include <mutex>
 #include <span>
+#include <utility>
 
 namespace troupe::actors {
 
@@ -504,8 +505,8 @@ result<std::vector<tensor>> executable::run_and_wait(std::int64_t step_id, std::
   auto future = promise.get_future();
   {
     struct waiting_caller {
-      waiting_caller() { t_caller_waits = true; }
-      ~waiting_caller() { t_caller_waits = false; }
+      bool before = std::exchange(t_caller_waits, true);
+      ~waiting_caller() { t_caller_waits = before; }
     } scope;
     run(step_id, std::move(feeds), pool, [&promise](result<std::vector<tensor>> r) { promise.set_value(std::move(r)); });
   }

@@ -352,8 +352,9 @@ void start_step(master_actor* self, std::shared_ptr<const prepared_step> prepare
   st.running.emplace(step_id, progress);
   const auto now = self->clock().now();
   const auto timeout = st.options.step_timeout;
-  progress->deadline = timeout >= caf::actor_clock::time_point::max() - now ? caf::actor_clock::time_point::max()
-                                                                            : now + timeout;
+  // Compared in milliseconds: a timeout of milliseconds::max() would overflow nanoseconds.
+  const auto room = std::chrono::duration_cast<std::chrono::milliseconds>(caf::actor_clock::time_point::max() - now);
+  progress->deadline = timeout >= room ? caf::actor_clock::time_point::max() : now + timeout;
   for (std::size_t i = 0; i < prepared->partitions.size(); ++i) {
     const prepared_partition& part = prepared->partitions[i];
     std::vector<tensor> feeds;

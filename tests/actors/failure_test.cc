@@ -402,6 +402,24 @@ TEST_CASE("a device part over the step timeout fails the step and withdraws what
   CHECK(next->at(0).scalar_value<float>() == -5.0f);
 }
 
+TEST_CASE("a step timeout of milliseconds::max() never expires", "[actors][failure]") {
+  auto cluster = ps_worker_cluster(1, 1);
+  auto o = on(cluster);
+  o.step_timeout = std::chrono::milliseconds::max();
+  auto s = make_session(parked_on_ps_graph(), o);
+  // Parked past the master's deadline checks (once a second at most), then fed.
+  auto parked = std::make_shared<std::promise<result<std::vector<tensor>>>>();
+  auto answer = parked->get_future();
+  s->run_async({}, {"y"}, {}, [parked](result<std::vector<tensor>> r) { parked->set_value(std::move(r)); });
+  REQUIRE(answer.wait_for(1500ms) == std::future_status::timeout);
+  REQUIRE(s->run({{"x", tensor::scalar(3.0f)}}, {}, {"enqueue"}).ok());
+  REQUIRE(answer.wait_for(10s) == std::future_status::ready);
+  auto r = answer.get();
+  INFO((r.ok() ? std::string("ok") : r.error().to_string()));
+  REQUIRE(r.ok());
+  CHECK(r->at(0).scalar_value<float>() == -3.0f);
+}
+
 TEST_CASE("a session opened and closed 1000 times leaves no partition and no memory behind", "[actors][failure]") {
   auto cluster = ps_worker_cluster(1, 1);
   auto root = graph::scope::new_root();
