@@ -33,4 +33,15 @@ inline void check_graph_def(const tf::GraphDef& def) {
   }
 }
 
+// One fuzzer input after parsing: a parse error must name `source` (as "source:..."),
+// a parsed GraphDef goes through check_graph_def. Returns libFuzzer's 0.
+inline int check_parsed_graph_def(const result<tf::GraphDef>& def, std::string_view source, std::string_view what) {
+  if (!def.ok()) {
+    require(starts_with(def.error().message(), std::string(source) + ":"), what, def.error().message());
+    return 0;
+  }
+  check_graph_def(*def);
+  return 0;
+}
+
 }  // namespace troupe::fuzz

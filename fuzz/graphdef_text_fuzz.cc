@@ -15,12 +15,6 @@ extern "C" int LLVMFuzzerInitialize(int*, char***) {
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   using namespace troupe;
   std::string text(reinterpret_cast<const char*>(data), size);
-  auto def = graph::parse_graph_def_text(text, "fuzz.pbtxt");
-  if (!def.ok()) {
-    fuzz::require(fuzz::starts_with(def.error().message(), "fuzz.pbtxt:"),
-                  "a text parse error that does not name the file", def.error().message());
-    return 0;
-  }
-  fuzz::check_graph_def(*def);
-  return 0;
+  return fuzz::check_parsed_graph_def(graph::parse_graph_def_text(text, "fuzz.pbtxt"), "fuzz.pbtxt",
+                                       "a text parse error that does not name the file");
 }
