@@ -58,7 +58,6 @@ struct device_state {
     caf::actor_addr owner;
   };
   std::map<std::uint64_t, running_step> running;
-  std::multiset<std::int64_t> running_ids;
   std::unique_ptr<rendezvous_table> rendezvous;
   bool sweep_pending = false;
   std::uint64_t next_handle = 1;
@@ -109,7 +108,6 @@ caf::behavior device_behavior(device_actor* self, device_options options) {
     const std::int64_t step_id = it->second.step_id;
     it->second.promise.deliver(std::move(outcome));
     st.running.erase(it);
-    st.running_ids.erase(st.running_ids.find(step_id));
     st.rendezvous->close(step_id);
   };
   self->set_down_handler([self](caf::down_msg& msg) {
@@ -202,7 +200,6 @@ caf::behavior device_behavior(device_actor* self, device_options options) {
         auto promise = self->make_response_promise<std::vector<tensor>>();
         auto cancel = std::make_shared<kernels::cancellation_manager>();
         st.running.emplace(request, device_state::running_step{step_id, promise, cancel, owner_of_request()});
-        st.running_ids.insert(step_id);
         caf::actor me = caf::actor_cast<caf::actor>(self);
         // The completion keeps the partition alive: the actor may exit (and drop its
         // partitions) while a step still waits in an asynchronous kernel.
@@ -241,7 +238,9 @@ caf::behavior device_behavior(device_actor* self, device_options options) {
       [=](sweep_atom) {
         auto& st = self->state;
         const auto now = rendezvous_table::clock::now();
-        st.rendezvous->sweep(now - k_orphan_age, [&](std::int64_t id) { return st.running_ids.count(id) > 0; });
+        std::set<std::int64_t> running_ids;  // once per sweep, not kept up to date per step
+        for (const auto& [request, step] : st.running) running_ids.insert(step.step_id);
+        st.rendezvous->sweep(now - k_orphan_age, [&](std::int64_t id) { return running_ids.count(id) > 0; });
         st.sweep_pending = st.rendezvous->num_waiting() > 0;
         if (st.sweep_pending) self->delayed_send(self, k_sweep_every, sweep_atom::value);
       },
