@@ -415,6 +415,17 @@ void remember(master_actor* self, const std::string& key, std::shared_ptr<const 
   }
 }
 
+// Signature `it`'s preparation is over and good: it is kept, and the steps waiting for
+// it start.
+void finish_preparation(master_actor* self, std::map<std::string, master_state::preparation>::iterator it) {
+  const std::string key = it->first;
+  auto waiting = std::move(it->second.waiting);
+  std::shared_ptr<const prepared_step> step = std::move(it->second.step);
+  self->state.preparing.erase(it);
+  remember(self, key, step);
+  for (auto& w : waiting) start_step(self, step, std::move(w.feeds), std::move(w.promise));
+}
+
 // Records partition `index`'s registration (`handle`, or `error` when not ok) for
 // signature `key`; once every device has answered, starts the steps waiting for it, or
 // fails them (and what was registered is unregistered with the prepared step). Later
@@ -435,11 +446,7 @@ void partition_prepared(master_actor* self, const std::string& key, std::uint64_
   }
   if (--prep.remaining > 0) return;
   if (!prep.error.ok()) return fail_waiting(self, key, status(prep.error));  // a copy: the entry goes
-  auto waiting = std::move(prep.waiting);
-  std::shared_ptr<const prepared_step> step = std::move(prep.step);
-  self->state.preparing.erase(it);
-  remember(self, key, step);
-  for (auto& w : waiting) start_step(self, step, std::move(w.feeds), std::move(w.promise));
+  finish_preparation(self, it);
 }
 
 // Registers each planned partition with its device (partition_prepared collects the
@@ -454,14 +461,7 @@ void prepare_on_devices(master_actor* self, const std::string& key, std::vector<
   prep.token = self->state.next_token++;
   prep.answered.assign(plans.size(), false);
   prep.remaining = static_cast<int>(plans.size());
-  if (plans.empty()) {  // nothing to run anywhere (no feeds, fetches or targets)
-    auto waiting = std::move(prep.waiting);
-    std::shared_ptr<const prepared_step> step = std::move(prep.step);
-    self->state.preparing.erase(it);
-    remember(self, key, step);
-    for (auto& w : waiting) start_step(self, step, std::move(w.feeds), std::move(w.promise));
-    return;
-  }
+  if (plans.empty()) return finish_preparation(self, it);  // nothing to run anywhere (no feeds, fetches or targets)
   const std::uint64_t token = prep.token;
   const auto timeout = self->state.options.prepare_timeout;
   for (std::size_t i = 0; i < plans.size(); ++i) {
