@@ -10,10 +10,12 @@
 // result<T> holds either a T or a non-ok status. Thread safety: as a std::string.
 #pragma once
 
+#include <charconv>
 #include <memory>
 #include <sstream>
 #include <string>
 #include <string_view>
+#include <type_traits>
 #include <utility>
 #include <variant>
 
@@ -41,12 +43,45 @@ enum class code : int {
 
 std::string_view code_name(code c);
 
-// Concatenates anything that has an operator<< into a string.
+namespace detail {
+// Strings, characters and integers (bool included) are appended directly, as a stream
+// would write them without manipulators.
+template <class T>
+constexpr bool appends_directly = std::is_convertible_v<const T&, std::string_view> || std::is_integral_v<T>;
+
+template <class T>
+void str_append(std::string& out, const T& value) {
+  if constexpr (std::is_pointer_v<T> && std::is_convertible_v<T, const char*>) {
+    if (value != nullptr) out.append(value);
+  } else if constexpr (std::is_convertible_v<const T&, std::string_view>) {
+    out.append(std::string_view(value));
+  } else if constexpr (std::is_same_v<T, char> || std::is_same_v<T, signed char> ||
+                       std::is_same_v<T, unsigned char>) {
+    out.push_back(static_cast<char>(value));
+  } else if constexpr (std::is_same_v<T, bool>) {
+    out.push_back(value ? '1' : '0');
+  } else {
+    char digits[24];
+    const auto end = std::to_chars(digits, digits + sizeof(digits), value).ptr;
+    out.append(digits, end);
+  }
+}
+}  // namespace detail
+
+// Concatenates anything that has an operator<< into a string, as one stream would write
+// it (manipulators such as std::hex apply to what follows). Strings, characters and
+// integers alone skip the stream and its locale.
 template <class... Args>
 std::string str_cat(const Args&... args) {
-  std::ostringstream out;
-  (out << ... << args);
-  return out.str();
+  if constexpr ((detail::appends_directly<Args> && ...)) {
+    std::string out;
+    (detail::str_append(out, args), ...);
+    return out;
+  } else {
+    std::ostringstream out;
+    (out << ... << args);
+    return out.str();
+  }
 }
 
 class [[nodiscard]] status {

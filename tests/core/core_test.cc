@@ -3,6 +3,8 @@
 
 #include <atomic>
 #include <cstdio>
+#include <limits>
+#include <sstream>
 #include <set>
 #include <thread>
 
@@ -26,6 +28,22 @@ TEST_CASE("status carries a code and a message; ok is cheap", "[core]") {
   CHECK(s.with_context("loading g.pb").message() == "loading g.pb: node 'x' has 3 inputs");
   status copy = s;
   CHECK(copy == s);
+}
+
+TEST_CASE("str_cat writes every argument as a stream would", "[core]") {
+  const std::string text = "text";
+  const char* null_text = nullptr;
+  const std::string_view view = "view";
+  std::ostringstream reference;
+  reference << "a" << text << view << 'c' << static_cast<signed char>('s') << true << false << -42
+            << 0 << std::numeric_limits<int64_t>::min() << std::numeric_limits<uint64_t>::max()
+            << static_cast<short>(-7) << 1.5 << 0.1f << 1e300;
+  CHECK(str_cat("a", text, view, 'c', static_cast<signed char>('s'), true, false, -42, 0,
+                std::numeric_limits<int64_t>::min(), std::numeric_limits<uint64_t>::max(),
+                static_cast<short>(-7), 1.5, 0.1f, 1e300) == reference.str());
+  CHECK(str_cat("x", null_text, "y") == "xy");
+  CHECK(str_cat("0x", std::hex, 255, std::dec, " ", 255) == "0xff 255");
+  CHECK(str_cat() == "");
 }
 
 TEST_CASE("result holds a value or an error", "[core]") {
