@@ -28,26 +28,6 @@ result<tensor_name> parse_tensor_name(std::string_view text) {
   return out;
 }
 
-namespace {
-
-// `nd` with its attributes held only as a map. Protobuf's text parser fills a map field as
-// a list of entries, and the first access as a map builds the map beside the list and
-// keeps both: about 150 bytes a node that a graph of 10^5 nodes would carry for nothing.
-std::unique_ptr<tf::NodeDef> with_attr_map_only(std::unique_ptr<tf::NodeDef> nd) {
-  auto fresh = std::make_unique<tf::NodeDef>();
-  fresh->mutable_name()->swap(*nd->mutable_name());
-  fresh->mutable_op()->swap(*nd->mutable_op());
-  fresh->mutable_device()->swap(*nd->mutable_device());
-  fresh->mutable_input()->Swap(nd->mutable_input());
-  if (nd->has_experimental_debug_info()) fresh->mutable_experimental_debug_info()->Swap(nd->mutable_experimental_debug_info());
-  fresh->GetReflection()->MutableUnknownFields(fresh.get())->Swap(nd->GetReflection()->MutableUnknownFields(nd.get()));
-  auto& attrs = *fresh->mutable_attr();
-  for (const auto& [name, value] : nd->attr()) attrs[name] = value;
-  return fresh;
-}
-
-}  // namespace
-
 status graph::prepare(node& n) const {
   tf::NodeDef& def = n.def;
   if (def.name().empty()) return invalid_argument_error("a node of op '", def.op(), "' has no name");
@@ -174,7 +154,7 @@ result<graph> graph::from_graph_def(tf::GraphDef def, const op_registry& ops) {
   std::vector<tf::NodeDef*> defs(static_cast<std::size_t>(count));
   def.mutable_node()->ExtractSubrange(0, count, defs.data());
   for (tf::NodeDef* nd : defs) {
-    g.nodes_.push_back(std::make_unique<node>(with_attr_map_only(std::unique_ptr<tf::NodeDef>(nd))));
+    g.nodes_.push_back(std::make_unique<node>(std::unique_ptr<tf::NodeDef>(nd)));
   }
   g.by_name_.reserve(static_cast<std::size_t>(count));
   // 1. Names and schemas.

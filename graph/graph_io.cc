@@ -1,24 +1,12 @@
 #include "graph/graph_io.h"
 
-#include <google/protobuf/io/tokenizer.h>
 #include <google/protobuf/text_format.h>
 
 #include "core/file.h"
+#include "graph/text_format.h"
 
 namespace troupe::graph {
 namespace {
-
-class error_collector final : public google::protobuf::io::ErrorCollector {
- public:
-  void AddError(int line, int column, const std::string& message) override {
-    if (first_.empty()) first_ = str_cat(line + 1, ":", column + 1, ": ", message);
-  }
-  void AddWarning(int, int, const std::string&) override {}
-  const std::string& first() const { return first_; }
-
- private:
-  std::string first_;
-};
 
 bool ends_with(const std::string& s, const std::string& suffix) {
   return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
@@ -28,14 +16,8 @@ bool ends_with(const std::string& s, const std::string& suffix) {
 
 result<tf::GraphDef> parse_graph_def_text(const std::string& text, const std::string& what) {
   tf::GraphDef def;
-  google::protobuf::TextFormat::Parser parser;
-  error_collector errors;
-  parser.RecordErrorsTo(&errors);
-  parser.AllowUnknownField(true);
-  parser.AllowUnknownExtension(true);
-  if (!parser.ParseFromString(text, &def)) {
-    return invalid_argument_error(what, ":", errors.first().empty() ? " malformed text" : errors.first());
-  }
+  const status parsed = parse_text_message(text, &def);
+  if (!parsed.ok()) return invalid_argument_error(what, ":", parsed.message());
   return def;
 }
 

@@ -1,7 +1,8 @@
 // Reading and writing GraphDefs in TensorFlow's two forms: binary protobuf (`.pb`) and
-// protobuf text format (`.pbtxt`). Unknown fields are skipped (kept in binary form), so
-// a GraphDef written by TensorFlow loads whatever fields a newer TensorFlow adds. A
-// malformed text file is reported with its line and column.
+// protobuf text format (`.pbtxt`, read by graph/text_format.h, written by protobuf).
+// Unknown fields are skipped (kept in binary form), so a GraphDef written by TensorFlow
+// loads whatever fields a newer TensorFlow adds. A malformed text file is reported with
+// its line and column.
 #pragma once
 
 #include <string>
