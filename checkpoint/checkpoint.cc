@@ -1,0 +1,591 @@
+#include "checkpoint/checkpoint.h"
+
+#include <google/protobuf/util/json_util.h>
+#include <zlib.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstring>
+#include <map>
+
+#include "checkpoint/hdf5.h"
+#include "checkpoint/manifest.pb.h"
+#include "core/memory.h"
+
+namespace troupe::checkpoint {
+namespace {
+
+using hdf5::handle;
+
+constexpr const char* k_format = "troupe-checkpoint";
+constexpr std::int64_t k_format_version = 1;
+constexpr const char* k_manifest = "manifest.json";
+constexpr std::size_t k_chunk_bytes = 4 << 20;  // target size of a checksummed chunk
+
+std::uint32_t crc32_of(const void* data, std::size_t bytes) {
+  uLong crc = crc32(0L, Z_NULL, 0);
+  const auto* p = static_cast<const Bytef*>(data);
+  while (bytes > 0) {
+    const uInt n = static_cast<uInt>(std::min<std::size_t>(bytes, 1u << 30));
+    crc = crc32(crc, p, n);
+    p += n;
+    bytes -= n;
+  }
+  return static_cast<std::uint32_t>(crc);
+}
+
+std::string file_name_of(std::int64_t step) { return str_cat("ckpt-", step, ".h5"); }
+
+// A variable name is a path below variables/: non-empty parts separated by single '/'.
+status check_name(const std::string& name, std::string_view kind) {
+  if (name.empty()) return invalid_argument_error("a ", kind, " has an empty name");
+  std::size_t begin = 0;
+  while (begin <= name.size()) {
+    const std::size_t end = std::min(name.find('/', begin), name.size());
+    const std::string_view part(name.data() + begin, end - begin);
+    if (part.empty() || part == "." || part == "..") {
+      return invalid_argument_error(kind, " name '", name, "' is not a path of names separated by single '/'");
+    }
+    begin = end + 1;
+  }
+  return status();
+}
+
+std::vector<hsize_t> hsize_dims(const std::vector<std::int64_t>& dims) {
+  return std::vector<hsize_t>(dims.begin(), dims.end());
+}
+
+// Chunk dimensions of about k_chunk_bytes: whole inner dimensions, part of one, ones before.
+std::vector<hsize_t> chunk_dims(const tensor_shape& shape, std::size_t element_size) {
+  const int rank = shape.rank();
+  std::vector<hsize_t> chunk(static_cast<std::size_t>(rank), 1);
+  const std::int64_t target = std::max<std::int64_t>(1, static_cast<std::int64_t>(k_chunk_bytes / element_size));
+  std::int64_t inner = 1;
+  for (int i = rank - 1; i >= 0; --i) {
+    const std::int64_t d = shape.dim(i);
+    if (inner * d <= target) {
+      chunk[static_cast<std::size_t>(i)] = static_cast<hsize_t>(d);
+      inner *= d;
+    } else {
+      chunk[static_cast<std::size_t>(i)] = static_cast<hsize_t>(std::max<std::int64_t>(1, target / inner));
+      break;
+    }
+  }
+  return chunk;
+}
+
+// The slices of `v` tile its shape: each inside it, of its dtype, none overlapping, and
+// their elements add up to the whole.
+status check_slices(const variable& v) {
+  if (v.slices.empty()) return invalid_argument_error("variable '", v.name, "' has no slices to save");
+  const int rank = v.shape.rank();
+  std::int64_t covered = 0;
+  for (std::size_t i = 0; i < v.slices.size(); ++i) {
+    const slice& s = v.slices[i];
+    if (!s.value.initialized() || s.value.type() != v.type) {
+      return invalid_argument_error("variable '", v.name, "' slice ", i, " is not a ", dtype_name(v.type), " tensor");
+    }
+    if (static_cast<int>(s.start.size()) != rank || s.value.rank() != rank) {
+      return invalid_argument_error("variable '", v.name, "' slice ", i, " has rank ", s.value.rank(), " (start ",
+                                    s.start.size(), ") but the variable has rank ", rank);
+    }
+    for (int d = 0; d < rank; ++d) {
+      const std::int64_t begin = s.start[static_cast<std::size_t>(d)];
+      if (begin < 0 || begin + s.value.dim(d) > v.shape.dim(d)) {
+        return invalid_argument_error("variable '", v.name, "' slice ", i, " at dimension ", d, " covers [", begin,
+                                      ", ", begin + s.value.dim(d), ") outside its shape ", v.shape.to_string());
+      }
+    }
+    for (std::size_t j = 0; j < i; ++j) {
+      const slice& o = v.slices[j];
+      bool overlap = s.value.num_elements() > 0 && o.value.num_elements() > 0;
+      for (int d = 0; d < rank && overlap; ++d) {
+        const std::int64_t a = s.start[static_cast<std::size_t>(d)], b = o.start[static_cast<std::size_t>(d)];
+        overlap = a < b + o.value.dim(d) && b < a + s.value.dim(d);
+      }
+      if (overlap) return invalid_argument_error("variable '", v.name, "' slices ", j, " and ", i, " overlap");
+    }
+    covered += s.value.num_elements();
+  }
+  if (covered != v.shape.num_elements()) {
+    return invalid_argument_error("variable '", v.name, "' slices cover ", covered, " of its ",
+                                  v.shape.num_elements(), " elements");
+  }
+  return status();
+}
+
+// Writes one dataset (`path`, e.g. "variables/dense/kernel") of `shape` from `slices`.
+status write_dataset(hid_t file, const std::string& path, dtype type, const tensor_shape& shape,
+                     const std::vector<slice>& slices, std::int64_t global_step) {
+  auto type_or = hdf5::type_of(type);
+  if (!type_or.ok()) return type_or.error();
+  const handle h5type = std::move(*type_or);
+  const int rank = shape.rank();
+  const auto dims = hsize_dims(shape.dims());
+  handle space(rank == 0 ? H5Screate(H5S_SCALAR) : H5Screate_simple(rank, dims.data(), nullptr));
+  handle link_props(H5Pcreate(H5P_LINK_CREATE));
+  H5Pset_create_intermediate_group(link_props.get(), 1);
+  handle create_props(H5Pcreate(H5P_DATASET_CREATE));
+  // Data of rank >= 1 is chunked and Fletcher32-checksummed; a scalar (or an empty array)
+  // cannot be chunked and carries a CRC-32 attribute instead.
+  const bool chunked = rank > 0 && shape.num_elements() > 0;
+  if (chunked) {
+    const auto chunk = chunk_dims(shape, dtype_size(type));
+    H5Pset_chunk(create_props.get(), rank, chunk.data());
+    H5Pset_fletcher32(create_props.get());
+  }
+  handle access_props(H5Pcreate(H5P_DATASET_ACCESS));
+  // Slices need not align with chunks: keep partly written chunks in the cache.
+  H5Pset_chunk_cache(access_props.get(), 12421, 64 << 20, 1.0);
+  auto dataset_or = hdf5::check(H5Dcreate2(file, path.c_str(), h5type.get(), space.get(), link_props.get(),
+                                           create_props.get(), access_props.get()),
+                                code::invalid_argument, str_cat("creating dataset ", path));
+  if (!dataset_or.ok()) return dataset_or.error();
+  const handle dataset = std::move(*dataset_or);
+  std::vector<std::int64_t> saved;
+  for (const slice& s : slices) {
+    saved.insert(saved.end(), s.start.begin(), s.start.end());
+    saved.insert(saved.end(), s.value.shape().dims().begin(), s.value.shape().dims().end());
+    if (s.value.num_elements() == 0) continue;
+    handle file_space(H5Dget_space(dataset.get()));
+    handle memory_space;
+    if (rank == 0) {
+      memory_space = handle(H5Screate(H5S_SCALAR));
+    } else {
+      const auto start = hsize_dims(s.start);
+      const auto count = hsize_dims(s.value.shape().dims());
+      H5Sselect_hyperslab(file_space.get(), H5S_SELECT_SET, start.data(), nullptr, count.data(), nullptr);
+      memory_space = handle(H5Screate_simple(rank, count.data(), nullptr));
+    }
+    TROUPE_RETURN_IF_ERROR(hdf5::check(H5Dwrite(dataset.get(), h5type.get(), memory_space.get(), file_space.get(),
+                                                H5P_DEFAULT, s.value.raw_data()),
+                                       code::data_loss, str_cat("writing dataset ", path)));
+  }
+  const hid_t d = dataset.get();
+  TROUPE_RETURN_IF_ERROR(hdf5::write_string_attribute(d, "dtype", std::string(dtype_name(type))));
+  TROUPE_RETURN_IF_ERROR(hdf5::write_int64_array_attribute(d, "shape", shape.dims()));
+  TROUPE_RETURN_IF_ERROR(hdf5::write_int64_attribute(d, "global_step", global_step));
+  TROUPE_RETURN_IF_ERROR(hdf5::write_int64_matrix_attribute(d, "saved_slices", saved,
+                                                            static_cast<std::int64_t>(slices.size()), 2 * rank));
+  if (!chunked) {
+    const void* data = slices.size() == 1 ? slices[0].value.raw_data() : nullptr;
+    const std::size_t bytes = static_cast<std::size_t>(shape.num_elements()) * dtype_size(type);
+    TROUPE_RETURN_IF_ERROR(hdf5::write_uint32_attribute(d, "crc32", crc32_of(data, data != nullptr ? bytes : 0)));
+  }
+  return status();
+}
+
+}  // namespace
+
+result<std::string> encode(const snapshot& s) {
+  hdf5::quiet();
+  std::map<std::string, int> names;
+  for (const variable& v : s.variables) {
+    TROUPE_RETURN_IF_ERROR(check_name(v.name, "variable"));
+    if (!names.emplace(v.name, 0).second) return invalid_argument_error("variable '", v.name, "' is saved twice");
+    TROUPE_RETURN_IF_ERROR(check_slices(v));
+  }
+  for (const auto& [name, value] : s.state) {
+    TROUPE_RETURN_IF_ERROR(check_name(name, "state"));
+    if (!names.emplace("state/" + name, 0).second) return invalid_argument_error("state '", name, "' is saved twice");
+    if (!value.initialized()) return invalid_argument_error("state '", name, "' has no value");
+  }
+  // The file is built in memory (the core driver, nothing on disk) and written by save.
+  handle access(H5Pcreate(H5P_FILE_ACCESS));
+  H5Pset_fapl_core(access.get(), 64 << 20, 0);
+  static std::atomic<std::uint64_t> counter{0};
+  const std::string image_name = str_cat("troupe-checkpoint-image-", counter.fetch_add(1));
+  auto file_or = hdf5::check(H5Fcreate(image_name.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, access.get()),
+                             code::internal, "creating a checkpoint in memory");
+  if (!file_or.ok()) return file_or.error();
+  handle file = std::move(*file_or);
+  TROUPE_RETURN_IF_ERROR(hdf5::write_string_attribute(file.get(), "format", k_format));
+  TROUPE_RETURN_IF_ERROR(hdf5::write_int64_attribute(file.get(), "format_version", k_format_version));
+  TROUPE_RETURN_IF_ERROR(hdf5::write_int64_attribute(file.get(), "global_step", s.global_step));
+  // Groups exist even when empty, so that h5py finds "variables" and "state".
+  handle group_variables(H5Gcreate2(file.get(), "variables", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT));
+  handle group_state(H5Gcreate2(file.get(), "state", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT));
+  try {
+    for (const variable& v : s.variables) {
+      status written = write_dataset(file.get(), "variables/" + v.name, v.type, v.shape, v.slices, s.global_step);
+      if (!written.ok()) return written.with_context(str_cat("variable '", v.name, "'"));
+    }
+    for (const auto& [name, value] : s.state) {
+      status written = write_dataset(file.get(), "state/" + name, value.type(), value.shape(),
+                                     {slice{std::vector<std::int64_t>(static_cast<std::size_t>(value.rank()), 0), value}},
+                                     s.global_step);
+      if (!written.ok()) return written.with_context(str_cat("state '", name, "'"));
+    }
+    TROUPE_RETURN_IF_ERROR(hdf5::check(H5Fflush(file.get(), H5F_SCOPE_GLOBAL), code::internal, "flushing the checkpoint"));
+    const ssize_t size = H5Fget_file_image(file.get(), nullptr, 0);
+    if (size < 0) return internal_error("sizing the checkpoint image: ", hdf5::last_error());
+    std::string bytes(static_cast<std::size_t>(size), '\0');
+    if (H5Fget_file_image(file.get(), bytes.data(), bytes.size()) != size) {
+      return internal_error("copying the checkpoint image: ", hdf5::last_error());
+    }
+    return bytes;
+  } catch (const std::bad_alloc&) {
+    return resource_exhausted_error("no memory to build the checkpoint of step ", s.global_step);
+  }
+}
+
+// --- reader ---------------------------------------------------------------------------
+
+struct reader::impl {
+  std::string path;
+  handle file;
+  std::int64_t global_step = 0;
+  std::vector<variable_info> variables;
+  std::vector<std::string> state_names;
+
+  status fail_context(const status& s) const { return s.with_context(str_cat("checkpoint '", path, "'")); }
+
+  // The dataset of a variable ("variables/<name>") or state ("state/<name>").
+  result<tensor> read_box(const std::string& dataset_path, const std::string& what, dtype type,
+                          const tensor_shape& shape, const std::vector<std::int64_t>& start,
+                          const tensor_shape& extent) const;
+};
+
+namespace {
+
+struct visit_state {
+  std::vector<std::string> datasets;
+};
+
+herr_t collect_datasets(hid_t, const char* name, const H5O_info_t* info, void* data) {
+  if (info->type == H5O_TYPE_DATASET) static_cast<visit_state*>(data)->datasets.emplace_back(name);
+  return 0;
+}
+
+result<variable_info> describe(hid_t file, const std::string& dataset_path, const std::string& name) {
+  auto dataset_or = hdf5::check(H5Dopen2(file, dataset_path.c_str(), H5P_DEFAULT), code::data_loss,
+                                str_cat("opening ", dataset_path));
+  if (!dataset_or.ok()) return dataset_or.error();
+  const handle dataset = std::move(*dataset_or);
+  variable_info info;
+  info.name = name;
+  auto type_name = hdf5::read_string_attribute(dataset.get(), "dtype");
+  if (!type_name.ok()) return type_name.error().with_context(dataset_path);
+  auto type = parse_dtype(*type_name);
+  if (!type.ok()) return data_loss_error(dataset_path, ": unknown dtype '", *type_name, "'");
+  info.type = *type;
+  std::vector<hsize_t> dims;
+  auto shape_values = hdf5::read_int64_attribute_values(dataset.get(), "shape", &dims);
+  if (!shape_values.ok()) return shape_values.error().with_context(dataset_path);
+  auto shape = tensor_shape::make(*shape_values);
+  if (!shape.ok()) return data_loss_error(dataset_path, ": bad shape attribute: ", shape.error().message());
+  info.shape = *shape;
+  // The dataset itself must have that shape.
+  handle space(H5Dget_space(dataset.get()));
+  const int rank = H5Sget_simple_extent_ndims(space.get());
+  std::vector<hsize_t> stored(static_cast<std::size_t>(std::max(rank, 0)));
+  if (rank >= 0) H5Sget_simple_extent_dims(space.get(), stored.data(), nullptr);
+  if (rank != info.shape.rank() || !std::equal(stored.begin(), stored.end(), info.shape.dims().begin(),
+                                               [](hsize_t a, std::int64_t b) { return static_cast<std::int64_t>(a) == b; })) {
+    return data_loss_error(dataset_path, ": the dataset's shape is not its shape attribute ", info.shape.to_string());
+  }
+  auto saved = hdf5::read_int64_attribute_values(dataset.get(), "saved_slices", &dims);
+  if (saved.ok() && dims.size() == 2 && static_cast<int>(dims[1]) == 2 * rank) {
+    for (hsize_t row = 0; row < dims[0]; ++row) {
+      const auto* values = saved->data() + row * dims[1];
+      std::vector<std::int64_t> start(values, values + rank);
+      info.saved_slices.emplace_back(std::move(start), tensor_shape(std::vector<std::int64_t>(values + rank, values + 2 * rank)));
+    }
+  }
+  return info;
+}
+
+}  // namespace
+
+result<reader> reader::open(const std::string& path) {
+  hdf5::quiet();
+  auto data_loss = [&](const std::string& why) { return data_loss_error("checkpoint '", path, "': ", why); };
+  auto impl = std::make_unique<reader::impl>();
+  impl->path = path;
+  if (H5Fis_hdf5(path.c_str()) <= 0) {
+    return data_loss(str_cat("not a readable HDF5 file (", hdf5::last_error(), ")"));
+  }
+  handle access(H5Pcreate(H5P_FILE_ACCESS));
+  auto file = hdf5::check(H5Fopen(path.c_str(), H5F_ACC_RDONLY, access.get()), code::data_loss, "opening");
+  if (!file.ok()) return data_loss(file.error().message());
+  impl->file = std::move(*file);
+  auto format = hdf5::read_string_attribute(impl->file.get(), "format");
+  if (!format.ok() || *format != k_format) return data_loss("not a troupe checkpoint (no format attribute 'troupe-checkpoint')");
+  auto version = hdf5::read_int64_attribute(impl->file.get(), "format_version");
+  if (!version.ok() || *version != k_format_version) {
+    return data_loss(str_cat("format_version ", version.ok() ? std::to_string(*version) : "missing", " (this troupe reads ",
+                             k_format_version, ")"));
+  }
+  auto step = hdf5::read_int64_attribute(impl->file.get(), "global_step");
+  if (!step.ok()) return data_loss(step.error().message());
+  impl->global_step = *step;
+  for (const char* group : {"variables", "state"}) {
+    if (H5Lexists(impl->file.get(), group, H5P_DEFAULT) <= 0) return data_loss(str_cat("no '", group, "' group"));
+    handle g(H5Gopen2(impl->file.get(), group, H5P_DEFAULT));
+    visit_state found;
+    if (H5Ovisit(g.get(), H5_INDEX_NAME, H5_ITER_INC, collect_datasets, &found) < 0) {
+      return data_loss(str_cat("listing '", group, "': ", hdf5::last_error()));
+    }
+    for (const std::string& name : found.datasets) {
+      if (std::string_view(group) == "state") {
+        impl->state_names.push_back(name);
+        continue;
+      }
+      auto info = describe(impl->file.get(), str_cat(group, "/", name), name);
+      if (!info.ok()) return data_loss(info.error().message());
+      impl->variables.push_back(std::move(*info));
+    }
+  }
+  std::sort(impl->variables.begin(), impl->variables.end(),
+            [](const variable_info& a, const variable_info& b) { return a.name < b.name; });
+  std::sort(impl->state_names.begin(), impl->state_names.end());
+  return reader(std::move(impl));
+}
+
+reader::reader(std::unique_ptr<impl> impl) : impl_(std::move(impl)) {}
+reader::~reader() = default;
+reader::reader(reader&&) noexcept = default;
+reader& reader::operator=(reader&&) noexcept = default;
+
+const std::string& reader::path() const { return impl_->path; }
+std::int64_t reader::global_step() const { return impl_->global_step; }
+const std::vector<variable_info>& reader::variables() const { return impl_->variables; }
+const std::vector<std::string>& reader::state_names() const { return impl_->state_names; }
+
+const variable_info* reader::find(const std::string& name) const {
+  auto it = std::lower_bound(impl_->variables.begin(), impl_->variables.end(), name,
+                             [](const variable_info& v, const std::string& n) { return v.name < n; });
+  return it != impl_->variables.end() && it->name == name ? &*it : nullptr;
+}
+
+result<tensor> reader::impl::read_box(const std::string& dataset_path, const std::string& what, dtype type,
+                                      const tensor_shape& shape, const std::vector<std::int64_t>& start,
+                                      const tensor_shape& extent) const {
+  hdf5::quiet();
+  const int rank = shape.rank();
+  if (static_cast<int>(start.size()) != rank || extent.rank() != rank) {
+    return invalid_argument_error(what, " has rank ", rank, " in checkpoint '", path, "', not ", extent.rank());
+  }
+  for (int d = 0; d < rank; ++d) {
+    const std::int64_t begin = start[static_cast<std::size_t>(d)];
+    if (begin < 0 || extent.dim(d) < 0 || begin + extent.dim(d) > shape.dim(d)) {
+      return invalid_argument_error(what, ": slice [", begin, ", ", begin + extent.dim(d), ") at dimension ", d,
+                                    " is outside its shape ", shape.to_string(), " in checkpoint '", path, "'");
+    }
+  }
+  auto type_or = hdf5::type_of(type);
+  if (!type_or.ok()) return type_or.error();
+  const handle h5type = std::move(*type_or);
+  tensor out;
+  try {
+    out = tensor(type, extent);
+  } catch (const std::bad_alloc&) {
+    return resource_exhausted_error("no memory to read ", what, " ", extent.to_string(), " from checkpoint '", path, "'");
+  }
+  if (out.num_elements() == 0) return out;
+  auto dataset_or = hdf5::check(H5Dopen2(file.get(), dataset_path.c_str(), H5P_DEFAULT), code::data_loss,
+                                str_cat("opening ", dataset_path));
+  if (!dataset_or.ok()) return fail_context(dataset_or.error());
+  const handle dataset = std::move(*dataset_or);
+  handle file_space(H5Dget_space(dataset.get()));
+  handle memory_space;
+  if (rank == 0) {
+    memory_space = handle(H5Screate(H5S_SCALAR));
+  } else {
+    const auto begin = hsize_dims(start);
+    const auto count = hsize_dims(extent.dims());
+    H5Sselect_hyperslab(file_space.get(), H5S_SELECT_SET, begin.data(), nullptr, count.data(), nullptr);
+    memory_space = handle(H5Screate_simple(rank, count.data(), nullptr));
+  }
+  if (H5Dread(dataset.get(), h5type.get(), memory_space.get(), file_space.get(), H5P_DEFAULT, out.raw_data()) < 0) {
+    return data_loss_error(what, " in checkpoint '", path, "' is damaged: ", hdf5::last_error());
+  }
+  if (hdf5::has_attribute(dataset.get(), "crc32")) {
+    auto expected = hdf5::read_uint32_attribute(dataset.get(), "crc32");
+    if (!expected.ok() || *expected != crc32_of(out.raw_data(), out.byte_size())) {
+      return data_loss_error(what, " in checkpoint '", path, "' is damaged: its CRC-32 does not match");
+    }
+  }
+  return out;
+}
+
+result<tensor> reader::read(const std::string& name, const std::vector<std::int64_t>& start,
+                            const tensor_shape& extent) const {
+  const variable_info* info = find(name);
+  if (info == nullptr) return not_found_error("checkpoint '", impl_->path, "' has no variable '", name, "'");
+  return impl_->read_box("variables/" + name, str_cat("variable '", name, "'"), info->type, info->shape, start, extent);
+}
+
+result<tensor> reader::read(const std::string& name) const {
+  const variable_info* info = find(name);
+  if (info == nullptr) return not_found_error("checkpoint '", impl_->path, "' has no variable '", name, "'");
+  return read(name, std::vector<std::int64_t>(static_cast<std::size_t>(info->shape.rank()), 0), info->shape);
+}
+
+result<tensor> reader::state(const std::string& name) const {
+  if (!std::binary_search(impl_->state_names.begin(), impl_->state_names.end(), name)) {
+    return not_found_error("checkpoint '", impl_->path, "' has no state '", name, "'");
+  }
+  auto info = describe(impl_->file.get(), "state/" + name, name);
+  if (!info.ok()) return impl_->fail_context(info.error());
+  return impl_->read_box("state/" + name, str_cat("state '", name, "'"), info->type, info->shape,
+                         std::vector<std::int64_t>(static_cast<std::size_t>(info->shape.rank()), 0), info->shape);
+}
+
+status reader::verify() const {
+  for (const variable_info& v : impl_->variables) {
+    // Row blocks of about 64 MB, so that verifying needs no more memory than that.
+    const int rank = v.shape.rank();
+    std::int64_t rows = rank == 0 ? 1 : v.shape.dim(0);
+    std::int64_t row_bytes = static_cast<std::int64_t>(dtype_size(v.type));
+    for (int d = 1; d < rank; ++d) row_bytes *= v.shape.dim(d);
+    const std::int64_t step = std::max<std::int64_t>(1, (64 << 20) / std::max<std::int64_t>(1, row_bytes));
+    for (std::int64_t begin = 0; begin < rows; begin += step) {
+      std::vector<std::int64_t> start(static_cast<std::size_t>(rank), 0);
+      tensor_shape extent = v.shape;
+      if (rank > 0) {
+        start[0] = begin;
+        extent.set_dim(0, std::min(step, rows - begin));
+      }
+      auto block = read(v.name, start, extent);
+      if (!block.ok()) return block.error();
+    }
+  }
+  for (const std::string& name : impl_->state_names) {
+    auto value = state(name);
+    if (!value.ok()) return value.error();
+  }
+  return status();
+}
+
+result<std::vector<tensor>> read_all(const reader& from, const std::vector<slice_request>& requests) {
+  std::vector<tensor> out;
+  out.reserve(requests.size());
+  for (const slice_request& r : requests) {
+    const variable_info* info = from.find(r.name);
+    if (info == nullptr) return not_found_error("checkpoint '", from.path(), "' has no variable '", r.name, "'");
+    if (info->type != r.type || info->shape != r.shape) {
+      return invalid_argument_error("variable '", r.name, "' is ", dtype_name(r.type), " ", r.shape.to_string(),
+                                    " but checkpoint '", from.path(), "' holds ", dtype_name(info->type), " ",
+                                    info->shape.to_string());
+    }
+    auto value = from.read(r.name, r.start, r.extent);
+    if (!value.ok()) return value.error();
+    out.push_back(std::move(*value));
+  }
+  return out;
+}
+
+// --- directory ------------------------------------------------------------------------
+
+result<directory> directory::open(const std::string& path, options opts, file_system& fs) {
+  if (path.empty()) return invalid_argument_error("a checkpoint directory needs a path");
+  if (opts.keep < 1) return invalid_argument_error("checkpoint keep must be at least 1, not ", opts.keep);
+  TROUPE_RETURN_IF_ERROR(fs.create_dir(path));
+  return directory(path, opts, &fs);
+}
+
+result<std::vector<committed>> directory::list() const {
+  const std::string manifest_path = path_ + "/" + k_manifest;
+  auto listing = fs_->list_dir(path_);
+  if (!listing.ok()) return listing.error();
+  if (!std::binary_search(listing->begin(), listing->end(), std::string(k_manifest))) return std::vector<committed>();
+  auto text = read_file(manifest_path);
+  if (!text.ok()) return text.error();
+  proto::manifest manifest;
+  const auto parsed = google::protobuf::util::JsonStringToMessage(*text, &manifest);
+  if (!parsed.ok() || manifest.format() != "troupe-checkpoints") {
+    return data_loss_error("checkpoint manifest '", manifest_path, "' is damaged",
+                           parsed.ok() ? std::string(" (no format \"troupe-checkpoints\")") : str_cat(": ", parsed.ToString()));
+  }
+  std::vector<committed> out;
+  for (const auto& entry : manifest.checkpoints()) {
+    if (entry.file().empty() || entry.file().find('/') != std::string::npos) {
+      return data_loss_error("checkpoint manifest '", manifest_path, "' names a file '", entry.file(),
+                             "' outside its directory");
+    }
+    out.push_back({entry.step(), path_ + "/" + entry.file(), entry.bytes(), entry.unix_seconds()});
+  }
+  return out;
+}
+
+status directory::write_manifest(const std::vector<committed>& entries) {
+  proto::manifest manifest;
+  manifest.set_format("troupe-checkpoints");
+  manifest.set_version(1);
+  for (const committed& c : entries) {
+    auto* entry = manifest.add_checkpoints();
+    entry->set_step(c.step);
+    entry->set_file(base_name(c.path));
+    entry->set_bytes(c.bytes);
+    entry->set_unix_seconds(c.unix_seconds);
+  }
+  google::protobuf::util::JsonPrintOptions print;
+  print.preserve_proto_field_names = true;
+  print.add_whitespace = true;
+  print.always_print_primitive_fields = true;
+  std::string text;
+  const auto printed = google::protobuf::util::MessageToJsonString(manifest, &text, print);
+  if (!printed.ok()) return internal_error("printing the checkpoint manifest: ", printed.ToString());
+  return write_durably(*fs_, path_ + "/" + k_manifest, text);
+}
+
+result<committed> directory::save(const snapshot& s) {
+  if (s.global_step < 0) return invalid_argument_error("a checkpoint's global step must be >= 0, not ", s.global_step);
+  auto previous = list();
+  if (!previous.ok()) return previous.error();
+  auto bytes = encode(s);
+  if (!bytes.ok()) return bytes.error();
+  committed entry;
+  entry.step = s.global_step;
+  entry.path = path_ + "/" + file_name_of(s.global_step);
+  entry.bytes = static_cast<std::int64_t>(bytes->size());
+  entry.unix_seconds = std::chrono::duration_cast<std::chrono::seconds>(
+                           std::chrono::system_clock::now().time_since_epoch()).count();
+  // 1. The data file, durably in place under its final name (not yet committed: the
+  //    manifest does not name it, or names the older file of the same step, now replaced
+  //    atomically by a complete one).
+  TROUPE_RETURN_IF_ERROR(write_durably(*fs_, entry.path, *bytes).with_context(str_cat("saving checkpoint of step ", s.global_step)));
+  // 2. The commit: the manifest names it.
+  std::vector<committed> entries = {entry};
+  for (const committed& c : *previous) {
+    if (c.step != entry.step) entries.push_back(c);
+  }
+  std::vector<committed> dropped;
+  if (static_cast<int>(entries.size()) > opts_.keep) {
+    dropped.assign(entries.begin() + opts_.keep, entries.end());
+    entries.resize(static_cast<std::size_t>(opts_.keep));
+  }
+  TROUPE_RETURN_IF_ERROR(write_manifest(entries).with_context(str_cat("committing checkpoint of step ", s.global_step)));
+  // 3. After the commit: older checkpoints beyond `keep`, and files a crash left behind
+  //    (temporaries, data files no manifest names). Failures here lose nothing.
+  for (const committed& c : dropped) (void)fs_->remove(c.path);
+  auto listing = fs_->list_dir(path_);
+  if (listing.ok()) {
+    for (const std::string& name : *listing) {
+      const bool temporary = name.rfind(".", 0) == 0 && name.find(".tmp-") != std::string::npos;
+      const bool data = name.rfind("ckpt-", 0) == 0 && name.size() > 3 && name.compare(name.size() - 3, 3, ".h5") == 0;
+      const bool named = std::any_of(entries.begin(), entries.end(), [&](const committed& c) { return base_name(c.path) == name; });
+      if (temporary || (data && !named)) (void)fs_->remove(path_ + "/" + name);
+    }
+  }
+  return entry;
+}
+
+result<reader> directory::open_latest(std::vector<std::string>* warnings) const {
+  auto entries = list();
+  if (!entries.ok()) return entries.error();
+  if (entries->empty()) return not_found_error("no committed checkpoint in '", path_, "'");
+  for (const committed& c : *entries) {
+    auto opened = reader::open(c.path);
+    status problem = opened.ok() ? opened->verify() : opened.error();
+    if (problem.ok()) return std::move(*opened);
+    if (warnings != nullptr) {
+      warnings->push_back(str_cat("checkpoint '", c.path, "' (step ", c.step, ") is damaged, skipped: ", problem.message()));
+    }
+  }
+  return data_loss_error("every committed checkpoint in '", path_, "' is damaged (", entries->size(), ")");
+}
+
+}  // namespace troupe::checkpoint

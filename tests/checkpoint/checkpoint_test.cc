@@ -1,0 +1,432 @@
+// checkpoint/checkpoint.h: round trips of every storable dtype, restores across shardings,
+// the commit protocol under a failure at every file operation of a save (a full disk, an
+// I/O error, a crash that leaves its files behind), damaged files, retention, bad requests.
+#include "checkpoint/checkpoint.h"
+
+#include <unistd.h>
+
+#include <catch2/catch.hpp>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <random>
+
+#include "core/file.h"
+
+namespace troupe::checkpoint {
+namespace {
+
+namespace fs = std::filesystem;
+
+struct temp_dir {
+  temp_dir() {
+    static int counter = 0;
+    path = (fs::temp_directory_path() / ("troupe_ckpt_test_" + std::to_string(::getpid()) + "_" + std::to_string(counter++))).string();
+    fs::remove_all(path);
+  }
+  ~temp_dir() { fs::remove_all(path); }
+  std::string path;
+};
+
+tensor iota_tensor(dtype type, tensor_shape shape, int seed) {
+  tensor t(type, std::move(shape));
+  auto* bytes = static_cast<unsigned char*>(t.raw_data());
+  std::mt19937 rng(static_cast<unsigned>(seed));
+  for (std::size_t i = 0; i < t.byte_size(); ++i) bytes[i] = static_cast<unsigned char>(rng());
+  if (type == dtype::bool_) {
+    for (std::size_t i = 0; i < t.byte_size(); ++i) bytes[i] &= 1;
+  }
+  if (type == dtype::float32) {
+    auto values = t.flat<float>();
+    for (std::size_t i = 0; i < values.size(); ++i) values[i] = static_cast<float>(seed) + 0.25f * static_cast<float>(i);
+  }
+  return t;
+}
+
+// The box [start, start + extent) of `whole` (row-major copy).
+tensor box_of(const tensor& whole, const std::vector<std::int64_t>& start, const tensor_shape& extent) {
+  tensor out(whole.type(), extent);
+  const int rank = whole.rank();
+  const std::size_t element = dtype_size(whole.type());
+  if (out.num_elements() == 0) return out;
+  if (rank == 0) {
+    std::memcpy(out.raw_data(), whole.raw_data(), element);
+    return out;
+  }
+  std::vector<std::int64_t> index(static_cast<std::size_t>(rank), 0);
+  const auto* from = static_cast<const unsigned char*>(whole.raw_data());
+  auto* to = static_cast<unsigned char*>(out.raw_data());
+  for (std::int64_t n = 0; n < out.num_elements(); ++n) {
+    std::int64_t offset = 0;
+    for (int d = 0; d < rank; ++d) offset = offset * whole.dim(d) + start[static_cast<std::size_t>(d)] + index[static_cast<std::size_t>(d)];
+    std::memcpy(to + static_cast<std::size_t>(n) * element, from + static_cast<std::size_t>(offset) * element, element);
+    for (int d = rank - 1; d >= 0; --d) {
+      if (++index[static_cast<std::size_t>(d)] < extent.dim(d)) break;
+      index[static_cast<std::size_t>(d)] = 0;
+    }
+  }
+  return out;
+}
+
+// `whole` saved as `shards` slices along dimension 0 (as PS shards hold a partitioned variable).
+variable sharded(const std::string& name, const tensor& whole, int shards) {
+  variable v{name, whole.type(), whole.shape(), {}};
+  if (whole.rank() == 0) {
+    v.slices.push_back({{}, whole});
+    return v;
+  }
+  const std::int64_t rows = whole.dim(0);
+  std::int64_t begin = 0;
+  for (int s = 0; s < shards; ++s) {
+    const std::int64_t count = rows / shards + (s < rows % shards ? 1 : 0);
+    std::vector<std::int64_t> start(static_cast<std::size_t>(whole.rank()), 0);
+    start[0] = begin;
+    tensor_shape extent = whole.shape();
+    extent.set_dim(0, count);
+    v.slices.push_back({start, box_of(whole, start, extent)});
+    begin += count;
+  }
+  return v;
+}
+
+TEST_CASE("every storable dtype round-trips, whole and by slices", "[checkpoint]") {
+  temp_dir dir;
+  auto d = directory::open(dir.path);
+  REQUIRE(d.ok());
+  snapshot s;
+  s.global_step = 42;
+  std::vector<tensor> values;
+  int seed = 1;
+  for (dtype t : {dtype::float32, dtype::float64, dtype::int8, dtype::int16, dtype::int32, dtype::int64, dtype::uint8,
+                  dtype::uint16, dtype::uint32, dtype::uint64, dtype::bool_, dtype::float16, dtype::bfloat16,
+                  dtype::complex64, dtype::complex128}) {
+    tensor whole = iota_tensor(t, {7, 3}, seed++);
+    values.push_back(whole);
+    s.variables.push_back(sharded(str_cat("layer", seed, "/", dtype_name(t)), whole, 2));
+  }
+  const tensor scalar = tensor::scalar<float>(3.5f);
+  const tensor empty = iota_tensor(dtype::float32, {0, 4}, 9);
+  const tensor big = iota_tensor(dtype::float32, {3000, 700}, 10);  // several chunks
+  s.variables.push_back({"scalar", dtype::float32, {}, {{{}, scalar}}});
+  s.variables.push_back({"empty", dtype::float32, {0, 4}, {{{0, 0}, empty}}});
+  s.variables.push_back(sharded("big", big, 3));
+  s.state.push_back({"input/position", tensor::scalar<std::int64_t>(12345)});
+  s.state.push_back({"random/philox", iota_tensor(dtype::uint32, {4}, 11)});
+  auto saved = d->save(s);
+  INFO((saved.ok() ? std::string() : saved.error().message()));
+  REQUIRE(saved.ok());
+  CHECK(saved->step == 42);
+  CHECK(fs::exists(dir.path + "/ckpt-42.h5"));
+
+  auto r = reader::open(saved->path);
+  REQUIRE(r.ok());
+  CHECK(r->global_step() == 42);
+  CHECK(r->verify().ok());
+  for (std::size_t i = 0; i < values.size(); ++i) {
+    INFO(s.variables[i].name);
+    auto back = r->read(s.variables[i].name);
+    REQUIRE(back.ok());
+    CHECK(back->equals(values[i]));
+    auto middle = r->read(s.variables[i].name, {2, 1}, {4, 2});
+    REQUIRE(middle.ok());
+    CHECK(middle->equals(box_of(values[i], {2, 1}, {4, 2})));
+  }
+  CHECK(r->read("scalar")->equals(scalar));
+  CHECK(r->read("empty")->equals(empty));
+  CHECK(r->read("big")->equals(big));
+  CHECK(r->read("big", {999, 100}, {1002, 600})->equals(box_of(big, {999, 100}, {1002, 600})));
+  CHECK(r->state("input/position")->scalar_value<std::int64_t>() == 12345);
+  CHECK(r->state("random/philox")->equals(s.state[1].second));
+  const variable_info* info = r->find("big");
+  REQUIRE(info != nullptr);
+  CHECK(info->shape == tensor_shape({3000, 700}));
+  REQUIRE(info->saved_slices.size() == 3);
+  CHECK(info->saved_slices[1].first == std::vector<std::int64_t>{1000, 0});
+  CHECK(info->saved_slices[1].second == tensor_shape({1000, 700}));
+}
+
+TEST_CASE("a checkpoint restores onto another sharding: 2 -> 3, 3 -> 1, embedding 4 -> 2", "[checkpoint]") {
+  temp_dir dir;
+  auto d = directory::open(dir.path);
+  REQUIRE(d.ok());
+  const tensor w = iota_tensor(dtype::float32, {10, 6}, 3);
+  const tensor b = iota_tensor(dtype::float32, {6}, 4);
+  const tensor embedding = iota_tensor(dtype::float32, {103, 8}, 5);
+  snapshot s{7, {sharded("w", w, 2), sharded("b", b, 3), sharded("embedding", embedding, 4)}, {}};
+  REQUIRE(d->save(s).ok());
+  std::vector<std::string> warnings;
+  auto r = d->open_latest(&warnings);
+  REQUIRE(r.ok());
+  CHECK(warnings.empty());
+  for (const auto& [name, whole, shards] : {std::tuple{"w", w, 3}, std::tuple{"b", b, 1}, std::tuple{"embedding", embedding, 2}}) {
+    INFO(name << " onto " << shards << " shards");
+    const variable target = sharded(name, whole, shards);
+    std::vector<slice_request> requests;
+    for (const slice& piece : target.slices) {
+      requests.push_back({name, whole.type(), whole.shape(), piece.start, piece.value.shape()});
+    }
+    auto restored = read_all(*r, requests);
+    REQUIRE(restored.ok());
+    for (std::size_t i = 0; i < requests.size(); ++i) CHECK((*restored)[i].equals(target.slices[i].value));
+  }
+}
+
+TEST_CASE("bad requests name the variable and the file and return nothing", "[checkpoint]") {
+  temp_dir dir;
+  auto d = directory::open(dir.path);
+  REQUIRE(d.ok());
+  const tensor w = iota_tensor(dtype::float32, {4, 2}, 3);
+  REQUIRE(d->save({1, {sharded("w", w, 1)}, {}}).ok());
+  auto r = reader::open(dir.path + "/ckpt-1.h5");
+  REQUIRE(r.ok());
+  const slice_request good{"w", dtype::float32, {4, 2}, {0, 0}, {4, 2}};
+  auto missing = read_all(*r, {good, {"v", dtype::float32, {4, 2}, {0, 0}, {4, 2}}});
+  REQUIRE_FALSE(missing.ok());
+  CHECK(missing.error().error_code() == code::not_found);
+  CHECK(missing.error().message().find("'v'") != std::string::npos);
+  CHECK(missing.error().message().find("ckpt-1.h5") != std::string::npos);
+  auto wrong_type = read_all(*r, {{"w", dtype::float64, {4, 2}, {0, 0}, {4, 2}}});
+  REQUIRE_FALSE(wrong_type.ok());
+  INFO(wrong_type.error().message());
+  CHECK(wrong_type.error().message().find("double") != std::string::npos);
+  auto wrong_shape = read_all(*r, {{"w", dtype::float32, {4, 3}, {0, 0}, {4, 3}}});
+  REQUIRE_FALSE(wrong_shape.ok());
+  CHECK(wrong_shape.error().message().find("[4,2]") != std::string::npos);
+  auto outside = r->read("w", {3, 0}, {2, 2});
+  REQUIRE_FALSE(outside.ok());
+  CHECK(outside.error().message().find("outside") != std::string::npos);
+
+  // Saving bad snapshots commits nothing.
+  CHECK_FALSE(d->save({2, {{"gap", dtype::float32, {4}, {{{0}, iota_tensor(dtype::float32, {3}, 1)}}}}, {}}).ok());
+  CHECK_FALSE(d->save({2, {{"x", dtype::float32, {4}, {{{0}, iota_tensor(dtype::float32, {4}, 1)},
+                                                        {{2}, iota_tensor(dtype::float32, {2}, 1)}}}}, {}}).ok());
+  CHECK_FALSE(d->save({2, {{"../up", dtype::float32, {}, {{{}, tensor::scalar<float>(1)}}}}, {}}).ok());
+  CHECK_FALSE(d->save({2, {sharded("a", w, 1), sharded("a/b", w, 1)}, {}}).ok());
+  auto still = d->list();
+  REQUIRE(still.ok());
+  REQUIRE(still->size() == 1);
+  CHECK(still->front().step == 1);
+
+  // Files that are not checkpoints.
+  write_file(dir.path + "/garbage.h5", "not an HDF5 file at all").ok();
+  auto garbage = reader::open(dir.path + "/garbage.h5");
+  REQUIRE_FALSE(garbage.ok());
+  CHECK(garbage.error().error_code() == code::data_loss);
+  CHECK(garbage.error().message().find("garbage.h5") != std::string::npos);
+  auto absent = reader::open(dir.path + "/absent.h5");
+  REQUIRE_FALSE(absent.ok());
+  CHECK(absent.error().message().find("absent.h5") != std::string::npos);
+}
+
+TEST_CASE("keep: only the newest checkpoints stay, older ones go after a commit", "[checkpoint]") {
+  temp_dir dir;
+  auto d = directory::open(dir.path, {.keep = 3});
+  REQUIRE(d.ok());
+  for (int step = 100; step <= 500; step += 100) {
+    REQUIRE(d->save({step, {sharded("w", iota_tensor(dtype::float32, {5}, step), 1)}, {}}).ok());
+  }
+  auto entries = d->list();
+  REQUIRE(entries.ok());
+  REQUIRE(entries->size() == 3);
+  CHECK((*entries)[0].step == 500);
+  CHECK((*entries)[2].step == 300);
+  CHECK_FALSE(fs::exists(dir.path + "/ckpt-200.h5"));
+  CHECK(fs::exists(dir.path + "/ckpt-300.h5"));
+  std::size_t files = 0;
+  for ([[maybe_unused]] const auto& entry : fs::directory_iterator(dir.path)) ++files;
+  CHECK(files == 4);  // three checkpoints and the manifest
+}
+
+// A file system that fails its n-th operation. `crash`: every later operation fails too,
+// as if the process died there (nothing is cleaned up).
+class failing_file_system final : public file_system {
+ public:
+  failing_file_system(int fail_at, bool crash, code error) : fail_at_(fail_at), crash_(crash), error_(error) {}
+  int operations() const { return count_; }
+
+  result<std::unique_ptr<writable_file>> create(const std::string& path) override {
+    TROUPE_RETURN_IF_ERROR(step("create", path));
+    auto file = real().create(path);
+    if (!file.ok()) return file.error();
+    return std::unique_ptr<writable_file>(new failing_file(this, std::move(*file), path));
+  }
+  status rename(const std::string& from, const std::string& to) override {
+    TROUPE_RETURN_IF_ERROR(step("rename", to));
+    return real().rename(from, to);
+  }
+  status remove(const std::string& path) override {
+    TROUPE_RETURN_IF_ERROR(step("remove", path));
+    return real().remove(path);
+  }
+  status sync_dir(const std::string& dir) override {
+    TROUPE_RETURN_IF_ERROR(step("sync_dir", dir));
+    return real().sync_dir(dir);
+  }
+  status create_dir(const std::string& dir) override { return real().create_dir(dir); }
+  result<std::vector<std::string>> list_dir(const std::string& dir) override { return real().list_dir(dir); }
+  result<std::int64_t> file_size(const std::string& path) override { return real().file_size(path); }
+
+ private:
+  class failing_file final : public writable_file {
+   public:
+    failing_file(failing_file_system* fs, std::unique_ptr<writable_file> file, std::string path)
+        : fs_(fs), file_(std::move(file)), path_(std::move(path)) {}
+    status append(std::string_view bytes) override {
+      // A failed append writes half of what it was given, as a full disk does.
+      status s = fs_->step("append", path_);
+      if (!s.ok()) {
+        (void)file_->append(bytes.substr(0, bytes.size() / 2));
+        return s;
+      }
+      return file_->append(bytes);
+    }
+    status sync() override {
+      TROUPE_RETURN_IF_ERROR(fs_->step("sync", path_));
+      return file_->sync();
+    }
+    status close() override {
+      TROUPE_RETURN_IF_ERROR(fs_->step("close", path_));
+      return file_->close();
+    }
+
+   private:
+    failing_file_system* fs_;
+    std::unique_ptr<writable_file> file_;
+    std::string path_;
+  };
+
+  status step(const char* what, const std::string& path) {
+    const int n = count_++;
+    if (n == fail_at_ || (crash_ && n > fail_at_)) {
+      return status(error_, str_cat("injected failure of ", what, " '", path, "'"));
+    }
+    return status();
+  }
+
+  int fail_at_;
+  bool crash_;
+  code error_;
+  int count_ = 0;
+};
+
+TEST_CASE("a save that fails at any file operation leaves the committed checkpoints intact", "[checkpoint]") {
+  const tensor old_value = iota_tensor(dtype::float32, {64, 16}, 1);
+  const tensor new_value = iota_tensor(dtype::float32, {64, 16}, 2);
+  // How many operations a save takes.
+  int operations = 0;
+  {
+    temp_dir dir;
+    failing_file_system counting(1 << 30, false, code::data_loss);
+    auto d = directory::open(dir.path, {}, counting);
+    REQUIRE(d->save({1, {sharded("w", old_value, 2)}, {}}).ok());
+    const int before = counting.operations();
+    REQUIRE(d->save({2, {sharded("w", new_value, 2)}, {}}).ok());
+    operations = counting.operations() - before;
+  }
+  REQUIRE(operations >= 8);
+  for (const bool crash : {false, true}) {
+    for (const code error : {code::resource_exhausted, code::data_loss}) {
+      for (int at = 0; at < operations; ++at) {
+        INFO("failing operation " << at << (crash ? " (crash)" : "") << " with " << code_name(error));
+        temp_dir dir;
+        {
+          auto d = directory::open(dir.path);
+          REQUIRE(d->save({1, {sharded("w", old_value, 2)}, {}}).ok());
+        }
+        failing_file_system failing(at, crash, error);
+        auto d = directory::open(dir.path, {}, failing);
+        auto saved = d->save({2, {sharded("w", new_value, 2)}, {}});
+        // After the process "restarts": the newest committed checkpoint is the old one or,
+        // when the failure came after the commit point, the new one; either reads back whole.
+        auto again = directory::open(dir.path);
+        std::vector<std::string> warnings;
+        auto latest = again->open_latest(&warnings);
+        REQUIRE(latest.ok());
+        CHECK(warnings.empty());
+        if (!saved.ok()) {
+          CHECK(saved.error().message().find("injected") != std::string::npos);
+          if (latest->global_step() == 1) CHECK(latest->read("w")->equals(old_value));
+        }
+        if (latest->global_step() == 2) {
+          CHECK(latest->read("w")->equals(new_value));
+        } else {
+          CHECK(latest->global_step() == 1);
+          CHECK(latest->read("w")->equals(old_value));
+        }
+        if (saved.ok()) CHECK(latest->global_step() == 2);
+        // And the next save cleans up what the failure left.
+        REQUIRE(again->save({3, {sharded("w", new_value, 1)}, {}}).ok());
+        for (const auto& entry : fs::directory_iterator(dir.path)) {
+          const std::string name = entry.path().filename().string();
+          CHECK(name.find(".tmp-") == std::string::npos);
+        }
+      }
+    }
+  }
+}
+
+void damage(const std::string& path, bool truncate) {
+  const auto size = fs::file_size(path);
+  if (truncate) {
+    fs::resize_file(path, size / 2);
+    return;
+  }
+  // Flip bytes in the middle of the file: inside a chunk of data.
+  std::fstream file(path, std::ios::in | std::ios::out | std::ios::binary);
+  for (std::uintmax_t at = size / 2; at < size / 2 + 64; ++at) {
+    file.seekg(static_cast<std::streamoff>(at));
+    const int c = file.get();
+    file.seekp(static_cast<std::streamoff>(at));
+    file.put(static_cast<char>(c ^ 0x5a));
+  }
+}
+
+TEST_CASE("a damaged or truncated latest checkpoint falls back to the previous one with a warning", "[checkpoint]") {
+  for (const bool truncate : {false, true}) {
+    INFO((truncate ? "truncated" : "bytes flipped"));
+    temp_dir dir;
+    auto d = directory::open(dir.path);
+    const tensor first = iota_tensor(dtype::float32, {512, 64}, 1);
+    const tensor second = iota_tensor(dtype::float32, {512, 64}, 2);
+    REQUIRE(d->save({10, {sharded("w", first, 1)}, {}}).ok());
+    REQUIRE(d->save({20, {sharded("w", second, 1)}, {}}).ok());
+    damage(dir.path + "/ckpt-20.h5", truncate);
+    std::vector<std::string> warnings;
+    auto latest = d->open_latest(&warnings);
+    REQUIRE(latest.ok());
+    CHECK(latest->global_step() == 10);
+    CHECK(latest->read("w")->equals(first));
+    REQUIRE(warnings.size() == 1);
+    CHECK(warnings[0].find("ckpt-20.h5") != std::string::npos);
+    // Reading the damaged one directly is an error naming it, never wrong values.
+    auto direct = reader::open(dir.path + "/ckpt-20.h5");
+    if (direct.ok()) {
+      auto value = direct->read("w");
+      REQUIRE_FALSE(value.ok());
+      CHECK(value.error().error_code() == code::data_loss);
+      CHECK(value.error().message().find("ckpt-20.h5") != std::string::npos);
+    }
+    damage(dir.path + "/ckpt-10.h5", truncate);
+    warnings.clear();
+    auto none = d->open_latest(&warnings);
+    REQUIRE_FALSE(none.ok());
+    CHECK(none.error().error_code() == code::data_loss);
+    CHECK(warnings.size() == 2);
+  }
+}
+
+TEST_CASE("a damaged manifest is an error naming it; an empty directory has no checkpoint", "[checkpoint]") {
+  temp_dir dir;
+  auto d = directory::open(dir.path);
+  std::vector<std::string> warnings;
+  auto none = d->open_latest(&warnings);
+  REQUIRE_FALSE(none.ok());
+  CHECK(none.error().error_code() == code::not_found);
+  REQUIRE(write_file(dir.path + "/manifest.json", "{ \"checkpoints\": [ {").ok());
+  auto listed = d->list();
+  REQUIRE_FALSE(listed.ok());
+  CHECK(listed.error().message().find("manifest.json") != std::string::npos);
+}
+
+}  // namespace
+}  // namespace troupe::checkpoint

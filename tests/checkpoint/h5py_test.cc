@@ -1,0 +1,87 @@
+// A checkpoint read by Debian's h5py (python3-h5py, installed by tools/setup.sh), as
+// doc/checkpoints.md shows: every variable's whole value at variables/<name>, whatever the
+// sharding it was saved from, with its attributes; state under state/<name>. Skipped when
+// /usr/bin/python3 cannot import h5py.
+#include <unistd.h>
+
+#include <catch2/catch.hpp>
+#include <complex>
+#include <cstring>
+#include <cstdlib>
+#include <filesystem>
+
+#include "checkpoint/checkpoint.h"
+#include "core/file.h"
+#include "tests/skip.h"
+
+namespace troupe::checkpoint {
+namespace {
+
+const troupe::testing::skip_when no_h5py([]() -> std::optional<std::string> {
+  if (std::system("/usr/bin/python3 -c 'import h5py, numpy' > /dev/null 2>&1") != 0) {
+    return "/usr/bin/python3 cannot import h5py (apt-get install python3-h5py; tools/setup.sh does)";
+  }
+  return std::nullopt;
+});
+
+constexpr const char* k_script = R"(
+import sys, h5py, numpy as np
+f = h5py.File(sys.argv[1], "r")
+w = f["variables/layer/w"]
+assert np.array_equal(w[...], np.arange(12, dtype=np.float32).reshape(4, 3) * 0.5), w[...]
+assert w.dtype == np.float32
+assert w.attrs["dtype"] == "float", w.attrs["dtype"]
+assert list(w.attrs["shape"]) == [4, 3]
+assert w.attrs["global_step"] == 77
+assert w.attrs["saved_slices"].tolist() == [[0, 0, 2, 3], [2, 0, 2, 3]], w.attrs["saved_slices"]
+assert f.attrs["global_step"] == 77 and f.attrs["format"] == "troupe-checkpoint"
+m = f["variables/mask"][...]
+assert m.dtype == np.bool_ and m.tolist() == [True, False, True], m
+h = f["variables/half"][...]
+assert h.dtype == np.float16 and h.tolist() == [1.5, -2.0], h
+c = f["variables/complex"][...]
+assert c.dtype == np.complex64 and c.tolist() == [1 + 2j, -3 + 0.5j], c
+assert f["variables/step_size"][()] == np.float64(0.125)
+assert f["state/input/position"][()] == 9
+print("ok")
+)";
+
+TEST_CASE("h5py reads a sharded checkpoint as the whole variables", "[checkpoint]") {
+  const std::string dir = (std::filesystem::temp_directory_path() / ("troupe_h5py_" + std::to_string(::getpid()))).string();
+  auto d = directory::open(dir);
+  REQUIRE(d.ok());
+  std::vector<float> top = {0, 0.5, 1, 1.5, 2, 2.5}, bottom = {3, 3.5, 4, 4.5, 5, 5.5};
+  snapshot s;
+  s.global_step = 77;
+  s.variables.push_back({"layer/w", dtype::float32, {4, 3},
+                         {{{0, 0}, tensor::from_vector<float>(top, {2, 3})},
+                          {{2, 0}, tensor::from_vector<float>(bottom, {2, 3})}}});
+  tensor mask(dtype::bool_, {3});
+  mask.data<bool>()[0] = true;
+  mask.data<bool>()[1] = false;
+  mask.data<bool>()[2] = true;
+  s.variables.push_back({"mask", dtype::bool_, {3}, {{{0}, mask}}});
+  tensor half(dtype::float16, {2});
+  const std::uint16_t half_bits[2] = {0x3e00, 0xc000};  // 1.5, -2.0
+  std::memcpy(half.raw_data(), half_bits, sizeof(half_bits));
+  s.variables.push_back({"half", dtype::float16, {2}, {{{0}, half}}});
+  tensor complex(dtype::complex64, {2});
+  const std::complex<float> complex_values[2] = {{1, 2}, {-3, 0.5}};
+  std::memcpy(complex.raw_data(), complex_values, sizeof(complex_values));
+  s.variables.push_back({"complex", dtype::complex64, {2}, {{{0}, complex}}});
+  s.variables.push_back({"step_size", dtype::float64, {}, {{{}, tensor::scalar<double>(0.125)}}});
+  s.state.push_back({"input/position", tensor::scalar<std::int64_t>(9)});
+  auto saved = d->save(s);
+  REQUIRE(saved.ok());
+  const std::string script = dir + "/check.py";
+  REQUIRE(write_file(script, k_script).ok());
+  const std::string command = "/usr/bin/python3 " + script + " " + saved->path + " > " + dir + "/out.txt 2>&1";
+  const int rc = std::system(command.c_str());
+  auto out = read_file(dir + "/out.txt");
+  INFO((out.ok() ? *out : std::string("no output")));
+  CHECK(rc == 0);
+  std::filesystem::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace troupe::checkpoint
