@@ -195,6 +195,11 @@ log "graph set-up: 100,000 Neg nodes"
 "$bin/bench_graph_setup" --nodes=100000 >"$out/graph_setup.json" 2>"$out/logs/graph_setup.log" \
   || { log "  bench_graph_setup FAILED (log: $out/logs/graph_setup.log)"; failures=$((failures + 1)); }
 
+# --- 5c. Checkpoints (issue 14: save and restore of 1 GB at >= 80% of the disk's bandwidth) ---
+log "checkpoint: 1 GB save and restore against raw sequential write and read"
+"$bin/bench_checkpoint" --megabytes=1024 >"$out/checkpoint.json" 2>"$out/logs/checkpoint.log" \
+  || { log "  bench_checkpoint FAILED (log: $out/logs/checkpoint.log)"; failures=$((failures + 1)); }
+
 # --- 6. Report ---
 "$python" - "$out/machine.json" "$(cut -d' ' -f1-3 /proc/loadavg)" <<'EOF'
 import json, sys

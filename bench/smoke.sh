@@ -52,6 +52,10 @@ echo "== bench_graph_setup"
 "$bin/bench_graph_setup" --nodes=1000 >"$out/graph_setup.json" 2>"$out/graph_setup.log" \
   || { cat "$out/graph_setup.log" >&2; exit 1; }
 grep -q '"total_s"' "$out/graph_setup.json" || { echo "smoke: bench_graph_setup wrote no total" >&2; exit 1; }
+echo "== bench_checkpoint"
+"$bin/bench_checkpoint" --megabytes=8 >"$out/checkpoint.json" 2>"$out/checkpoint.log" \
+  || { cat "$out/checkpoint.log" >&2; exit 1; }
+grep -q '"restore_s"' "$out/checkpoint.json" || { echo "smoke: bench_checkpoint wrote no restore" >&2; exit 1; }
 
 # The report builder reads what the programs wrote (no peers here; plots only when
 # matplotlib is installed).

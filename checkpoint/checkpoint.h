@@ -5,8 +5,9 @@
 //   s.variables.push_back({"dense/kernel", w.type(), w.shape(), {{{0, 0}, w}}});  // one slice
 //   auto saved = dir->save(s);                        // committed when it returns ok
 //   std::vector<std::string> warnings;
-//   auto latest = dir->open_latest(&warnings);        // newest checkpoint that reads back
-//   auto rows = latest->read("dense/kernel", {250, 0}, {250, 10});  // any slice: reshard
+//   auto back = dir->restore_latest({{{"dense/kernel", dtype::float32, {500, 10}, {250, 0}, {250, 10}}}, {}},
+//                                   &warnings);       // any slice (reshard), all or nothing
+//   auto latest = dir->open_latest(&warnings);        // or open one and read as you like
 //
 // One file per checkpoint, DIR/ckpt-<step>.h5, that h5py reads as a person expects:
 // `h5py.File(path)["variables/dense/kernel"][...]` is the whole value of the variable
@@ -14,15 +15,18 @@
 // attributes for dtype, shape, global step and the slices it was saved as. Opaque state
 // (input position, random states) goes under `state/<name>`.
 //
-// The commit protocol (what makes a save atomic): the file is built in memory (HDF5's core
-// driver), written to a temporary file through the file_system seam, fsynced, renamed to
-// ckpt-<step>.h5; then DIR/manifest.json, the list of committed checkpoints, is rewritten
-// by write_durably. Its rename is the commit point: a crash, a full disk or an I/O error
+// The commit protocol (what makes a save atomic): HDF5 builds the file in memory (it never
+// writes files itself); through the file_system seam it is written under a temporary name,
+// fsynced and renamed to ckpt-<step>.h5; then DIR/manifest.json, the list of committed
+// checkpoints, is rewritten by write_durably. Its rename is the commit point: a crash, a full disk or an I/O error
 // before it leaves the previous manifest, which names only complete, fsynced files. Older
 // checkpoints beyond `keep` are deleted after the commit. Every dataset of rank >= 1 is
 // chunked with HDF5's Fletcher32 checksum, which HDF5 (and h5py) verify on every read;
-// scalars carry a CRC-32 attribute checked by troupe's reader. open_latest falls back past a
-// damaged checkpoint with a warning that names its file.
+// scalars carry a CRC-32 attribute checked by troupe's reader. restore_latest and
+// open_latest fall back past a damaged checkpoint with a warning that names its file.
+//
+// Memory: a directory keeps the buffer its last checkpoint was built in (about the size of
+// the checkpoint) for the next save.
 //
 // Thread safety: a directory is used from one thread at a time. Every call does blocking
 // file I/O: never call it on a CAF scheduler thread.
@@ -125,8 +129,30 @@ struct slice_request {
 // that a failed restore changes no variable.
 result<std::vector<tensor>> read_all(const reader& from, const std::vector<slice_request>& requests);
 
+// The memory a checkpoint file is built in before it is written (kept by a directory
+// from one save to the next).
+struct image_buffer;
+
+// What a restore asks for: slices of variables, and state tensors by name.
+struct restore_request {
+  std::vector<slice_request> variables;
+  std::vector<std::string> state;
+};
+
+// What it got, in the order asked.
+struct restored {
+  std::int64_t global_step = 0;
+  std::string path;  // the checkpoint file read
+  std::vector<tensor> variables;
+  std::vector<tensor> state;
+};
+
 class directory {
  public:
+  ~directory();
+  directory(directory&&) noexcept;
+  directory& operator=(directory&&) noexcept;
+
   // Creates `path` when it does not exist. File operations go through `fs`.
   static result<directory> open(const std::string& path, options opts = {},
                                 file_system& fs = file_system::real());
@@ -145,17 +171,27 @@ class directory {
   // is damaged.
   result<reader> open_latest(std::vector<std::string>* warnings) const;
 
+  // Reads `request` from the newest committed checkpoint that has it undamaged (every
+  // chunk read is checked; the file is read once). A damaged checkpoint (DATA_LOSS) is
+  // skipped with a warning naming it; a request the newest readable one cannot satisfy
+  // (a missing variable, another dtype or shape) is an error naming the variable and the
+  // file. All or nothing: on error no tensor is returned.
+  result<restored> restore_latest(const restore_request& request, std::vector<std::string>* warnings) const;
+
  private:
-  directory(std::string path, options opts, file_system* fs) : path_(std::move(path)), opts_(opts), fs_(fs) {}
+  directory(std::string path, options opts, file_system* fs);
   status write_manifest(const std::vector<committed>& entries);
 
   std::string path_;
   options opts_;
   file_system* fs_;
+  std::unique_ptr<image_buffer> image_;  // kept between saves (see checkpoint.cc)
 };
 
-// The bytes of an HDF5 checkpoint file holding `s` (what save writes). Checks that the
-// slices of each variable tile its shape; errors name the variable.
-result<std::string> encode(const snapshot& s);
+// Writes an HDF5 checkpoint file holding `s` at `path` through `fs` and fsyncs it (what
+// save does before it renames and commits it). Checks that the slices of each variable
+// tile its shape; errors name the variable. `reuse`: memory kept from an earlier call.
+status write_checkpoint_file(const snapshot& s, const std::string& path, file_system& fs = file_system::real(),
+                             image_buffer* reuse = nullptr);
 
 }  // namespace troupe::checkpoint

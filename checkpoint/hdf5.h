@@ -35,6 +35,7 @@ class handle {
   ~handle() { reset(); }
 
   hid_t get() const { return id_; }
+  hid_t release() { return std::exchange(id_, H5I_INVALID_HID); }
   bool valid() const { return id_ >= 0; }
   void reset();
 

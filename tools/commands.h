@@ -21,6 +21,10 @@ int run_command(const std::vector<std::string>& args, std::ostream& out, std::os
 // per device.
 int graph_command(const std::vector<std::string>& args, std::ostream& out, std::ostream& err);
 
+// troupe checkpoint ls DIR | inspect PATH [--variable NAME]: committed checkpoints, and
+// what one holds.
+int checkpoint_command(const std::vector<std::string>& args, std::ostream& out, std::ostream& err);
+
 // The file name a fetch is written to: every character outside [A-Za-z0-9._-] becomes '_'.
 std::string fetch_file_name(const std::string& fetch);
 

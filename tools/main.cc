@@ -17,6 +17,8 @@ constexpr const char* k_usage =
     "                     e.g. default), with progress and a final test accuracy\n"
     "  graph dot SCENARIO|GRAPH.pbtxt [--worker N] [--out FILE.dot]\n"
     "                     Graphviz DOT of a graph, one box per device\n"
+    "  checkpoint ls DIR | inspect PATH [--variable NAME]\n"
+    "                     committed checkpoints of a directory; what one holds\n"
     "  help               this text\n";
 }
 
@@ -31,6 +33,7 @@ int main(int argc, char** argv) {
   if (command == "eval") return troupe::tools::eval_command(args, std::cout, std::cerr);
   if (command == "run") return troupe::tools::run_command(args, std::cout, std::cerr);
   if (command == "graph") return troupe::tools::graph_command(args, std::cout, std::cerr);
+  if (command == "checkpoint") return troupe::tools::checkpoint_command(args, std::cout, std::cerr);
   if (command == "demo") return troupe::tools::demo_command(args, std::cout, std::cerr);
   std::cerr << "troupe: unknown command '" << command << "'\n" << k_usage;
   return 2;
