@@ -5,15 +5,18 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cerrno>
 #include <chrono>
 #include <cstring>
 #include <map>
 
+#include <fcntl.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
 #include "checkpoint/hdf5.h"
 #include "checkpoint/manifest.pb.h"
+#include "core/crc32c.h"
 #include "core/memory.h"
 
 namespace troupe::checkpoint {
@@ -284,16 +287,56 @@ result<std::size_t> build_image(const snapshot& s, image_buffer& image) {
 
 }  // namespace
 
-status write_checkpoint_file(const snapshot& s, const std::string& path, file_system& fs, image_buffer* reuse) {
-  image_buffer local;
-  image_buffer& image = reuse != nullptr ? *reuse : local;
+namespace {
+
+// Writes and fsyncs the file; its CRC-32C into *crc.
+status write_file_of(const snapshot& s, const std::string& path, file_system& fs, image_buffer& image,
+                     std::uint32_t* crc) {
   auto size = build_image(s, image);
   if (!size.ok()) return size.error().with_context(str_cat("checkpoint '", path, "'"));
+  const std::string_view bytes(static_cast<const char*>(image.data), *size);
+  *crc = crc32c_extend(0, bytes.data(), bytes.size());
   auto file = fs.create(path);
   if (!file.ok()) return file.error();
-  TROUPE_RETURN_IF_ERROR((*file)->append(std::string_view(static_cast<const char*>(image.data), *size)));
+  TROUPE_RETURN_IF_ERROR((*file)->append(bytes));
   TROUPE_RETURN_IF_ERROR((*file)->sync());
   return (*file)->close();
+}
+
+// The file a manifest entry names has the size and CRC-32C the entry records (read once,
+// in 16 MB pieces; the reads leave it in the page cache for HDF5).
+status check_committed_file(const committed& c) {
+  const int fd = ::open(c.path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return data_loss_error("checkpoint '", c.path, "' cannot be opened: ", std::strerror(errno));
+  std::vector<char> piece(16 << 20);
+  std::uint32_t crc = 0;
+  std::int64_t total = 0;
+  for (;;) {
+    const ssize_t n = ::read(fd, piece.data(), piece.size());
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      const int error = errno;
+      ::close(fd);
+      return data_loss_error("checkpoint '", c.path, "' cannot be read: ", std::strerror(error));
+    }
+    if (n == 0) break;
+    crc = crc32c_extend(crc, piece.data(), static_cast<std::size_t>(n));
+    total += n;
+  }
+  ::close(fd);
+  if (total != c.bytes) {
+    return data_loss_error("checkpoint '", c.path, "' has ", total, " bytes, its manifest entry ", c.bytes, " (truncated?)");
+  }
+  if (crc != c.crc32c) return data_loss_error("checkpoint '", c.path, "' does not match the CRC-32C of its manifest entry");
+  return status();
+}
+
+}  // namespace
+
+status write_checkpoint_file(const snapshot& s, const std::string& path, file_system& fs, image_buffer* reuse) {
+  image_buffer local;
+  std::uint32_t crc = 0;
+  return write_file_of(s, path, fs, reuse != nullptr ? *reuse : local, &crc);
 }
 
 // --- reader ---------------------------------------------------------------------------
@@ -576,7 +619,7 @@ result<std::vector<committed>> directory::list() const {
       return data_loss_error("checkpoint manifest '", manifest_path, "' names a file '", entry.file(),
                              "' outside its directory");
     }
-    out.push_back({entry.step(), path_ + "/" + entry.file(), entry.bytes(), entry.unix_seconds()});
+    out.push_back({entry.step(), path_ + "/" + entry.file(), entry.bytes(), entry.unix_seconds(), entry.crc32c()});
   }
   return out;
 }
@@ -591,6 +634,7 @@ status directory::write_manifest(const std::vector<committed>& entries) {
     entry->set_file(base_name(c.path));
     entry->set_bytes(c.bytes);
     entry->set_unix_seconds(c.unix_seconds);
+    entry->set_crc32c(c.crc32c);
   }
   google::protobuf::util::JsonPrintOptions print;
   print.preserve_proto_field_names = true;
@@ -616,7 +660,7 @@ result<committed> directory::save(const snapshot& s) {
   const std::string temporary = str_cat(path_, "/.", file_name_of(s.global_step), ".tmp-",
                                         static_cast<long>(::getpid()), "-", counter.fetch_add(1));
   if (image_ == nullptr) image_ = std::make_unique<image_buffer>();
-  status written = write_checkpoint_file(s, temporary, *fs_, image_.get());
+  status written = write_file_of(s, temporary, *fs_, *image_, &entry.crc32c);
   auto size = written.ok() ? fs_->file_size(temporary) : result<std::int64_t>(written);
   if (size.ok()) written = fs_->rename(temporary, entry.path);
   if (size.ok() && written.ok()) written = fs_->sync_dir(path_);
@@ -658,8 +702,9 @@ result<reader> directory::open_latest(std::vector<std::string>* warnings) const 
   if (!entries.ok()) return entries.error();
   if (entries->empty()) return not_found_error("no committed checkpoint in '", path_, "'");
   for (const committed& c : *entries) {
-    auto opened = reader::open(c.path);
-    status problem = opened.ok() ? opened->verify() : opened.error();
+    status problem = check_committed_file(c);
+    auto opened = problem.ok() ? reader::open(c.path) : result<reader>(problem);
+    if (problem.ok()) problem = opened.ok() ? opened->verify() : opened.error();
     if (problem.ok()) return std::move(*opened);
     if (warnings != nullptr) {
       warnings->push_back(str_cat("checkpoint '", c.path, "' (step ", c.step, ") is damaged, skipped: ", problem.message()));
@@ -674,6 +719,7 @@ result<restored> directory::restore_latest(const restore_request& request, std::
   if (entries->empty()) return not_found_error("no committed checkpoint in '", path_, "'");
   for (const committed& c : *entries) {
     auto attempt = [&]() -> result<restored> {
+      TROUPE_RETURN_IF_ERROR(check_committed_file(c));
       auto opened = reader::open(c.path);
       if (!opened.ok()) return opened.error();
       restored out;

@@ -22,8 +22,10 @@
 // before it leaves the previous manifest, which names only complete, fsynced files. Older
 // checkpoints beyond `keep` are deleted after the commit. Every dataset of rank >= 1 is
 // chunked with HDF5's Fletcher32 checksum, which HDF5 (and h5py) verify on every read;
-// scalars carry a CRC-32 attribute checked by troupe's reader. restore_latest and
-// open_latest fall back past a damaged checkpoint with a warning that names its file.
+// scalars carry a CRC-32 attribute checked by troupe's reader. The manifest also records
+// each file's size and CRC-32C, which restore_latest and open_latest check before HDF5
+// reads the file (HDF5 is not robust to damaged metadata); they fall back past a damaged
+// checkpoint with a warning that names its file.
 //
 // Memory: a directory keeps the buffer its last checkpoint was built in (about the size of
 // the checkpoint) for the next save.
@@ -74,6 +76,7 @@ struct committed {
   std::string path;  // the checkpoint file
   std::int64_t bytes = 0;
   std::int64_t unix_seconds = 0;
+  std::uint32_t crc32c = 0;  // of the whole file
 };
 
 // What a checkpoint holds about one variable.

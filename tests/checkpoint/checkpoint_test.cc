@@ -397,15 +397,19 @@ TEST_CASE("a save whose writes fail (file size limit: EFBIG) commits nothing and
   }
 }
 
-void damage(const std::string& path, bool truncate) {
+enum class damage_kind { flip_data, truncate, flip_metadata };
+
+void damage(const std::string& path, damage_kind kind) {
   const auto size = fs::file_size(path);
-  if (truncate) {
+  if (kind == damage_kind::truncate) {
     fs::resize_file(path, size / 2);
     return;
   }
-  // Flip bytes in the middle of the file: inside a chunk of data.
+  // Flip bytes in the middle of the file (inside a chunk of data), or in its first 64
+  // bytes (HDF5's superblock), which HDF5 must never see damaged.
+  const std::uintmax_t from = kind == damage_kind::flip_data ? size / 2 : 0;
   std::fstream file(path, std::ios::in | std::ios::out | std::ios::binary);
-  for (std::uintmax_t at = size / 2; at < size / 2 + 64; ++at) {
+  for (std::uintmax_t at = from; at < from + 64; ++at) {
     file.seekg(static_cast<std::streamoff>(at));
     const int c = file.get();
     file.seekp(static_cast<std::streamoff>(at));
@@ -414,15 +418,15 @@ void damage(const std::string& path, bool truncate) {
 }
 
 TEST_CASE("a damaged or truncated latest checkpoint falls back to the previous one with a warning", "[checkpoint]") {
-  for (const bool truncate : {false, true}) {
-    INFO((truncate ? "truncated" : "bytes flipped"));
+  for (const damage_kind kind : {damage_kind::flip_data, damage_kind::truncate, damage_kind::flip_metadata}) {
+    INFO("damage " << static_cast<int>(kind));
     temp_dir dir;
     auto d = directory::open(dir.path);
     const tensor first = iota_tensor(dtype::float32, {512, 64}, 1);
     const tensor second = iota_tensor(dtype::float32, {512, 64}, 2);
     REQUIRE(d->save({10, {sharded("w", first, 1)}, {}}).ok());
     REQUIRE(d->save({20, {sharded("w", second, 1)}, {}}).ok());
-    damage(dir.path + "/ckpt-20.h5", truncate);
+    damage(dir.path + "/ckpt-20.h5", kind);
     std::vector<std::string> warnings;
     auto latest = d->open_latest(&warnings);
     REQUIRE(latest.ok());
@@ -431,14 +435,15 @@ TEST_CASE("a damaged or truncated latest checkpoint falls back to the previous o
     REQUIRE(warnings.size() == 1);
     CHECK(warnings[0].find("ckpt-20.h5") != std::string::npos);
     // Reading the damaged one directly is an error naming it, never wrong values.
-    auto direct = reader::open(dir.path + "/ckpt-20.h5");
+    auto direct = kind == damage_kind::flip_metadata ? result<reader>(internal_error("not opened"))
+                                                     : reader::open(dir.path + "/ckpt-20.h5");
     if (direct.ok()) {
       auto value = direct->read("w");
       REQUIRE_FALSE(value.ok());
       CHECK(value.error().error_code() == code::data_loss);
       CHECK(value.error().message().find("ckpt-20.h5") != std::string::npos);
     }
-    damage(dir.path + "/ckpt-10.h5", truncate);
+    damage(dir.path + "/ckpt-10.h5", kind);
     warnings.clear();
     auto none = d->open_latest(&warnings);
     REQUIRE_FALSE(none.ok());
@@ -464,7 +469,7 @@ TEST_CASE("restore_latest reads once, falls back past damage, and stops at a mis
   CHECK(newest->variables[1].equals(box_of(second, {150, 0}, {150, 40})));
   CHECK(newest->state[0].scalar_value<std::int64_t>() == 20);
   CHECK(warnings.empty());
-  damage(dir.path + "/ckpt-20.h5", false);
+  damage(dir.path + "/ckpt-20.h5", damage_kind::flip_data);
   auto older = d->restore_latest(request, &warnings);
   REQUIRE(older.ok());
   CHECK(older->global_step == 10);

@@ -8,6 +8,7 @@
 #include <set>
 #include <thread>
 
+#include "core/crc32c.h"
 #include "core/file.h"
 #include "core/npy.h"
 #include "core/random.h"
@@ -44,6 +45,19 @@ TEST_CASE("str_cat writes every argument as a stream would", "[core]") {
   CHECK(str_cat("x", null_text, "y") == "xy");
   CHECK(str_cat("0x", std::hex, 255, std::dec, " ", 255) == "0xff 255");
   CHECK(str_cat() == "");
+}
+
+TEST_CASE("CRC-32C matches the standard check values, in one piece or many", "[core]") {
+  CHECK(crc32c_extend(0, "123456789", 9) == 0xe3069283u);  // the catalogue's check value
+  CHECK(crc32c_extend(0, "", 0) == 0u);
+  std::string zeros(32, '\0');
+  CHECK(crc32c_extend(0, zeros.data(), zeros.size()) == 0x8a9136aau);  // RFC 3720 B.4
+  std::string text;
+  for (int i = 0; i < 1000; ++i) text += static_cast<char>(i * 7 + 3);
+  const std::uint32_t whole = crc32c_extend(0, text.data(), text.size());
+  for (std::size_t cut : {0, 1, 7, 8, 9, 500, 999, 1000}) {
+    CHECK(crc32c_extend(crc32c_extend(0, text.data(), cut), text.data() + cut, text.size() - cut) == whole);
+  }
 }
 
 TEST_CASE("result holds a value or an error", "[core]") {
