@@ -221,6 +221,27 @@ TEST_CASE("bad requests name the variable and the file and return nothing", "[ch
   CHECK(absent.error().message().find("absent.h5") != std::string::npos);
 }
 
+TEST_CASE("one directory saves a large, then a small, then a large checkpoint: each reads back exactly", "[checkpoint]") {
+  // The memory a checkpoint is built in is reused: nothing of an earlier one may leak in.
+  temp_dir dir;
+  auto d = directory::open(dir.path);
+  const tensor large = iota_tensor(dtype::float32, {2000, 300}, 1);
+  const tensor small = iota_tensor(dtype::int64, {10, 3}, 2);
+  const tensor other = iota_tensor(dtype::float64, {700, 301}, 3);
+  REQUIRE(d->save({1, {sharded("a", large, 3)}, {}}).ok());
+  REQUIRE(d->save({2, {sharded("b", small, 2)}, {{"s", tensor::scalar<std::int64_t>(5)}}}).ok());
+  REQUIRE(d->save({3, {sharded("c", other, 4)}, {}}).ok());
+  for (const auto& [step, name, value] : {std::tuple{1, "a", large}, std::tuple{2, "b", small}, std::tuple{3, "c", other}}) {
+    INFO("step " << step);
+    auto r = reader::open(str_cat(dir.path, "/ckpt-", step, ".h5"));
+    REQUIRE(r.ok());
+    CHECK(r->verify().ok());
+    CHECK(r->variables().size() == 1);
+    CHECK(r->read(name)->equals(value));
+  }
+  CHECK(fs::file_size(dir.path + "/ckpt-2.h5") < 100000);  // the small one is small
+}
+
 TEST_CASE("keep: only the newest checkpoints stay, older ones go after a commit", "[checkpoint]") {
   temp_dir dir;
   auto d = directory::open(dir.path, {.keep = 3});
