@@ -43,6 +43,12 @@ c = f["variables/complex"][...]
 assert c.dtype == np.complex64 and c.tolist() == [1 + 2j, -3 + 0.5j], c
 assert f["variables/step_size"][()] == np.float64(0.125)
 assert f["state/input/position"][()] == 9
+# Chunks troupe wrote itself (several 360-word blocks, a partial last chunk, rows from
+# three shards in one chunk): HDF5's own Fletcher32 filter checks them as h5py reads.
+big = f["variables/big"]
+assert big.chunks == (3495, 300), big.chunks
+assert np.array_equal(big[...], (np.arange(4001 * 300, dtype=np.float32) * 0.5).reshape(4001, 300)), "big"
+assert f["variables/big"].fletcher32
 print("ok")
 )";
 
@@ -71,6 +77,16 @@ TEST_CASE("h5py reads a sharded checkpoint as the whole variables", "[checkpoint
   s.variables.push_back({"complex", dtype::complex64, {2}, {{{0}, complex}}});
   s.variables.push_back({"step_size", dtype::float64, {}, {{{}, tensor::scalar<double>(0.125)}}});
   s.state.push_back({"input/position", tensor::scalar<std::int64_t>(9)});
+  // 4001 x 300 float32 (4.8 MB; chunks of 3495 rows: one whole, one partial) from shards
+  // of 1500, 1500 and 1001 rows (the first chunk holds rows of all three).
+  std::vector<float> big(4001 * 300);
+  for (std::size_t i = 0; i < big.size(); ++i) big[i] = static_cast<float>(i) * 0.5f;
+  variable big_variable{"big", dtype::float32, {4001, 300}, {}};
+  for (const auto& [begin, rows] : {std::pair{0, 1500}, std::pair{1500, 1500}, std::pair{3000, 1001}}) {
+    std::vector<float> part(big.begin() + begin * 300, big.begin() + (begin + rows) * 300);
+    big_variable.slices.push_back({{begin, 0}, tensor::from_vector<float>(part, {rows, 300})});
+  }
+  s.variables.push_back(big_variable);
   auto saved = d->save(s);
   REQUIRE(saved.ok());
   const std::string script = dir + "/check.py";
