@@ -1,7 +1,6 @@
 #include "checkpoint/checkpoint.h"
 
 #include <google/protobuf/util/json_util.h>
-#include <zlib.h>
 
 #include <algorithm>
 #include <atomic>
@@ -18,7 +17,6 @@
 #include "checkpoint/hdf5.h"
 #include "checkpoint/manifest.pb.h"
 #include "core/crc32c.h"
-#include "core/memory.h"
 
 namespace troupe::checkpoint {
 namespace {
@@ -29,18 +27,6 @@ constexpr const char* k_format = "troupe-checkpoint";
 constexpr std::int64_t k_format_version = 1;
 constexpr const char* k_manifest = "manifest.json";
 constexpr std::size_t k_chunk_bytes = 4 << 20;  // target size of a checksummed chunk
-
-std::uint32_t crc32_of(const void* data, std::size_t bytes) {
-  uLong crc = crc32(0L, Z_NULL, 0);
-  const auto* p = static_cast<const Bytef*>(data);
-  while (bytes > 0) {
-    const uInt n = static_cast<uInt>(std::min<std::size_t>(bytes, 1u << 30));
-    crc = crc32(crc, p, n);
-    p += n;
-    bytes -= n;
-  }
-  return static_cast<std::uint32_t>(crc);
-}
 
 std::string file_name_of(std::int64_t step) { return str_cat("ckpt-", step, ".h5"); }
 
@@ -186,6 +172,22 @@ void copy_box(const unsigned char* from, const std::vector<std::int64_t>& from_d
   }
 }
 
+// The part two boxes (start, extent) share, as starts within each and its extent; false
+// when they share nothing.
+bool overlap(const std::vector<std::int64_t>& a_start, const std::vector<std::int64_t>& a_extent,
+             const std::vector<std::int64_t>& b_start, const std::vector<std::int64_t>& b_extent,
+             std::vector<std::int64_t>* in_a, std::vector<std::int64_t>* in_b, std::vector<std::int64_t>* extent) {
+  for (std::size_t d = 0; d < a_start.size(); ++d) {
+    const std::int64_t begin = std::max(a_start[d], b_start[d]);
+    const std::int64_t end = std::min(a_start[d] + a_extent[d], b_start[d] + b_extent[d]);
+    if (begin >= end) return false;
+    (*in_a)[d] = begin - a_start[d];
+    (*in_b)[d] = begin - b_start[d];
+    (*extent)[d] = end - begin;
+  }
+  return true;
+}
+
 // Writes every chunk of a chunked dataset as HDF5's Fletcher32 filter would store it (the
 // chunk's bytes, zero past the dataset's edge, then the checksum, little-endian), straight
 // into the file (H5Dwrite_chunk): HDF5's own path through its chunk cache copied each chunk
@@ -213,16 +215,7 @@ status write_chunks(hid_t dataset, const std::string& path, const tensor_shape& 
     }
     if (partial) std::memset(buffer.data(), 0, chunk_bytes);
     for (const slice& s : slices) {
-      bool overlaps = true;
-      for (std::size_t d = 0; d < static_cast<std::size_t>(rank) && overlaps; ++d) {
-        const std::int64_t begin = std::max(start[d], s.start[d]);
-        const std::int64_t end = std::min(start[d] + chunk_shape[d], s.start[d] + s.value.shape().dims()[d]);
-        overlaps = begin < end;
-        from_start[d] = begin - s.start[d];
-        to_start[d] = begin - start[d];
-        extent[d] = end - begin;
-      }
-      if (!overlaps) continue;
+      if (!overlap(s.start, s.value.shape().dims(), start, chunk_shape, &from_start, &to_start, &extent)) continue;
       copy_box(static_cast<const unsigned char*>(s.value.raw_data()), s.value.shape().dims(), from_start, buffer.data(),
                chunk_shape, to_start, extent, element);
     }
@@ -291,13 +284,8 @@ direct_read read_chunks_directly(hid_t dataset, const tensor_shape& shape, std::
     const std::uint32_t expected = fletcher32(buffer.data(), chunk_bytes);
     // HDF5 accepts the checksum in either byte order (files of its versions before 1.6.3).
     if (sum != expected && __builtin_bswap32(sum) != expected) return direct_read::damaged;
-    for (std::size_t d = 0; d < static_cast<std::size_t>(rank); ++d) {
-      const std::int64_t begin = std::max(chunk_start[d], start[d]);
-      const std::int64_t end = std::min(chunk_start[d] + chunk_shape[d], start[d] + out.shape().dims()[d]);
-      from_start[d] = begin - chunk_start[d];
-      to_start[d] = begin - start[d];
-      extent[d] = end - begin;
-    }
+    // Every chunk visited overlaps the box.
+    overlap(chunk_start, chunk_shape, start, out.shape().dims(), &from_start, &to_start, &extent);
     copy_box(buffer.data(), chunk_shape, from_start, static_cast<unsigned char*>(out.raw_data()), out.shape().dims(),
              to_start, extent, element);
     int d = rank - 1;
@@ -322,7 +310,7 @@ status write_dataset(hid_t file, const std::string& path, dtype type, const tens
   H5Pset_create_intermediate_group(link_props.get(), 1);
   handle create_props(H5Pcreate(H5P_DATASET_CREATE));
   // Data of rank >= 1 is chunked and Fletcher32-checksummed; a scalar (or an empty array)
-  // cannot be chunked and carries a CRC-32 attribute instead.
+  // cannot be chunked and carries a CRC-32C attribute instead.
   const bool chunked = rank > 0 && shape.num_elements() > 0;
   std::vector<hsize_t> chunk;
   if (chunked) {
@@ -343,6 +331,7 @@ status write_dataset(hid_t file, const std::string& path, dtype type, const tens
   if (chunked) {
     TROUPE_RETURN_IF_ERROR(write_chunks(dataset.get(), path, shape, dtype_size(type), chunk, slices));
   }
+  // A scalar or an empty array: at most one slice holds an element.
   for (const slice& s : slices) {
     if (chunked || s.value.num_elements() == 0) continue;
     handle file_space(H5Dget_space(dataset.get()));
@@ -368,7 +357,7 @@ status write_dataset(hid_t file, const std::string& path, dtype type, const tens
   if (!chunked) {
     const void* data = slices.size() == 1 ? slices[0].value.raw_data() : nullptr;
     const std::size_t bytes = static_cast<std::size_t>(shape.num_elements()) * dtype_size(type);
-    TROUPE_RETURN_IF_ERROR(hdf5::write_uint32_attribute(d, "crc32", crc32_of(data, data != nullptr ? bytes : 0)));
+    TROUPE_RETURN_IF_ERROR(hdf5::write_uint32_attribute(d, "crc32c", crc32c_extend(0, data, data != nullptr ? bytes : 0)));
   }
   return status();
 }
@@ -388,7 +377,7 @@ struct image_buffer {
   ~image_buffer() {
     if (data != nullptr) ::munmap(data, capacity);
   }
-  // Room for `bytes`, the first `keep` of which are preserved.
+  // Room for `bytes`; what the buffer held is kept (mremap moves the pages, no copy).
   void* reserve(std::size_t bytes) {
     if (bytes <= capacity) return data;
     void* grown = data == nullptr ? ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0)
@@ -706,10 +695,10 @@ result<tensor> reader::impl::read_box(const std::string& dataset_path, const std
   if (H5Dread(dataset.get(), h5type.get(), memory_space.get(), file_space.get(), H5P_DEFAULT, out.raw_data()) < 0) {
     return data_loss_error(what, " in checkpoint '", path, "' is damaged: ", hdf5::last_error());
   }
-  if (hdf5::has_attribute(dataset.get(), "crc32")) {
-    auto expected = hdf5::read_uint32_attribute(dataset.get(), "crc32");
-    if (!expected.ok() || *expected != crc32_of(out.raw_data(), out.byte_size())) {
-      return data_loss_error(what, " in checkpoint '", path, "' is damaged: its CRC-32 does not match");
+  if (hdf5::has_attribute(dataset.get(), "crc32c")) {
+    auto expected = hdf5::read_uint32_attribute(dataset.get(), "crc32c");
+    if (!expected.ok() || *expected != crc32c_extend(0, out.raw_data(), out.byte_size())) {
+      return data_loss_error(what, " in checkpoint '", path, "' is damaged: its CRC-32C does not match");
     }
   }
   return out;

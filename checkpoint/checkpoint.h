@@ -22,7 +22,7 @@
 // before it leaves the previous manifest, which names only complete, fsynced files. Older
 // checkpoints beyond `keep` are deleted after the commit. Every dataset of rank >= 1 is
 // chunked with HDF5's Fletcher32 checksum, which HDF5 (and h5py) verify on every read;
-// scalars carry a CRC-32 attribute checked by troupe's reader. The manifest also records
+// scalars carry a CRC-32C attribute checked by troupe's reader. The manifest also records
 // each file's size and CRC-32C, which restore_latest and open_latest check before HDF5
 // reads the file (HDF5 is not robust to damaged metadata); they fall back past a damaged
 // checkpoint with a warning that names its file.
