@@ -9,6 +9,7 @@
 #include <chrono>
 #include <cstring>
 #include <map>
+#include <set>
 
 #include <fcntl.h>
 #include <sys/mman.h>
@@ -43,6 +44,33 @@ status check_name(const std::string& name, std::string_view kind) {
     begin = end + 1;
   }
   return status();
+}
+
+// Where each variable's dataset goes: variables/<name>, except a variable whose name
+// extends another variable's ("dense/kernel/Adam" beside "dense/kernel": an optimizer
+// slot, the usual case), which goes to slots/<name>, since an HDF5 dataset cannot hold
+// others. A name extending two others (a, a/b, a/b/c) has no place: an error.
+result<std::vector<std::string>> dataset_paths(const std::vector<variable>& variables) {
+  std::set<std::string> names;
+  for (const variable& v : variables) names.insert(v.name);
+  auto extended = [&](const std::string& name) {
+    std::vector<std::string> prefixes;
+    for (std::size_t slash = name.find('/'); slash != std::string::npos; slash = name.find('/', slash + 1)) {
+      if (names.count(name.substr(0, slash)) > 0) prefixes.push_back(name.substr(0, slash));
+    }
+    return prefixes;
+  };
+  std::vector<std::string> paths;
+  for (const variable& v : variables) {
+    auto prefixes = extended(v.name);
+    if (prefixes.size() > 1) {
+      return invalid_argument_error("variable '", v.name, "' extends two saved variables, '", prefixes[0], "' and '",
+                                    prefixes[1], "': a checkpoint has no place for it (variables/<name> holds ",
+                                    "variables, slots/<name> those whose name extends one other)");
+    }
+    paths.push_back((prefixes.empty() ? "variables/" : "slots/") + v.name);
+  }
+  return paths;
 }
 
 std::vector<hsize_t> hsize_dims(const std::vector<std::int64_t>& dims) {
@@ -420,6 +448,9 @@ result<std::size_t> build_image(const snapshot& s, image_buffer& image) {
     if (!names.emplace("state/" + name, 0).second) return invalid_argument_error("state '", name, "' is saved twice");
     if (!value.initialized()) return invalid_argument_error("state '", name, "' has no value");
   }
+  auto paths_or = dataset_paths(s.variables);
+  if (!paths_or.ok()) return paths_or.error();
+  const std::vector<std::string>& paths = *paths_or;
   handle access(H5Pcreate(H5P_FILE_ACCESS));
   H5Pset_fapl_core(access.get(), 64 << 20, 0);
   H5FD_file_image_callbacks_t callbacks = {image_malloc,     image_memcpy,     image_realloc, image_free,
@@ -435,12 +466,14 @@ result<std::size_t> build_image(const snapshot& s, image_buffer& image) {
   TROUPE_RETURN_IF_ERROR(hdf5::write_string_attribute(file.get(), "format", k_format));
   TROUPE_RETURN_IF_ERROR(hdf5::write_int64_attribute(file.get(), "format_version", k_format_version));
   TROUPE_RETURN_IF_ERROR(hdf5::write_int64_attribute(file.get(), "global_step", s.global_step));
-  // Groups exist even when empty, so that h5py finds "variables" and "state".
+  // Groups exist even when empty, so that h5py finds "variables", "slots" and "state".
   handle group_variables(H5Gcreate2(file.get(), "variables", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT));
+  handle group_slots(H5Gcreate2(file.get(), "slots", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT));
   handle group_state(H5Gcreate2(file.get(), "state", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT));
   try {
-    for (const variable& v : s.variables) {
-      status written = write_dataset(file.get(), "variables/" + v.name, v.type, v.shape, v.slices, s.global_step);
+    for (std::size_t i = 0; i < s.variables.size(); ++i) {
+      const variable& v = s.variables[i];
+      status written = write_dataset(file.get(), paths[i], v.type, v.shape, v.slices, s.global_step);
       if (!written.ok()) return written.with_context(str_cat("variable '", v.name, "'"));
     }
     for (const auto& [state_name, value] : s.state) {
@@ -450,6 +483,7 @@ result<std::size_t> build_image(const snapshot& s, image_buffer& image) {
       if (!written.ok()) return written.with_context(str_cat("state '", state_name, "'"));
     }
     group_variables.reset();
+    group_slots.reset();
     group_state.reset();
     // A flushed file is complete (the superblock has no open-file flag at this version):
     // its first `size` bytes are the file.
@@ -609,7 +643,7 @@ result<reader> reader::open(const std::string& path) {
   auto step = hdf5::read_int64_attribute(impl->file.get(), "global_step");
   if (!step.ok()) return data_loss(step.error().message());
   impl->global_step = *step;
-  for (const char* group : {"variables", "state"}) {
+  for (const char* group : {"variables", "slots", "state"}) {
     if (H5Lexists(impl->file.get(), group, H5P_DEFAULT) <= 0) return data_loss(str_cat("no '", group, "' group"));
     handle g(H5Gopen2(impl->file.get(), group, H5P_DEFAULT));
     visit_state found;
@@ -623,6 +657,7 @@ result<reader> reader::open(const std::string& path) {
       }
       auto info = describe(impl->file.get(), str_cat(group, "/", name), name);
       if (!info.ok()) return data_loss(info.error().message());
+      info->dataset = str_cat(group, "/", name);
       impl->variables.push_back(std::move(*info));
     }
   }
@@ -708,7 +743,7 @@ result<tensor> reader::read(const std::string& name, const std::vector<std::int6
                             const tensor_shape& extent) const {
   const variable_info* info = find(name);
   if (info == nullptr) return not_found_error("checkpoint '", impl_->path, "' has no variable '", name, "'");
-  return impl_->read_box("variables/" + name, str_cat("variable '", name, "'"), info->type, info->shape, start, extent);
+  return impl_->read_box(info->dataset, str_cat("variable '", name, "'"), info->type, info->shape, start, extent);
 }
 
 result<tensor> reader::read(const std::string& name) const {

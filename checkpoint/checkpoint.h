@@ -12,8 +12,10 @@
 // One file per checkpoint, DIR/ckpt-<step>.h5, that h5py reads as a person expects:
 // `h5py.File(path)["variables/dense/kernel"][...]` is the whole value of the variable
 // whatever the sharding it was saved from (each shard's slice is written into place), with
-// attributes for dtype, shape, global step and the slices it was saved as. Opaque state
-// (input position, random states) goes under `state/<name>`.
+// attributes for dtype, shape, global step and the slices it was saved as. A variable whose
+// name extends another's (the optimizer slot "dense/kernel/Adam" of "dense/kernel") is at
+// `slots/<name>` instead, as an HDF5 dataset cannot contain others. Opaque state (input
+// position, random states) goes under `state/<name>`.
 //
 // The commit protocol (what makes a save atomic): HDF5 builds the file in memory (it never
 // writes files itself); through the file_system seam it is written under a temporary name,
@@ -82,6 +84,7 @@ struct committed {
 // What a checkpoint holds about one variable.
 struct variable_info {
   std::string name;
+  std::string dataset;  // its HDF5 path: variables/<name>, or slots/<name> (see above)
   dtype type = dtype::invalid;
   tensor_shape shape;
   // The slices it was saved as (start and extent per dimension): its partitioning then.

@@ -15,6 +15,11 @@
 //   auto summary = scenarios::run_scenario(*s, {});
 //   // summary->test_accuracy, summary->expectations_met
 //
+// With a `checkpoint` section, a cluster::checkpoint_manager saves every variable every
+// `every_steps` global steps and at the end, at a consistent cut (the training steps pass
+// through a step_gate), and with `restore: LATEST` the run first restores the newest
+// committed checkpoint and trains from its global step on.
+//
 // Errors (the dataset missing, a graph that cannot be placed, a step that fails) come
 // back as the status of the first failure, naming what failed; nothing is left running.
 // The first failure of any reader or trainer ends the run at once: the other loops stop,
@@ -25,6 +30,7 @@
 #include <iostream>
 #include <string>
 
+#include "cluster/checkpoint_manager.h"
 #include "core/status.h"
 #include "scenarios/scenario.pb.h"
 
@@ -38,12 +44,15 @@ struct run_options {
 };
 
 struct run_summary {
-  std::int64_t steps = 0;         // global steps done
+  std::int64_t steps = 0;         // the global step reached
   double seconds = 0;             // training time, without set-up and final evaluation
   double final_loss = 0;          // smoothed training loss at the end
   double test_accuracy = 0;       // on the whole test set, after training
   bool expectations_met = true;   // report.expect, when given
-  std::string expectation_report; // which expectation failed, with the figures
+  std::string expectation_report; // which expectations failed, with the figures ("; ")
+  std::vector<std::string> expectation_failures;  // the same, one per expectation
+  // With a `checkpoint` section: what was saved and restored.
+  cluster::checkpoint_stats checkpoints;
 };
 
 result<run_summary> run_scenario(const scenario::Scenario& s, const run_options& options = {});

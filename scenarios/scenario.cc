@@ -576,6 +576,23 @@ void check_report(checker& c, const node& parent, scenario::Report* report) {
   }
 }
 
+void check_checkpoint(checker& c, const node& parent, scenario::Scenario* s) {
+  if (!s->has_checkpoint()) return;
+  scenario::Checkpoint* checkpoint = s->mutable_checkpoint();
+  node n = c.child(parent, "checkpoint", *checkpoint);
+  if (checkpoint->dir().empty()) {
+    c.error(n, "dir", "required: the folder of the checkpoints (for example: dir: \"/tmp/run/ckpt\")");
+  }
+  check_range(c, n, "every_steps", checkpoint->every_steps(), 0, k_max_steps, "0: only at the end");
+  if (!checkpoint->has_keep()) checkpoint->set_keep(5);
+  check_range(c, n, "keep", checkpoint->keep(), 1, k_max_checkpoints_kept);
+  if (!scenario::Checkpoint::Restore_IsValid(checkpoint->restore())) {
+    c.error(n, "restore", "unknown restore ", checkpoint->restore(), " (valid: LATEST, NONE)");
+  } else if (checkpoint->restore() == scenario::Checkpoint::RESTORE_UNSPECIFIED) {
+    checkpoint->set_restore(scenario::Checkpoint::LATEST);
+  }
+}
+
 std::string stem_of(const std::string& filename) {
   std::string stem = std::filesystem::path(filename).stem().string();
   return stem.empty() ? std::string("scenario") : stem;
@@ -618,6 +635,7 @@ result<scenario::Scenario> parse_scenario(const std::string& text, const std::st
   check_training(c, root, s.mutable_training(), worker_tasks);
   check_dataset(c, root, s.mutable_dataset(), std::clamp(s.training().batch_size(), 1, k_max_batch_size));
   check_report(c, root, s.mutable_report());
+  check_checkpoint(c, root, &s);
   TROUPE_RETURN_IF_ERROR(c.to_status());
   return s;
 }

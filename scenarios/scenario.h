@@ -48,7 +48,9 @@ inline constexpr std::int32_t k_max_hidden_units = 16384;       // each entry
 inline constexpr std::int32_t k_max_batch_size = 65536;         // training.batch_size
 inline constexpr std::int32_t k_max_queue_capacity = 1 << 20;   // dataset.queue_capacity
 inline constexpr std::int32_t k_max_reader_threads = 64;        // dataset.reader_threads
-inline constexpr std::int64_t k_max_steps = 1'000'000'000'000;  // steps, eval_every, progress_every
+inline constexpr std::int64_t k_max_steps = 1'000'000'000'000;  // steps, eval_every, progress_every,
+                                                                 // checkpoint.every_steps
+inline constexpr std::int32_t k_max_checkpoints_kept = 1000;    // checkpoint.keep
 
 // Reads, checks and completes the scenario in `path`.
 result<scenario::Scenario> load_scenario(const std::string& path);

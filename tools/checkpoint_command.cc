@@ -92,7 +92,7 @@ int inspect_checkpoint(const std::string& path, const std::string& variable, std
       err << "troupe checkpoint inspect: " << value.error() << "\n";
       return 1;
     }
-    out << "variable " << v->name << "\n  dtype " << dtype_name(v->type) << "\n  shape " << v->shape.to_string()
+    out << "variable " << v->name << "\n  dataset " << v->dataset << "\n  dtype " << dtype_name(v->type) << "\n  shape " << v->shape.to_string()
         << "\n  saved as " << v->saved_slices.size() << " slice(s): " << slices_text(*v) << "\n  values "
         << value->debug_string(16) << "\n";
     return 0;
@@ -101,7 +101,7 @@ int inspect_checkpoint(const std::string& path, const std::string& variable, std
   for (const auto& v : r->variables()) {
     out << "  " << std::left << std::setw(32) << v.name << " " << std::setw(9) << dtype_name(v.type) << " "
         << std::setw(16) << v.shape.to_string() << " " << v.saved_slices.size() << " slice(s) " << slices_text(v)
-        << "\n";
+        << (v.dataset.starts_with("slots/") ? "  (at slots/)" : "") << "\n";
   }
   out << r->state_names().size() << " state tensor(s):";
   for (const auto& name : r->state_names()) out << " " << name;

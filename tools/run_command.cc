@@ -1,5 +1,6 @@
-// troupe run SCENARIO [--steps N] [--trace FILE.json]
+// troupe run SCENARIO [--steps N] [--trace FILE.json] [--summary FILE.json]
 // troupe graph dot SCENARIO|GRAPH.pbtxt|GRAPH.pb [--worker N] [--out FILE.dot]
+#include <chrono>
 #include <fstream>
 
 #include "core/file.h"
@@ -7,6 +8,7 @@
 #include "placement/graph_dot.h"
 #include "scenarios/runner.h"
 #include "scenarios/scenario.h"
+#include "scenarios/summary.h"
 #include "tools/commands.h"
 
 namespace troupe::tools {
@@ -37,13 +39,14 @@ bool parse_int(const std::string& s, std::int64_t* out) {
 }  // namespace
 
 int run_command(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
-  constexpr const char* usage = "usage: troupe run SCENARIO.pbtxt|NAME [--steps N] [--trace FILE.json]\n";
-  std::string path;
+  constexpr const char* usage =
+      "usage: troupe run SCENARIO.pbtxt|NAME [--steps N] [--trace FILE.json] [--summary FILE.json]\n";
+  std::string path, summary_file;
   scenarios::run_options options;
   options.out = &out;
   for (std::size_t i = 0; i < args.size(); ++i) {
     const std::string& a = args[i];
-    if ((a == "--steps" || a == "--trace") && i + 1 >= args.size()) {
+    if ((a == "--steps" || a == "--trace" || a == "--summary") && i + 1 >= args.size()) {
       err << "troupe run: " << a << " needs a value\n" << usage;
       return 2;
     }
@@ -54,6 +57,8 @@ int run_command(const std::vector<std::string>& args, std::ostream& out, std::os
       }
     } else if (a == "--trace") {
       options.trace_file = args[++i];
+    } else if (a == "--summary") {
+      summary_file = args[++i];
     } else if (a.starts_with("-")) {
       err << "troupe run: unknown option '" << a << "'\n" << usage;
       return 2;
@@ -73,7 +78,18 @@ int run_command(const std::vector<std::string>& args, std::ostream& out, std::os
     err << sc.error().message() << "\n";
     return 1;
   }
+  auto started = std::chrono::steady_clock::now();
   auto summary = scenarios::run_scenario(*sc, options);
+  if (!summary_file.empty()) {
+    double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+    auto json = scenarios::summary_json(scenarios::make_run_summary(
+        *sc, summary.ok() ? &*summary : nullptr, summary.ok() ? status() : summary.error(), wall));
+    status written = json.ok() ? write_file(summary_file, *json) : json.error();
+    if (!written.ok()) {
+      err << "troupe run: --summary " << summary_file << ": " << written.to_string() << "\n";
+      return 1;
+    }
+  }
   if (!summary.ok()) {
     err << "troupe run: " << summary.error().to_string() << "\n";
     return 1;

@@ -148,6 +148,28 @@ TEST_CASE("every storable dtype round-trips, whole and by slices", "[checkpoint]
   CHECK(info->saved_slices[1].second == tensor_shape({1000, 700}));
 }
 
+TEST_CASE("a variable whose name extends another's (an optimizer slot) is stored under slots/", "[checkpoint]") {
+  temp_dir dir;
+  auto d = directory::open(dir.path);
+  REQUIRE(d.ok());
+  tensor w = iota_tensor(dtype::float32, {4, 2}, 1);
+  tensor m = iota_tensor(dtype::float32, {4, 2}, 100);
+  REQUIRE(d->save({3, {sharded("dense/kernel", w, 2), sharded("dense/kernel/Adam", m, 1)}, {}}).ok());
+  auto r = reader::open(dir.path + "/ckpt-3.h5");
+  REQUIRE(r.ok());
+  REQUIRE(r->find("dense/kernel") != nullptr);
+  REQUIRE(r->find("dense/kernel/Adam") != nullptr);
+  CHECK(r->find("dense/kernel")->dataset == "variables/dense/kernel");
+  CHECK(r->find("dense/kernel/Adam")->dataset == "slots/dense/kernel/Adam");
+  auto back_w = r->read("dense/kernel");
+  auto back_m = r->read("dense/kernel/Adam", {1, 0}, {2, 2});
+  REQUIRE(back_w.ok());
+  REQUIRE(back_m.ok());
+  CHECK(back_w->equals(w));
+  CHECK(back_m->flat<float>()[0] == m.flat<float>()[2]);
+  CHECK(r->verify().ok());
+}
+
 TEST_CASE("a checkpoint restores onto another sharding: 2 -> 3, 3 -> 1, embedding 4 -> 2", "[checkpoint]") {
   temp_dir dir;
   auto d = directory::open(dir.path);
@@ -204,7 +226,10 @@ TEST_CASE("bad requests name the variable and the file and return nothing", "[ch
   CHECK_FALSE(d->save({2, {{"x", dtype::float32, {4}, {{{0}, iota_tensor(dtype::float32, {4}, 1)},
                                                         {{2}, iota_tensor(dtype::float32, {2}, 1)}}}}, {}}).ok());
   CHECK_FALSE(d->save({2, {{"../up", dtype::float32, {}, {{{}, tensor::scalar<float>(1)}}}}, {}}).ok());
-  CHECK_FALSE(d->save({2, {sharded("a", w, 1), sharded("a/b", w, 1)}, {}}).ok());
+  // "a/b/c" extends both "a" and "a/b": it has no place (a/b/c alone with a would be a slot).
+  auto nested = d->save({2, {sharded("a", w, 1), sharded("a/b", w, 1), sharded("a/b/c", w, 1)}, {}});
+  REQUIRE_FALSE(nested.ok());
+  CHECK(nested.error().message().find("'a/b/c' extends two saved variables, 'a' and 'a/b'") != std::string::npos);
   auto still = d->list();
   REQUIRE(still.ok());
   REQUIRE(still->size() == 1);

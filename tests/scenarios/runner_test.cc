@@ -15,6 +15,9 @@
 #include "core/file.h"
 #include "scenarios/runner.h"
 #include "scenarios/scenario.h"
+#include "scenarios/summary.h"
+#include "checkpoint/checkpoint.h"
+#include <google/protobuf/util/json_util.h>
 
 using namespace troupe;
 
@@ -131,5 +134,102 @@ TEST_CASE("a reader that fails ends the run with its error, waking the trainers 
   REQUIRE_FALSE(summary.ok());
   CHECK(summary.error().error_code() == code::data_loss);
   CHECK_THAT(summary.error().message(), Catch::Contains("input pipeline") && Catch::Contains("train-images"));
+  std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("checkpoints: saved every N steps and at the end, kept, and a later run continues from the latest") {
+  const std::string dir =
+      (std::filesystem::temp_directory_path() / ("troupe-runner-ckpt-" + std::to_string(::getpid()))).string();
+  std::filesystem::remove_all(dir);
+  auto sc = parse(std::string(k_small) + "checkpoint { dir: \"" + dir + "\" every_steps: 100 keep: 2 }\n");
+  sc.mutable_report()->mutable_expect()->Clear();
+  std::ostringstream out;
+  scenarios::run_options o;
+  o.out = &out;
+  o.compute_threads = 2;
+  o.steps = 250;
+  auto first = scenarios::run_scenario(sc, o);
+  if (!first.ok()) FAIL(first.error().to_string());
+  INFO(out.str());
+  const auto& c = first->checkpoints;
+  CHECK(c.committed >= 3);  // steps ~100, ~200 and the end
+  CHECK(c.failed == 0);
+  CHECK(c.restored_step == -1);
+  CHECK(c.latest_step == first->steps);
+  CHECK(first->steps >= 250);
+  CHECK_THAT(out.str(), Catch::Contains("none in " + dir) && Catch::Contains("checkpoint: saved step"));
+  auto d = checkpoint::directory::open(dir);
+  REQUIRE(d.ok());
+  auto list = d->list();
+  REQUIRE(list.ok());
+  CHECK(list->size() == 2);  // keep: 2
+  CHECK(list->at(0).step == first->steps);
+  auto r = checkpoint::reader::open(list->at(0).path);
+  REQUIRE(r.ok());
+  CHECK(r->find("hidden1/kernel") != nullptr);
+  CHECK(r->find("hidden1/kernel/Adam") != nullptr);
+  CHECK(r->find("hidden1/kernel/Adam")->dataset == "slots/hidden1/kernel/Adam");
+  auto step = r->read("global_step");
+  REQUIRE(step.ok());
+  CHECK(step->scalar_value<std::int64_t>() == first->steps);
+
+  // restore: LATEST (the default) continues from there up to the new total.
+  std::ostringstream out2;
+  o.out = &out2;
+  o.steps = 400;
+  auto second = scenarios::run_scenario(sc, o);
+  if (!second.ok()) FAIL(second.error().to_string());
+  INFO(out2.str());
+  CHECK(second->checkpoints.restored_step == first->steps);
+  CHECK(second->checkpoints.restored_path == list->at(0).path);
+  CHECK(second->steps >= 400);
+  CHECK_THAT(out2.str(), Catch::Contains("continuing from global step " + std::to_string(first->steps)));
+
+  // The summary says it in JSON, with the issue's keys.
+  scenario::RunSummary summary = scenarios::make_run_summary(sc, &*second, status(), 1.5);
+  auto json = scenarios::summary_json(summary);
+  REQUIRE(json.ok());
+  for (const char* key : {"\"scenario\"", "\"seed\"", "\"mode\"", "\"global_step\"", "\"test_accuracy\"",
+                          "\"final_loss\"", "\"wall_seconds\"", "\"faults\"", "\"restarts\"", "\"checkpoints\"",
+                          "\"committed\"", "\"latest_path\"", "\"latest_step\"", "\"expectations\"", "\"passed\"",
+                          "\"failures\""}) {
+    CHECK_THAT(*json, Catch::Contains(key));
+  }
+  scenario::RunSummary back;
+  REQUIRE(google::protobuf::util::JsonStringToMessage(*json, &back).ok());
+  CHECK(back.global_step() == second->steps);
+  CHECK(back.checkpoints().restored_step() == first->steps);
+  CHECK(back.seed() == 7);
+  CHECK(back.mode() == "SIMULATED");
+
+  // restore: NONE starts afresh.
+  sc.mutable_checkpoint()->set_restore(scenario::Checkpoint::NONE);
+  std::ostringstream out3;
+  o.out = &out3;
+  o.steps = 50;
+  auto third = scenarios::run_scenario(sc, o);
+  if (!third.ok()) FAIL(third.error().to_string());
+  CHECK(third->checkpoints.restored_step == -1);
+  CHECK(third->steps < 100);
+  std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("a checkpoint of another model stops the run before training, naming the variable and the file") {
+  const std::string dir =
+      (std::filesystem::temp_directory_path() / ("troupe-runner-ckpt-other-" + std::to_string(::getpid()))).string();
+  std::filesystem::remove_all(dir);
+  auto sc = parse(std::string(k_small) + "checkpoint { dir: \"" + dir + "\" }\n");
+  sc.mutable_report()->mutable_expect()->Clear();
+  std::ostringstream out;
+  scenarios::run_options o;
+  o.out = &out;
+  o.compute_threads = 2;
+  o.steps = 5;
+  REQUIRE(scenarios::run_scenario(sc, o).ok());
+  sc.mutable_model()->set_hidden_units(0, 32);
+  auto other = scenarios::run_scenario(sc, o);
+  REQUIRE_FALSE(other.ok());
+  CHECK_THAT(other.error().message(), Catch::Contains("hidden1") && Catch::Contains("ckpt-") &&
+                                          Catch::Contains("checkpoint.restore"));
   std::filesystem::remove_all(dir);
 }

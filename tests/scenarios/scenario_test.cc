@@ -385,3 +385,37 @@ TEST_CASE("check_dataset_files names a missing file", "[scenario]") {
 }
 
 }  // namespace troupe::scenarios
+
+namespace troupe::scenarios {
+
+TEST_CASE("checkpoint: defaults, and each mistake at its position", "[scenario]") {
+  auto s = parse_scenario(k_minimal + "checkpoint { dir: \"/tmp/c\" }\n", "s.pbtxt");
+  REQUIRE(s.ok());
+  CHECK(s->has_checkpoint());
+  CHECK(s->checkpoint().every_steps() == 0);
+  CHECK(s->checkpoint().keep() == 5);
+  CHECK(s->checkpoint().restore() == scenario::Checkpoint::LATEST);
+  auto none = parse_scenario(k_minimal, "s.pbtxt");
+  REQUIRE(none.ok());
+  CHECK_FALSE(none->has_checkpoint());
+
+  std::string e = error_of(k_minimal + "checkpoint { every_steps: 10 }\n");
+  CHECK(starts_with(e, "s.pbtxt:2:1: checkpoint.dir: required"));
+  e = error_of(k_minimal + "checkpoint {\n  dir: \"/tmp/c\"\n  keep: 0\n}\n");
+  CHECK(starts_with(e, "s.pbtxt:4:3: checkpoint.keep: must be >= 1 (is 0)"));
+  e = error_of(k_minimal + "checkpoint { dir: \"/tmp/c\" keep: 1001 }\n");
+  CHECK(contains(e, "checkpoint.keep: must be <= 1000"));
+  e = error_of(k_minimal + "checkpoint { dir: \"/tmp/c\" every_steps: -5 }\n");
+  CHECK(contains(e, "checkpoint.every_steps: must be >= 0 (0: only at the end; is -5)"));
+  e = error_of(k_minimal + "checkpoint { dir: \"/tmp/c\" restore: EARLIEST }\n");
+  CHECK(contains(e, "EARLIEST"));
+  CHECK(contains(e, "LATEST"));
+  auto restored = parse_scenario(k_minimal + "checkpoint { dir: \"/tmp/c\" restore: NONE every_steps: 50 keep: 2 }\n",
+                                 "s.pbtxt");
+  REQUIRE(restored.ok());
+  CHECK(restored->checkpoint().restore() == scenario::Checkpoint::NONE);
+  CHECK(restored->checkpoint().every_steps() == 50);
+  CHECK(restored->checkpoint().keep() == 2);
+}
+
+}  // namespace troupe::scenarios

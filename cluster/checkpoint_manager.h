@@ -1,0 +1,140 @@
+// checkpoint_manager: periodic checkpoints of a cluster's variables, consistent and
+// taken while training goes on (doc/checkpoints.md, "Checkpoints of a run").
+//
+//   cluster::step_gate gate;                      // training steps pass through it
+//   cluster::checkpoint_manager_options o;
+//   o.dir = "/tmp/run/ckpt";  o.keep = 3;  o.every_steps = 200;  o.gate = &gate;
+//   auto m = cluster::checkpoint_manager::create(the_cluster, training_graph, o);
+//   auto from = (*m)->restore_latest();           // before training: where to continue
+//   // after each training step, any thread:  (*m)->step_done(global_step);
+//   auto last = (*m)->save_now();                 // at the end: one more, waited for
+//
+// 1. What is saved: every variable of the graph (each VarHandleOp: model variables,
+//    optimizer slots, the global step), whole, under its shared_name (its node name when
+//    that is empty). Shapes must be fully defined. The checkpoint's global step is the
+//    value of the variable named options.global_step when the graph has one.
+// 2. How: the manager runs its own session on the cluster, on a copy of the graph with a
+//    ReadVariableOp and an AssignVariableOp (fed by a Placeholder) per variable, each
+//    colocated with its variable: a save fetches straight from the PS tasks and a
+//    restore feeds them, without any worker task (the chief's death stops neither).
+// 3. Consistency: a save closes the gate (step_gate.h), runs the one step that reads every
+//    variable (reads are copy-on-write snapshots), and opens it again: training stops for
+//    that step only. The file is then written and committed (checkpoint::directory: atomic,
+//    checksummed, `keep` kept) on the manager's own thread while training goes on.
+// 4. Failures: a save that fails (a full disk, an I/O error, a task down) leaves the
+//    committed checkpoints as they were; it is counted, reported through options.log,
+//    and training goes on. Saves requested while one is being written merge into one.
+//
+// Thread safety: every method may be called from any thread; each call that does I/O
+// blocks its caller, so never call one on a CAF scheduler thread (step_done never
+// blocks). Destruction waits for the save being written and drops any requested after it.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "actors/cluster.h"
+#include "actors/session.h"
+#include "checkpoint/checkpoint.h"
+#include "cluster/step_gate.h"
+#include "graph/graph.h"
+
+namespace troupe::cluster {
+
+struct checkpoint_manager_options {
+  std::string dir;       // required
+  int keep = 5;          // committed checkpoints kept
+  std::int64_t every_steps = 0;  // step_done() requests a save every this many; 0: never
+  std::string global_step = "global_step";  // the variable holding the global step
+  step_gate* gate = nullptr;  // the cut; null: the caller keeps training still during saves
+  file_system* fs = &file_system::real();
+  // The longest the read or assign step of a save or restore may take (the gate stays
+  // closed meanwhile); one that takes longer fails that save with DEADLINE_EXCEEDED.
+  std::chrono::milliseconds step_timeout = std::chrono::seconds(60);
+  // Where nodes without a device go in the manager's session (only its own bookkeeping).
+  std::string default_device;
+  // Receives one line per event (saved, restored, failed, skipped a damaged checkpoint).
+  std::function<void(const std::string&)> log;
+};
+
+// What the manager did, for the run summary.
+struct checkpoint_stats {
+  int committed = 0;         // saves committed by this manager
+  int failed = 0;            // saves that failed
+  std::string latest_path;   // the newest committed checkpoint (also one found at restore)
+  std::int64_t latest_step = -1;
+  std::string restored_path;  // what restore_latest() restored, if anything
+  std::int64_t restored_step = -1;
+  double longest_stop_seconds = 0;  // the longest the gate kept training out
+  std::vector<std::string> errors;  // why saves failed, oldest first
+};
+
+class checkpoint_manager {
+ public:
+  static result<std::unique_ptr<checkpoint_manager>> create(std::shared_ptr<actors::cluster> cluster,
+                                                            const graph::graph& g,
+                                                            checkpoint_manager_options options);
+  ~checkpoint_manager();
+  checkpoint_manager(const checkpoint_manager&) = delete;
+  checkpoint_manager& operator=(const checkpoint_manager&) = delete;
+
+  // Sets every variable from the newest committed checkpoint that reads back (damaged
+  // ones are skipped, each with a warning through options.log) and returns its global
+  // step; nullopt when the directory has no checkpoint. A checkpoint that does not match
+  // the graph (a missing variable, another dtype or shape) is an error naming the variable
+  // and the file, and no variable changes. REQUIRES: no training step runs.
+  result<std::optional<std::int64_t>> restore_latest();
+
+  // A training step ended with the global step at `global_step`: requests a save when it
+  // has crossed a multiple of every_steps since the last request. Never blocks.
+  void step_done(std::int64_t global_step);
+
+  // Takes a checkpoint now and waits until it is committed (after any save in progress).
+  // When the global step is the one this manager last committed, nothing has changed
+  // since: that checkpoint is returned and no file is written.
+  result<checkpoint::committed> save_now();
+
+  // The variables saved, by checkpoint name.
+  const std::vector<std::string>& variable_names() const { return names_; }
+  checkpoint_stats stats() const;
+
+ private:
+  struct saved_variable {
+    std::string name;  // in the checkpoint
+    dtype type = dtype::invalid;
+    tensor_shape shape;
+  };
+
+  explicit checkpoint_manager(checkpoint_manager_options options) : options_(std::move(options)) {}
+  void writer_loop();
+  void log(const std::string& line) const;
+
+  checkpoint_manager_options options_;
+  std::vector<saved_variable> variables_;
+  std::vector<std::string> names_;
+  std::vector<std::string> read_fetches_, value_feeds_, assign_targets_;
+  int global_step_index_ = -1;  // in variables_, or -1
+  std::unique_ptr<actors::session> session_;
+  std::unique_ptr<checkpoint::directory> dir_;
+
+  std::mutex save_mutex_;  // one save at a time (writer thread or save_now)
+  mutable std::mutex mutex_;
+  std::condition_variable wake_;
+  // Guarded by mutex_.
+  bool requested_ = false;
+  bool stopping_ = false;
+  std::int64_t next_due_ = 0;
+  checkpoint_stats stats_;
+  std::optional<checkpoint::committed> last_committed_;  // by this manager
+  std::thread writer_;
+};
+
+}  // namespace troupe::cluster

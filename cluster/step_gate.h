@@ -1,0 +1,57 @@
+// step_gate: a consistent cut between training steps, for checkpoints.
+//
+//   cluster::step_gate gate;
+//   // each training thread:
+//   { cluster::step_gate::pass p(gate); session.run(..., {"train"}); }
+//   // the checkpoint writer:
+//   gate.close();   // returns once no step is inside, and keeps new ones out
+//   ... read every variable (reads are snapshots) ...
+//   gate.open();
+//
+// Between close() and open() no step that changes variables runs, so every step's updates
+// are either all in the variables or all out: what is read then is one cut, however the
+// updates of a step are spread over PS tasks. The gate prefers its closer: once close()
+// has begun, new passes wait, so a stream of overlapping steps cannot starve it. Steps
+// are kept out only while the closer reads (one step's time), not while it writes files.
+//
+// Thread safety: every method may be called from any thread. REQUIRES: at most one
+// closer at a time; close() is not called by a thread that holds a pass.
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <mutex>
+
+namespace troupe::cluster {
+
+class step_gate {
+ public:
+  // A step inside the gate, from construction to destruction.
+  class pass {
+   public:
+    explicit pass(step_gate& gate) : gate_(gate) { gate_.enter(); }
+    ~pass() { gate_.leave(); }
+    pass(const pass&) = delete;
+    pass& operator=(const pass&) = delete;
+
+   private:
+    step_gate& gate_;
+  };
+
+  void enter();
+  void leave();
+  void close();
+  void open();
+
+  // How many times the gate has been closed.
+  std::int64_t closings() const;
+
+ private:
+  mutable std::mutex mutex_;
+  std::condition_variable changed_;
+  int inside_ = 0;
+  bool closed_ = false;
+  std::int64_t closings_ = 0;
+};
+
+}  // namespace troupe::cluster

@@ -1,0 +1,49 @@
+#include "scenarios/summary.h"
+
+#include <google/protobuf/util/json_util.h>
+
+namespace troupe::scenarios {
+
+scenario::RunSummary make_run_summary(const scenario::Scenario& s, const run_summary* summary, const status& error,
+                                      double wall_seconds) {
+  scenario::RunSummary out;
+  out.set_scenario(s.name());
+  out.set_seed(s.training().seed());
+  out.set_mode(scenario::Cluster::Mode_Name(s.cluster().mode()));
+  out.set_wall_seconds(wall_seconds);
+  auto* checkpoints = out.mutable_checkpoints();
+  checkpoints->set_latest_step(-1);
+  checkpoints->set_restored_step(-1);
+  if (!error.ok()) out.set_error(error.to_string());
+  if (summary == nullptr) {
+    out.mutable_expectations()->set_passed(false);
+    return out;
+  }
+  out.set_global_step(summary->steps);
+  out.set_test_accuracy(summary->test_accuracy);
+  out.set_final_loss(summary->final_loss);
+  const auto& c = summary->checkpoints;
+  checkpoints->set_committed(c.committed);
+  checkpoints->set_failed(c.failed);
+  checkpoints->set_latest_path(c.latest_path);
+  checkpoints->set_latest_step(c.latest_step);
+  checkpoints->set_restored_path(c.restored_path);
+  checkpoints->set_restored_step(c.restored_step);
+  auto* expectations = out.mutable_expectations();
+  expectations->set_passed(summary->expectations_met && error.ok());
+  for (const auto& f : summary->expectation_failures) expectations->add_failures(f);
+  return out;
+}
+
+result<std::string> summary_json(const scenario::RunSummary& summary) {
+  google::protobuf::util::JsonPrintOptions o;
+  o.add_whitespace = true;
+  o.always_print_primitive_fields = true;
+  o.preserve_proto_field_names = true;
+  std::string json;
+  auto s = google::protobuf::util::MessageToJsonString(summary, &json, o);
+  if (!s.ok()) return internal_error("the run summary as JSON: ", s.ToString());
+  return json;
+}
+
+}  // namespace troupe::scenarios

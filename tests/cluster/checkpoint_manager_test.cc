@@ -1,0 +1,328 @@
+// The checkpoint manager against a cluster: saves taken while two threads train are
+// consistent cuts (each step's updates to two PS tasks all in or all out), a restore sets
+// every variable bit for bit, onto another number of PS tasks too, a mismatching
+// checkpoint changes nothing, and a failing disk costs a save, not the run or the
+// committed checkpoints.
+#include <catch2/catch.hpp>
+
+#include <atomic>
+#include <cstring>
+#include <filesystem>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "cluster/checkpoint_manager.h"
+#include "cluster/step_gate.h"
+#include "graph/ops.h"
+#include "graph/train.h"
+#include "graph/variables.h"
+#include "tests/actors/session_fixture.h"
+
+using namespace troupe;
+using graph::scope;
+
+namespace {
+
+struct temp_dir {
+  std::string path;
+  temp_dir() {
+    path = (std::filesystem::temp_directory_path() /
+            ("troupe-manager-test-" + std::to_string(::getpid()) + "-" + std::to_string(counter()++)))
+               .string();
+    std::filesystem::remove_all(path);
+  }
+  ~temp_dir() { std::filesystem::remove_all(path); }
+  static int& counter() {
+    static int n = 0;
+    return n;
+  }
+};
+
+// Variables a [n] and b [n] (float) and the global step, spread over `ps` PS tasks (all on
+// the worker when ps = 0); "train" adds 1 to every element of a and b, then to the step.
+struct counting_model {
+  scope root = scope::new_root();
+  graph::variable_collection vars;
+};
+
+std::unique_ptr<counting_model> build_counting_model(int ps, std::int64_t n = 300) {
+  auto m = std::make_unique<counting_model>();
+  const scope& root = m->root;
+  auto device = [&](int i) { return ps == 0 ? std::string("/job:worker/task:0") : str_cat("/job:ps/task:", i % ps); };
+  auto a = graph::make_variable(root.with_device(device(0)), "a", {n}, dtype::float32, init::zeros_initializer());
+  auto b = graph::make_variable(root.with_device(device(1)), "b", {n}, dtype::float32, init::zeros_initializer());
+  m->vars.add(a);
+  m->vars.add(b);
+  auto step = train::make_global_step(root.with_device(device(2)), m->vars);
+  tensor ones(dtype::float32, {n});
+  for (auto& x : ones.flat<float>()) x = 1.0f;
+  std::vector<graph::operation> updates;
+  for (const auto* v : {&a, &b}) {
+    updates.push_back(root.colocate_with(v->handle.node).add("AssignAddVariableOp",
+                                                            {v->handle, ops::constant(root, ones)}));
+  }
+  auto increment = root.colocate_with(step.handle.node)
+                       .with_control_dependencies(updates)
+                       .add("AssignAddVariableOp", {step.handle, ops::scalar<std::int64_t>(root, 1)});
+  ops::no_op(root.with_name("train").with_control_dependencies({increment}));
+  graph::global_variables_initializer(root, m->vars);
+  return m;
+}
+
+std::shared_ptr<actors::cluster> cluster_of(int ps) {
+  if (ps == 0) {
+    auto spec = placement::cluster_spec::from_task_counts({{"worker", 1}});
+    REQUIRE(spec.ok());
+    actors::cluster_options o;
+    o.spec = *spec;
+    o.compute_threads = 2;
+    auto c = actors::cluster::create(o);
+    REQUIRE(c.ok());
+    return *c;
+  }
+  return troupe::testing::ps_worker_cluster(ps, 1);
+}
+
+graph::graph graph_of(const counting_model& m) {
+  auto g = m.root.to_graph();
+  if (!g.ok()) FAIL(g.error().to_string());
+  return std::move(*g);
+}
+
+std::unique_ptr<actors::session> session_on(const std::shared_ptr<actors::cluster>& c, const counting_model& m) {
+  actors::session_options o;
+  o.cluster = c;
+  o.default_device = "/job:worker/task:0";
+  return troupe::testing::make_session(m.root, o);
+}
+
+std::unique_ptr<cluster::checkpoint_manager> manager_on(const std::shared_ptr<actors::cluster>& c,
+                                                        const counting_model& m, cluster::checkpoint_manager_options o) {
+  o.default_device = "/job:worker/task:0";
+  auto manager = cluster::checkpoint_manager::create(c, graph_of(m), std::move(o));
+  if (!manager.ok()) FAIL(manager.error().to_string());
+  return std::move(*manager);
+}
+
+bool bitwise_equal(const tensor& x, const tensor& y) {
+  return x.type() == y.type() && x.shape() == y.shape() && std::memcmp(x.raw_data(), y.raw_data(), x.byte_size()) == 0;
+}
+
+}  // namespace
+
+TEST_CASE("saves taken while two threads train are consistent cuts", "[cluster][checkpoint]") {
+  temp_dir dir;
+  auto c = cluster_of(2);
+  auto model = build_counting_model(2);
+  auto s = session_on(c, *model);
+  REQUIRE(s->run({}, {}, {"init"}).ok());
+  cluster::step_gate gate;
+  cluster::checkpoint_manager_options o;
+  o.dir = dir.path;
+  o.keep = 1000;
+  o.every_steps = 7;
+  o.gate = &gate;
+  auto manager = manager_on(c, *model, o);
+  std::atomic<std::int64_t> steps{0};
+  std::vector<std::thread> trainers;
+  for (int t = 0; t < 2; ++t) {
+    trainers.emplace_back([&] {
+      // At least 300 steps, and on until five saves have committed while training ran.
+      while (steps.load() < 300 || manager->stats().committed < 5) {
+        {
+          cluster::step_gate::pass p(gate);
+          auto r = s->run({}, {}, {"train"});
+          if (!r.ok()) FAIL_CHECK(r.error().to_string());
+        }
+        manager->step_done(++steps);
+      }
+    });
+  }
+  for (auto& t : trainers) t.join();
+  auto last = manager->save_now();
+  REQUIRE(last.ok());
+  CHECK(last->step == steps.load());
+  auto st = manager->stats();
+  CHECK(st.failed == 0);
+  CHECK(st.latest_step == steps.load());
+  INFO("saves: " << st.committed << ", longest stop " << st.longest_stop_seconds << " s");
+
+  auto d = checkpoint::directory::open(dir.path, {.keep = 1000});
+  REQUIRE(d.ok());
+  auto list = d->list();
+  REQUIRE(list.ok());
+  // The final save replaces a periodic one of the same step, if any.
+  CHECK(static_cast<int>(list->size()) >= 5);
+  CHECK(static_cast<int>(list->size()) <= st.committed);
+  for (const auto& entry : *list) {
+    auto r = checkpoint::reader::open(entry.path);
+    REQUIRE(r.ok());
+    auto a = r->read("a"), b = r->read("b"), step = r->read("global_step");
+    REQUIRE(a.ok());
+    REQUIRE(b.ok());
+    REQUIRE(step.ok());
+    // Every step adds 1 to all of a and b, then to the step: a cut has them all equal.
+    const auto expected = static_cast<float>(step->scalar_value<std::int64_t>());
+    INFO(entry.path);
+    CHECK(r->global_step() == step->scalar_value<std::int64_t>());
+    for (float x : a->flat<float>()) REQUIRE(x == expected);
+    for (float x : b->flat<float>()) REQUIRE(x == expected);
+  }
+}
+
+TEST_CASE("a restore sets every variable bit for bit, onto 2, 3 or no PS tasks", "[cluster][checkpoint]") {
+  temp_dir dir;
+  std::vector<tensor> saved;
+  {
+    auto c = cluster_of(2);
+    auto model = build_counting_model(2);
+    auto s = session_on(c, *model);
+    REQUIRE(s->run({}, {}, {"init"}).ok());
+    for (int i = 0; i < 5; ++i) REQUIRE(s->run({}, {}, {"train"}).ok());
+    cluster::checkpoint_manager_options o;
+    o.dir = dir.path;
+    auto manager = manager_on(c, *model, o);
+    auto committed = manager->save_now();
+    REQUIRE(committed.ok());
+    CHECK(committed->step == 5);
+    auto values = s->run({}, {"a/Read/ReadVariableOp", "b/Read/ReadVariableOp", "global_step/Read/ReadVariableOp"});
+    REQUIRE(values.ok());
+    saved = std::move(*values);
+  }
+  for (int ps : {2, 3, 0}) {
+    INFO("restoring onto " << ps << " PS tasks");
+    auto c = cluster_of(ps);
+    auto model = build_counting_model(ps);
+    auto s = session_on(c, *model);
+    REQUIRE(s->run({}, {}, {"init"}).ok());
+    std::vector<std::string> lines;
+    cluster::checkpoint_manager_options o;
+    o.dir = dir.path;
+    o.log = [&](const std::string& line) { lines.push_back(line); };
+    auto manager = manager_on(c, *model, o);
+    auto from = manager->restore_latest();
+    REQUIRE(from.ok());
+    REQUIRE(from->has_value());
+    CHECK(**from == 5);
+    CHECK(manager->stats().restored_step == 5);
+    REQUIRE(lines.size() == 1);
+    CHECK(lines[0].find("restored 3 variables") != std::string::npos);
+    auto values = s->run({}, {"a/Read/ReadVariableOp", "b/Read/ReadVariableOp", "global_step/Read/ReadVariableOp"});
+    REQUIRE(values.ok());
+    for (std::size_t i = 0; i < saved.size(); ++i) CHECK(bitwise_equal(values->at(i), saved[i]));
+    // Training goes on from there.
+    REQUIRE(s->run({}, {}, {"train"}).ok());
+    auto step = s->run({}, {"global_step/Read/ReadVariableOp"});
+    REQUIRE(step.ok());
+    CHECK(step->at(0).scalar_value<std::int64_t>() == 6);
+  }
+}
+
+TEST_CASE("no checkpoint yet: restore_latest says so and changes nothing", "[cluster][checkpoint]") {
+  temp_dir dir;
+  auto c = cluster_of(1);
+  auto model = build_counting_model(1);
+  auto s = session_on(c, *model);
+  REQUIRE(s->run({}, {}, {"init"}).ok());
+  cluster::checkpoint_manager_options o;
+  o.dir = dir.path;
+  auto manager = manager_on(c, *model, o);
+  auto from = manager->restore_latest();
+  REQUIRE(from.ok());
+  CHECK_FALSE(from->has_value());
+}
+
+TEST_CASE("a checkpoint that does not match the graph names the variable and the file, and changes nothing",
+          "[cluster][checkpoint]") {
+  temp_dir dir;
+  {
+    auto c = cluster_of(1);
+    auto model = build_counting_model(1, 300);
+    auto s = session_on(c, *model);
+    REQUIRE(s->run({}, {}, {"init"}).ok());
+    REQUIRE(s->run({}, {}, {"train"}).ok());
+    cluster::checkpoint_manager_options o;
+    o.dir = dir.path;
+    REQUIRE(manager_on(c, *model, o)->save_now().ok());
+  }
+  auto c = cluster_of(1);
+  auto model = build_counting_model(1, 200);  // a and b of another shape
+  auto s = session_on(c, *model);
+  REQUIRE(s->run({}, {}, {"init"}).ok());
+  REQUIRE(s->run({}, {}, {"train"}).ok());
+  REQUIRE(s->run({}, {}, {"train"}).ok());
+  cluster::checkpoint_manager_options o;
+  o.dir = dir.path;
+  auto manager = manager_on(c, *model, o);
+  auto from = manager->restore_latest();
+  REQUIRE_FALSE(from.ok());
+  INFO(from.error().to_string());
+  CHECK(from.error().message().find("'a'") != std::string::npos);
+  CHECK(from.error().message().find("ckpt-1.h5") != std::string::npos);
+  auto values = s->run({}, {"a/Read/ReadVariableOp", "global_step/Read/ReadVariableOp"});
+  REQUIRE(values.ok());
+  CHECK(values->at(0).flat<float>()[0] == 2.0f);
+  CHECK(values->at(1).scalar_value<std::int64_t>() == 2);
+}
+
+namespace {
+
+// The real file system, until `full` is set: then every file it creates fails its writes
+// with RESOURCE_EXHAUSTED, as a full disk does.
+class filling_file_system final : public file_system {
+ public:
+  std::atomic<bool> full{false};
+
+  result<std::unique_ptr<writable_file>> create(const std::string& path) override {
+    if (full) return resource_exhausted_error("'", path, "': No space left on device");
+    return real().create(path);
+  }
+  status rename(const std::string& from, const std::string& to) override { return real().rename(from, to); }
+  status remove(const std::string& path) override { return real().remove(path); }
+  status sync_dir(const std::string& dir) override { return real().sync_dir(dir); }
+  status create_dir(const std::string& dir) override { return real().create_dir(dir); }
+  result<std::vector<std::string>> list_dir(const std::string& dir) override { return real().list_dir(dir); }
+  result<std::int64_t> file_size(const std::string& path) override { return real().file_size(path); }
+};
+
+}  // namespace
+
+TEST_CASE("a full disk fails a save, not the run, and the committed checkpoints stay", "[cluster][checkpoint]") {
+  temp_dir dir;
+  auto c = cluster_of(1);
+  auto model = build_counting_model(1);
+  auto s = session_on(c, *model);
+  REQUIRE(s->run({}, {}, {"init"}).ok());
+  filling_file_system fs;
+  std::vector<std::string> lines;
+  cluster::checkpoint_manager_options o;
+  o.dir = dir.path;
+  o.fs = &fs;
+  o.log = [&](const std::string& line) { lines.push_back(line); };
+  auto manager = manager_on(c, *model, o);
+  REQUIRE(s->run({}, {}, {"train"}).ok());
+  REQUIRE(manager->save_now().ok());
+  fs.full = true;
+  REQUIRE(s->run({}, {}, {"train"}).ok());
+  auto failed = manager->save_now();
+  REQUIRE_FALSE(failed.ok());
+  CHECK(failed.error().error_code() == code::resource_exhausted);
+  REQUIRE(s->run({}, {}, {"train"}).ok());  // training goes on
+  auto st = manager->stats();
+  CHECK(st.committed == 1);
+  CHECK(st.failed == 1);
+  REQUIRE(st.errors.size() == 1);
+  CHECK(st.errors[0].find("No space left") != std::string::npos);
+  CHECK(lines.back().find("save failed") != std::string::npos);
+  auto d = checkpoint::directory::open(dir.path);
+  REQUIRE(d.ok());
+  auto list = d->list();
+  REQUIRE(list.ok());
+  REQUIRE(list->size() == 1);
+  CHECK(list->at(0).step == 1);
+  fs.full = false;
+  auto again = manager->save_now();
+  REQUIRE(again.ok());
+  CHECK(again->step == 3);
+}
