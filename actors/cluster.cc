@@ -3,6 +3,7 @@
 #include <thread>
 
 #include "actors/device_actor.h"
+#include "actors/messages.h"
 #include "actors/runtime_kernels.h"
 #include "actors/spawn.h"
 
@@ -33,22 +34,103 @@ result<std::shared_ptr<cluster>> cluster::create(cluster_options options) {
   c->system_ = std::make_unique<caf::actor_system>(*c->config_);
   c->directory_ = std::make_shared<device_directory>();
   for (const std::string& full : o.spec.device_names()) {
-    std::string task = full.substr(0, full.find("/device:"));
-    auto dev = std::make_unique<runtime_device>(full, task, *c->system_, *c->pool_);
-    dev->set_tracer(o.tracer);
-    dev->set_memory_limit(o.memory_limit);
-    device_options d;
-    d.device = dev.get();
-    d.kernels = o.kernels;
-    c->directory_->emplace(full, spawn_device(*c->system_, d));
     c->device_names_.push_back(full);
-    c->devices_.emplace(full, std::move(dev));
+    c->devices_.emplace(full, c->start_device(full));
   }
-  for (auto& [name, dev] : c->devices_) dev->set_directory(c->directory_);
   // Constructing the system and spawning into it tied this thread to the system's
   // shutdown (actors/spawn.h); untie it, so that any thread may destroy the cluster.
   caf::logger::set_current_actor_system(nullptr);
   return c;
+}
+
+namespace {
+
+// caf::anon_send_exit with an error of ours as the reason (it takes only exit_reason).
+void send_exit(const caf::actor& dest, caf::error reason) {
+  if (dest) dest->enqueue(nullptr, caf::make_message_id(), caf::make_message(caf::exit_msg{dest->address(), std::move(reason)}), nullptr);
+}
+
+}  // namespace
+
+std::unique_ptr<runtime_device> cluster::start_device(const std::string& full) {
+  std::string task = full.substr(0, full.find("/device:"));
+  auto dev = std::make_unique<runtime_device>(full, task, *system_, *pool_);
+  dev->set_tracer(options_.tracer);
+  dev->set_memory_limit(options_.memory_limit);
+  dev->set_directory(directory_);
+  device_options d;
+  d.device = dev.get();
+  d.kernels = options_.kernels;
+  directory_->set(full, spawn_device(*system_, d));
+  return dev;
+}
+
+std::vector<std::string> cluster::task_names() const {
+  std::vector<std::string> out;
+  for (const auto& full : device_names_) {
+    std::string task = full.substr(0, full.find("/device:"));
+    if (out.empty() || out.back() != task) out.push_back(task);
+  }
+  return out;
+}
+
+std::string cluster::canonical_task(std::string_view task) const {
+  // "/job:ps/task:0" and "/job:ps/replica:0/task:0" name the same task.
+  std::string wanted(task);
+  if (wanted.find("/replica:") == std::string::npos) {
+    auto at = wanted.find("/task:");
+    if (at != std::string::npos) wanted.insert(at, "/replica:0");
+  }
+  for (const auto& t : task_names()) {
+    if (t == wanted) return t;
+  }
+  return "";
+}
+
+result<std::vector<std::string>> cluster::devices_of(std::string_view task) const {
+  std::string canonical = canonical_task(task);
+  if (canonical.empty()) return not_found_error("no task '", task, "' in the cluster");
+  std::vector<std::string> out;
+  for (const auto& full : device_names_) {
+    if (full.substr(0, full.find("/device:")) == canonical) out.push_back(full);
+  }
+  return out;
+}
+
+status cluster::kill_task(std::string_view task) {
+  auto devices = devices_of(task);
+  if (!devices.ok()) return devices.error();
+  std::lock_guard<std::mutex> lock(tasks_mutex_);
+  const caf::error reason = to_caf_error(unavailable_error("task ", canonical_task(task), " was killed"));
+  for (const auto& full : *devices) {
+    runtime_device* dev = devices_.find(full)->second.get();
+    dev->resources().clear();  // variables and queues end, their state lost
+    send_exit(directory_->find(full), reason);
+  }
+  return status();
+}
+
+result<int> cluster::restart_task(std::string_view task) {
+  auto devices = devices_of(task);
+  if (!devices.ok()) return devices.error();
+  std::lock_guard<std::mutex> lock(tasks_mutex_);
+  const caf::error reason = to_caf_error(unavailable_error("task ", canonical_task(task), " was restarted"));
+  for (const auto& full : *devices) {
+    auto it = devices_.find(full);
+    it->second->resources().clear();
+    send_exit(directory_->find(full), reason);  // no-op when already down
+    retired_.push_back(std::move(it->second));
+    it->second = start_device(full);
+  }
+  return ++incarnations_[canonical_task(task)];
+}
+
+std::vector<caf::actor> cluster::task_actors(std::string_view task) const {
+  std::vector<caf::actor> out;
+  auto devices = devices_of(task);
+  if (!devices.ok()) return out;
+  for (const auto& full : *devices) out.push_back(directory_->find(full));
+  return out;
 }
 
 cluster::~cluster() {
@@ -56,8 +138,9 @@ cluster::~cluster() {
   // device cancels the steps still running on it as it exits, and resource actors that
   // a parked step still holds end with their device (they monitor it).
   for (auto& [name, dev] : devices_) dev->resources().clear();
-  for (auto& [name, actor] : *directory_) caf::anon_send_exit(actor, caf::exit_reason::user_shutdown);
+  for (auto& [name, actor] : directory_->entries()) caf::anon_send_exit(actor, caf::exit_reason::user_shutdown);
   for (auto& [name, dev] : devices_) dev->set_directory(nullptr);
+  for (auto& dev : retired_) dev->set_directory(nullptr);
   directory_.reset();
   system_->registry().await_running_count_equal(0);  // every actor has ended
   // The compute threads go before the system: a custom kernel that spawned an actor
@@ -68,6 +151,7 @@ cluster::~cluster() {
 }
 
 runtime_device* cluster::find_device(std::string_view name) const {
+  std::lock_guard<std::mutex> lock(tasks_mutex_);
   auto it = devices_.find(name);
   return it == devices_.end() ? nullptr : it->second.get();
 }

@@ -22,6 +22,7 @@
 #include <chrono>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -76,6 +77,26 @@ class cluster {
   // A fresh step id, unique across the cluster.
   std::int64_t next_step_id() { return next_step_.fetch_add(1, std::memory_order_relaxed); }
 
+  // The tasks, as "/job:ps/replica:0/task:0", in the cluster spec's order.
+  std::vector<std::string> task_names() const;
+  // The complete names of `task`'s devices ("/job:ps/task:0" or the full form).
+  result<std::vector<std::string>> devices_of(std::string_view task) const;
+
+  // Fails `task` as a crash would (the fault injector's `kill`): its resource actors
+  // (variables, queues) end with their state lost, and its device actors exit with
+  // UNAVAILABLE "task ... was killed": their running steps fail everywhere, and whoever
+  // monitors them (sessions, supervisors) learns it. Until restart_task, the task's
+  // names resolve to its dead actors. Errors: no such task.
+  status kill_task(std::string_view task);
+  // Starts `task` again: each of its devices gets a new runtime_device and device actor
+  // (empty: no resources, no prepared steps) under the same name, which the directory
+  // resolves from now on. The old incarnations stay allocated until the cluster goes
+  // (kernels of steps that were running may still reference them). Returns the task's
+  // incarnation (1 after the first restart). Errors: no such task.
+  result<int> restart_task(std::string_view task);
+  // The device actors of the task's current incarnation (to monitor them).
+  std::vector<caf::actor> task_actors(std::string_view task) const;
+
  private:
   explicit cluster(cluster_options options) : options_(std::move(options)) {}
 
@@ -84,8 +105,16 @@ class cluster {
   std::unique_ptr<caf::actor_system_config> config_;
   std::unique_ptr<caf::actor_system> system_;
   std::vector<std::string> device_names_;
+  // Spawns the actor of device `full` (a new incarnation) and enters it in the directory.
+  std::unique_ptr<runtime_device> start_device(const std::string& full);
+  // The canonical name of `task` ("/job:ps/replica:0/task:0"), or empty when no such task.
+  std::string canonical_task(std::string_view task) const;
+
   std::map<std::string, std::unique_ptr<runtime_device>, std::less<>> devices_;
   std::shared_ptr<device_directory> directory_;
+  mutable std::mutex tasks_mutex_;  // guards devices_ entries and the two below across restarts
+  std::vector<std::unique_ptr<runtime_device>> retired_;  // earlier incarnations
+  std::map<std::string, int, std::less<>> incarnations_;  // by canonical task
   std::atomic<std::int64_t> next_step_{1};
 };
 

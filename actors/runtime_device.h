@@ -17,6 +17,8 @@
 
 #include <map>
 #include <memory>
+#include <mutex>
+#include <shared_mutex>
 #include <string>
 
 #include "actors/tracing.h"
@@ -25,8 +27,32 @@
 
 namespace troupe::actors {
 
-// Device name -> device actor, for every device of the cluster (one process for now).
-using device_directory = std::map<std::string, caf::actor, std::less<>>;
+// Device name -> the device's current actor, for every device of the cluster (one
+// process for now). A restarted device gets a new actor under the same name: whoever
+// looks a device up by name finds its current incarnation (what was resolved before keeps
+// the old actor, which is down; steps using it fail with UNAVAILABLE and are prepared
+// again). Thread safety: every method may be called from any thread.
+class device_directory {
+ public:
+  caf::actor find(std::string_view name) const {
+    std::shared_lock<std::shared_mutex> lock(mutex_);
+    auto it = actors_.find(name);
+    return it == actors_.end() ? caf::actor() : it->second;
+  }
+  void set(const std::string& name, caf::actor actor) {
+    std::unique_lock<std::shared_mutex> lock(mutex_);
+    actors_[name] = std::move(actor);
+  }
+  // Every device's current actor, by name.
+  std::map<std::string, caf::actor, std::less<>> entries() const {
+    std::shared_lock<std::shared_mutex> lock(mutex_);
+    return actors_;
+  }
+
+ private:
+  mutable std::shared_mutex mutex_;
+  std::map<std::string, caf::actor, std::less<>> actors_;
+};
 
 class runtime_device final : public kernels::device {
  public:
@@ -47,9 +73,7 @@ class runtime_device final : public kernels::device {
 
   // The actor of another device of the cluster, or an invalid handle.
   caf::actor find_device(std::string_view name) const {
-    if (directory_ == nullptr) return caf::actor();
-    auto it = directory_->find(name);
-    return it == directory_->end() ? caf::actor() : it->second;
+    return directory_ == nullptr ? caf::actor() : directory_->find(name);
   }
   void set_directory(std::shared_ptr<const device_directory> d) { directory_ = std::move(d); }
 

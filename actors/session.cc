@@ -212,8 +212,7 @@ result<placement::placement> place_graph(const plan_context& c) {
 }
 
 caf::actor device_named(const plan_context& c, const std::string& name) {
-  auto it = c.devices->find(name);
-  return it == c.devices->end() ? caf::actor() : it->second;
+  return c.devices->find(name);
 }
 
 // The partitions of a step whose nodes all run on one device: that device runs the

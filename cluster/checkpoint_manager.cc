@@ -1,8 +1,10 @@
 #include "cluster/checkpoint_manager.h"
 
+#include <algorithm>
 #include <chrono>
 
 #include "graph/attr.h"
+#include "placement/device_name.h"
 
 namespace troupe::cluster {
 
@@ -48,6 +50,9 @@ result<std::unique_ptr<checkpoint_manager>> checkpoint_manager::create(std::shar
                                     "') has shape ", shape.to_string(), ", which is not fully defined");
     }
     v.shape = shape.to_shape();
+    auto device = placement::parse_device_name(n.device().empty() ? m->options_.default_device : n.device());
+    if (!device.ok()) return device.error().with_context(str_cat("checkpoint manager: the device of '", n.name(), "'"));
+    v.task = placement::task_prefix(placement::fill_missing(placement::task_of(*device), {.replica = 0}));
     for (const auto& other : m->variables_) {
       if (other.name == v.name) {
         return invalid_argument_error("checkpoint manager: two variables share the name '", v.name, "'");
@@ -110,13 +115,45 @@ void checkpoint_manager::log(const std::string& line) const {
   if (options_.log) options_.log(line);
 }
 
+namespace {
+
+// "/job:ps/task:0" as the manager records tasks: "/job:ps/replica:0/task:0".
+std::string canonical_task(std::string_view task) {
+  auto name = placement::parse_device_name(task);
+  if (!name.ok()) return std::string(task);
+  return placement::task_prefix(placement::fill_missing(placement::task_of(*name), {.replica = 0}));
+}
+
+}  // namespace
+
+bool checkpoint_manager::holds_variables(std::string_view task) const {
+  const std::string wanted = canonical_task(task);
+  return std::any_of(variables_.begin(), variables_.end(), [&](const saved_variable& v) { return v.task == wanted; });
+}
+
 result<std::optional<std::int64_t>> checkpoint_manager::restore_latest() {
+  return restore_some(std::vector<bool>(variables_.size(), true));
+}
+
+result<std::optional<std::int64_t>> checkpoint_manager::restore_latest(std::string_view task) {
+  const std::string wanted = canonical_task(task);
+  std::vector<bool> some;
+  for (const auto& v : variables_) some.push_back(v.task == wanted);
+  return restore_some(some);
+}
+
+result<std::optional<std::int64_t>> checkpoint_manager::restore_some(const std::vector<bool>& wanted) {
   std::lock_guard<std::mutex> save_lock(save_mutex_);
   checkpoint::restore_request request;
-  for (const auto& v : variables_) {
+  std::vector<std::size_t> chosen;
+  for (std::size_t i = 0; i < variables_.size(); ++i) {
+    if (!wanted[i]) continue;
+    const auto& v = variables_[i];
+    chosen.push_back(i);
     request.variables.push_back(
         {v.name, v.type, v.shape, std::vector<std::int64_t>(static_cast<std::size_t>(v.shape.rank()), 0), v.shape});
   }
+  if (chosen.empty()) return std::optional<std::int64_t>();
   std::vector<std::string> warnings;
   auto restored = dir_->restore_latest(request, &warnings);
   for (const auto& w : warnings) log("checkpoint: " + w);
@@ -125,18 +162,28 @@ result<std::optional<std::int64_t>> checkpoint_manager::restore_latest() {
     return restored.error();
   }
   actors::feed_list feeds;
-  for (std::size_t i = 0; i < variables_.size(); ++i) feeds.emplace_back(value_feeds_[i], restored->variables[i]);
-  auto assigned = session_->run(feeds, {}, assign_targets_);
+  std::vector<std::string> targets;
+  for (std::size_t k = 0; k < chosen.size(); ++k) {
+    feeds.emplace_back(value_feeds_[chosen[k]], restored->variables[k]);
+    targets.push_back(assign_targets_[chosen[k]]);
+  }
+  auto assigned = session_->run(feeds, {}, targets);
   if (!assigned.ok()) return assigned.error().with_context(str_cat("restoring '", restored->path, "'"));
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    stats_.restored_path = stats_.latest_path = restored->path;
-    stats_.restored_step = stats_.latest_step = restored->global_step;
-    if (options_.every_steps > 0) {
+    if (stats_.restored_step < 0 && stats_.committed == 0) {  // the run's start, not a recovery
+      stats_.restored_path = restored->path;
+      stats_.restored_step = restored->global_step;
+    }
+    if (stats_.latest_step < 0) {
+      stats_.latest_path = restored->path;
+      stats_.latest_step = restored->global_step;
+    }
+    if (options_.every_steps > 0 && chosen.size() == variables_.size()) {
       next_due_ = (restored->global_step / options_.every_steps + 1) * options_.every_steps;
     }
   }
-  log(str_cat("checkpoint: restored ", variables_.size(), " variables from ", restored->path, " (step ",
+  log(str_cat("checkpoint: restored ", chosen.size(), " variable", chosen.size() == 1 ? "" : "s", " from ", restored->path, " (step ",
               restored->global_step, ")"));
   return std::optional<std::int64_t>(restored->global_step);
 }

@@ -71,8 +71,8 @@ struct checkpoint_stats {
   int failed = 0;            // saves that failed
   std::string latest_path;   // the newest committed checkpoint (also one found at restore)
   std::int64_t latest_step = -1;
-  std::string restored_path;  // what restore_latest() restored, if anything
-  std::int64_t restored_step = -1;
+  std::string restored_path;  // what the first restore_latest() before any save restored:
+  std::int64_t restored_step = -1;  // where the run started from (-1: afresh)
   double longest_stop_seconds = 0;  // the longest the gate kept training out
   std::vector<std::string> errors;  // why saves failed, oldest first
 };
@@ -92,6 +92,11 @@ class checkpoint_manager {
   // the graph (a missing variable, another dtype or shape) is an error naming the variable
   // and the file, and no variable changes. REQUIRES: no training step runs.
   result<std::optional<std::int64_t>> restore_latest();
+  // The same for the variables that live on `task` ("/job:ps/task:0") only: what a
+  // restarted task lost (RESTORE_LOST). The others keep their values.
+  result<std::optional<std::int64_t>> restore_latest(std::string_view task);
+  // Whether any saved variable lives on `task`.
+  bool holds_variables(std::string_view task) const;
 
   // A training step ended with the global step at `global_step`: requests a save when it
   // has crossed a multiple of every_steps since the last request. Never blocks.
@@ -111,7 +116,10 @@ class checkpoint_manager {
     std::string name;  // in the checkpoint
     dtype type = dtype::invalid;
     tensor_shape shape;
+    std::string task;  // where it lives: "/job:ps/replica:0/task:0"
   };
+  // Restores the variables `wanted` says (by index in variables_).
+  result<std::optional<std::int64_t>> restore_some(const std::vector<bool>& wanted);
 
   explicit checkpoint_manager(checkpoint_manager_options options) : options_(std::move(options)) {}
   void writer_loop();

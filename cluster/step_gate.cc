@@ -4,18 +4,18 @@ namespace troupe::cluster {
 
 void step_gate::enter() {
   std::unique_lock<std::mutex> lock(mutex_);
-  changed_.wait(lock, [&] { return !closed_; });
+  changed_.wait(lock, [&] { return closers_ == 0; });
   ++inside_;
 }
 
 void step_gate::leave() {
   std::lock_guard<std::mutex> lock(mutex_);
-  if (--inside_ == 0 && closed_) changed_.notify_all();
+  if (--inside_ == 0 && closers_ > 0) changed_.notify_all();
 }
 
 void step_gate::close() {
   std::unique_lock<std::mutex> lock(mutex_);
-  closed_ = true;
+  ++closers_;
   ++closings_;
   changed_.wait(lock, [&] { return inside_ == 0; });
 }
@@ -23,7 +23,7 @@ void step_gate::close() {
 void step_gate::open() {
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    closed_ = false;
+    --closers_;
   }
   changed_.notify_all();
 }

@@ -14,8 +14,11 @@
 // has begun, new passes wait, so a stream of overlapping steps cannot starve it. Steps
 // are kept out only while the closer reads (one step's time), not while it writes files.
 //
-// Thread safety: every method may be called from any thread. REQUIRES: at most one
-// closer at a time; close() is not called by a thread that holds a pass.
+// Several closers may hold the gate at once (a checkpoint and a recovery): it opens when
+// the last of them calls open().
+//
+// Thread safety: every method may be called from any thread. REQUIRES: close() is not
+// called by a thread that holds a pass; each close() is followed by one open().
 #pragma once
 
 #include <condition_variable>
@@ -50,7 +53,7 @@ class step_gate {
   mutable std::mutex mutex_;
   std::condition_variable changed_;
   int inside_ = 0;
-  bool closed_ = false;
+  int closers_ = 0;
   std::int64_t closings_ = 0;
 };
 

@@ -1,0 +1,206 @@
+#include "cluster/supervisor.h"
+
+#include "actors/messages.h"
+#include "actors/spawn.h"
+
+namespace troupe::cluster {
+
+namespace {
+
+using watch_atom = caf::atom_constant<caf::atom("watch")>;
+using seconds = std::chrono::duration<double>;
+
+// The supervisor's eyes: monitors device actors and reports those that go down (but for
+// a shutdown, and but for earlier incarnations that a restart replaced) to `report`.
+struct monitor_state {
+  std::map<caf::actor_addr, std::string> tasks;
+  static inline const char* name = "troupe-supervisor-monitor";
+};
+using monitor_actor = caf::stateful_actor<monitor_state>;
+
+caf::behavior monitor_behavior(monitor_actor* self, std::shared_ptr<actors::cluster> cluster,
+                               std::function<void(supervisor::down_notice)> report) {
+  self->set_down_handler([self, cluster, report](caf::down_msg& msg) {
+    auto it = self->state.tasks.find(msg.source);
+    if (it == self->state.tasks.end()) return;
+    std::string task = std::move(it->second);
+    self->state.tasks.erase(it);
+    if (msg.reason == caf::exit_reason::user_shutdown || msg.reason == caf::exit_reason::normal) return;
+    bool current = false;
+    for (const auto& a : cluster->task_actors(task)) current = current || a.address() == msg.source;
+    if (!current) return;  // an incarnation already replaced
+    status why = actors::to_status(msg.reason);
+    report({task, why.message().empty() ? caf::to_string(msg.reason) : why.message()});
+  });
+  return {
+      [self](watch_atom, const std::vector<caf::actor>& actors, const std::string& task) {
+        for (const auto& a : actors) {
+          self->state.tasks[a.address()] = task;
+          self->monitor(a);
+        }
+      },
+  };
+}
+
+}  // namespace
+
+bool is_retryable(const status& s) {
+  return s.error_code() == code::unavailable || s.error_code() == code::aborted;
+}
+
+result<std::unique_ptr<supervisor>> supervisor::create(std::shared_ptr<actors::cluster> cluster,
+                                                       supervisor_options options) {
+  if (options.max_restarts < 0) {
+    return invalid_argument_error("supervisor: max_restarts must be >= 0, not ", options.max_restarts);
+  }
+  if (!(options.within_seconds > 0)) {
+    return invalid_argument_error("supervisor: within_seconds must be > 0, not ", options.within_seconds);
+  }
+  std::unique_ptr<supervisor> s(new supervisor(cluster, std::move(options)));
+  supervisor* self = s.get();
+  s->monitor_ = actors::spawn_unpinned(cluster->system(), monitor_behavior, cluster, [self](down_notice n) {
+    {
+      std::lock_guard<std::mutex> lock(self->mutex_);
+      if (self->stopping_ || !self->down_.insert(n.task).second) return;  // already being recovered
+      self->pending_.push_back(std::move(n));
+    }
+    self->changed_.notify_all();
+  });
+  for (const auto& task : cluster->task_names()) s->watch(task);
+  s->thread_ = std::thread([self] { self->recovery_loop(); });
+  return s;
+}
+
+supervisor::~supervisor() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stopping_ = true;
+  }
+  changed_.notify_all();
+  if (thread_.joinable()) thread_.join();
+  // The monitor reports to this object: it must be gone first.
+  actors::unpinned_use use(cluster_->system());
+  caf::scoped_actor waiter{cluster_->system()};
+  caf::anon_send_exit(monitor_, caf::exit_reason::user_shutdown);
+  waiter->wait_for(monitor_);
+}
+
+void supervisor::watch(const std::string& task) {
+  caf::anon_send(monitor_, watch_atom::value, cluster_->task_actors(task), task);
+}
+
+void supervisor::log(const std::string& line) const {
+  if (options_.log) options_.log(line);
+}
+
+status supervisor::failure() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return failure_;
+}
+
+std::map<std::string, int> supervisor::restarts() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return restarts_;
+}
+
+std::vector<recovery_record> supervisor::recoveries() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return recoveries_;
+}
+
+bool supervisor::wait_for_recoveries(std::size_t count, std::chrono::milliseconds timeout) {
+  std::unique_lock<std::mutex> lock(mutex_);
+  return changed_.wait_for(lock, timeout, [&] { return recoveries_.size() >= count; });
+}
+
+void supervisor::recovery_loop() {
+  std::unique_lock<std::mutex> lock(mutex_);
+  for (;;) {
+    changed_.wait(lock, [&] { return stopping_ || !pending_.empty(); });
+    if (stopping_) return;
+    down_notice notice = std::move(pending_.front());
+    pending_.pop_front();
+    if (!failure_.ok()) continue;  // given up: nothing more is restarted
+    lock.unlock();
+    recover(notice);
+    lock.lock();
+    down_.erase(notice.task);
+    changed_.notify_all();
+  }
+}
+
+void supervisor::give_up(status why) {
+  log("supervisor: giving up: " + why.message());
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (failure_.ok()) failure_ = std::move(why);
+  changed_.notify_all();
+}
+
+void supervisor::recover(const down_notice& notice) {
+  const auto down_at = std::chrono::steady_clock::now();
+  recovery_record record{notice.task, notice.reason, down_at};
+  auto finish = [&] {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      recoveries_.push_back(record);
+    }
+    changed_.notify_all();
+  };
+  log(str_cat("supervisor: task ", notice.task, " went down (", notice.reason, ")"));
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto& recent = recent_[notice.task];
+    const auto window = std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+        seconds(options_.within_seconds));
+    while (!recent.empty() && down_at - recent.front() > window) recent.pop_front();
+    if (static_cast<int>(recent.size()) >= options_.max_restarts) {
+      failure_ = aborted_error("task ", notice.task, " failed ", recent.size() + 1, " times within ",
+                               options_.within_seconds, " s, more than supervision.max_restarts (",
+                               options_.max_restarts, ") allows; last: ", notice.reason);
+      recoveries_.push_back(record);
+      changed_.notify_all();
+      log("supervisor: giving up: " + failure_.message());
+      return;
+    }
+    recent.push_back(down_at);
+  }
+  if (options_.gate != nullptr) options_.gate->close();
+  status outcome = [&]() -> status {
+    auto incarnation = cluster_->restart_task(notice.task);
+    if (!incarnation.ok()) return incarnation.error();
+    watch(notice.task);
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      ++restarts_[notice.task];
+    }
+    checkpoint_manager* m = options_.checkpoints;
+    if (m == nullptr) return status();
+    const bool all = options_.recovery == recovery_policy::rollback_all;
+    if (!all && !m->holds_variables(notice.task)) return status();
+    auto restored = all ? m->restore_latest() : m->restore_latest(notice.task);
+    if (!restored.ok()) return restored.error().with_context(str_cat("restoring task ", notice.task));
+    if (!restored->has_value()) {
+      return failed_precondition_error("task ", notice.task, " lost its variables and no checkpoint is committed "
+                                       "to restore them from");
+    }
+    record.restored_step = **restored;
+    if (all && options_.rolled_back) options_.rolled_back(**restored);
+    return status();
+  }();
+  if (!outcome.ok()) {
+    if (options_.gate != nullptr) options_.gate->open();
+    finish();
+    give_up(aborted_error("could not recover task ", notice.task, ": ", outcome.message()));
+    return;
+  }
+  record.recovered = true;
+  record.seconds = seconds(std::chrono::steady_clock::now() - down_at).count();
+  if (options_.gate != nullptr) options_.gate->open();
+  finish();
+  log(str_cat("supervisor: restarted ", notice.task, record.restored_step >= 0
+                                                         ? str_cat(", restored from step ", record.restored_step)
+                                                         : std::string(""),
+              ", in ", std::to_string(record.seconds).substr(0, 5), " s"));
+}
+
+}  // namespace troupe::cluster

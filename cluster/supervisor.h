@@ -1,0 +1,135 @@
+// supervisor: one-for-one restarts of a cluster's tasks, with a budget, and the recovery
+// of what a restarted task lost (doc/fault_tolerance.md).
+//
+//   cluster::supervisor_options o;
+//   o.max_restarts = 5;  o.within_seconds = 60;
+//   o.recovery = cluster::recovery_policy::restore_lost;
+//   o.checkpoints = manager.get();  o.gate = &gate;
+//   auto sup = cluster::supervisor::create(the_cluster, o);
+//   // training threads: on an error for which is_retryable(e), check (*sup)->failure()
+//   // and run the step again (it waits in the gate while a task is being recovered)
+//
+// 1. Detection: an actor of the supervisor monitors every device actor of every task. A
+//    device that goes down for any reason but a shutdown (a crash, the fault injector's
+//    kill) reports its task as failed; the steps it was part of fail with UNAVAILABLE
+//    (actors/session.h), which is_retryable() says to run again.
+// 2. Recovery, on the supervisor's own thread (it blocks on steps and files, never on a
+//    CAF thread), one task at a time:
+//      a. the budget: a task that has failed max_restarts times within the last
+//         within_seconds is not restarted: the supervisor gives up (failure() says why);
+//      b. the gate closes: new training steps wait, the ones in flight finish or fail;
+//      c. the cluster restarts the task (actors::cluster::restart_task): new device
+//         actors under the same names, which every session resolves from then on;
+//      d. its state comes back from the latest committed checkpoint: with RESTORE_LOST,
+//         the variables that lived on the task; with ROLLBACK_ALL, every variable (and
+//         the global step), after which `rolled_back` is called with the global step;
+//      e. the gate opens, and the retried steps run on the new incarnation.
+//    A task without variables (a worker) is restarted empty: its queues refill from its
+//    readers.
+// 3. A recovery that cannot restore the task's variables (no committed checkpoint, a
+//    damaged or mismatching one) gives up too: a run never continues on uninitialized
+//    or inconsistent state.
+//
+// Thread safety: every method may be called from any thread. The supervisor must be
+// destroyed before the cluster, the checkpoint manager and the gate it uses.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "actors/cluster.h"
+#include "cluster/checkpoint_manager.h"
+#include "cluster/step_gate.h"
+#include "core/status.h"
+
+namespace troupe::cluster {
+
+enum class recovery_policy {
+  restore_lost,  // only what the lost task held returns to the checkpoint (ASYNC's default)
+  rollback_all,  // every variable returns to the checkpoint (SYNC's default)
+};
+
+// Whether a step that failed with `s` should be run again: it was caught by a task's
+// failure (UNAVAILABLE, ABORTED), not by its own mistake.
+bool is_retryable(const status& s);
+
+struct supervisor_options {
+  int max_restarts = 5;         // per task, within within_seconds; then the supervisor gives up
+  double within_seconds = 60;
+  recovery_policy recovery = recovery_policy::restore_lost;
+  checkpoint_manager* checkpoints = nullptr;  // null: nothing to restore tasks from
+  step_gate* gate = nullptr;                  // closed while a task is recovered
+  std::function<void(const std::string&)> log;
+  // After a ROLLBACK_ALL recovery, with the global step every variable returned to.
+  std::function<void(std::int64_t global_step)> rolled_back;
+};
+
+// One failure of a task and what the supervisor did about it.
+struct recovery_record {
+  std::string task;               // "/job:ps/replica:0/task:0"
+  std::string reason;             // why it went down
+  std::chrono::steady_clock::time_point down_at;  // when the supervisor learnt it
+  bool recovered = false;         // restarted and restored
+  double seconds = 0;             // from down_at to the task back (when recovered)
+  std::int64_t restored_step = -1;  // the checkpoint's global step, when one was restored
+};
+
+class supervisor {
+ public:
+  static result<std::unique_ptr<supervisor>> create(std::shared_ptr<actors::cluster> cluster,
+                                                    supervisor_options options);
+  ~supervisor();
+  supervisor(const supervisor&) = delete;
+  supervisor& operator=(const supervisor&) = delete;
+
+  // OK while the supervisor has not given up; else why it did (ABORTED).
+  status failure() const;
+  // Restarts so far, by task.
+  std::map<std::string, int> restarts() const;
+  std::vector<recovery_record> recoveries() const;
+  // Waits until `count` failures in all have been handled (recovered, or given up on);
+  // false when `timeout` passed first.
+  bool wait_for_recoveries(std::size_t count, std::chrono::milliseconds timeout);
+
+  struct down_notice {
+    std::string task;
+    std::string reason;
+  };
+
+ private:
+  explicit supervisor(std::shared_ptr<actors::cluster> cluster, supervisor_options options)
+      : cluster_(std::move(cluster)), options_(std::move(options)) {}
+  void watch(const std::string& task);
+  void recovery_loop();
+  void recover(const down_notice& notice);
+  void give_up(status why);
+  void log(const std::string& line) const;
+
+  std::shared_ptr<actors::cluster> cluster_;
+  supervisor_options options_;
+  caf::actor monitor_;
+
+  mutable std::mutex mutex_;
+  std::condition_variable changed_;
+  // Guarded by mutex_.
+  std::deque<down_notice> pending_;
+  std::set<std::string> down_;  // tasks pending or being recovered
+  bool stopping_ = false;
+  status failure_;
+  std::map<std::string, int> restarts_;
+  std::map<std::string, std::deque<std::chrono::steady_clock::time_point>> recent_;  // restart times
+  std::vector<recovery_record> recoveries_;
+  std::thread thread_;
+};
+
+}  // namespace troupe::cluster

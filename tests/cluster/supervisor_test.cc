@@ -1,0 +1,238 @@
+// The supervisor against a cluster: a killed PS task is restarted and its variables come
+// back from the latest checkpoint (RESTORE_LOST: its own; ROLLBACK_ALL: all, with the
+// global step), training threads that retry their failed steps go on and, with
+// ROLLBACK_ALL, end on a consistent state; a task that fails more often than its budget
+// allows makes the supervisor give up with a clear error; so does a lost task with no
+// checkpoint to restore it from.
+#include <catch2/catch.hpp>
+
+#include <atomic>
+#include <filesystem>
+#include <thread>
+
+#include "cluster/checkpoint_manager.h"
+#include "cluster/step_gate.h"
+#include "cluster/supervisor.h"
+#include "graph/ops.h"
+#include "graph/train.h"
+#include "graph/variables.h"
+#include "tests/actors/session_fixture.h"
+
+using namespace troupe;
+using graph::scope;
+
+namespace {
+
+struct temp_dir {
+  std::string path;
+  temp_dir() {
+    static int n = 0;
+    path = (std::filesystem::temp_directory_path() /
+            ("troupe-supervisor-test-" + std::to_string(::getpid()) + "-" + std::to_string(n++)))
+               .string();
+    std::filesystem::remove_all(path);
+  }
+  ~temp_dir() { std::filesystem::remove_all(path); }
+};
+
+// a [8] on ps:0 with the global step, b [8] on ps:1; "train" adds 1 to all of a and b,
+// then to the step.
+struct counting_model {
+  scope root = scope::new_root();
+  graph::variable_collection vars;
+};
+
+std::unique_ptr<counting_model> build_counting_model() {
+  auto m = std::make_unique<counting_model>();
+  const scope& root = m->root;
+  auto a = graph::make_variable(root.with_device("/job:ps/task:0"), "a", {8}, dtype::float32, init::zeros_initializer());
+  auto b = graph::make_variable(root.with_device("/job:ps/task:1"), "b", {8}, dtype::float32, init::zeros_initializer());
+  m->vars.add(a);
+  m->vars.add(b);
+  auto step = train::make_global_step(root.with_device("/job:ps/task:0"), m->vars);
+  tensor ones(dtype::float32, {8});
+  for (auto& x : ones.flat<float>()) x = 1.0f;
+  std::vector<graph::operation> updates;
+  for (const auto* v : {&a, &b}) {
+    updates.push_back(root.colocate_with(v->handle.node).add("AssignAddVariableOp",
+                                                            {v->handle, ops::constant(root, ones)}));
+  }
+  auto increment = root.colocate_with(step.handle.node)
+                       .with_control_dependencies(updates)
+                       .add("AssignAddVariableOp", {step.handle, ops::scalar<std::int64_t>(root, 1)});
+  ops::no_op(root.with_name("train").with_control_dependencies({increment}));
+  graph::global_variables_initializer(root, m->vars);
+  return m;
+}
+
+struct rig {
+  temp_dir dir;
+  std::shared_ptr<actors::cluster> cluster = troupe::testing::ps_worker_cluster(2, 1);
+  std::unique_ptr<counting_model> model = build_counting_model();
+  std::unique_ptr<actors::session> session;
+  cluster::step_gate gate;
+  std::unique_ptr<cluster::checkpoint_manager> checkpoints;
+  std::unique_ptr<cluster::supervisor> supervisor;
+  std::vector<std::string> log;
+  std::mutex log_mutex;
+  std::atomic<std::int64_t> rolled_back_to{-1};
+
+  explicit rig(cluster::supervisor_options so, bool with_checkpoints = true) {
+    actors::session_options o;
+    o.cluster = cluster;
+    o.default_device = "/job:worker/task:0";
+    session = troupe::testing::make_session(model->root, o);
+    REQUIRE(session->run({}, {}, {"init"}).ok());
+    auto g = model->root.to_graph();
+    REQUIRE(g.ok());
+    if (with_checkpoints) {
+      cluster::checkpoint_manager_options mo;
+      mo.dir = dir.path;
+      mo.gate = &gate;
+      mo.default_device = "/job:worker/task:0";
+      auto m = cluster::checkpoint_manager::create(cluster, *g, mo);
+      if (!m.ok()) FAIL(m.error().to_string());
+      checkpoints = std::move(*m);
+      so.checkpoints = checkpoints.get();
+    }
+    so.gate = &gate;
+    so.log = [this](const std::string& line) {
+      std::lock_guard<std::mutex> lock(log_mutex);
+      log.push_back(line);
+    };
+    so.rolled_back = [this](std::int64_t step) { rolled_back_to = step; };
+    auto s = cluster::supervisor::create(cluster, so);
+    if (!s.ok()) FAIL(s.error().to_string());
+    supervisor = std::move(*s);
+  }
+  ~rig() { supervisor.reset(); }
+
+  std::vector<float> read(const std::string& var) {
+    auto r = session->run({}, {var + "/Read/ReadVariableOp"});
+    if (!r.ok()) FAIL(r.error().to_string());
+    if (r->at(0).type() == dtype::int64) return {static_cast<float>(r->at(0).scalar_value<std::int64_t>())};
+    auto f = r->at(0).flat<float>();
+    return {f.begin(), f.end()};
+  }
+  std::int64_t step() { return static_cast<std::int64_t>(read("global_step")[0]); }
+
+  // Steps through the gate until the global step reaches `target`, running again the
+  // steps a failure caught; false when a step fails otherwise or the supervisor gives up.
+  bool train_until(std::int64_t target) {
+    for (int attempts = 0; attempts < 100000; ++attempts) {
+      if (!supervisor->failure().ok()) return false;
+      auto now = session->run({}, {"global_step/Read/ReadVariableOp"});
+      if (now.ok() && now->at(0).scalar_value<std::int64_t>() >= target) return true;
+      if (!now.ok() && !cluster::is_retryable(now.error())) return false;
+      if (now.ok()) {
+        cluster::step_gate::pass inside(gate);
+        auto r = session->run({}, {}, {"train"});
+        if (r.ok() || cluster::is_retryable(r.error())) continue;
+        FAIL_CHECK(r.error().to_string());
+        return false;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    return false;
+  }
+};
+
+bool all_equal(const std::vector<float>& v, float x) {
+  for (float y : v) {
+    if (y != x) return false;
+  }
+  return !v.empty();
+}
+
+}  // namespace
+
+TEST_CASE("RESTORE_LOST: a killed PS task comes back with its variables from the checkpoint", "[supervisor]") {
+  cluster::supervisor_options so;
+  so.recovery = cluster::recovery_policy::restore_lost;
+  rig r(so);
+  REQUIRE(r.train_until(5));
+  auto saved = r.checkpoints->save_now();
+  REQUIRE(saved.ok());
+  REQUIRE(saved->step == 5);
+  REQUIRE(r.train_until(9));
+  REQUIRE(r.cluster->kill_task("/job:ps/task:0").ok());
+  REQUIRE(r.supervisor->wait_for_recoveries(1, std::chrono::seconds(10)));
+  CHECK(r.supervisor->failure().ok());
+  auto restarts = r.supervisor->restarts();
+  CHECK(restarts["/job:ps/replica:0/task:0"] == 1);
+  CHECK(restarts.size() == 1);
+  auto recoveries = r.supervisor->recoveries();
+  REQUIRE(recoveries.size() == 1);
+  CHECK(recoveries[0].recovered);
+  CHECK(recoveries[0].restored_step == 5);
+  CHECK_THAT(recoveries[0].reason, Catch::Contains("killed"));
+  // ps:0's a and step are back at the checkpoint; ps:1's b kept its later updates.
+  CHECK(all_equal(r.read("a"), 5.0f));
+  CHECK(r.step() == 5);
+  CHECK(all_equal(r.read("b"), 9.0f));
+  CHECK(r.rolled_back_to == -1);
+  REQUIRE(r.train_until(12));
+  CHECK(all_equal(r.read("a"), 12.0f));
+  CHECK(all_equal(r.read("b"), 16.0f));
+}
+
+TEST_CASE("ROLLBACK_ALL under two training threads: the run ends on one consistent state", "[supervisor]") {
+  cluster::supervisor_options so;
+  so.recovery = cluster::recovery_policy::rollback_all;
+  rig r(so);
+  REQUIRE(r.train_until(20));
+  REQUIRE(r.checkpoints->save_now().ok());
+  std::atomic<bool> ok{true};
+  std::vector<std::thread> trainers;
+  for (int t = 0; t < 2; ++t) {
+    trainers.emplace_back([&] {
+      if (!r.train_until(200)) ok = false;
+    });
+  }
+  // Kill ps:1 while they train (after the step passes 40).
+  while (r.step() < 40) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  REQUIRE(r.cluster->kill_task("/job:ps/task:1").ok());
+  for (auto& t : trainers) t.join();
+  CHECK(ok);
+  CHECK(r.supervisor->failure().ok());
+  CHECK(r.rolled_back_to == 20);
+  CHECK(r.supervisor->restarts()["/job:ps/replica:0/task:1"] == 1);
+  // Every step's updates all in: a, b and the step agree, whatever was lost and redone.
+  const std::int64_t step = r.step();
+  CHECK(step >= 200);
+  CHECK(all_equal(r.read("a"), static_cast<float>(step)));
+  CHECK(all_equal(r.read("b"), static_cast<float>(step)));
+}
+
+TEST_CASE("a task failing beyond max_restarts within the window makes the supervisor give up", "[supervisor]") {
+  cluster::supervisor_options so;
+  so.max_restarts = 1;
+  so.within_seconds = 600;
+  rig r(so);
+  REQUIRE(r.train_until(3));
+  REQUIRE(r.checkpoints->save_now().ok());
+  REQUIRE(r.cluster->kill_task("/job:worker/task:0").ok());
+  REQUIRE(r.supervisor->wait_for_recoveries(1, std::chrono::seconds(10)));
+  CHECK(r.supervisor->failure().ok());
+  REQUIRE(r.train_until(5));  // the worker is back (it held no variables: nothing restored)
+  CHECK(r.supervisor->recoveries().at(0).restored_step == -1);
+  REQUIRE(r.cluster->kill_task("/job:worker/task:0").ok());
+  REQUIRE(r.supervisor->wait_for_recoveries(2, std::chrono::seconds(10)));
+  status f = r.supervisor->failure();
+  REQUIRE_FALSE(f.ok());
+  CHECK(f.error_code() == code::aborted);
+  CHECK_THAT(f.message(), Catch::Contains("/job:worker/replica:0/task:0") && Catch::Contains("max_restarts (1)"));
+  CHECK(r.supervisor->restarts()["/job:worker/replica:0/task:0"] == 1);
+  CHECK_FALSE(r.train_until(10));  // the loop sees the supervisor gave up
+}
+
+TEST_CASE("a lost PS task with no checkpoint to restore it from: the supervisor gives up, naming it", "[supervisor]") {
+  cluster::supervisor_options so;
+  rig r(so);  // a checkpoint manager, but nothing committed
+  REQUIRE(r.train_until(3));
+  REQUIRE(r.cluster->kill_task("/job:ps/task:0").ok());
+  REQUIRE(r.supervisor->wait_for_recoveries(1, std::chrono::seconds(10)));
+  status f = r.supervisor->failure();
+  REQUIRE_FALSE(f.ok());
+  CHECK_THAT(f.message(), Catch::Contains("/job:ps/replica:0/task:0") && Catch::Contains("no checkpoint"));
+}
