@@ -79,6 +79,9 @@ class cluster {
 
   // The tasks, as "/job:ps/replica:0/task:0", in the cluster spec's order.
   std::vector<std::string> task_names() const;
+  // The canonical name of `task` ("/job:ps/task:0" -> "/job:ps/replica:0/task:0"), or
+  // empty when the cluster has no such task.
+  std::string canonical_task(std::string_view task) const;
   // The complete names of `task`'s devices ("/job:ps/task:0" or the full form).
   result<std::vector<std::string>> devices_of(std::string_view task) const;
 
@@ -107,8 +110,6 @@ class cluster {
   std::vector<std::string> device_names_;
   // Spawns the actor of device `full` (a new incarnation) and enters it in the directory.
   std::unique_ptr<runtime_device> start_device(const std::string& full);
-  // The canonical name of `task` ("/job:ps/replica:0/task:0"), or empty when no such task.
-  std::string canonical_task(std::string_view task) const;
 
   std::map<std::string, std::unique_ptr<runtime_device>, std::less<>> devices_;
   std::shared_ptr<device_directory> directory_;

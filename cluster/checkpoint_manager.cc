@@ -5,6 +5,7 @@
 
 #include "graph/attr.h"
 #include "placement/device_name.h"
+#include "placement/placer.h"
 
 namespace troupe::cluster {
 
@@ -35,6 +36,16 @@ result<std::unique_ptr<checkpoint_manager>> checkpoint_manager::create(std::shar
   if (!dir.ok()) return dir.error();
   m->dir_ = std::make_unique<checkpoint::directory>(std::move(*dir));
 
+  // Where each variable lives, as the sessions place it (colocation included: optimizer
+  // slots carry no device of their own).
+  placement::placer_options po;
+  po.default_device = m->options_.default_device;
+  po.allow_soft_placement = true;
+  const kernels::kernel_registry& kernels = cluster->kernels();
+  auto placed = placement::place(
+      g, cluster->spec(),
+      [&kernels](const graph::node& n, const std::string& type) { return kernels.has_kernel(type, n.def); }, po);
+  if (!placed.ok()) return placed.error().with_context("checkpoint manager: placing the graph");
   tf::GraphDef def = g.to_graph_def();
   std::vector<tf::NodeDef> added;
   for (const tf::NodeDef& n : def.node()) {
@@ -50,9 +61,10 @@ result<std::unique_ptr<checkpoint_manager>> checkpoint_manager::create(std::shar
                                     "') has shape ", shape.to_string(), ", which is not fully defined");
     }
     v.shape = shape.to_shape();
-    auto device = placement::parse_device_name(n.device().empty() ? m->options_.default_device : n.device());
+    const graph::node* node = g.find(n.name());
+    auto device = placement::parse_device_name(placed->device_of(node->id));
     if (!device.ok()) return device.error().with_context(str_cat("checkpoint manager: the device of '", n.name(), "'"));
-    v.task = placement::task_prefix(placement::fill_missing(placement::task_of(*device), {.replica = 0}));
+    v.task = placement::task_prefix(placement::task_of(*device));
     for (const auto& other : m->variables_) {
       if (other.name == v.name) {
         return invalid_argument_error("checkpoint manager: two variables share the name '", v.name, "'");
@@ -129,6 +141,10 @@ std::string canonical_task(std::string_view task) {
 bool checkpoint_manager::holds_variables(std::string_view task) const {
   const std::string wanted = canonical_task(task);
   return std::any_of(variables_.begin(), variables_.end(), [&](const saved_variable& v) { return v.task == wanted; });
+}
+
+bool checkpoint_manager::holds_global_step(std::string_view task) const {
+  return global_step_index_ >= 0 && variables_[static_cast<std::size_t>(global_step_index_)].task == canonical_task(task);
 }
 
 result<std::optional<std::int64_t>> checkpoint_manager::restore_latest() {

@@ -95,8 +95,9 @@ class checkpoint_manager {
   // The same for the variables that live on `task` ("/job:ps/task:0") only: what a
   // restarted task lost (RESTORE_LOST). The others keep their values.
   result<std::optional<std::int64_t>> restore_latest(std::string_view task);
-  // Whether any saved variable lives on `task`.
+  // Whether any saved variable lives on `task`; whether the global step does.
   bool holds_variables(std::string_view task) const;
+  bool holds_global_step(std::string_view task) const;
 
   // A training step ended with the global step at `global_step`: requests a save when it
   // has crossed a multiple of every_steps since the last request. Never blocks.

@@ -184,7 +184,9 @@ void supervisor::recover(const down_notice& notice) {
                                        "to restore them from");
     }
     record.restored_step = **restored;
-    if (all && options_.rolled_back) options_.rolled_back(**restored);
+    if ((all || m->holds_global_step(notice.task)) && options_.global_step_restored) {
+      options_.global_step_restored(**restored);
+    }
     return status();
   }();
   if (!outcome.ok()) {

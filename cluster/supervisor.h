@@ -22,7 +22,7 @@
 //         actors under the same names, which every session resolves from then on;
 //      d. its state comes back from the latest committed checkpoint: with RESTORE_LOST,
 //         the variables that lived on the task; with ROLLBACK_ALL, every variable (and
-//         the global step), after which `rolled_back` is called with the global step;
+//         the global step); global_step_restored learns the step it returned to;
 //      e. the gate opens, and the retried steps run on the new incarnation.
 //    A task without variables (a worker) is restarted empty: its queues refill from its
 //    readers.
@@ -70,8 +70,10 @@ struct supervisor_options {
   checkpoint_manager* checkpoints = nullptr;  // null: nothing to restore tasks from
   step_gate* gate = nullptr;                  // closed while a task is recovered
   std::function<void(const std::string&)> log;
-  // After a ROLLBACK_ALL recovery, with the global step every variable returned to.
-  std::function<void(std::int64_t global_step)> rolled_back;
+  // After a recovery that restored the global step variable (every ROLLBACK_ALL, and a
+  // RESTORE_LOST of the task holding it), with the step it returned to; called while the
+  // gate is still closed.
+  std::function<void(std::int64_t global_step)> global_step_restored;
 };
 
 // One failure of a task and what the supervisor did about it.

@@ -8,6 +8,8 @@
 
 #include "actors/cluster.h"
 #include "actors/session.h"
+#include "cluster/fault_injector.h"
+#include "cluster/supervisor.h"
 #include "core/idx.h"
 #include "graph/attr.h"
 #include "graph/ops.h"
@@ -331,6 +333,42 @@ result<run_summary> run_scenario(const scenario::Scenario& sc, const run_options
     }
   }
 
+  // Supervision: a supervisor restarts a task that fails and gives it back its state;
+  // the faults of the scenario are injected as training reaches their steps.
+  std::atomic<std::int64_t> global_step{first_step};
+  auto log_line = [&reporter, &out](const std::string& line) {
+    if (progress_reporter* p = reporter.load()) return p->message(line);
+    out << line << "\n";
+  };
+  std::vector<cluster::fault_spec> fault_specs;
+  for (const auto& f : sc.faults().fault()) {
+    if (f.has_kill()) fault_specs.push_back({"kill", f.kill().task(), f.at_step()});
+  }
+  if (checkpoints != nullptr && !fault_specs.empty() && checkpoints->stats().latest_step < 0) {
+    // A task lost before the first periodic save is restored from this one.
+    auto initial = checkpoints->save_now();
+    if (!initial.ok()) return initial.error().with_context("the initial checkpoint");
+  }
+  cluster::supervisor_options so;
+  so.max_restarts = sc.supervision().max_restarts();
+  so.within_seconds = sc.supervision().within_seconds();
+  so.recovery = sc.supervision().recovery() == scenario::Supervision::ROLLBACK_ALL ? cluster::recovery_policy::rollback_all
+                                                                                   : cluster::recovery_policy::restore_lost;
+  so.checkpoints = checkpoints.get();
+  so.gate = &gate;
+  so.log = log_line;
+  so.global_step_restored = [&global_step](std::int64_t step) { global_step = step; };
+  auto supervisor_or = cluster::supervisor::create(*cluster, so);
+  if (!supervisor_or.ok()) return supervisor_or.error();
+  std::unique_ptr<cluster::supervisor> supervisor = std::move(*supervisor_or);
+  cluster::fault_injector faults(*cluster, fault_specs, log_line);
+  // A step caught by a task's failure runs again, unless the supervisor gave up.
+  auto retry = [&](const status& error) {
+    if (!cluster::is_retryable(error) || !supervisor->failure().ok()) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    return true;
+  };
+
   progress_options po;
   po.style = style_of(sc.report().progress());
   po.total_steps = total_steps;
@@ -368,13 +406,14 @@ result<run_summary> run_scenario(const scenario::Scenario& sc, const run_options
       readers.emplace_back([&, s = w.get()] {
         while (!stop) {
           auto e = s->run({}, {}, {k_enqueue});
-          if (!e.ok()) return fail(e.error().with_context("input pipeline"));
+          if (!e.ok() && !retry(e.error())) {
+            return fail(supervisor->failure().ok() ? e.error().with_context("input pipeline") : supervisor->failure());
+          }
         }
       });
     }
   }
 
-  std::atomic<std::int64_t> global_step{first_step};
   std::mutex eval_mutex;
   std::int64_t next_eval = t.eval_every() > 0 ? t.eval_every() : 0;
   auto started = std::chrono::steady_clock::now();
@@ -384,23 +423,39 @@ result<run_summary> run_scenario(const scenario::Scenario& sc, const run_options
       actors::session& s = *workers[w];
       while (!stop && global_step.load() < total_steps) {
         result<std::vector<tensor>> r = internal_error("not run");
+        double loss = 0;
+        std::int64_t step = 0, seen = 0;
         {
+          // The global step is advanced inside the gate, so that a recovery that rolls it
+          // back (with the gate closed) is never overtaken by a step from before.
           cluster::step_gate::pass inside(gate);
           r = s.run({}, {"loss_value", "step_value"}, {k_train});
+          if (r.ok()) {
+            loss = r->at(0).scalar_value<float>();
+            step = r->at(1).scalar_value<std::int64_t>() + 1;
+            seen = global_step.load();
+            while (step > seen && !global_step.compare_exchange_weak(seen, step)) {
+            }
+          }
         }
-        if (!r.ok()) return fail(r.error().with_context(str_cat("training step on worker ", w)));
-        double loss = r->at(0).scalar_value<float>();
-        std::int64_t step = r->at(1).scalar_value<std::int64_t>() + 1;
-        std::int64_t seen = global_step.load();
-        while (step > seen && !global_step.compare_exchange_weak(seen, step)) {
+        if (!r.ok()) {
+          if (retry(r.error())) continue;
+          return fail(supervisor->failure().ok() ? r.error().with_context(str_cat("training step on worker ", w))
+                                                 : supervisor->failure());
         }
         if (checkpoints != nullptr) checkpoints->step_done(step);
+        faults.step_reached(step);
         progress.update(std::max(step, seen), loss);
         if (w == 0 && next_eval > 0 && step >= next_eval && step < total_steps) {
           std::lock_guard<std::mutex> lock(eval_mutex);
           auto acc = evaluate(**evaluator, *tests);
-          if (!acc.ok()) return fail(acc.error());
-          progress.message(str_cat("step ", step, ": test accuracy ", std::to_string(*acc * 100).substr(0, 5), "%"));
+          if (acc.ok()) {
+            progress.message(str_cat("step ", step, ": test accuracy ", std::to_string(*acc * 100).substr(0, 5), "%"));
+          } else if (cluster::is_retryable(acc.error())) {
+            progress.message(str_cat("step ", step, ": evaluation skipped (", acc.error().message(), ")"));
+          } else {
+            return fail(acc.error());
+          }
           while (next_eval <= step) next_eval += t.eval_every();
         }
       }
@@ -410,11 +465,35 @@ result<run_summary> run_scenario(const scenario::Scenario& sc, const run_options
   double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
   end_run();  // wakes the readers
   for (auto& th : readers) th.join();
+  // Every task killed is back (or the supervisor gave up) before the end is read and saved.
+  const auto kills = static_cast<std::size_t>(faults.count("kill"));
+  if (first_error.ok() && !supervisor->wait_for_recoveries(kills, std::chrono::minutes(5))) {
+    first_error = deadline_exceeded_error("the supervisor did not recover every killed task within 5 minutes");
+  }
+  if (first_error.ok() && !supervisor->failure().ok()) first_error = supervisor->failure();
   if (!first_error.ok()) {
     progress.finish();
     return first_error;
   }
   run_summary summary;
+  summary.restarts = supervisor->restarts();
+  // Each injected fault and the recovery that answered it (the first of its task after it).
+  {
+    auto recoveries = supervisor->recoveries();
+    std::vector<bool> used(recoveries.size(), false);
+    for (const auto& f : faults.injected()) {
+      fault_record record{f.spec.kind, f.task, f.step, false, 0};
+      for (std::size_t i = 0; i < recoveries.size(); ++i) {
+        if (used[i] || recoveries[i].task != f.task || recoveries[i].down_at < f.at) continue;
+        used[i] = true;
+        record.recovered = recoveries[i].recovered;
+        record.recovery_seconds =
+            std::chrono::duration<double>(recoveries[i].down_at - f.at).count() + recoveries[i].seconds;
+        break;
+      }
+      summary.faults.push_back(std::move(record));
+    }
+  }
   // The trainers saw the global step as their steps read it; asynchronous steps may have
   // taken it a little further.
   auto final_step = workers[0]->run({}, {"step_value"});
@@ -446,6 +525,12 @@ result<run_summary> run_scenario(const scenario::Scenario& sc, const run_options
     TROUPE_RETURN_IF_ERROR(recorder->write(trace_file));
     out << "wrote trace " << trace_file << " (" << recorder->num_events()
         << " events; open it in https://ui.perfetto.dev)\n";
+  }
+  for (const auto& f : summary.faults) {
+    out << "fault: " << f.kind << " " << f.task << " at step " << f.at_step << ": "
+        << (f.recovered ? str_cat("recovered in ", std::to_string(f.recovery_seconds).substr(0, 5), " s")
+                        : std::string("not recovered"))
+        << "\n";
   }
   if (checkpoints != nullptr) {
     const auto& c = summary.checkpoints;

@@ -28,6 +28,7 @@
 
 #include <cstdint>
 #include <iostream>
+#include <map>
 #include <string>
 
 #include "cluster/checkpoint_manager.h"
@@ -43,6 +44,15 @@ struct run_options {
   int compute_threads = 0;      // the cluster's compute pool; 0: default_num_threads()
 };
 
+// A fault injected during the run and how the cluster recovered from it.
+struct fault_record {
+  std::string kind;       // "kill"
+  std::string task;       // "/job:ps/replica:0/task:0"
+  std::int64_t at_step = 0;
+  bool recovered = false;
+  double recovery_seconds = 0;  // from the fault to the task back with its state
+};
+
 struct run_summary {
   std::int64_t steps = 0;         // the global step reached
   double seconds = 0;             // training time, without set-up and final evaluation
@@ -53,6 +63,8 @@ struct run_summary {
   std::vector<std::string> expectation_failures;  // the same, one per expectation
   // With a `checkpoint` section: what was saved and restored.
   cluster::checkpoint_stats checkpoints;
+  std::vector<fault_record> faults;
+  std::map<std::string, int> restarts;  // by task
 };
 
 result<run_summary> run_scenario(const scenario::Scenario& s, const run_options& options = {});

@@ -593,6 +593,88 @@ void check_checkpoint(checker& c, const node& parent, scenario::Scenario* s) {
   }
 }
 
+void check_supervision(checker& c, const node& parent, scenario::Scenario* s) {
+  scenario::Supervision* sup = s->mutable_supervision();
+  node n = c.child(parent, "supervision", *sup);
+  if (!sup->has_max_restarts()) sup->set_max_restarts(5);
+  check_range(c, n, "max_restarts", sup->max_restarts(), 0, k_max_restarts);
+  if (!sup->has_within_seconds()) sup->set_within_seconds(60);
+  const double w = sup->within_seconds();
+  if (!(w > 0 && w <= k_max_window_seconds)) {
+    c.error(n, "within_seconds", "must be in (0, ", k_max_window_seconds, "] (is ", w, ")");
+  }
+  if (!scenario::Supervision::Recovery_IsValid(sup->recovery())) {
+    c.error(n, "recovery", "unknown recovery ", sup->recovery(), " (valid: ROLLBACK_ALL, RESTORE_LOST)");
+  } else if (sup->recovery() == scenario::Supervision::RECOVERY_UNSPECIFIED) {
+    sup->set_recovery(s->training().replication() == scenario::Training::SYNC ? scenario::Supervision::ROLLBACK_ALL
+                                                                              : scenario::Supervision::RESTORE_LOST);
+  }
+}
+
+// "/job:NAME/task:N" or "/job:NAME/replica:0/task:N" -> (NAME, N); false otherwise.
+bool parse_task(const std::string& text, std::string* job, int* task) {
+  constexpr std::string_view k_job = "/job:", k_replica = "/replica:0", k_task = "/task:";
+  if (text.rfind(k_job, 0) != 0) return false;
+  std::size_t end = text.find('/', k_job.size());
+  if (end == std::string::npos) return false;
+  *job = text.substr(k_job.size(), end - k_job.size());
+  std::string_view rest(text.data() + end, text.size() - end);
+  if (rest.substr(0, k_replica.size()) == k_replica) rest.remove_prefix(k_replica.size());
+  if (rest.substr(0, k_task.size()) != k_task) return false;
+  rest.remove_prefix(k_task.size());
+  if (rest.empty() || rest.size() > 6) return false;
+  int n = 0;
+  for (char ch : rest) {
+    if (ch < '0' || ch > '9') return false;
+    n = n * 10 + (ch - '0');
+  }
+  *task = n;
+  return true;
+}
+
+void check_faults(checker& c, const node& parent, scenario::Scenario* s) {
+  if (!s->has_faults()) return;
+  scenario::Faults* faults = s->mutable_faults();
+  node n = c.child(parent, "faults", *faults);
+  const auto& cl = s->cluster();
+  const std::string holder = cl.ps_job().empty() ? cl.worker_job() : cl.ps_job();
+  for (int i = 0; i < faults->fault_size(); ++i) {
+    scenario::Fault* f = faults->mutable_fault(i);
+    node fn = c.child(n, "fault", i, *f);
+    if (!c.written(fn, "at_step")) {
+      c.error(fn, "at_step", "required: the global step at which the fault happens");
+    } else if (f->at_step() < 1 || f->at_step() >= s->training().steps()) {
+      c.error(fn, "at_step", "must be in [1, training.steps) = [1, ", s->training().steps(), ") (is ", f->at_step(),
+              ")");
+    }
+    switch (f->kind_case()) {
+      case scenario::Fault::kKill: {
+        node k = c.child(fn, "kill", f->kill());
+        std::string job;
+        int task = 0;
+        if (!parse_task(f->kill().task(), &job, &task)) {
+          c.error(k, "task", "'", f->kill().task(), "' is not a task name (for example \"/job:ps/task:0\")");
+          break;
+        }
+        const int tasks = num_tasks(cl, job);
+        if (tasks == 0) {
+          c.error(k, "task", "the cluster has no job '", job, "'");
+        } else if (task >= tasks) {
+          c.error(k, "task", "job '", job, "' has ", tasks, " task", tasks == 1 ? "" : "s", " (0 to ", tasks - 1,
+                  "); there is no task ", task);
+        } else if (job == holder && (job != cl.worker_job() || task == 0) && !s->has_checkpoint()) {
+          c.error(k, "task", "'", f->kill().task(), "' holds variables: restoring them after the kill needs a ",
+                  "checkpoint section (for example: checkpoint { dir: \"/tmp/run/ckpt\" every_steps: 100 })");
+        }
+        break;
+      }
+      case scenario::Fault::KIND_NOT_SET:
+        c.error(fn, "at_step", "the fault has no kind (valid: kill)");
+        break;
+    }
+  }
+}
+
 std::string stem_of(const std::string& filename) {
   std::string stem = std::filesystem::path(filename).stem().string();
   return stem.empty() ? std::string("scenario") : stem;
@@ -636,6 +718,8 @@ result<scenario::Scenario> parse_scenario(const std::string& text, const std::st
   check_dataset(c, root, s.mutable_dataset(), std::clamp(s.training().batch_size(), 1, k_max_batch_size));
   check_report(c, root, s.mutable_report());
   check_checkpoint(c, root, &s);
+  check_supervision(c, root, &s);
+  check_faults(c, root, &s);
   TROUPE_RETURN_IF_ERROR(c.to_status());
   return s;
 }

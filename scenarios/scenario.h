@@ -51,6 +51,8 @@ inline constexpr std::int32_t k_max_reader_threads = 64;        // dataset.reade
 inline constexpr std::int64_t k_max_steps = 1'000'000'000'000;  // steps, eval_every, progress_every,
                                                                  // checkpoint.every_steps
 inline constexpr std::int32_t k_max_checkpoints_kept = 1000;    // checkpoint.keep
+inline constexpr std::int32_t k_max_restarts = 1000;            // supervision.max_restarts
+inline constexpr double k_max_window_seconds = 86400;           // supervision.within_seconds
 
 // Reads, checks and completes the scenario in `path`.
 result<scenario::Scenario> load_scenario(const std::string& path);

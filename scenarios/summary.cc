@@ -29,6 +29,15 @@ scenario::RunSummary make_run_summary(const scenario::Scenario& s, const run_sum
   checkpoints->set_latest_step(c.latest_step);
   checkpoints->set_restored_path(c.restored_path);
   checkpoints->set_restored_step(c.restored_step);
+  for (const auto& f : summary->faults) {
+    auto* fault = out.add_faults();
+    fault->set_kind(f.kind);
+    fault->set_task(f.task);
+    fault->set_at_step(f.at_step);
+    fault->set_recovered(f.recovered);
+    fault->set_recovery_seconds(f.recovery_seconds);
+  }
+  for (const auto& [task, count] : summary->restarts) (*out.mutable_restarts())[task] = count;
   auto* expectations = out.mutable_expectations();
   expectations->set_passed(summary->expectations_met && error.ok());
   for (const auto& f : summary->expectation_failures) expectations->add_failures(f);

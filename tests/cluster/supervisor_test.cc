@@ -100,7 +100,7 @@ struct rig {
       std::lock_guard<std::mutex> lock(log_mutex);
       log.push_back(line);
     };
-    so.rolled_back = [this](std::int64_t step) { rolled_back_to = step; };
+    so.global_step_restored = [this](std::int64_t step) { rolled_back_to = step; };
     auto s = cluster::supervisor::create(cluster, so);
     if (!s.ok()) FAIL(s.error().to_string());
     supervisor = std::move(*s);
@@ -170,7 +170,7 @@ TEST_CASE("RESTORE_LOST: a killed PS task comes back with its variables from the
   CHECK(all_equal(r.read("a"), 5.0f));
   CHECK(r.step() == 5);
   CHECK(all_equal(r.read("b"), 9.0f));
-  CHECK(r.rolled_back_to == -1);
+  CHECK(r.rolled_back_to == 5);  // ps:0 held the global step
   REQUIRE(r.train_until(12));
   CHECK(all_equal(r.read("a"), 12.0f));
   CHECK(all_equal(r.read("b"), 16.0f));

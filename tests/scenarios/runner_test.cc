@@ -233,3 +233,59 @@ TEST_CASE("a checkpoint of another model stops the run before training, naming t
                                           Catch::Contains("checkpoint.restore"));
   std::filesystem::remove_all(dir);
 }
+
+TEST_CASE("killed PS and worker tasks are restarted and restored; the run finishes and says so") {
+  const std::string dir =
+      (std::filesystem::temp_directory_path() / ("troupe-runner-faults-" + std::to_string(::getpid()))).string();
+  std::filesystem::remove_all(dir);
+  for (const char* recovery : {"RESTORE_LOST", "ROLLBACK_ALL"}) {
+    INFO(recovery);
+    std::filesystem::remove_all(dir);
+    auto sc = parse(std::string(k_small) + "checkpoint { dir: \"" + dir + "\" every_steps: 50 }\n" +
+                    "supervision { recovery: " + recovery + " }\n" +
+                    "faults {\n"
+                    "  fault { at_step: 120 kill { task: \"/job:ps/task:0\" } }\n"
+                    "  fault { at_step: 200 kill { task: \"/job:worker/task:1\" } }\n"
+                    "}\n");
+    std::ostringstream out;
+    scenarios::run_options o;
+    o.out = &out;
+    o.compute_threads = 2;
+    auto summary = scenarios::run_scenario(sc, o);
+    if (!summary.ok()) FAIL(summary.error().to_string() << "\n" << out.str());
+    INFO(out.str());
+    CHECK(summary->steps >= 300);
+    CHECK(summary->test_accuracy > 0.70);
+    REQUIRE(summary->faults.size() == 2);
+    CHECK(summary->faults[0].kind == "kill");
+    CHECK(summary->faults[0].task == "/job:ps/replica:0/task:0");
+    CHECK(summary->faults[0].at_step >= 120);
+    CHECK(summary->faults[0].recovered);
+    CHECK(summary->faults[1].task == "/job:worker/replica:0/task:1");
+    CHECK(summary->faults[1].recovered);
+    CHECK(summary->restarts.at("/job:ps/replica:0/task:0") == 1);
+    CHECK(summary->restarts.at("/job:worker/replica:0/task:1") == 1);
+    CHECK_THAT(out.str(), Catch::Contains("supervisor: restarted /job:ps/replica:0/task:0, restored from step") &&
+                              Catch::Contains("recovered in"));
+    auto json = scenarios::summary_json(scenarios::make_run_summary(sc, &*summary, status(), 1));
+    REQUIRE(json.ok());
+    CHECK_THAT(*json, Catch::Contains("\"recovery_seconds\"") && Catch::Contains("\"/job:ps/replica:0/task:0\": 1"));
+  }
+  std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("a task that keeps failing beyond max_restarts ends the run with the supervisor's error") {
+  auto sc = parse(std::string(k_small) + "supervision { max_restarts: 1 }\n" +
+                  "faults {\n"
+                  "  fault { at_step: 20 kill { task: \"/job:worker/task:1\" } }\n"
+                  "  fault { at_step: 40 kill { task: \"/job:worker/task:1\" } }\n"
+                  "}\n");
+  std::ostringstream out;
+  scenarios::run_options o;
+  o.out = &out;
+  o.compute_threads = 2;
+  auto r = scenarios::run_scenario(sc, o);
+  REQUIRE_FALSE(r.ok());
+  CHECK(r.error().error_code() == code::aborted);
+  CHECK_THAT(r.error().message(), Catch::Contains("max_restarts (1)") && Catch::Contains("/job:worker/replica:0/task:1"));
+}

@@ -419,3 +419,52 @@ TEST_CASE("checkpoint: defaults, and each mistake at its position", "[scenario]"
 }
 
 }  // namespace troupe::scenarios
+
+namespace troupe::scenarios {
+
+TEST_CASE("supervision: defaults follow the replication; faults: each mistake named", "[scenario]") {
+  auto s = parse_scenario(k_minimal, "s.pbtxt");
+  REQUIRE(s.ok());
+  CHECK(s->supervision().max_restarts() == 5);
+  CHECK(s->supervision().within_seconds() == 60);
+  CHECK(s->supervision().recovery() == scenario::Supervision::RESTORE_LOST);
+  CHECK_FALSE(s->has_faults());
+  const std::string cluster = "cluster { job { name: \"ps\" tasks: 1 } job { name: \"worker\" tasks: 2 } }\n";
+  const std::string base = "training { steps: 100 }\n" + cluster;
+  auto sync = parse_scenario("training { steps: 100 replication: SYNC }\n" + cluster, "s.pbtxt");
+  REQUIRE(sync.ok());
+  CHECK(sync->supervision().recovery() == scenario::Supervision::ROLLBACK_ALL);
+  auto ok = parse_scenario(base + "checkpoint { dir: \"/tmp/c\" }\n"
+                                  "supervision { max_restarts: 2 within_seconds: 30 recovery: ROLLBACK_ALL }\n"
+                                  "faults {\n"
+                                  "  fault { at_step: 30 kill { task: \"/job:ps/task:0\" } }\n"
+                                  "  fault { at_step: 40 kill { task: \"/job:worker/replica:0/task:1\" } }\n"
+                                  "}\n",
+                           "s.pbtxt");
+  if (!ok.ok()) FAIL(ok.error().to_string());
+  CHECK(ok->faults().fault_size() == 2);
+  CHECK(ok->supervision().recovery() == scenario::Supervision::ROLLBACK_ALL);
+
+  std::string e = error_of(base + "supervision { max_restarts: -1 within_seconds: 0 }\n");
+  CHECK(contains(e, "supervision.max_restarts: must be >= 0 (is -1)"));
+  CHECK(contains(e, "supervision.within_seconds: must be in (0, 86400] (is 0)"));
+  e = error_of(base + "faults {\n  fault { kill { task: \"/job:worker/task:1\" } }\n}\n");
+  CHECK(contains(e, "s.pbtxt:4:3: faults.fault[0].at_step: required"));
+  e = error_of(base + "faults { fault { at_step: 100 kill { task: \"/job:worker/task:1\" } } }\n");
+  CHECK(contains(e, "faults.fault[0].at_step: must be in [1, training.steps) = [1, 100) (is 100)"));
+  e = error_of(base + "faults { fault { at_step: 5 kill { task: \"worker1\" } } }\n");
+  CHECK(contains(e, "faults.fault[0].kill.task: 'worker1' is not a task name"));
+  e = error_of(base + "faults { fault { at_step: 5 kill { task: \"/job:worker/task:2\" } } }\n");
+  CHECK(contains(e, "job 'worker' has 2 tasks (0 to 1); there is no task 2"));
+  e = error_of(base + "faults { fault { at_step: 5 kill { task: \"/job:chief/task:0\" } } }\n");
+  CHECK(contains(e, "the cluster has no job 'chief'"));
+  e = error_of(base + "faults { fault { at_step: 5 kill { task: \"/job:ps/task:0\" } } }\n");
+  CHECK(contains(e, "'/job:ps/task:0' holds variables"));
+  CHECK(contains(e, "checkpoint section"));
+  e = error_of(base + "faults { fault { at_step: 5 } }\n");
+  CHECK(contains(e, "the fault has no kind"));
+  // A worker holds no variables when there is a PS job: killing it needs no checkpoint.
+  CHECK(parse_scenario(base + "faults { fault { at_step: 5 kill { task: \"/job:worker/task:0\" } } }\n", "s.pbtxt").ok());
+}
+
+}  // namespace troupe::scenarios
