@@ -125,6 +125,23 @@ result<int> cluster::restart_task(std::string_view task) {
   return ++incarnations_[canonical_task(task)];
 }
 
+status cluster::set_straggle(std::string_view task, std::chrono::microseconds per_step) {
+  auto devices = devices_of(task);
+  if (!devices.ok()) return devices.error();
+  std::lock_guard<std::mutex> lock(tasks_mutex_);
+  for (const auto& full : *devices) devices_.find(full)->second->set_straggle(per_step);
+  return status();
+}
+
+status cluster::stall_task(std::string_view task, std::chrono::milliseconds duration) {
+  auto devices = devices_of(task);
+  if (!devices.ok()) return devices.error();
+  std::lock_guard<std::mutex> lock(tasks_mutex_);
+  const auto until = std::chrono::steady_clock::now() + duration;
+  for (const auto& full : *devices) devices_.find(full)->second->stall_until(until);
+  return status();
+}
+
 std::vector<caf::actor> cluster::task_actors(std::string_view task) const {
   std::vector<caf::actor> out;
   auto devices = devices_of(task);

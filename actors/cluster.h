@@ -97,6 +97,11 @@ class cluster {
   // (kernels of steps that were running may still reference them). Returns the task's
   // incarnation (1 after the first restart). Errors: no such task.
   result<int> restart_task(std::string_view task);
+  // Injected slowness of `task`'s devices (the fault injector's straggle and stall):
+  // each step partition they run starts `per_step` later (0: no more); none starts before
+  // `duration` from now has passed. The current incarnation only. Errors: no such task.
+  status set_straggle(std::string_view task, std::chrono::microseconds per_step);
+  status stall_task(std::string_view task, std::chrono::milliseconds duration);
   // The device actors of the task's current incarnation (to monitor them).
   std::vector<caf::actor> task_actors(std::string_view task) const;
 

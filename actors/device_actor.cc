@@ -23,6 +23,7 @@ namespace troupe::actors {
 namespace {
 
 using prepared_atom = caf::atom_constant<caf::atom("prepared")>;
+using start_atom = caf::atom_constant<caf::atom("start")>;
 using sweep_atom = caf::atom_constant<caf::atom("sweep")>;
 using detail::prepare_outcome;
 
@@ -56,6 +57,9 @@ struct device_state {
     caf::response_promise promise;
     std::shared_ptr<kernels::cancellation_manager> cancel;
     caf::actor_addr owner;
+    // Set while the start waits out an injected delay (runtime_device::start_delay).
+    std::shared_ptr<const executable> delayed_exec;
+    std::vector<tensor> delayed_feeds;
   };
   std::map<std::uint64_t, running_step> running;
   std::unique_ptr<rendezvous_table> rendezvous;
@@ -124,6 +128,23 @@ caf::behavior device_behavior(device_actor* self, device_options options) {
       abort_here(self, step_id, unavailable_error("the session that ran step ", step_id, " went down"));
     }
   });
+  // Runs a registered step's partition on the pool. The completion keeps the partition
+  // alive: the actor may exit (and drop its partitions) while a step still waits in an
+  // asynchronous kernel.
+  auto start_step = [self](std::uint64_t request, std::int64_t step_id, std::shared_ptr<const executable> exec,
+                           std::vector<tensor> feeds, std::shared_ptr<kernels::cancellation_manager> cancel) {
+    caf::actor me = caf::actor_cast<caf::actor>(self);
+    kernels::cancellation_manager* c = cancel.get();
+    exec->run(step_id, std::move(feeds), self->state.options.device->pool(),
+              [me, request, cancel, exec](result<std::vector<tensor>> r) {
+                if (r.ok()) {
+                  caf::anon_send(me, step_done_atom::value, request, std::move(*r));
+                } else {
+                  caf::anon_send(me, step_fail_atom::value, request, to_caf_error(r.error()));
+                }
+              },
+              c);
+  };
   // Monitors whoever sent the current request, once.
   auto owner_of_request = [self] {
     caf::actor_addr owner = caf::actor_cast<caf::actor_addr>(self->current_sender());
@@ -199,20 +220,29 @@ caf::behavior device_behavior(device_actor* self, device_options options) {
         std::uint64_t request = st.next_request++;
         auto promise = self->make_response_promise<std::vector<tensor>>();
         auto cancel = std::make_shared<kernels::cancellation_manager>();
-        st.running.emplace(request, device_state::running_step{step_id, promise, cancel, owner_of_request()});
-        caf::actor me = caf::actor_cast<caf::actor>(self);
-        // The completion keeps the partition alive: the actor may exit (and drop its
-        // partitions) while a step still waits in an asynchronous kernel.
-        exec->run(step_id, std::move(feeds), st.options.device->pool(),
-                  [me, request, cancel, exec](result<std::vector<tensor>> r) {
-                    if (r.ok()) {
-                      caf::anon_send(me, step_done_atom::value, request, std::move(*r));
-                    } else {
-                      caf::anon_send(me, step_fail_atom::value, request, to_caf_error(r.error()));
-                    }
-                  },
-                  cancel.get());
+        st.running.emplace(request, device_state::running_step{step_id, promise, cancel, owner_of_request(), nullptr, {}});
+        if (const auto delay = st.options.device->start_delay(); delay.count() > 0) {
+          auto& step = st.running.at(request);
+          step.delayed_exec = std::move(exec);
+          step.delayed_feeds = std::move(feeds);
+          self->delayed_send(self, delay, start_atom::value, request);
+          return promise;
+        }
+        start_step(request, step_id, std::move(exec), std::move(feeds), std::move(cancel));
         return promise;
+      },
+      [=](start_atom, std::uint64_t request) {
+        auto& st = self->state;
+        auto it = st.running.find(request);
+        if (it == st.running.end() || it->second.delayed_exec == nullptr) return;  // answered meanwhile
+        auto exec = std::move(it->second.delayed_exec);
+        auto feeds = std::move(it->second.delayed_feeds);
+        if (it->second.cancel->is_cancelled() || st.rendezvous->is_aborted(it->second.step_id)) {
+          return finish(request, to_caf_error(aborted_error("step ", it->second.step_id, " was aborted before it started on ",
+                                                            st.device_name())));
+        }
+        rendezvous_table::active_scope active(*st.rendezvous, st.options.device);
+        start_step(request, it->second.step_id, std::move(exec), std::move(feeds), it->second.cancel);
       },
       [=](step_done_atom, std::uint64_t request, std::vector<tensor>& fetches) {
         finish(request, std::move(fetches));

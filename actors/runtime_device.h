@@ -15,6 +15,8 @@
 
 #include <caf/all.hpp>
 
+#include <atomic>
+#include <chrono>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -77,6 +79,23 @@ class runtime_device final : public kernels::device {
   }
   void set_directory(std::shared_ptr<const device_directory> d) { directory_ = std::move(d); }
 
+  // Injected slowness (the fault injector's straggle and stall): each step partition that
+  // this device is asked to run starts `straggle` later, and none starts before
+  // `stalled_until`. The device actor waits with a timer, never a blocked thread.
+  void set_straggle(std::chrono::microseconds per_step) { straggle_us_ = per_step.count(); }
+  void stall_until(std::chrono::steady_clock::time_point until) {
+    stalled_until_ns_ = until.time_since_epoch().count();
+  }
+  // How long a step partition arriving now waits before it starts.
+  std::chrono::microseconds start_delay() const {
+    auto delay = std::chrono::microseconds(straggle_us_.load(std::memory_order_relaxed));
+    const auto until = std::chrono::steady_clock::time_point(
+        std::chrono::steady_clock::duration(stalled_until_ns_.load(std::memory_order_relaxed)));
+    const auto now = std::chrono::steady_clock::now();
+    if (until > now) delay += std::chrono::duration_cast<std::chrono::microseconds>(until - now);
+    return delay;
+  }
+
   // The tracer of the run, or null when it is not traced.
   step_tracer* tracer() const { return tracer_; }
   void set_tracer(step_tracer* t) { tracer_ = t; }
@@ -90,6 +109,8 @@ class runtime_device final : public kernels::device {
   caf::actor self_;
   std::shared_ptr<const device_directory> directory_;
   step_tracer* tracer_ = nullptr;
+  std::atomic<std::int64_t> straggle_us_{0};
+  std::atomic<std::int64_t> stalled_until_ns_{0};
 };
 
 }  // namespace troupe::actors

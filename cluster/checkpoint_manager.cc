@@ -271,6 +271,7 @@ result<checkpoint::committed> checkpoint_manager::save_now() {
   {
     std::lock_guard<std::mutex> lock(mutex_);
     ++stats_.committed;
+    stats_.commit_times.push_back(std::chrono::steady_clock::now());
     last_committed_ = *committed;
     stats_.latest_path = committed->path;
     stats_.latest_step = committed->step;

@@ -74,6 +74,7 @@ struct checkpoint_stats {
   std::string restored_path;  // what the first restore_latest() before any save restored:
   std::int64_t restored_step = -1;  // where the run started from (-1: afresh)
   double longest_stop_seconds = 0;  // the longest the gate kept training out
+  std::vector<std::chrono::steady_clock::time_point> commit_times;  // of each commit, in order
   std::vector<std::string> errors;  // why saves failed, oldest first
 };
 

@@ -1,41 +1,107 @@
 #include "cluster/fault_injector.h"
 
 #include <algorithm>
+#include <fstream>
+
+#include "checkpoint/checkpoint.h"
 
 namespace troupe::cluster {
 
+result<std::unique_ptr<writable_file>> faulty_file_system::create(const std::string& path) {
+  if (full) return resource_exhausted_error("cannot create '", path, "': No space left on device (disk_full fault)");
+  return real().create(path);
+}
+
+namespace {
+
+// Flips `n` bytes in the middle of `path`, in place.
+result<std::string> damage_file(const std::string& path, std::int64_t n) {
+  std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
+  if (!f) return not_found_error("cannot open '", path, "' to damage it");
+  f.seekg(0, std::ios::end);
+  const std::int64_t size = f.tellg();
+  if (size <= 0) return failed_precondition_error("'", path, "' is empty");
+  n = std::min(n, size);
+  const std::int64_t offset = (size - n) / 2;
+  std::string bytes(static_cast<std::size_t>(n), '\0');
+  f.seekg(offset);
+  f.read(bytes.data(), n);
+  for (char& c : bytes) c = static_cast<char>(~c);
+  f.seekp(offset);
+  f.write(bytes.data(), n);
+  f.flush();
+  if (!f) return data_loss_error("cannot write '", path, "'");
+  return str_cat("flipped ", n, " bytes of ", base_name(path), " at offset ", offset);
+}
+
+}  // namespace
+
 fault_injector::fault_injector(std::shared_ptr<actors::cluster> cluster, std::vector<fault_spec> faults,
-                               std::function<void(const std::string&)> log)
-    : cluster_(std::move(cluster)), log_(std::move(log)), faults_(std::move(faults)) {
+                               fault_injector_options options)
+    : cluster_(std::move(cluster)), options_(std::move(options)), faults_(std::move(faults)) {
   std::stable_sort(faults_.begin(), faults_.end(),
                    [](const fault_spec& a, const fault_spec& b) { return a.at_step < b.at_step; });
   done_.assign(faults_.size(), false);
 }
 
-void fault_injector::step_reached(std::int64_t global_step) {
-  std::vector<injected_fault> now;
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    for (std::size_t i = 0; i < faults_.size() && faults_[i].at_step <= global_step; ++i) {
-      if (done_[i]) continue;
-      done_[i] = true;
-      now.push_back({faults_[i], cluster_->canonical_task(faults_[i].task), global_step,
-                     std::chrono::steady_clock::now(), status()});
-    }
+void fault_injector::log(const std::string& line) const {
+  if (options_.log) options_.log(line);
+}
+
+status fault_injector::inject(injected_fault& f) {
+  const auto& k = f.spec.kind;
+  if (k == "kill") return cluster_->kill_task(f.spec.task);
+  if (k == "straggle") return cluster_->set_straggle(f.spec.task, std::chrono::milliseconds(f.spec.delay_ms));
+  if (k == "stall") return cluster_->stall_task(f.spec.task, std::chrono::milliseconds(f.spec.duration_ms));
+  if (k == "disk_full") {
+    if (options_.fs == nullptr) return failed_precondition_error("disk_full: no checkpoint file system to fill");
+    options_.fs->full = true;
+    return status();
   }
-  for (auto& f : now) {
-    if (f.spec.kind == "kill") {
-      f.outcome = cluster_->kill_task(f.spec.task);
-    } else {
-      f.outcome = unimplemented_error("fault kind '", f.spec.kind, "'");
-    }
-    if (log_) {
-      log_(str_cat("fault: ", f.spec.kind, " ", f.task.empty() ? f.spec.task : f.task, " at step ", f.step,
-                   f.outcome.ok() ? std::string("") : str_cat(" failed: ", f.outcome.message())));
-    }
-    std::lock_guard<std::mutex> lock(mutex_);
+  if (k == "corrupt_checkpoint") {
+    auto dir = checkpoint::directory::open(options_.checkpoint_dir);
+    if (!dir.ok()) return dir.error();
+    auto list = dir->list();
+    if (!list.ok()) return list.error();
+    if (list->empty()) return failed_precondition_error("corrupt_checkpoint: no committed checkpoint to damage yet");
+    auto done = damage_file(list->front().path, 64);
+    if (!done.ok()) return done.error();
+    f.detail = *done;
+    return status();
+  }
+  return unimplemented_error("fault kind '", k, "'");
+}
+
+void fault_injector::lift(injected_fault& f) {
+  if (f.lifted_at.has_value()) return;
+  if (f.spec.kind == "straggle") (void)cluster_->set_straggle(f.spec.task, std::chrono::microseconds(0));
+  else if (f.spec.kind == "disk_full" && options_.fs != nullptr) options_.fs->full = false;
+  else return;
+  f.lifted_at = std::chrono::steady_clock::now();
+  log(str_cat("fault: ", f.spec.kind, f.task.empty() ? "" : " " + f.task, " lifted"));
+}
+
+void fault_injector::step_reached(std::int64_t global_step) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  for (auto& f : injected_) {
+    if (f.spec.until_step > 0 && f.spec.until_step <= global_step) lift(f);
+  }
+  for (std::size_t i = 0; i < faults_.size() && faults_[i].at_step <= global_step; ++i) {
+    if (done_[i]) continue;
+    done_[i] = true;
+    injected_fault f{faults_[i], faults_[i].task.empty() ? "" : cluster_->canonical_task(faults_[i].task), global_step,
+                     std::chrono::steady_clock::now()};
+    f.outcome = inject(f);
+    log(str_cat("fault: ", f.spec.kind, f.task.empty() ? "" : " " + f.task, " at step ", f.step,
+                f.detail.empty() ? "" : ": " + f.detail,
+                f.outcome.ok() ? std::string("") : str_cat(" failed: ", f.outcome.message())));
     injected_.push_back(std::move(f));
   }
+}
+
+void fault_injector::lift_all() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  for (auto& f : injected_) lift(f);
 }
 
 std::vector<injected_fault> fault_injector::injected() const {

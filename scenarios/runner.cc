@@ -228,6 +228,51 @@ class recorder_tracer final : public actors::step_tracer {
   std::map<std::pair<std::string, std::int64_t>, std::pair<trace_point, bool>> open_;
 };
 
+// What each injected fault came to. A kill is recovered by its task's first recovery
+// after it (its time: until the task is back with its state); a corrupt checkpoint by the
+// first commit after it, a full disk by the first commit after it is lifted; a straggle
+// or stall needs nothing but time (a stall's recovery time is its duration).
+std::vector<fault_record> fault_records(const std::vector<cluster::injected_fault>& injected,
+                                        const std::vector<cluster::recovery_record>& recoveries,
+                                        const std::vector<std::chrono::steady_clock::time_point>& commits) {
+  using seconds = std::chrono::duration<double>;
+  std::vector<bool> used(recoveries.size(), false);
+  auto first_commit_after = [&](std::chrono::steady_clock::time_point t) {
+    for (const auto& c : commits) {
+      if (c > t) return std::optional(c);
+    }
+    return std::optional<std::chrono::steady_clock::time_point>();
+  };
+  std::vector<fault_record> out;
+  for (const auto& f : injected) {
+    fault_record r{f.spec.kind, f.task, f.step, false, 0};
+    if (!f.outcome.ok()) {
+      out.push_back(std::move(r));
+      continue;
+    }
+    const auto& kind = f.spec.kind;
+    if (kind == "kill") {
+      for (std::size_t i = 0; i < recoveries.size(); ++i) {
+        if (used[i] || recoveries[i].task != f.task || recoveries[i].down_at < f.at) continue;
+        used[i] = true;
+        r.recovered = recoveries[i].recovered;
+        r.recovery_seconds = seconds(recoveries[i].down_at - f.at).count() + recoveries[i].seconds;
+        break;
+      }
+    } else if (kind == "corrupt_checkpoint" || kind == "disk_full") {
+      if (auto c = first_commit_after(kind == "disk_full" && f.lifted_at ? *f.lifted_at : f.at)) {
+        r.recovered = true;
+        r.recovery_seconds = seconds(*c - f.at).count();
+      }
+    } else {
+      r.recovered = true;
+      if (kind == "stall") r.recovery_seconds = static_cast<double>(f.spec.duration_ms) / 1000;
+    }
+    out.push_back(std::move(r));
+  }
+  return out;
+}
+
 progress_style style_of(scenario::Report::Progress p) {
   switch (p) {
     case scenario::Report::BAR: return progress_style::bar;
@@ -299,6 +344,7 @@ result<run_summary> run_scenario(const scenario::Scenario& sc, const run_options
   // Checkpoints: saved by a manager of their own (not by a worker), at cuts between the
   // training steps, which pass through `gate`; restored before training starts.
   cluster::step_gate gate;
+  cluster::faulty_file_system checkpoint_fs;  // the real one, unless a disk_full fault fills it
   std::atomic<progress_reporter*> reporter{nullptr};
   std::optional<progress_reporter> progress_holder;  // outlives the manager, which logs to it
   std::unique_ptr<cluster::checkpoint_manager> checkpoints;
@@ -312,6 +358,7 @@ result<run_summary> run_scenario(const scenario::Scenario& sc, const run_options
     mo.keep = ck.keep();
     mo.every_steps = ck.every_steps();
     mo.gate = &gate;
+    mo.fs = &checkpoint_fs;
     mo.default_device = str_cat("/job:", layout->worker_job, "/task:0");
     // Before training (restore) lines go straight out; after, through the progress report.
     mo.log = [&reporter, &out](const std::string& line) {
@@ -342,7 +389,23 @@ result<run_summary> run_scenario(const scenario::Scenario& sc, const run_options
   };
   std::vector<cluster::fault_spec> fault_specs;
   for (const auto& f : sc.faults().fault()) {
-    if (f.has_kill()) fault_specs.push_back({"kill", f.kill().task(), f.at_step()});
+    if (options.no_faults) break;
+    cluster::fault_spec spec;
+    spec.at_step = f.at_step();
+    spec.until_step = f.has_until_step() ? f.until_step() : 0;
+    switch (f.kind_case()) {
+      case scenario::Fault::kKill: spec.kind = "kill", spec.task = f.kill().task(); break;
+      case scenario::Fault::kStraggle:
+        spec.kind = "straggle", spec.task = f.straggle().task(), spec.delay_ms = f.straggle().delay_ms();
+        break;
+      case scenario::Fault::kStall:
+        spec.kind = "stall", spec.task = f.stall().task(), spec.duration_ms = f.stall().duration_ms();
+        break;
+      case scenario::Fault::kCorruptCheckpoint: spec.kind = "corrupt_checkpoint"; break;
+      case scenario::Fault::kDiskFull: spec.kind = "disk_full"; break;
+      case scenario::Fault::KIND_NOT_SET: continue;
+    }
+    fault_specs.push_back(std::move(spec));
   }
   if (checkpoints != nullptr && !fault_specs.empty() && checkpoints->stats().latest_step < 0) {
     // A task lost before the first periodic save is restored from this one.
@@ -361,7 +424,11 @@ result<run_summary> run_scenario(const scenario::Scenario& sc, const run_options
   auto supervisor_or = cluster::supervisor::create(*cluster, so);
   if (!supervisor_or.ok()) return supervisor_or.error();
   std::unique_ptr<cluster::supervisor> supervisor = std::move(*supervisor_or);
-  cluster::fault_injector faults(*cluster, fault_specs, log_line);
+  cluster::fault_injector_options fo;
+  fo.checkpoint_dir = sc.checkpoint().dir();
+  fo.fs = &checkpoint_fs;
+  fo.log = log_line;
+  cluster::fault_injector faults(*cluster, fault_specs, fo);
   // A step caught by a task's failure runs again, unless the supervisor gave up.
   auto retry = [&](const status& error) {
     if (!cluster::is_retryable(error) || !supervisor->failure().ok()) return false;
@@ -462,6 +529,7 @@ result<run_summary> run_scenario(const scenario::Scenario& sc, const run_options
     });
   }
   for (auto& th : trainers) th.join();
+  faults.lift_all();  // a fault without until_step lasts to the end of training
   double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
   end_run();  // wakes the readers
   for (auto& th : readers) th.join();
@@ -477,23 +545,16 @@ result<run_summary> run_scenario(const scenario::Scenario& sc, const run_options
   }
   run_summary summary;
   summary.restarts = supervisor->restarts();
-  // Each injected fault and the recovery that answered it (the first of its task after it).
-  {
-    auto recoveries = supervisor->recoveries();
-    std::vector<bool> used(recoveries.size(), false);
-    for (const auto& f : faults.injected()) {
-      fault_record record{f.spec.kind, f.task, f.step, false, 0};
-      for (std::size_t i = 0; i < recoveries.size(); ++i) {
-        if (used[i] || recoveries[i].task != f.task || recoveries[i].down_at < f.at) continue;
-        used[i] = true;
-        record.recovered = recoveries[i].recovered;
-        record.recovery_seconds =
-            std::chrono::duration<double>(recoveries[i].down_at - f.at).count() + recoveries[i].seconds;
-        break;
-      }
-      summary.faults.push_back(std::move(record));
+  // The final checkpoint first: a fault on checkpoints is over once a later one commits.
+  if (checkpoints != nullptr) {
+    auto last = checkpoints->save_now();
+    if (!last.ok()) {
+      progress.finish();
+      return last.error().with_context("the final checkpoint");
     }
+    summary.checkpoints = checkpoints->stats();
   }
+  summary.faults = fault_records(faults.injected(), supervisor->recoveries(), summary.checkpoints.commit_times);
   // The trainers saw the global step as their steps read it; asynchronous steps may have
   // taken it a little further.
   auto final_step = workers[0]->run({}, {"step_value"});
@@ -502,15 +563,6 @@ result<run_summary> run_scenario(const scenario::Scenario& sc, const run_options
     return final_step.error().with_context("reading the global step");
   }
   summary.steps = final_step->at(0).scalar_value<std::int64_t>();
-  if (checkpoints != nullptr) {
-    // The end of training is always saved.
-    auto last = checkpoints->save_now();
-    if (!last.ok()) {
-      progress.finish();
-      return last.error().with_context("the final checkpoint");
-    }
-    summary.checkpoints = checkpoints->stats();
-  }
   progress.finish();
   summary.seconds = seconds;
   summary.final_loss = progress.smoothed_loss();
@@ -527,7 +579,7 @@ result<run_summary> run_scenario(const scenario::Scenario& sc, const run_options
         << " events; open it in https://ui.perfetto.dev)\n";
   }
   for (const auto& f : summary.faults) {
-    out << "fault: " << f.kind << " " << f.task << " at step " << f.at_step << ": "
+    out << "fault: " << f.kind << (f.task.empty() ? "" : " " + f.task) << " at step " << f.at_step << ": "
         << (f.recovered ? str_cat("recovered in ", std::to_string(f.recovery_seconds).substr(0, 5), " s")
                         : std::string("not recovered"))
         << "\n";

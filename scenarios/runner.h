@@ -42,6 +42,7 @@ struct run_options {
   std::string trace_file;       // overrides report.trace_file when not empty
   std::int64_t steps = 0;       // overrides training.steps when > 0
   int compute_threads = 0;      // the cluster's compute pool; 0: default_num_threads()
+  bool no_faults = false;       // ignore the scenario's faults (the same run without them)
 };
 
 // A fault injected during the run and how the cluster recovered from it.

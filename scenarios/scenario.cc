@@ -647,29 +647,67 @@ void check_faults(checker& c, const node& parent, scenario::Scenario* s) {
       c.error(fn, "at_step", "must be in [1, training.steps) = [1, ", s->training().steps(), ") (is ", f->at_step(),
               ")");
     }
+    // A task name of the cluster; false (with the error recorded) otherwise.
+    auto check_task = [&](const node& k, const std::string& name, std::string* job, int* task) {
+      if (!parse_task(name, job, task)) {
+        c.error(k, "task", "'", name, "' is not a task name (for example \"/job:ps/task:0\")");
+        return false;
+      }
+      const int tasks = num_tasks(cl, *job);
+      if (tasks == 0) {
+        c.error(k, "task", "the cluster has no job '", *job, "'");
+        return false;
+      }
+      if (*task >= tasks) {
+        c.error(k, "task", "job '", *job, "' has ", tasks, " task", tasks == 1 ? "" : "s", " (0 to ", tasks - 1,
+                "); there is no task ", *task);
+        return false;
+      }
+      return true;
+    };
+    auto needs_checkpoint = [&](const char* kind) {
+      if (!s->has_checkpoint()) c.error(fn, kind, "needs a checkpoint section (the checkpoints it acts on)");
+    };
+    const bool ranged = f->kind_case() == scenario::Fault::kStraggle || f->kind_case() == scenario::Fault::kDiskFull;
+    if (f->has_until_step()) {
+      if (!ranged) {
+        c.error(fn, "until_step", "only straggle and disk_full last until a step");
+      } else if (f->until_step() <= f->at_step()) {
+        c.error(fn, "until_step", "must be > at_step (", f->at_step(), "; is ", f->until_step(), ")");
+      }
+    }
+    std::string job;
+    int task = 0;
     switch (f->kind_case()) {
       case scenario::Fault::kKill: {
         node k = c.child(fn, "kill", f->kill());
-        std::string job;
-        int task = 0;
-        if (!parse_task(f->kill().task(), &job, &task)) {
-          c.error(k, "task", "'", f->kill().task(), "' is not a task name (for example \"/job:ps/task:0\")");
-          break;
-        }
-        const int tasks = num_tasks(cl, job);
-        if (tasks == 0) {
-          c.error(k, "task", "the cluster has no job '", job, "'");
-        } else if (task >= tasks) {
-          c.error(k, "task", "job '", job, "' has ", tasks, " task", tasks == 1 ? "" : "s", " (0 to ", tasks - 1,
-                  "); there is no task ", task);
-        } else if (job == holder && (job != cl.worker_job() || task == 0) && !s->has_checkpoint()) {
+        if (check_task(k, f->kill().task(), &job, &task) && job == holder && (job != cl.worker_job() || task == 0) &&
+            !s->has_checkpoint()) {
           c.error(k, "task", "'", f->kill().task(), "' holds variables: restoring them after the kill needs a ",
                   "checkpoint section (for example: checkpoint { dir: \"/tmp/run/ckpt\" every_steps: 100 })");
         }
         break;
       }
+      case scenario::Fault::kStraggle: {
+        node k = c.child(fn, "straggle", f->straggle());
+        check_task(k, f->straggle().task(), &job, &task);
+        check_range(c, k, "delay_ms", f->straggle().delay_ms(), 1, 60000);
+        break;
+      }
+      case scenario::Fault::kStall: {
+        node k = c.child(fn, "stall", f->stall());
+        check_task(k, f->stall().task(), &job, &task);
+        check_range(c, k, "duration_ms", f->stall().duration_ms(), 1, 600000);
+        break;
+      }
+      case scenario::Fault::kCorruptCheckpoint:
+        needs_checkpoint("corrupt_checkpoint");
+        break;
+      case scenario::Fault::kDiskFull:
+        needs_checkpoint("disk_full");
+        break;
       case scenario::Fault::KIND_NOT_SET:
-        c.error(fn, "at_step", "the fault has no kind (valid: kill)");
+        c.error(fn, "at_step", "the fault has no kind (valid: kill, straggle, stall, corrupt_checkpoint, disk_full)");
         break;
     }
   }

@@ -1,4 +1,4 @@
-// troupe run SCENARIO [--steps N] [--trace FILE.json] [--summary FILE.json]
+// troupe run SCENARIO [--steps N] [--trace FILE.json] [--summary FILE.json] [--no-faults]
 // troupe graph dot SCENARIO|GRAPH.pbtxt|GRAPH.pb [--worker N] [--out FILE.dot]
 #include <chrono>
 #include <fstream>
@@ -40,7 +40,7 @@ bool parse_int(const std::string& s, std::int64_t* out) {
 
 int run_command(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
   constexpr const char* usage =
-      "usage: troupe run SCENARIO.pbtxt|NAME [--steps N] [--trace FILE.json] [--summary FILE.json]\n";
+      "usage: troupe run SCENARIO.pbtxt|NAME [--steps N] [--trace FILE.json] [--summary FILE.json] [--no-faults]\n";
   std::string path, summary_file;
   scenarios::run_options options;
   options.out = &out;
@@ -59,6 +59,8 @@ int run_command(const std::vector<std::string>& args, std::ostream& out, std::os
       options.trace_file = args[++i];
     } else if (a == "--summary") {
       summary_file = args[++i];
+    } else if (a == "--no-faults") {
+      options.no_faults = true;
     } else if (a.starts_with("-")) {
       err << "troupe run: unknown option '" << a << "'\n" << usage;
       return 2;
