@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstring>
 
 #include "graph/attr.h"
 #include "placement/device_name.h"
@@ -185,6 +186,21 @@ result<std::optional<std::int64_t>> checkpoint_manager::restore_some(const std::
   }
   auto assigned = session_->run(feeds, {}, targets);
   if (!assigned.ok()) return assigned.error().with_context(str_cat("restoring '", restored->path, "'"));
+  // Read back: what the variables hold now is the checkpoint, bit for bit (no training
+  // step runs meanwhile: REQUIRES of restore_latest).
+  std::vector<std::string> reads;
+  for (std::size_t i : chosen) reads.push_back(read_fetches_[i]);
+  auto back = session_->run({}, reads);
+  if (!back.ok()) return back.error().with_context(str_cat("reading back what was restored from '", restored->path, "'"));
+  for (std::size_t k = 0; k < chosen.size(); ++k) {
+    const tensor& want = restored->variables[k];
+    const tensor& got = back->at(k);
+    if (got.type() != want.type() || got.shape() != want.shape() ||
+        std::memcmp(got.raw_data(), want.raw_data(), want.byte_size()) != 0) {
+      return data_loss_error("variable '", variables_[chosen[k]].name, "' does not hold what was restored from '",
+                             restored->path, "'");
+    }
+  }
   {
     std::lock_guard<std::mutex> lock(mutex_);
     if (stats_.restored_step < 0 && stats_.committed == 0) {  // the run's start, not a recovery

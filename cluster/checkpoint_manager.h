@@ -91,7 +91,9 @@ class checkpoint_manager {
   // ones are skipped, each with a warning through options.log) and returns its global
   // step; nullopt when the directory has no checkpoint. A checkpoint that does not match
   // the graph (a missing variable, another dtype or shape) is an error naming the variable
-  // and the file, and no variable changes. REQUIRES: no training step runs.
+  // and the file, and no variable changes. The variables are read back after the restore
+  // and must hold the checkpoint's values bit for bit (DATA_LOSS naming the variable
+  // otherwise). REQUIRES: no training step runs.
   result<std::optional<std::int64_t>> restore_latest();
   // The same for the variables that live on `task` ("/job:ps/task:0") only: what a
   // restarted task lost (RESTORE_LOST). The others keep their values.
