@@ -1,6 +1,7 @@
 // checkpoint/checkpoint.h: round trips of every storable dtype, restores across shardings,
 // the commit protocol under a failure at every file operation of a save (a full disk, an
 // I/O error, a crash that leaves its files behind), damaged files, retention, bad requests.
+#include "tests/temp_dir.h"
 #include "checkpoint/checkpoint.h"
 
 #include <sys/resource.h>
@@ -21,15 +22,7 @@ namespace {
 
 namespace fs = std::filesystem;
 
-struct temp_dir {
-  temp_dir() {
-    static int counter = 0;
-    path = (fs::temp_directory_path() / ("troupe_ckpt_test_" + std::to_string(::getpid()) + "_" + std::to_string(counter++))).string();
-    fs::remove_all(path);
-  }
-  ~temp_dir() { fs::remove_all(path); }
-  std::string path;
-};
+using troupe::testing::temp_dir;
 
 tensor iota_tensor(dtype type, tensor_shape shape, int seed) {
   tensor t(type, std::move(shape));

@@ -18,57 +18,18 @@
 #include "graph/train.h"
 #include "graph/variables.h"
 #include "tests/actors/session_fixture.h"
+#include "tests/cluster/counting_model.h"
+#include "tests/temp_dir.h"
+#include "cluster/fault_injector.h"
 
 using namespace troupe;
 using graph::scope;
 
 namespace {
 
-struct temp_dir {
-  std::string path;
-  temp_dir() {
-    path = (std::filesystem::temp_directory_path() /
-            ("troupe-manager-test-" + std::to_string(::getpid()) + "-" + std::to_string(counter()++)))
-               .string();
-    std::filesystem::remove_all(path);
-  }
-  ~temp_dir() { std::filesystem::remove_all(path); }
-  static int& counter() {
-    static int n = 0;
-    return n;
-  }
-};
-
-// Variables a [n] and b [n] (float) and the global step, spread over `ps` PS tasks (all on
-// the worker when ps = 0); "train" adds 1 to every element of a and b, then to the step.
-struct counting_model {
-  scope root = scope::new_root();
-  graph::variable_collection vars;
-};
-
-std::unique_ptr<counting_model> build_counting_model(int ps, std::int64_t n = 300) {
-  auto m = std::make_unique<counting_model>();
-  const scope& root = m->root;
-  auto device = [&](int i) { return ps == 0 ? std::string("/job:worker/task:0") : str_cat("/job:ps/task:", i % ps); };
-  auto a = graph::make_variable(root.with_device(device(0)), "a", {n}, dtype::float32, init::zeros_initializer());
-  auto b = graph::make_variable(root.with_device(device(1)), "b", {n}, dtype::float32, init::zeros_initializer());
-  m->vars.add(a);
-  m->vars.add(b);
-  auto step = train::make_global_step(root.with_device(device(2)), m->vars);
-  tensor ones(dtype::float32, {n});
-  for (auto& x : ones.flat<float>()) x = 1.0f;
-  std::vector<graph::operation> updates;
-  for (const auto* v : {&a, &b}) {
-    updates.push_back(root.colocate_with(v->handle.node).add("AssignAddVariableOp",
-                                                            {v->handle, ops::constant(root, ones)}));
-  }
-  auto increment = root.colocate_with(step.handle.node)
-                       .with_control_dependencies(updates)
-                       .add("AssignAddVariableOp", {step.handle, ops::scalar<std::int64_t>(root, 1)});
-  ops::no_op(root.with_name("train").with_control_dependencies({increment}));
-  graph::global_variables_initializer(root, m->vars);
-  return m;
-}
+using troupe::testing::build_counting_model;
+using troupe::testing::counting_model;
+using troupe::testing::temp_dir;
 
 std::shared_ptr<actors::cluster> cluster_of(int ps) {
   if (ps == 0) {
@@ -266,35 +227,13 @@ TEST_CASE("a checkpoint that does not match the graph names the variable and the
   CHECK(values->at(1).scalar_value<std::int64_t>() == 2);
 }
 
-namespace {
-
-// The real file system, until `full` is set: then every file it creates fails its writes
-// with RESOURCE_EXHAUSTED, as a full disk does.
-class filling_file_system final : public file_system {
- public:
-  std::atomic<bool> full{false};
-
-  result<std::unique_ptr<writable_file>> create(const std::string& path) override {
-    if (full) return resource_exhausted_error("'", path, "': No space left on device");
-    return real().create(path);
-  }
-  status rename(const std::string& from, const std::string& to) override { return real().rename(from, to); }
-  status remove(const std::string& path) override { return real().remove(path); }
-  status sync_dir(const std::string& dir) override { return real().sync_dir(dir); }
-  status create_dir(const std::string& dir) override { return real().create_dir(dir); }
-  result<std::vector<std::string>> list_dir(const std::string& dir) override { return real().list_dir(dir); }
-  result<std::int64_t> file_size(const std::string& path) override { return real().file_size(path); }
-};
-
-}  // namespace
-
 TEST_CASE("a full disk fails a save, not the run, and the committed checkpoints stay", "[cluster][checkpoint]") {
   temp_dir dir;
   auto c = cluster_of(1);
   auto model = build_counting_model(1);
   auto s = session_on(c, *model);
   REQUIRE(s->run({}, {}, {"init"}).ok());
-  filling_file_system fs;
+  cluster::faulty_file_system fs;
   std::vector<std::string> lines;
   cluster::checkpoint_manager_options o;
   o.dir = dir.path;
@@ -313,7 +252,7 @@ TEST_CASE("a full disk fails a save, not the run, and the committed checkpoints 
   CHECK(st.committed == 1);
   CHECK(st.failed == 1);
   REQUIRE(st.errors.size() == 1);
-  CHECK(st.errors[0].find("No space left") != std::string::npos);
+  CHECK(st.errors[0].find("No space left on device") != std::string::npos);
   CHECK(lines.back().find("save failed") != std::string::npos);
   auto d = checkpoint::directory::open(dir.path);
   REQUIRE(d.ok());

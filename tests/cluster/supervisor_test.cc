@@ -17,58 +17,22 @@
 #include "graph/train.h"
 #include "graph/variables.h"
 #include "tests/actors/session_fixture.h"
+#include "tests/cluster/counting_model.h"
+#include "tests/temp_dir.h"
 
 using namespace troupe;
 using graph::scope;
 
 namespace {
 
-struct temp_dir {
-  std::string path;
-  temp_dir() {
-    static int n = 0;
-    path = (std::filesystem::temp_directory_path() /
-            ("troupe-supervisor-test-" + std::to_string(::getpid()) + "-" + std::to_string(n++)))
-               .string();
-    std::filesystem::remove_all(path);
-  }
-  ~temp_dir() { std::filesystem::remove_all(path); }
-};
-
-// a [8] on ps:0 with the global step, b [8] on ps:1; "train" adds 1 to all of a and b,
-// then to the step.
-struct counting_model {
-  scope root = scope::new_root();
-  graph::variable_collection vars;
-};
-
-std::unique_ptr<counting_model> build_counting_model() {
-  auto m = std::make_unique<counting_model>();
-  const scope& root = m->root;
-  auto a = graph::make_variable(root.with_device("/job:ps/task:0"), "a", {8}, dtype::float32, init::zeros_initializer());
-  auto b = graph::make_variable(root.with_device("/job:ps/task:1"), "b", {8}, dtype::float32, init::zeros_initializer());
-  m->vars.add(a);
-  m->vars.add(b);
-  auto step = train::make_global_step(root.with_device("/job:ps/task:0"), m->vars);
-  tensor ones(dtype::float32, {8});
-  for (auto& x : ones.flat<float>()) x = 1.0f;
-  std::vector<graph::operation> updates;
-  for (const auto* v : {&a, &b}) {
-    updates.push_back(root.colocate_with(v->handle.node).add("AssignAddVariableOp",
-                                                            {v->handle, ops::constant(root, ones)}));
-  }
-  auto increment = root.colocate_with(step.handle.node)
-                       .with_control_dependencies(updates)
-                       .add("AssignAddVariableOp", {step.handle, ops::scalar<std::int64_t>(root, 1)});
-  ops::no_op(root.with_name("train").with_control_dependencies({increment}));
-  graph::global_variables_initializer(root, m->vars);
-  return m;
-}
+using troupe::testing::build_counting_model;
+using troupe::testing::counting_model;
+using troupe::testing::temp_dir;
 
 struct rig {
   temp_dir dir;
   std::shared_ptr<actors::cluster> cluster = troupe::testing::ps_worker_cluster(2, 1);
-  std::unique_ptr<counting_model> model = build_counting_model();
+  std::unique_ptr<counting_model> model = build_counting_model(2, 8);
   std::unique_ptr<actors::session> session;
   cluster::step_gate gate;
   std::unique_ptr<cluster::checkpoint_manager> checkpoints;
