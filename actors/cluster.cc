@@ -142,6 +142,16 @@ status cluster::stall_task(std::string_view task, std::chrono::milliseconds dura
   return status();
 }
 
+status cluster::set_link_fault(std::string_view from, std::string_view to, runtime_device::link_fault fault) {
+  auto devices = devices_of(from);
+  if (!devices.ok()) return devices.error();
+  const std::string destination = canonical_task(to);
+  if (destination.empty()) return not_found_error("no task '", to, "' in the cluster");
+  std::lock_guard<std::mutex> lock(tasks_mutex_);
+  for (const auto& full : *devices) devices_.find(full)->second->set_link_fault(destination, fault);
+  return status();
+}
+
 std::vector<caf::actor> cluster::task_actors(std::string_view task) const {
   std::vector<caf::actor> out;
   auto devices = devices_of(task);

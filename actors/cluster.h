@@ -102,6 +102,10 @@ class cluster {
   // `duration` from now has passed. The current incarnation only. Errors: no such task.
   status set_straggle(std::string_view task, std::chrono::microseconds per_step);
   status stall_task(std::string_view task, std::chrono::milliseconds duration);
+  // Injected faults on the link from task `from` to task `to` (drop_messages,
+  // delay_messages; runtime_device::set_link_fault): delay 0 and drop 0 lift them.
+  // Errors: no such task.
+  status set_link_fault(std::string_view from, std::string_view to, runtime_device::link_fault fault);
   // The device actors of the task's current incarnation (to monitor them).
   std::vector<caf::actor> task_actors(std::string_view task) const;
 

@@ -19,6 +19,7 @@
 #include <chrono>
 #include <map>
 #include <memory>
+#include <optional>
 #include <mutex>
 #include <shared_mutex>
 #include <string>
@@ -96,6 +97,37 @@ class runtime_device final : public kernels::device {
     return delay;
   }
 
+  // Injected faults on the links from this device to another task (drop_messages,
+  // delay_messages): each Send to a device of `to_task` is delayed by `delay`, and
+  // dropped with probability `drop` (the step then fails with UNAVAILABLE, as a
+  // transport that lost a message reports it). An empty fault removes the entry.
+  struct link_fault {
+    std::chrono::microseconds delay{0};
+    double drop = 0;
+    std::uint64_t seed = 0;
+  };
+  void set_link_fault(const std::string& to_task, link_fault fault) {
+    std::lock_guard<std::mutex> lock(links_mutex_);
+    if (fault.delay.count() == 0 && fault.drop == 0) links_.erase(to_task);
+    else links_[to_task] = fault;
+    has_link_faults_ = !links_.empty();
+  }
+  // The fault on the link to the task of device `to_device`, if any, and whether this
+  // message is dropped (a seeded draw per message).
+  std::optional<link_fault> link_fault_to(std::string_view to_device, bool* dropped) {
+    *dropped = false;
+    if (!has_link_faults_.load(std::memory_order_relaxed)) return std::nullopt;
+    const std::string_view task = to_device.substr(0, to_device.find("/device:"));
+    std::lock_guard<std::mutex> lock(links_mutex_);
+    auto it = links_.find(task);
+    if (it == links_.end()) return std::nullopt;
+    if (it->second.drop > 0) {
+      const std::uint64_t draw = splitmix(it->second.seed + 0x9e3779b97f4a7c15ULL * ++link_draws_);
+      *dropped = static_cast<double>(draw >> 11) * 0x1.0p-53 < it->second.drop;
+    }
+    return it->second;
+  }
+
   // The tracer of the run, or null when it is not traced.
   step_tracer* tracer() const { return tracer_; }
   void set_tracer(step_tracer* t) { tracer_ = t; }
@@ -109,6 +141,15 @@ class runtime_device final : public kernels::device {
   caf::actor self_;
   std::shared_ptr<const device_directory> directory_;
   step_tracer* tracer_ = nullptr;
+  static std::uint64_t splitmix(std::uint64_t x) {
+    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+    return x ^ (x >> 31);
+  }
+  std::mutex links_mutex_;
+  std::map<std::string, link_fault, std::less<>> links_;  // by destination task
+  std::atomic<bool> has_link_faults_{false};
+  std::uint64_t link_draws_ = 0;  // guarded by links_mutex_
   std::atomic<std::int64_t> straggle_us_{0};
   std::atomic<std::int64_t> stalled_until_ns_{0};
 };

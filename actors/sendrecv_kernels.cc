@@ -63,6 +63,18 @@ class send_kernel final : public kernels::op_kernel {
       tracer->transfer_sent(key_->printed(), ctx.step().step_id, device_->task(), device_->short_name(),
                             step_tracer::clock::now());
     }
+    bool dropped = false;
+    if (auto fault = device_->link_fault_to(key_->key().recv_device, &dropped)) {
+      if (dropped) {
+        ctx.fail(unavailable_error("the transfer '", key_->printed(), "' to ", key_->key().recv_device,
+                                   " was lost (drop_messages fault)"));
+        return;
+      }
+      if (fault->delay.count() > 0) {
+        caf::delayed_anon_send(destination_, fault->delay, rv_send_atom::value, ctx.step().step_id, key_, ctx.input(0));
+        return;
+      }
+    }
     caf::anon_send(destination_, rv_send_atom::value, ctx.step().step_id, key_, ctx.input(0));
   }
 

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <map>
+#include <set>
 
 #include "graph/attr.h"
 #include "placement/device_name.h"
@@ -21,6 +23,64 @@ std::string megabytes(std::int64_t bytes) {
 }
 
 std::string short_seconds(double s) { return std::to_string(s).substr(0, 5) + " s"; }
+
+// A part's place in its variable, from `_save_slice_info` as TensorFlow writes it
+// (SaveSliceInfo): "<full name> <full dims...> <offset>,<length>:-:..." (rows only).
+struct slice_info {
+  std::string full_name;
+  tensor_shape full_shape;
+  std::int64_t offset = 0;
+};
+
+result<slice_info> parse_slice_info(const std::string& text, const tensor_shape& part_shape) {
+  std::vector<std::string> tokens;
+  for (std::size_t at = 0; at < text.size();) {
+    std::size_t end = std::min(text.find(' ', at), text.size());
+    if (end > at) tokens.push_back(text.substr(at, end - at));
+    at = end + 1;
+  }
+  auto bad = [&](const auto&... why) {
+    return invalid_argument_error("_save_slice_info '", text, "' ", why...,
+                                  " (expected \"<full name> <full dims> <offset>,<length>:-...\")");
+  };
+  if (tokens.size() < 3) return bad("has too few fields");
+  slice_info out;
+  out.full_name = tokens.front();
+  std::vector<std::int64_t> dims;
+  try {
+    for (std::size_t i = 1; i + 1 < tokens.size(); ++i) dims.push_back(std::stoll(tokens[i]));
+    const std::string& spec = tokens.back();
+    const std::size_t comma = spec.find(',');
+    if (comma == std::string::npos) return bad("has no row slice");
+    out.offset = std::stoll(spec.substr(0, comma));
+    const std::int64_t length = std::stoll(spec.substr(comma + 1));
+    if (length != part_shape.dim(0)) return bad("gives ", length, " rows for a part of ", part_shape.dim(0));
+  } catch (const std::exception&) {
+    return bad("has a field that is not a number");
+  }
+  if (static_cast<int>(dims.size()) != part_shape.rank()) return bad("has another rank than the part");
+  for (int d = 1; d < part_shape.rank(); ++d) {
+    if (dims[static_cast<std::size_t>(d)] != part_shape.dim(d)) return bad("disagrees with the part's shape");
+  }
+  if (out.offset < 0 || dims.empty() || out.offset + part_shape.dim(0) > dims[0]) return bad("is out of range");
+  out.full_shape = tensor_shape(dims);
+  return out;
+}
+
+// Rows first, first + stride, ... (count of them) of `whole`, as a new tensor.
+tensor rows_of(const tensor& whole, std::int64_t first, std::int64_t count, std::int64_t stride) {
+  std::vector<std::int64_t> dims = whole.shape().dims();
+  const std::size_t row_bytes = whole.byte_size() / static_cast<std::size_t>(std::max<std::int64_t>(1, dims[0]));
+  dims[0] = count;
+  tensor out(whole.type(), tensor_shape(dims));
+  const auto* from = static_cast<const char*>(whole.raw_data());
+  auto* to = static_cast<char*>(out.raw_data());
+  for (std::int64_t r = 0; r < count; ++r) {
+    std::memcpy(to + static_cast<std::size_t>(r) * row_bytes,
+                from + static_cast<std::size_t>(first + r * stride) * row_bytes, row_bytes);
+  }
+  return out;
+}
 
 }  // namespace
 
@@ -49,55 +109,112 @@ result<std::unique_ptr<checkpoint_manager>> checkpoint_manager::create(std::shar
   if (!placed.ok()) return placed.error().with_context("checkpoint manager: placing the graph");
   tf::GraphDef def = g.to_graph_def();
   std::vector<tf::NodeDef> added;
+  // Parts of partitioned variables, by the variable's name: (offset, index in parts_).
+  struct partitioned {
+    dtype type = dtype::invalid;
+    tensor_shape shape;
+    std::string strategy;
+    std::vector<std::pair<std::int64_t, std::size_t>> parts;
+  };
+  std::map<std::string, partitioned> groups;
   for (const tf::NodeDef& n : def.node()) {
     if (n.op() != "VarHandleOp") continue;
-    saved_variable v;
+    dtype type = dtype::invalid;
     partial_shape shape;
-    TROUPE_RETURN_IF_ERROR(graph::get_attr(n, "dtype", &v.type));
+    std::string name;
+    TROUPE_RETURN_IF_ERROR(graph::get_attr(n, "dtype", &type));
     TROUPE_RETURN_IF_ERROR(graph::get_attr(n, "shape", &shape));
-    TROUPE_RETURN_IF_ERROR(graph::get_attr(n, "shared_name", &v.name));
-    if (v.name.empty()) v.name = n.name();
+    TROUPE_RETURN_IF_ERROR(graph::get_attr(n, "shared_name", &name));
+    if (name.empty()) name = n.name();
     if (!shape.fully_defined()) {
-      return invalid_argument_error("checkpoint manager: variable '", v.name, "' (node '", n.name(),
-                                    "') has shape ", shape.to_string(), ", which is not fully defined");
+      return invalid_argument_error("checkpoint manager: variable '", name, "' (node '", n.name(), "') has shape ",
+                                    shape.to_string(), ", which is not fully defined");
     }
-    v.shape = shape.to_shape();
+    part p;
+    p.shape = shape.to_shape();
     const graph::node* node = g.find(n.name());
     auto device = placement::parse_device_name(placed->device_of(node->id));
     if (!device.ok()) return device.error().with_context(str_cat("checkpoint manager: the device of '", n.name(), "'"));
-    v.task = placement::task_prefix(placement::task_of(*device));
-    for (const auto& other : m->variables_) {
-      if (other.name == v.name) {
-        return invalid_argument_error("checkpoint manager: two variables share the name '", v.name, "'");
-      }
-    }
+    p.task = placement::task_prefix(placement::task_of(*device));
     const std::string base = k_prefix + n.name();
     tf::NodeDef read;
     read.set_name(base + "/read");
     read.set_op("ReadVariableOp");
     read.add_input(n.name());
-    (*read.mutable_attr())["dtype"] = graph::attr_value(v.type);
+    (*read.mutable_attr())["dtype"] = graph::attr_value(type);
     tf::NodeDef value;
     value.set_name(base + "/value");
     value.set_op("Placeholder");
-    (*value.mutable_attr())["dtype"] = graph::attr_value(v.type);
-    (*value.mutable_attr())["shape"] = graph::attr_value(partial_shape(v.shape));
+    (*value.mutable_attr())["dtype"] = graph::attr_value(type);
+    (*value.mutable_attr())["shape"] = graph::attr_value(partial_shape(p.shape));
     (*value.mutable_attr())["_class"] = graph::attr_value(std::vector<std::string>{"loc:@" + n.name()});
     tf::NodeDef assign;
     assign.set_name(base + "/assign");
     assign.set_op("AssignVariableOp");
     assign.add_input(n.name());
     assign.add_input(value.name());
-    (*assign.mutable_attr())["dtype"] = graph::attr_value(v.type);
-    m->read_fetches_.push_back(read.name());
-    m->value_feeds_.push_back(value.name());
-    m->assign_targets_.push_back(assign.name());
+    (*assign.mutable_attr())["dtype"] = graph::attr_value(type);
+    p.read = read.name();
+    p.value = value.name();
+    p.assign = assign.name();
     added.push_back(std::move(read));
     added.push_back(std::move(value));
     added.push_back(std::move(assign));
-    if (v.name == m->options_.global_step) m->global_step_index_ = static_cast<int>(m->variables_.size());
-    m->names_.push_back(v.name);
+    const std::size_t index = m->parts_.size();
+    m->read_fetches_.push_back(p.read);
+    m->parts_.push_back(std::move(p));
+    if (graph::has_attr(n, "_save_slice_info")) {
+      std::string info, strategy = "div";
+      TROUPE_RETURN_IF_ERROR(graph::get_attr(n, "_save_slice_info", &info));
+      if (graph::has_attr(n, "_partition_strategy")) {
+        TROUPE_RETURN_IF_ERROR(graph::get_attr(n, "_partition_strategy", &strategy));
+      }
+      auto slice = parse_slice_info(info, m->parts_[index].shape);
+      if (!slice.ok()) return slice.error().with_context(str_cat("checkpoint manager: variable '", name, "'"));
+      if (strategy != "div" && strategy != "mod") {
+        return invalid_argument_error("checkpoint manager: variable '", name, "' has _partition_strategy '", strategy,
+                                      "' (valid: div, mod)");
+      }
+      auto& group = groups[slice->full_name];
+      if (!group.parts.empty() && (group.type != type || group.shape != slice->full_shape || group.strategy != strategy)) {
+        return invalid_argument_error("checkpoint manager: the parts of variable '", slice->full_name,
+                                      "' disagree on its dtype, shape or partition strategy");
+      }
+      group.type = type;
+      group.shape = slice->full_shape;
+      group.strategy = strategy;
+      group.parts.emplace_back(slice->offset, index);
+      m->parts_[index].offset = slice->offset;
+      continue;
+    }
+    m->variables_.push_back({name, type, m->parts_[index].shape, "", {index}});
+  }
+  for (auto& [full_name, group] : groups) {
+    std::sort(group.parts.begin(), group.parts.end());
+    saved_variable v{full_name, group.type, group.shape, group.strategy, {}};
+    std::int64_t next = 0;
+    for (const auto& [offset, index] : group.parts) {
+      if (offset != next) {
+        return invalid_argument_error("checkpoint manager: the parts of variable '", full_name, "' do not tile its ",
+                                      group.shape.dim(0), " rows (a part starts at row ", offset, ", not ", next, ")");
+      }
+      next += m->parts_[index].shape.dim(0);
+      v.parts.push_back(index);
+    }
+    if (next != group.shape.dim(0)) {
+      return invalid_argument_error("checkpoint manager: the parts of variable '", full_name, "' cover ", next,
+                                    " of its ", group.shape.dim(0), " rows");
+    }
     m->variables_.push_back(std::move(v));
+  }
+  std::set<std::string> seen;
+  for (std::size_t i = 0; i < m->variables_.size(); ++i) {
+    const auto& v = m->variables_[i];
+    if (!seen.insert(v.name).second) {
+      return invalid_argument_error("checkpoint manager: two variables share the name '", v.name, "'");
+    }
+    if (v.name == m->options_.global_step) m->global_step_index_ = static_cast<int>(i);
+    m->names_.push_back(v.name);
   }
   if (m->variables_.empty()) return invalid_argument_error("checkpoint manager: the graph has no variables to save");
   for (auto& n : added) *def.add_node() = std::move(n);
@@ -134,38 +251,42 @@ namespace {
 std::string canonical_task(std::string_view task) {
   auto name = placement::parse_device_name(task);
   if (!name.ok()) return std::string(task);
-  return placement::task_prefix(placement::fill_missing(placement::task_of(*name), {.replica = 0}));
+  placement::device_name replica_zero;
+  replica_zero.replica = 0;
+  return placement::task_prefix(placement::fill_missing(placement::task_of(*name), replica_zero));
 }
 
 }  // namespace
 
 bool checkpoint_manager::holds_variables(std::string_view task) const {
   const std::string wanted = canonical_task(task);
-  return std::any_of(variables_.begin(), variables_.end(), [&](const saved_variable& v) { return v.task == wanted; });
+  return std::any_of(parts_.begin(), parts_.end(), [&](const part& p) { return p.task == wanted; });
 }
 
 bool checkpoint_manager::holds_global_step(std::string_view task) const {
-  return global_step_index_ >= 0 && variables_[static_cast<std::size_t>(global_step_index_)].task == canonical_task(task);
+  if (global_step_index_ < 0) return false;
+  const auto& v = variables_[static_cast<std::size_t>(global_step_index_)];
+  return parts_[v.parts.front()].task == canonical_task(task);
 }
 
 result<std::optional<std::int64_t>> checkpoint_manager::restore_latest() {
-  return restore_some(std::vector<bool>(variables_.size(), true));
+  return restore_some(std::vector<bool>(parts_.size(), true));
 }
 
 result<std::optional<std::int64_t>> checkpoint_manager::restore_latest(std::string_view task) {
   const std::string wanted = canonical_task(task);
   std::vector<bool> some;
-  for (const auto& v : variables_) some.push_back(v.task == wanted);
+  for (const auto& p : parts_) some.push_back(p.task == wanted);
   return restore_some(some);
 }
 
 result<std::optional<std::int64_t>> checkpoint_manager::restore_some(const std::vector<bool>& wanted) {
   std::lock_guard<std::mutex> save_lock(save_mutex_);
   checkpoint::restore_request request;
-  std::vector<std::size_t> chosen;
+  std::vector<std::size_t> chosen;  // variables with a wanted part, read whole
   for (std::size_t i = 0; i < variables_.size(); ++i) {
-    if (!wanted[i]) continue;
     const auto& v = variables_[i];
+    if (std::none_of(v.parts.begin(), v.parts.end(), [&](std::size_t p) { return wanted[p]; })) continue;
     chosen.push_back(i);
     request.variables.push_back(
         {v.name, v.type, v.shape, std::vector<std::int64_t>(static_cast<std::size_t>(v.shape.rank()), 0), v.shape});
@@ -178,27 +299,38 @@ result<std::optional<std::int64_t>> checkpoint_manager::restore_some(const std::
     if (restored.error().error_code() == code::not_found) return std::optional<std::int64_t>();
     return restored.error();
   }
+  // Each wanted part's value, cut from its variable's whole value.
   actors::feed_list feeds;
-  std::vector<std::string> targets;
+  std::vector<std::string> targets, reads;
+  std::vector<tensor> expected;
   for (std::size_t k = 0; k < chosen.size(); ++k) {
-    feeds.emplace_back(value_feeds_[chosen[k]], restored->variables[k]);
-    targets.push_back(assign_targets_[chosen[k]]);
+    const auto& v = variables_[chosen[k]];
+    const tensor& whole = restored->variables[k];
+    const auto n = static_cast<std::int64_t>(v.parts.size());
+    for (std::size_t i = 0; i < v.parts.size(); ++i) {
+      const part& p = parts_[v.parts[i]];
+      if (!wanted[v.parts[i]]) continue;
+      tensor value = v.strategy.empty()   ? whole
+                     : v.strategy == "div" ? rows_of(whole, p.offset, p.shape.dim(0), 1)
+                                           : rows_of(whole, static_cast<std::int64_t>(i), p.shape.dim(0), n);
+      feeds.emplace_back(p.value, value);
+      targets.push_back(p.assign);
+      reads.push_back(p.read);
+      expected.push_back(std::move(value));
+    }
   }
   auto assigned = session_->run(feeds, {}, targets);
   if (!assigned.ok()) return assigned.error().with_context(str_cat("restoring '", restored->path, "'"));
   // Read back: what the variables hold now is the checkpoint, bit for bit (no training
   // step runs meanwhile: REQUIRES of restore_latest).
-  std::vector<std::string> reads;
-  for (std::size_t i : chosen) reads.push_back(read_fetches_[i]);
   auto back = session_->run({}, reads);
   if (!back.ok()) return back.error().with_context(str_cat("reading back what was restored from '", restored->path, "'"));
-  for (std::size_t k = 0; k < chosen.size(); ++k) {
-    const tensor& want = restored->variables[k];
+  for (std::size_t k = 0; k < expected.size(); ++k) {
+    const tensor& want = expected[k];
     const tensor& got = back->at(k);
     if (got.type() != want.type() || got.shape() != want.shape() ||
         std::memcmp(got.raw_data(), want.raw_data(), want.byte_size()) != 0) {
-      return data_loss_error("variable '", variables_[chosen[k]].name, "' does not hold what was restored from '",
-                             restored->path, "'");
+      return data_loss_error("'", reads[k], "' does not hold what was restored from '", restored->path, "'");
     }
   }
   {
@@ -266,18 +398,37 @@ result<checkpoint::committed> checkpoint_manager::save_now() {
 
   checkpoint::snapshot s;
   if (global_step_index_ >= 0) {
-    const tensor& step = values->at(static_cast<std::size_t>(global_step_index_));
+    const tensor& step = values->at(variables_[static_cast<std::size_t>(global_step_index_)].parts.front());
     s.global_step = step.type() == dtype::int32 ? step.scalar_value<std::int32_t>() : step.scalar_value<std::int64_t>();
     // Every step advances the global step: at the same one as the last save, nothing has
     // changed since (a periodic save and the final one met), and that save stands.
     std::lock_guard<std::mutex> lock(mutex_);
     if (last_committed_.has_value() && last_committed_->step == s.global_step) return *last_committed_;
   }
-  for (std::size_t i = 0; i < variables_.size(); ++i) {
-    const auto& v = variables_[i];
+  for (const auto& v : variables_) {
     checkpoint::variable cv{v.name, v.type, v.shape, {}};
-    cv.slices.push_back({std::vector<std::int64_t>(static_cast<std::size_t>(v.shape.rank()), 0),
-                         std::move(values->at(i))});
+    const std::vector<std::int64_t> origin(static_cast<std::size_t>(v.shape.rank()), 0);
+    if (v.strategy.empty()) {
+      cv.slices.push_back({origin, std::move(values->at(v.parts.front()))});
+    } else if (v.strategy == "div") {  // each part is a block of rows: a slice of its own
+      for (std::size_t i : v.parts) {
+        std::vector<std::int64_t> start = origin;
+        start[0] = parts_[i].offset;
+        cv.slices.push_back({std::move(start), std::move(values->at(i))});
+      }
+    } else {  // "mod": part i of n holds ids i, i + n, ...: interleaved into id order
+      tensor whole(v.type, v.shape);
+      const std::size_t row_bytes = whole.byte_size() / static_cast<std::size_t>(std::max<std::int64_t>(1, v.shape.dim(0)));
+      const auto n = v.parts.size();
+      for (std::size_t i = 0; i < n; ++i) {
+        const tensor& p = values->at(v.parts[i]);
+        for (std::int64_t r = 0; r < p.dim(0); ++r) {
+          std::memcpy(static_cast<char*>(whole.raw_data()) + (i + static_cast<std::size_t>(r) * n) * row_bytes,
+                      static_cast<const char*>(p.raw_data()) + static_cast<std::size_t>(r) * row_bytes, row_bytes);
+        }
+      }
+      cv.slices.push_back({origin, std::move(whole)});
+    }
     s.variables.push_back(std::move(cv));
   }
   auto write_started = std::chrono::steady_clock::now();

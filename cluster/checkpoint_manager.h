@@ -12,7 +12,11 @@
 // 1. What is saved: every variable of the graph (each VarHandleOp: model variables,
 //    optimizer slots, the global step), whole, under its shared_name (its node name when
 //    that is empty). Shapes must be fully defined. The checkpoint's global step is the
-//    value of the variable named options.global_step when the graph has one.
+//    value of the variable named options.global_step when the graph has one. A variable
+//    partitioned by rows (graph::nn::make_embedding: parts carrying `_save_slice_info`
+//    and `_partition_strategy`) is saved as one variable, its whole table in id order,
+//    whatever the number of parts, and restored onto any number of parts: with "div" the
+//    parts are consecutive row blocks, with "mod" part i of n holds ids i, i + n, ...
 // 2. How: the manager runs its own session on the cluster, on a copy of the graph with a
 //    ReadVariableOp and an AssignVariableOp (fed by a Placeholder) per variable, each
 //    colocated with its variable: a save fetches straight from the PS tasks and a
@@ -116,13 +120,22 @@ class checkpoint_manager {
   checkpoint_stats stats() const;
 
  private:
+  // One VarHandleOp: a whole variable, or one part of a partitioned one.
+  struct part {
+    std::string task;    // where it lives: "/job:ps/replica:0/task:0"
+    tensor_shape shape;  // this part's
+    std::int64_t offset = 0;  // its first row in the shard-major layout (partitioned only)
+    std::string read, value, assign;  // its nodes in the manager's graph
+  };
+  // A variable as the checkpoint holds it: whole, in logical (id) order.
   struct saved_variable {
     std::string name;  // in the checkpoint
     dtype type = dtype::invalid;
     tensor_shape shape;
-    std::string task;  // where it lives: "/job:ps/replica:0/task:0"
+    std::string strategy;      // partitioned: "div" or "mod"; empty: one part, whole
+    std::vector<std::size_t> parts;  // into parts_, in part order
   };
-  // Restores the variables `wanted` says (by index in variables_).
+  // Restores the parts `wanted` says (by index in parts_), reading their variables whole.
   result<std::optional<std::int64_t>> restore_some(const std::vector<bool>& wanted);
 
   explicit checkpoint_manager(checkpoint_manager_options options) : options_(std::move(options)) {}
@@ -131,8 +144,9 @@ class checkpoint_manager {
 
   checkpoint_manager_options options_;
   std::vector<saved_variable> variables_;
+  std::vector<part> parts_;
   std::vector<std::string> names_;
-  std::vector<std::string> read_fetches_, value_feeds_, assign_targets_;
+  std::vector<std::string> read_fetches_;  // of every part, in parts_ order
   int global_step_index_ = -1;  // in variables_, or -1
   std::unique_ptr<actors::session> session_;
   std::unique_ptr<checkpoint::directory> dir_;

@@ -4,12 +4,54 @@
 #include <fstream>
 
 #include "checkpoint/checkpoint.h"
+#include "core/random.h"
 
 namespace troupe::cluster {
 
+// A file whose writer dies half-way through its first append (kill_during_checkpoint).
+class crashing_file final : public writable_file {
+ public:
+  crashing_file(faulty_file_system* fs, std::unique_ptr<writable_file> file, std::string path)
+      : fs_(fs), file_(std::move(file)), path_(std::move(path)) {}
+  ~crashing_file() override { fs_->dead_ = false; }  // the writer is restarted
+  status append(std::string_view bytes) override {
+    if (!fs_->dead_) {
+      (void)file_->append(bytes.substr(0, bytes.size() / 2));
+      (void)file_->sync();
+      fs_->dead_ = true;
+    }
+    return dead();
+  }
+  status sync() override { return dead(); }
+  status close() override {
+    (void)file_->close();
+    return dead();
+  }
+
+ private:
+  status dead() const {
+    return unavailable_error("the checkpoint writer was killed while writing '", path_, "' (kill_during_checkpoint)");
+  }
+  faulty_file_system* fs_;
+  std::unique_ptr<writable_file> file_;
+  std::string path_;
+};
+
 result<std::unique_ptr<writable_file>> faulty_file_system::create(const std::string& path) {
   if (full) return resource_exhausted_error("cannot create '", path, "': No space left on device (disk_full fault)");
-  return real().create(path);
+  auto file = real().create(path);
+  if (!file.ok() || !crash_next.exchange(false)) return file;
+  return std::unique_ptr<writable_file>(new crashing_file(this, std::move(*file), path));
+}
+
+status faulty_file_system::rename(const std::string& from, const std::string& to) {
+  if (dead_) return unavailable_error("the checkpoint writer is dead (kill_during_checkpoint)");
+  return real().rename(from, to);
+}
+
+status faulty_file_system::remove(const std::string& path) {
+  if (dead_) return unavailable_error("the checkpoint writer is dead (kill_during_checkpoint)");
+  return real().remove(path);
 }
 
 namespace {
@@ -53,6 +95,18 @@ status fault_injector::inject(injected_fault& f) {
   if (k == "kill") return cluster_->kill_task(f.spec.task);
   if (k == "straggle") return cluster_->set_straggle(f.spec.task, std::chrono::milliseconds(f.spec.delay_ms));
   if (k == "stall") return cluster_->stall_task(f.spec.task, std::chrono::milliseconds(f.spec.duration_ms));
+  if (k == "kill_during_checkpoint") {
+    if (options_.fs == nullptr) return failed_precondition_error("kill_during_checkpoint: no checkpoint writer to kill");
+    options_.fs->crash_next = true;
+    return status();
+  }
+  if (k == "drop_messages" || k == "delay_messages") {
+    actors::runtime_device::link_fault fault;
+    fault.delay = std::chrono::milliseconds(f.spec.delay_ms);
+    fault.drop = f.spec.probability;
+    fault.seed = f.spec.seed;
+    return cluster_->set_link_fault(f.spec.task, f.spec.to, fault);
+  }
   if (k == "disk_full") {
     if (options_.fs == nullptr) return failed_precondition_error("disk_full: no checkpoint file system to fill");
     options_.fs->full = true;
@@ -76,21 +130,47 @@ void fault_injector::lift(injected_fault& f) {
   if (f.lifted_at.has_value()) return;
   if (f.spec.kind == "straggle") (void)cluster_->set_straggle(f.spec.task, std::chrono::microseconds(0));
   else if (f.spec.kind == "disk_full" && options_.fs != nullptr) options_.fs->full = false;
-  else return;
+  else if (f.spec.kind == "drop_messages" || f.spec.kind == "delay_messages") {
+    (void)cluster_->set_link_fault(f.spec.task, f.spec.to, {});
+  } else {
+    return;
+  }
   f.lifted_at = std::chrono::steady_clock::now();
   log(str_cat("fault: ", f.spec.kind, f.task.empty() ? "" : " " + f.task, " lifted"));
 }
 
 void fault_injector::step_reached(std::int64_t global_step) {
   std::lock_guard<std::mutex> lock(mutex_);
+  // Random kills: drawn for each step once, from (seed, step) alone.
+  const auto& chaos = options_.chaos;
+  for (; chaos.kills_per_1000_steps > 0 && !chaos.tasks.empty() && chaos_step_ < global_step;) {
+    const std::int64_t s = ++chaos_step_;
+    philox draw(chaos.seed, static_cast<std::uint64_t>(s));
+    const auto bits = draw.next();
+    if (static_cast<double>(bits[0]) * 0x1.0p-32 >= chaos.kills_per_1000_steps / 1000) continue;
+    injected_fault f;
+    f.spec.kind = "kill";
+    f.spec.task = chaos.tasks[bits[1] % chaos.tasks.size()];
+    f.spec.at_step = s;
+    f.task = cluster_->canonical_task(f.spec.task);
+    f.step = global_step;
+    f.at = std::chrono::steady_clock::now();
+    f.detail = "random";
+    f.outcome = inject(f);
+    log(str_cat("fault: kill ", f.task, " at step ", f.step, " (random)"));
+    injected_.push_back(std::move(f));
+  }
   for (auto& f : injected_) {
     if (f.spec.until_step > 0 && f.spec.until_step <= global_step) lift(f);
   }
   for (std::size_t i = 0; i < faults_.size() && faults_[i].at_step <= global_step; ++i) {
     if (done_[i]) continue;
     done_[i] = true;
-    injected_fault f{faults_[i], faults_[i].task.empty() ? "" : cluster_->canonical_task(faults_[i].task), global_step,
-                     std::chrono::steady_clock::now()};
+    injected_fault f;
+    f.spec = faults_[i];
+    f.task = faults_[i].task.empty() ? "" : cluster_->canonical_task(faults_[i].task);
+    f.step = global_step;
+    f.at = std::chrono::steady_clock::now();
     f.outcome = inject(f);
     log(str_cat("fault: ", f.spec.kind, f.task.empty() ? "" : " " + f.task, " at step ", f.step,
                 f.detail.empty() ? "" : ": " + f.detail,

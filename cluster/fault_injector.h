@@ -16,7 +16,19 @@
 //   corrupt_checkpoint  bytes in the middle of the newest committed checkpoint file are
 //                       flipped (restores fall back past it, with a warning);
 //   disk_full           the checkpoint file system refuses to create files ("No space
-//                       left on device"), until until_step.
+//                       left on device"), until until_step;
+//   kill_during_checkpoint  the next checkpoint save dies half-way through writing its
+//                       file, as a writer killed then would: the partial temporary file
+//                       stays (nothing cleans up after a crash), nothing is committed;
+//   drop_messages       each tensor sent from task `from` to task `to` is lost with
+//                       probability p (the step fails with UNAVAILABLE and is run
+//                       again), until until_step;
+//   delay_messages      each tensor sent from `from` to `to` arrives delay_ms late,
+//                       until until_step;
+//   random              chaos: at each global step s, with probability
+//                       kills_per_1000_steps / 1000, a kill of a task drawn from the
+//                       cluster's; both draws depend on (seed, s) only, so a seed gives
+//                       the same kills at the same steps every run.
 //
 // Thread safety: every method may be called from any thread.
 #pragma once
@@ -37,27 +49,48 @@
 namespace troupe::cluster {
 
 // The real file system, which fails every create() with RESOURCE_EXHAUSTED while `full`
-// is set (the disk_full fault). Files created before keep working.
+// is set (the disk_full fault). Files created before keep working. With `crash_next`
+// set, the next file created dies half-way through its first write, as a writer killed
+// then would (kill_during_checkpoint): that write and every file operation after it
+// fails with UNAVAILABLE, removing the file included (a dead writer cleans nothing up),
+// until the file object is destroyed: then the "restarted" writer works again.
 class faulty_file_system final : public file_system {
  public:
   std::atomic<bool> full{false};
+  std::atomic<bool> crash_next{false};
 
   result<std::unique_ptr<writable_file>> create(const std::string& path) override;
-  status rename(const std::string& from, const std::string& to) override { return real().rename(from, to); }
-  status remove(const std::string& path) override { return real().remove(path); }
+  status rename(const std::string& from, const std::string& to) override;
+  status remove(const std::string& path) override;
   status sync_dir(const std::string& dir) override { return real().sync_dir(dir); }
   status create_dir(const std::string& dir) override { return real().create_dir(dir); }
   result<std::vector<std::string>> list_dir(const std::string& dir) override { return real().list_dir(dir); }
   result<std::int64_t> file_size(const std::string& path) override { return real().file_size(path); }
+
+ private:
+  friend class crashing_file;
+  std::atomic<bool> dead_{false};  // between the crash and the dead file's close
 };
 
 struct fault_spec {
-  std::string kind;              // "kill", "straggle", "stall", "corrupt_checkpoint", "disk_full"
-  std::string task;              // the task it hits, as the scenario names it ("" for none)
+  std::string kind;              // "kill", "straggle", "stall", "corrupt_checkpoint", "disk_full",
+                                 // "kill_during_checkpoint", "drop_messages", "delay_messages"
+  std::string task;              // the task it hits, as the scenario names it ("" for none);
+                                 // the sending task for drop_messages and delay_messages
+  std::string to;                // drop_messages, delay_messages: the receiving task
   std::int64_t at_step = 0;
-  std::int64_t until_step = 0;   // straggle, disk_full: lifted there; 0: at the end
-  std::int64_t delay_ms = 0;     // straggle
+  std::int64_t until_step = 0;   // ranged faults: lifted there; 0: at the end
+  std::int64_t delay_ms = 0;     // straggle, delay_messages
   std::int64_t duration_ms = 0;  // stall
+  double probability = 0;        // drop_messages
+  std::uint64_t seed = 0;        // drop_messages: of its draws
+};
+
+// Seeded random kills (the scenario's faults.random).
+struct chaos_spec {
+  std::uint64_t seed = 0;
+  double kills_per_1000_steps = 0;
+  std::vector<std::string> tasks;  // to draw from
 };
 
 struct injected_fault {
@@ -72,7 +105,8 @@ struct injected_fault {
 
 struct fault_injector_options {
   std::string checkpoint_dir;         // corrupt_checkpoint's target
-  faulty_file_system* fs = nullptr;   // disk_full's target
+  faulty_file_system* fs = nullptr;   // disk_full's and kill_during_checkpoint's target
+  chaos_spec chaos;                   // kills_per_1000_steps 0: none
   std::function<void(const std::string&)> log;
 };
 
@@ -101,6 +135,7 @@ class fault_injector {
   std::vector<fault_spec> faults_;  // by at_step
   std::vector<bool> done_;
   std::vector<injected_fault> injected_;
+  std::int64_t chaos_step_ = 0;  // the last step the random kills were drawn for
 };
 
 }  // namespace troupe::cluster

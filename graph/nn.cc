@@ -45,8 +45,9 @@ bool check_float(const scope& s, const char* layer, const output& x) {
 // Makes a variable, records it, and reports whether it is valid.
 bool add_variable(const scope& s, variable_collection& vars, const std::string& name,
                   const tensor_shape& shape, dtype type, const init::initializer& init,
-                  std::int64_t seed, bool trainable, variable* out) {
-  *out = graph::make_variable(s, name, shape, type, init, seed);
+                  std::int64_t seed, bool trainable, variable* out,
+                  const std::map<std::string, tf::AttrValue>& handle_attrs = {}) {
+  *out = graph::make_variable(s, name, shape, type, init, seed, handle_attrs);
   if (!out->valid()) return false;
   vars.add(*out, trainable);
   return true;
@@ -301,15 +302,27 @@ std::vector<variable> make_embedding(const scope& s, variable_collection& vars,
                                     " must satisfy 1 <= num_shards <= vocab_size and dim >= 1"));
     return shards;
   }
+  if (!options.partition_strategy.empty() && options.partition_strategy != "mod" &&
+      options.partition_strategy != "div") {
+    s.record(invalid_argument_error("embedding '", options.name, "': partition_strategy is '",
+                                    options.partition_strategy, "'; use 'mod' or 'div'"));
+    return shards;
+  }
   const scope es = s.sub(options.name);
+  const std::string full_name = es.next_name("x").substr(0, es.next_name("x").rfind('/'));
+  std::int64_t first_row = 0;
   for (int i = 0; i < num_shards; ++i) {
     std::int64_t rows = vocab_size / num_shards + (i < vocab_size % num_shards ? 1 : 0);
+    std::map<std::string, tf::AttrValue> marks = {
+        {"_save_slice_info", attr_value(str_cat(full_name, " ", vocab_size, " ", dim, " ", first_row, ",", rows, ":-"))}};
+    if (!options.partition_strategy.empty()) marks["_partition_strategy"] = attr_value(options.partition_strategy);
     variable shard;
     if (!add_variable(es, vars, "part_" + std::to_string(i), {rows, dim}, type, options.initializer,
-                      options.seed, options.trainable, &shard)) {
+                      options.seed, options.trainable, &shard, marks)) {
       return {};
     }
     shards.push_back(shard);
+    first_row += rows;
   }
   return shards;
 }
@@ -328,6 +341,16 @@ output embedding_lookup(const scope& s, const std::vector<variable>& shards, con
   }
   if (partition_strategy != "mod" && partition_strategy != "div") {
     return error("partition_strategy is '", partition_strategy, "'; use 'mod' or 'div'");
+  }
+  for (const variable& shard : shards) {
+    const auto* n = s.current_graph().find(shard.handle.node);
+    std::string made;
+    if (n != nullptr && graph::has_attr(n->def, "_partition_strategy") &&
+        graph::get_attr(n->def, "_partition_strategy", &made).ok() &&
+        made != partition_strategy && shards.size() > 1) {
+      return error("the shards of '", shard.name, "' were made for partition_strategy '", made, "', not '",
+                   partition_strategy, "'");
+    }
   }
   const variable& first = shards.front();
   std::int64_t total_rows = 0;

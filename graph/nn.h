@@ -154,12 +154,22 @@ struct embedding_options {
   std::int64_t seed = 0;
   bool trainable = true;
   std::string name = "embedding";
+  // How embedding_lookup maps ids to the shards: "mod" or "div", recorded on the shards so
+  // that checkpoints hold the table in id order (and restore it onto any number of
+  // shards) and a lookup with the other strategy is an error. Empty (the default): not
+  // recorded; checkpoints then hold the shards' rows one after the other, which is the
+  // table in id order for "div" (TensorFlow's Saver does the same).
+  std::string partition_strategy;
 };
 
 // A [vocab_size, dim] table split by rows into num_shards variables "<name>/part_<i>":
 // shard i has vocab_size / num_shards rows, plus one when i < vocab_size % num_shards
 // (TensorFlow's fixed_size_partitioner). With "mod" shard i holds the ids with
 // id % num_shards == i (row id / num_shards); with "div" it holds a contiguous range.
+// Each part's VarHandleOp carries `_save_slice_info` (TensorFlow's SaveSliceInfo spec:
+// "<name> <vocab_size> <dim> <first row>,<rows>:-") and, when options.partition_strategy
+// is set, `_partition_strategy`, so that a checkpoint holds the whole table in id order
+// and restores it onto any number of shards (cluster/checkpoint_manager.h).
 std::vector<variable> make_embedding(const scope& s, variable_collection& vars,
                                      std::int64_t vocab_size, std::int64_t dim, int num_shards,
                                      dtype type, const embedding_options& options = {});

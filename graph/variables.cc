@@ -18,12 +18,13 @@ std::string relative_name(const std::string& full, const std::string& name) {
 }
 
 // The VarHandleOp, its shared_name its own full name.
-output make_handle(const scope& s, const std::string& name, const tensor_shape& shape, dtype type) {
+output make_handle(const scope& s, const std::string& name, const tensor_shape& shape, dtype type,
+                   std::map<std::string, tf::AttrValue> attrs = {}) {
   const scope named = s.with_name(name);
-  operation handle = named.add("VarHandleOp", {},
-                               {{"dtype", attr_value(type)},
-                                {"shape", attr_value(partial_shape(shape))},
-                                {"shared_name", attr_value(named.next_name("VarHandleOp"))}});
+  attrs["dtype"] = attr_value(type);
+  attrs["shape"] = attr_value(partial_shape(shape));
+  attrs["shared_name"] = attr_value(named.next_name("VarHandleOp"));
+  operation handle = named.add("VarHandleOp", {}, std::move(attrs));
   return handle.out();
 }
 
@@ -78,13 +79,14 @@ variable make_variable(const scope& s, const std::string& name, const tensor_sha
 }
 
 variable make_variable(const scope& s, const std::string& name, const tensor_shape& shape,
-                       dtype type, const init::initializer& init, std::int64_t seed) {
+                       dtype type, const init::initializer& init, std::int64_t seed,
+                       const std::map<std::string, tf::AttrValue>& handle_attrs) {
   if (!s.ok()) return variable{};
   if (!init) {
     s.record(invalid_argument_error("make_variable '", name, "': the initializer is empty"));
     return variable{};
   }
-  output handle = make_handle(s, name, shape, type);
+  output handle = make_handle(s, name, shape, type, handle_attrs);
   if (!handle.valid()) return variable{};
   const std::string relative = relative_name(handle.node, name);
   output initial_value = init(s.sub(relative).sub("Initializer"), shape, type,

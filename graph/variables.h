@@ -26,6 +26,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -66,8 +67,10 @@ variable make_variable(const scope& s, const std::string& name, const tensor_sha
 // A variable whose initial value `init` builds under "<name>/Initializer", with a seed
 // derived from `seed` and the variable's full name: deterministic for a given graph, and
 // different for every variable that shares one initializer.
+// `handle_attrs` go on the VarHandleOp (make_embedding marks its parts this way).
 variable make_variable(const scope& s, const std::string& name, const tensor_shape& shape,
-                       dtype type, const init::initializer& init, std::int64_t seed = 0);
+                       dtype type, const init::initializer& init, std::int64_t seed = 0,
+                       const std::map<std::string, tf::AttrValue>& handle_attrs = {});
 
 // The seed make_variable gives the initializer of variable `full_name`.
 std::int64_t variable_seed(std::int64_t seed, const std::string& full_name);

@@ -245,7 +245,8 @@ std::vector<fault_record> fault_records(const std::vector<cluster::injected_faul
   };
   std::vector<fault_record> out;
   for (const auto& f : injected) {
-    fault_record r{f.spec.kind, f.task, f.step, false, 0};
+    // The step the scenario (or the random draw) set: the same every run.
+    fault_record r{f.spec.kind, f.task, f.spec.at_step, false, 0};
     if (!f.outcome.ok()) {
       out.push_back(std::move(r));
       continue;
@@ -259,7 +260,7 @@ std::vector<fault_record> fault_records(const std::vector<cluster::injected_faul
         r.recovery_seconds = seconds(recoveries[i].down_at - f.at).count() + recoveries[i].seconds;
         break;
       }
-    } else if (kind == "corrupt_checkpoint" || kind == "disk_full") {
+    } else if (kind == "corrupt_checkpoint" || kind == "disk_full" || kind == "kill_during_checkpoint") {
       if (auto c = first_commit_after(kind == "disk_full" && f.lifted_at ? *f.lifted_at : f.at)) {
         r.recovered = true;
         r.recovery_seconds = seconds(*c - f.at).count();
@@ -403,11 +404,22 @@ result<run_summary> run_scenario(const scenario::Scenario& sc, const run_options
         break;
       case scenario::Fault::kCorruptCheckpoint: spec.kind = "corrupt_checkpoint"; break;
       case scenario::Fault::kDiskFull: spec.kind = "disk_full"; break;
+      case scenario::Fault::kKillDuringCheckpoint: spec.kind = "kill_during_checkpoint"; break;
+      case scenario::Fault::kDropMessages:
+        spec.kind = "drop_messages", spec.task = f.drop_messages().from(), spec.to = f.drop_messages().to();
+        spec.probability = f.drop_messages().probability();
+        spec.seed = t.seed() + static_cast<std::uint64_t>(fault_specs.size());
+        break;
+      case scenario::Fault::kDelayMessages:
+        spec.kind = "delay_messages", spec.task = f.delay_messages().from(), spec.to = f.delay_messages().to();
+        spec.delay_ms = f.delay_messages().delay_ms();
+        break;
       case scenario::Fault::KIND_NOT_SET: continue;
     }
     fault_specs.push_back(std::move(spec));
   }
-  if (checkpoints != nullptr && !fault_specs.empty() && checkpoints->stats().latest_step < 0) {
+  const bool chaos = !options.no_faults && sc.faults().random().kills_per_1000_steps() > 0;
+  if (checkpoints != nullptr && (!fault_specs.empty() || chaos) && checkpoints->stats().latest_step < 0) {
     // A task lost before the first periodic save is restored from this one.
     auto initial = checkpoints->save_now();
     if (!initial.ok()) return initial.error().with_context("the initial checkpoint");
@@ -427,11 +439,18 @@ result<run_summary> run_scenario(const scenario::Scenario& sc, const run_options
   cluster::fault_injector_options fo;
   fo.checkpoint_dir = sc.checkpoint().dir();
   fo.fs = &checkpoint_fs;
+  if (chaos) {
+    fo.chaos.seed = sc.faults().random().seed();
+    fo.chaos.kills_per_1000_steps = sc.faults().random().kills_per_1000_steps();
+    fo.chaos.tasks = (*cluster)->task_names();
+  }
   fo.log = log_line;
   cluster::fault_injector faults(*cluster, fault_specs, fo);
   // A step caught by a task's failure runs again, unless the supervisor gave up.
+  std::atomic<std::int64_t> retried{0};
   auto retry = [&](const status& error) {
     if (!cluster::is_retryable(error) || !supervisor->failure().ok()) return false;
+    ++retried;
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
     return true;
   };
@@ -545,6 +564,7 @@ result<run_summary> run_scenario(const scenario::Scenario& sc, const run_options
   }
   run_summary summary;
   summary.restarts = supervisor->restarts();
+  summary.steps_retried = retried.load();
   // The final checkpoint first: a fault on checkpoints is over once a later one commits.
   if (checkpoints != nullptr) {
     auto last = checkpoints->save_now();
@@ -578,6 +598,7 @@ result<run_summary> run_scenario(const scenario::Scenario& sc, const run_options
     out << "wrote trace " << trace_file << " (" << recorder->num_events()
         << " events; open it in https://ui.perfetto.dev)\n";
   }
+  if (summary.steps_retried > 0) out << summary.steps_retried << " steps caught by faults were run again\n";
   for (const auto& f : summary.faults) {
     out << "fault: " << f.kind << (f.task.empty() ? "" : " " + f.task) << " at step " << f.at_step << ": "
         << (f.recovered ? str_cat("recovered in ", std::to_string(f.recovery_seconds).substr(0, 5), " s")

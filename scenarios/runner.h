@@ -66,6 +66,7 @@ struct run_summary {
   cluster::checkpoint_stats checkpoints;
   std::vector<fault_record> faults;
   std::map<std::string, int> restarts;  // by task
+  std::int64_t steps_retried = 0;       // training and reader steps a fault caught, run again
 };
 
 result<run_summary> run_scenario(const scenario::Scenario& s, const run_options& options = {});

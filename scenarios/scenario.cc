@@ -636,6 +636,15 @@ void check_faults(checker& c, const node& parent, scenario::Scenario* s) {
   if (!s->has_faults()) return;
   scenario::Faults* faults = s->mutable_faults();
   node n = c.child(parent, "faults", *faults);
+  if (faults->has_random()) {
+    node r = c.child(n, "random", faults->random());
+    const double k = faults->random().kills_per_1000_steps();
+    if (!(k >= 0 && k <= 1000)) c.error(r, "kills_per_1000_steps", "must be in [0, 1000] (is ", k, ")");
+    if (k > 0 && !s->has_checkpoint()) {
+      c.error(r, "kills_per_1000_steps", "random kills may hit tasks holding variables: they need a checkpoint ",
+              "section to restore them from");
+    }
+  }
   const auto& cl = s->cluster();
   const std::string holder = cl.ps_job().empty() ? cl.worker_job() : cl.ps_job();
   for (int i = 0; i < faults->fault_size(); ++i) {
@@ -648,30 +657,36 @@ void check_faults(checker& c, const node& parent, scenario::Scenario* s) {
               ")");
     }
     // A task name of the cluster; false (with the error recorded) otherwise.
-    auto check_task = [&](const node& k, const std::string& name, std::string* job, int* task) {
+    auto check_task_field = [&](const node& k, const char* field, const std::string& name, std::string* job,
+                                int* task) {
       if (!parse_task(name, job, task)) {
-        c.error(k, "task", "'", name, "' is not a task name (for example \"/job:ps/task:0\")");
+        c.error(k, field, "'", name, "' is not a task name (for example \"/job:ps/task:0\")");
         return false;
       }
       const int tasks = num_tasks(cl, *job);
       if (tasks == 0) {
-        c.error(k, "task", "the cluster has no job '", *job, "'");
+        c.error(k, field, "the cluster has no job '", *job, "'");
         return false;
       }
       if (*task >= tasks) {
-        c.error(k, "task", "job '", *job, "' has ", tasks, " task", tasks == 1 ? "" : "s", " (0 to ", tasks - 1,
+        c.error(k, field, "job '", *job, "' has ", tasks, " task", tasks == 1 ? "" : "s", " (0 to ", tasks - 1,
                 "); there is no task ", *task);
         return false;
       }
       return true;
     };
+    auto check_task = [&](const node& k, const std::string& name, std::string* job, int* task) {
+      return check_task_field(k, "task", name, job, task);
+    };
     auto needs_checkpoint = [&](const char* kind) {
       if (!s->has_checkpoint()) c.error(fn, kind, "needs a checkpoint section (the checkpoints it acts on)");
     };
-    const bool ranged = f->kind_case() == scenario::Fault::kStraggle || f->kind_case() == scenario::Fault::kDiskFull;
+    const auto kind = f->kind_case();
+    const bool ranged = kind == scenario::Fault::kStraggle || kind == scenario::Fault::kDiskFull ||
+                        kind == scenario::Fault::kDropMessages || kind == scenario::Fault::kDelayMessages;
     if (f->has_until_step()) {
       if (!ranged) {
-        c.error(fn, "until_step", "only straggle and disk_full last until a step");
+        c.error(fn, "until_step", "only straggle, disk_full, drop_messages and delay_messages last until a step");
       } else if (f->until_step() <= f->at_step()) {
         c.error(fn, "until_step", "must be > at_step (", f->at_step(), "; is ", f->until_step(), ")");
       }
@@ -706,8 +721,33 @@ void check_faults(checker& c, const node& parent, scenario::Scenario* s) {
       case scenario::Fault::kDiskFull:
         needs_checkpoint("disk_full");
         break;
+      case scenario::Fault::kKillDuringCheckpoint:
+        needs_checkpoint("kill_during_checkpoint");
+        break;
+      case scenario::Fault::kDropMessages:
+      case scenario::Fault::kDelayMessages: {
+        const bool drop = kind == scenario::Fault::kDropMessages;
+        node k = drop ? c.child(fn, "drop_messages", f->drop_messages()) : c.child(fn, "delay_messages", f->delay_messages());
+        const std::string& from = drop ? f->drop_messages().from() : f->delay_messages().from();
+        const std::string& to = drop ? f->drop_messages().to() : f->delay_messages().to();
+        std::string to_job;
+        int to_task = 0;
+        const bool from_ok = check_task_field(k, "from", from, &job, &task);
+        const bool to_ok = check_task_field(k, "to", to, &to_job, &to_task);
+        if (from_ok && to_ok && job == to_job && task == to_task) {
+          c.error(k, "to", "'", to, "' is the sending task too: faults act on links between two tasks");
+        }
+        if (drop) {
+          const double p = f->drop_messages().probability();
+          if (!(p > 0 && p <= 1)) c.error(k, "probability", "must be in (0, 1] (is ", p, ")");
+        } else {
+          check_range(c, k, "delay_ms", f->delay_messages().delay_ms(), 1, 60000);
+        }
+        break;
+      }
       case scenario::Fault::KIND_NOT_SET:
-        c.error(fn, "at_step", "the fault has no kind (valid: kill, straggle, stall, corrupt_checkpoint, disk_full)");
+        c.error(fn, "at_step", "the fault has no kind (valid: kill, straggle, stall, corrupt_checkpoint, disk_full, ",
+                "kill_during_checkpoint, drop_messages, delay_messages)");
         break;
     }
   }

@@ -38,6 +38,7 @@ scenario::RunSummary make_run_summary(const scenario::Scenario& s, const run_sum
     fault->set_recovery_seconds(f.recovery_seconds);
   }
   for (const auto& [task, count] : summary->restarts) (*out.mutable_restarts())[task] = count;
+  out.set_steps_retried(summary->steps_retried);
   auto* expectations = out.mutable_expectations();
   expectations->set_passed(summary->expectations_met && error.ok());
   for (const auto& f : summary->expectation_failures) expectations->add_failures(f);

@@ -25,7 +25,8 @@ struct fault_case {
 };
 
 // Each kind at step 100 (ranged ones until 160); the checkpoint faults are followed by a
-// kill of the PS task, so that a restore has to deal with them.
+// kill of the PS task, so that a restore has to deal with them. The random kills (8 per
+// 1000 steps, seed 11) strike where their draws say.
 const fault_case k_cases[] = {
     {"kill ps", R"(fault { at_step: 100 kill { task: "/job:ps/task:0" } })"},
     {"kill chief", R"(fault { at_step: 100 kill { task: "/job:worker/task:0" } })"},
@@ -36,6 +37,13 @@ const fault_case k_cases[] = {
                               fault { at_step: 110 kill { task: "/job:ps/task:0" } })"},
     {"disk_full", R"(fault { at_step: 100 until_step: 160 disk_full { } }
                      fault { at_step: 150 kill { task: "/job:ps/task:0" } })"},
+    {"kill_during_checkpoint", R"(fault { at_step: 100 kill_during_checkpoint { } }
+                                  fault { at_step: 150 kill { task: "/job:ps/task:0" } })"},
+    {"drop_messages", R"(fault { at_step: 100 until_step: 160
+                                 drop_messages { from: "/job:worker/task:0" to: "/job:ps/task:0" probability: 0.1 } })"},
+    {"delay_messages", R"(fault { at_step: 100 until_step: 160
+                                  delay_messages { from: "/job:worker/task:1" to: "/job:ps/task:0" delay_ms: 2 } })"},
+    {"random", R"(random { seed: 11 kills_per_1000_steps: 8 })"},
 };
 
 }  // namespace
@@ -68,7 +76,7 @@ faults { )" + fc.faults + " }\n";
         if (!summary.ok()) FAIL(summary.error().to_string() << "\n" << out.str());
         INFO(out.str());
         CHECK(summary->steps >= 240);
-        REQUIRE_FALSE(summary->faults.empty());
+        if (std::string(fc.name) != "random") REQUIRE_FALSE(summary->faults.empty());
         for (const auto& f : summary->faults) {
           INFO(f.kind << " " << f.task << " at step " << f.at_step);
           CHECK(f.recovered);
