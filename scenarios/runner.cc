@@ -228,6 +228,41 @@ class recorder_tracer final : public actors::step_tracer {
   std::map<std::pair<std::string, std::int64_t>, std::pair<trace_point, bool>> open_;
 };
 
+// The scenario's listed faults as the injector takes them; drop_messages draws from the
+// run's seed and the fault's place in the list.
+std::vector<cluster::fault_spec> fault_specs_of(const scenario::Faults& faults, std::uint64_t seed) {
+  std::vector<cluster::fault_spec> out;
+  for (const auto& f : faults.fault()) {
+    cluster::fault_spec spec;
+    spec.at_step = f.at_step();
+    spec.until_step = f.has_until_step() ? f.until_step() : 0;
+    switch (f.kind_case()) {
+      case scenario::Fault::kKill: spec.kind = "kill", spec.task = f.kill().task(); break;
+      case scenario::Fault::kStraggle:
+        spec.kind = "straggle", spec.task = f.straggle().task(), spec.delay_ms = f.straggle().delay_ms();
+        break;
+      case scenario::Fault::kStall:
+        spec.kind = "stall", spec.task = f.stall().task(), spec.duration_ms = f.stall().duration_ms();
+        break;
+      case scenario::Fault::kCorruptCheckpoint: spec.kind = "corrupt_checkpoint"; break;
+      case scenario::Fault::kDiskFull: spec.kind = "disk_full"; break;
+      case scenario::Fault::kKillDuringCheckpoint: spec.kind = "kill_during_checkpoint"; break;
+      case scenario::Fault::kDropMessages:
+        spec.kind = "drop_messages", spec.task = f.drop_messages().from(), spec.to = f.drop_messages().to();
+        spec.probability = f.drop_messages().probability();
+        spec.seed = seed + static_cast<std::uint64_t>(out.size());
+        break;
+      case scenario::Fault::kDelayMessages:
+        spec.kind = "delay_messages", spec.task = f.delay_messages().from(), spec.to = f.delay_messages().to();
+        spec.delay_ms = f.delay_messages().delay_ms();
+        break;
+      case scenario::Fault::KIND_NOT_SET: continue;
+    }
+    out.push_back(std::move(spec));
+  }
+  return out;
+}
+
 // What each injected fault came to. A kill is recovered by its task's first recovery
 // after it (its time: until the task is back with its state); a corrupt checkpoint by the
 // first commit after it, a full disk by the first commit after it is lifted; a straggle
@@ -389,35 +424,7 @@ result<run_summary> run_scenario(const scenario::Scenario& sc, const run_options
     out << line << "\n";
   };
   std::vector<cluster::fault_spec> fault_specs;
-  for (const auto& f : sc.faults().fault()) {
-    if (options.no_faults) break;
-    cluster::fault_spec spec;
-    spec.at_step = f.at_step();
-    spec.until_step = f.has_until_step() ? f.until_step() : 0;
-    switch (f.kind_case()) {
-      case scenario::Fault::kKill: spec.kind = "kill", spec.task = f.kill().task(); break;
-      case scenario::Fault::kStraggle:
-        spec.kind = "straggle", spec.task = f.straggle().task(), spec.delay_ms = f.straggle().delay_ms();
-        break;
-      case scenario::Fault::kStall:
-        spec.kind = "stall", spec.task = f.stall().task(), spec.duration_ms = f.stall().duration_ms();
-        break;
-      case scenario::Fault::kCorruptCheckpoint: spec.kind = "corrupt_checkpoint"; break;
-      case scenario::Fault::kDiskFull: spec.kind = "disk_full"; break;
-      case scenario::Fault::kKillDuringCheckpoint: spec.kind = "kill_during_checkpoint"; break;
-      case scenario::Fault::kDropMessages:
-        spec.kind = "drop_messages", spec.task = f.drop_messages().from(), spec.to = f.drop_messages().to();
-        spec.probability = f.drop_messages().probability();
-        spec.seed = t.seed() + static_cast<std::uint64_t>(fault_specs.size());
-        break;
-      case scenario::Fault::kDelayMessages:
-        spec.kind = "delay_messages", spec.task = f.delay_messages().from(), spec.to = f.delay_messages().to();
-        spec.delay_ms = f.delay_messages().delay_ms();
-        break;
-      case scenario::Fault::KIND_NOT_SET: continue;
-    }
-    fault_specs.push_back(std::move(spec));
-  }
+  if (!options.no_faults) fault_specs = fault_specs_of(sc.faults(), t.seed());
   const bool chaos = !options.no_faults && sc.faults().random().kills_per_1000_steps() > 0;
   if (checkpoints != nullptr && (!fault_specs.empty() || chaos) && checkpoints->stats().latest_step < 0) {
     // A task lost before the first periodic save is restored from this one.
