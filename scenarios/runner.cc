@@ -601,6 +601,17 @@ result<run_summary> run_scenario(const scenario::Scenario& sc, const run_options
       << summary.final_loss << "; test accuracy " << std::to_string(summary.test_accuracy * 100).substr(0, 5)
       << "% on " << tests->labels.num_elements() << " images\n";
   if (recorder != nullptr) {
+    // Faults, recoveries and checkpoints on the timeline, beside the kernels.
+    for (const auto& f : faults.injected()) {
+      recorder->record_mark({f.task, f.spec.kind, "fault", f.at, f.at,
+                             str_cat("at step ", f.spec.at_step, f.detail.empty() ? "" : "; " + f.detail)});
+    }
+    for (const auto& r : supervisor->recoveries()) {
+      const auto back = r.down_at + std::chrono::duration_cast<trace_clock::duration>(std::chrono::duration<double>(r.seconds));
+      recorder->record_mark({r.task, r.recovered ? "recovery" : "not recovered", "recovery", r.down_at, back,
+                             str_cat(r.reason, r.restored_step >= 0 ? str_cat("; restored step ", r.restored_step) : "")});
+    }
+    for (const auto& at : summary.checkpoints.commit_times) recorder->record_mark({"", "checkpoint", "checkpoint", at, at, ""});
     TROUPE_RETURN_IF_ERROR(recorder->write(trace_file));
     out << "wrote trace " << trace_file << " (" << recorder->num_events()
         << " events; open it in https://ui.perfetto.dev)\n";

@@ -117,7 +117,7 @@ int trace_recorder::device_of(const std::string& task, const std::string& device
 }
 
 bool trace_recorder::full() {
-  if (spans_.size() + flows_.size() < max_events_) return false;
+  if (spans_.size() + flows_.size() + marks_.size() < max_events_) return false;
   ++dropped_;
   return true;
 }
@@ -139,9 +139,18 @@ void trace_recorder::record_flow(trace_flow flow) {
   flows_.push_back(flow_record{std::move(flow.name), from, to, flow.step_id});
 }
 
+void trace_recorder::record_mark(trace_mark mark) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (full()) return;
+  int device = device_of(mark.task.empty() ? std::string("run") : mark.task, "events");
+  std::int64_t at = nanoseconds(mark.at);
+  marks_.push_back(mark_record{device, std::move(mark.name), std::move(mark.category), std::move(mark.detail), at,
+                               std::max(at, nanoseconds(mark.end))});
+}
+
 std::size_t trace_recorder::num_events() const {
   std::lock_guard<std::mutex> lock(mutex_);
-  return spans_.size() + flows_.size();
+  return spans_.size() + flows_.size() + marks_.size();
 }
 
 std::size_t trace_recorder::dropped() const {
@@ -203,6 +212,7 @@ std::string trace_recorder::to_json() const {
   std::int64_t base = std::numeric_limits<std::int64_t>::max();
   for (const auto& s : spans_) base = std::min(base, s.start_ns);
   for (const auto& f : flows_) base = std::min({base, f.from.at_ns, f.to.at_ns});
+  for (const auto& m : marks_) base = std::min(base, m.at_ns);
   if (base == std::numeric_limits<std::int64_t>::max()) base = 0;
 
   std::string out = "{\"displayTimeUnit\":\"ms\",\"traceEvents\":[";
@@ -260,6 +270,17 @@ std::string trace_recorder::to_json() const {
                   ",\"pid\":", devices_[to].first,
                   ",\"tid\":", first_tid[to] + row_at(f.to.device, f.to.at_ns),
                   ",\"ts\":", microseconds(f.to.at_ns - base), args));
+  }
+  for (const mark_record& m : marks_) {
+    auto d = static_cast<std::size_t>(m.device);
+    std::string common = str_cat("\"name\":", json_quote(m.name), ",\"cat\":", json_quote(m.category),
+                                 ",\"pid\":", devices_[d].first, ",\"tid\":", first_tid[d],
+                                 ",\"ts\":", microseconds(m.at_ns - base), ",\"args\":{\"detail\":", json_quote(m.detail), "}");
+    if (m.end_ns > m.at_ns) {
+      event(str_cat(common, ",\"ph\":\"X\",\"dur\":", microseconds(m.end_ns - m.at_ns)));
+    } else {
+      event(str_cat(common, ",\"ph\":\"i\",\"s\":\"p\""));
+    }
   }
   out += str_cat("\n],\"otherData\":{\"producer\":\"troupe\",\"dropped_events\":", dropped_, "}}\n");
   return out;

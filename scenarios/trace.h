@@ -1,7 +1,7 @@
 // trace_recorder: a timeline of a run, written in Chrome's Trace Event Format (JSON),
 // which ui.perfetto.dev and chrome://tracing open.
 //
-// The runtime records two kinds of event:
+// The runtime records two kinds of event (and the runner a third, marks: trace_mark):
 //   - a span: one kernel execution, from start to end, on a device of a task. It becomes
 //     a complete event ("ph": "X") named after the node, with the op type as category;
 //   - a flow: a tensor sent from one device to another. It becomes an arrow, a pair of
@@ -74,6 +74,19 @@ struct trace_flow {
   std::int64_t step_id = -1;
 };
 
+// A moment of the run that is no kernel: a fault injected, a task recovered, a checkpoint
+// committed. It is drawn on the task's process (a process named "run" when `task` is
+// empty), in a row named "events": as an instant event ("ph": "i") when it has no end,
+// as a span from `at` to `end` otherwise (a recovery).
+struct trace_mark {
+  std::string task;
+  std::string name;      // "kill", "recovery", "checkpoint"
+  std::string category;  // "fault", "recovery", "checkpoint"
+  trace_clock::time_point at;
+  trace_clock::time_point end;  // == at: an instant
+  std::string detail;    // args.detail
+};
+
 class trace_recorder {
  public:
   static constexpr std::size_t k_default_max_events = std::size_t{1} << 22;
@@ -84,6 +97,7 @@ class trace_recorder {
 
   void record_span(trace_span span);
   void record_flow(trace_flow flow);
+  void record_mark(trace_mark mark);
 
   std::size_t num_events() const;  // spans and flows recorded
   std::size_t dropped() const;     // spans and flows dropped after max_events
@@ -131,6 +145,12 @@ class trace_recorder {
   std::vector<std::pair<int, std::string>> devices_;      // (pid, device name)
   std::vector<span_record> spans_;
   std::vector<flow_record> flows_;
+  struct mark_record {
+    int device;  // the task's "events" row
+    std::string name, category, detail;
+    std::int64_t at_ns, end_ns;
+  };
+  std::vector<mark_record> marks_;
   std::size_t dropped_ = 0;
 };
 

@@ -251,8 +251,14 @@ TEST_CASE("killed PS and worker tasks are restarted and restored; the run finish
     scenarios::run_options o;
     o.out = &out;
     o.compute_threads = 2;
+    o.trace_file = dir + "-trace.json";
     auto summary = scenarios::run_scenario(sc, o);
     if (!summary.ok()) FAIL(summary.error().to_string() << "\n" << out.str());
+    auto trace = read_file(o.trace_file);
+    REQUIRE(trace.ok());
+    CHECK_THAT(*trace, Catch::Contains("\"cat\":\"fault\"") && Catch::Contains("\"cat\":\"recovery\"") &&
+                           Catch::Contains("\"cat\":\"checkpoint\""));
+    std::filesystem::remove(o.trace_file);
     INFO(out.str());
     CHECK(summary->steps >= 300);
     CHECK(summary->test_accuracy > 0.70);

@@ -331,6 +331,35 @@ TEST_CASE("Spans become complete events on named processes and threads", "[trace
   CHECK((*spans[2])["tid"].number() == matmul["tid"].number());  // no overlap: one row
 }
 
+TEST_CASE("Marks: a fault is an instant on its task's events row, a recovery a span", "[trace]") {
+  trace_recorder trace;
+  trace.record_span({.task = k_ps, .device = "CPU:0", .name = "a/Read", .op = "ReadVariableOp",
+                     .start = t0, .end = t0 + 5us});
+  trace.record_mark({k_ps, "kill", "fault", t0 + 10us, t0 + 10us, "at step 300"});
+  trace.record_mark({k_ps, "recovery", "recovery", t0 + 12us, t0 + 40us, "killed; restored step 200"});
+  trace.record_mark({"", "checkpoint", "checkpoint", t0 + 50us, t0 + 50us, ""});
+  CHECK(trace.num_events() == 4);
+  json j = parse_json(trace.to_json());
+  auto instants = events_with(j, "i");
+  REQUIRE(instants.size() == 2);
+  const json& kill = *instants[0];
+  CHECK(kill["name"].string() == "kill");
+  CHECK(kill["cat"].string() == "fault");
+  CHECK(kill["s"].string() == "p");
+  CHECK(kill["ts"].number() == 10);
+  CHECK(kill["args"]["detail"].string() == "at step 300");
+  CHECK(process_name(j, kill["pid"].number()) == k_ps);
+  CHECK(thread_name(j, kill["pid"].number(), kill["tid"].number()) == "events");
+  CHECK(process_name(j, (*instants[1])["pid"].number()) == "run");
+  auto spans = events_with(j, "X");
+  REQUIRE(spans.size() == 2);
+  const json& recovery = (*spans[0])["name"].string() == "recovery" ? *spans[0] : *spans[1];
+  CHECK(recovery["cat"].string() == "recovery");
+  CHECK(recovery["ts"].number() == 12);
+  CHECK(recovery["dur"].number() == 28);
+  CHECK(recovery["pid"].number() == kill["pid"].number());
+}
+
 TEST_CASE("Overlapping spans of one device get rows of their own", "[trace]") {
   trace_recorder trace;
   // a [0, 10] and b [5, 15] overlap; c [12, 20] fits in a's row after it.
