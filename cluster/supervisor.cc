@@ -191,8 +191,9 @@ void supervisor::recover(const down_notice& notice) {
   }();
   if (!outcome.ok()) {
     if (options_.gate != nullptr) options_.gate->open();
-    finish();
+    // The failure first: whoever sees the record (wait_for_recoveries) sees why too.
     give_up(aborted_error("could not recover task ", notice.task, ": ", outcome.message()));
+    finish();
     return;
   }
   record.recovered = true;
