@@ -60,6 +60,22 @@ std::unique_ptr<actors::session> session_on(const std::shared_ptr<actors::cluste
   return troupe::testing::make_session(m.root, o);
 }
 
+// A cluster of `ps` PS tasks and a worker with the counting model on it, initialized.
+struct counting_run {
+  std::shared_ptr<actors::cluster> c;
+  std::unique_ptr<counting_model> model;
+  std::unique_ptr<actors::session> s;
+};
+
+counting_run start_counting(int ps, std::int64_t n = 300) {
+  counting_run r;
+  r.c = cluster_of(ps);
+  r.model = build_counting_model(ps, n);
+  r.s = session_on(r.c, *r.model);
+  REQUIRE(r.s->run({}, {}, {"init"}).ok());
+  return r;
+}
+
 std::unique_ptr<cluster::checkpoint_manager> manager_on(const std::shared_ptr<actors::cluster>& c,
                                                         const counting_model& m, cluster::checkpoint_manager_options o) {
   o.default_device = "/job:worker/task:0";
@@ -82,10 +98,7 @@ bool bitwise_equal(const tensor& x, const tensor& y) {
 
 TEST_CASE("saves taken while two threads train are consistent cuts", "[cluster][checkpoint]") {
   temp_dir dir;
-  auto c = cluster_of(2);
-  auto model = build_counting_model(2);
-  auto s = session_on(c, *model);
-  REQUIRE(s->run({}, {}, {"init"}).ok());
+  auto [c, model, s] = start_counting(2);
   cluster::step_gate gate;
   cluster::checkpoint_manager_options o;
   o.dir = dir.path;
@@ -144,10 +157,7 @@ TEST_CASE("a restore sets every variable bit for bit, onto 2, 3 or no PS tasks",
   temp_dir dir;
   std::vector<tensor> saved;
   {
-    auto c = cluster_of(2);
-    auto model = build_counting_model(2);
-    auto s = session_on(c, *model);
-    REQUIRE(s->run({}, {}, {"init"}).ok());
+    auto [c, model, s] = start_counting(2);
     for (int i = 0; i < 5; ++i) REQUIRE(s->run({}, {}, {"train"}).ok());
     cluster::checkpoint_manager_options o;
     o.dir = dir.path;
@@ -161,10 +171,7 @@ TEST_CASE("a restore sets every variable bit for bit, onto 2, 3 or no PS tasks",
   }
   for (int ps : {2, 3, 0}) {
     INFO("restoring onto " << ps << " PS tasks");
-    auto c = cluster_of(ps);
-    auto model = build_counting_model(ps);
-    auto s = session_on(c, *model);
-    REQUIRE(s->run({}, {}, {"init"}).ok());
+    auto [c, model, s] = start_counting(ps);
     std::vector<std::string> lines;
     cluster::checkpoint_manager_options o;
     o.dir = dir.path;
@@ -190,10 +197,7 @@ TEST_CASE("a restore sets every variable bit for bit, onto 2, 3 or no PS tasks",
 
 TEST_CASE("no checkpoint yet: restore_latest says so and changes nothing", "[cluster][checkpoint]") {
   temp_dir dir;
-  auto c = cluster_of(1);
-  auto model = build_counting_model(1);
-  auto s = session_on(c, *model);
-  REQUIRE(s->run({}, {}, {"init"}).ok());
+  auto [c, model, s] = start_counting(1);
   cluster::checkpoint_manager_options o;
   o.dir = dir.path;
   auto manager = manager_on(c, *model, o);
@@ -206,19 +210,13 @@ TEST_CASE("a checkpoint that does not match the graph names the variable and the
           "[cluster][checkpoint]") {
   temp_dir dir;
   {
-    auto c = cluster_of(1);
-    auto model = build_counting_model(1, 300);
-    auto s = session_on(c, *model);
-    REQUIRE(s->run({}, {}, {"init"}).ok());
+    auto [c, model, s] = start_counting(1, 300);
     REQUIRE(s->run({}, {}, {"train"}).ok());
     cluster::checkpoint_manager_options o;
     o.dir = dir.path;
     REQUIRE(manager_on(c, *model, o)->save_now().ok());
   }
-  auto c = cluster_of(1);
-  auto model = build_counting_model(1, 200);  // a and b of another shape
-  auto s = session_on(c, *model);
-  REQUIRE(s->run({}, {}, {"init"}).ok());
+  auto [c, model, s] = start_counting(1, 200);  // a and b of another shape
   REQUIRE(s->run({}, {}, {"train"}).ok());
   REQUIRE(s->run({}, {}, {"train"}).ok());
   cluster::checkpoint_manager_options o;
@@ -237,10 +235,7 @@ TEST_CASE("a checkpoint that does not match the graph names the variable and the
 
 TEST_CASE("a full disk fails a save, not the run, and the committed checkpoints stay", "[cluster][checkpoint]") {
   temp_dir dir;
-  auto c = cluster_of(1);
-  auto model = build_counting_model(1);
-  auto s = session_on(c, *model);
-  REQUIRE(s->run({}, {}, {"init"}).ok());
+  auto [c, model, s] = start_counting(1);
   cluster::faulty_file_system fs;
   std::vector<std::string> lines;
   cluster::checkpoint_manager_options o;
