@@ -97,59 +97,52 @@ result<std::vector<std::string>> cluster::devices_of(std::string_view task) cons
   return out;
 }
 
-status cluster::kill_task(std::string_view task) {
+status cluster::for_each_device(std::string_view task,
+                                const std::function<void(const std::string&, std::unique_ptr<runtime_device>&)>& fn) {
   auto devices = devices_of(task);
   if (!devices.ok()) return devices.error();
   std::lock_guard<std::mutex> lock(tasks_mutex_);
-  const caf::error reason = to_caf_error(unavailable_error("task ", canonical_task(task), " was killed"));
-  for (const auto& full : *devices) {
-    runtime_device* dev = devices_.find(full)->second.get();
-    dev->resources().clear();  // variables and queues end, their state lost
-    send_exit(directory_->find(full), reason);
-  }
+  for (const auto& full : *devices) fn(full, devices_.find(full)->second);
   return status();
 }
 
+status cluster::kill_task(std::string_view task) {
+  const caf::error reason = to_caf_error(unavailable_error("task ", canonical_task(task), " was killed"));
+  return for_each_device(task, [&](const std::string& full, std::unique_ptr<runtime_device>& dev) {
+    dev->resources().clear();  // variables and queues end, their state lost
+    send_exit(directory_->find(full), reason);
+  });
+}
+
 result<int> cluster::restart_task(std::string_view task) {
-  auto devices = devices_of(task);
-  if (!devices.ok()) return devices.error();
-  std::lock_guard<std::mutex> lock(tasks_mutex_);
   const caf::error reason = to_caf_error(unavailable_error("task ", canonical_task(task), " was restarted"));
-  for (const auto& full : *devices) {
-    auto it = devices_.find(full);
-    it->second->resources().clear();
+  TROUPE_RETURN_IF_ERROR(for_each_device(task, [&](const std::string& full, std::unique_ptr<runtime_device>& dev) {
+    dev->resources().clear();
     send_exit(directory_->find(full), reason);  // no-op when already down
-    retired_.push_back(std::move(it->second));
-    it->second = start_device(full);
-  }
+    retired_.push_back(std::move(dev));
+    dev = start_device(full);
+  }));
+  std::lock_guard<std::mutex> lock(tasks_mutex_);
   return ++incarnations_[canonical_task(task)];
 }
 
 status cluster::set_straggle(std::string_view task, std::chrono::microseconds per_step) {
-  auto devices = devices_of(task);
-  if (!devices.ok()) return devices.error();
-  std::lock_guard<std::mutex> lock(tasks_mutex_);
-  for (const auto& full : *devices) devices_.find(full)->second->set_straggle(per_step);
-  return status();
+  return for_each_device(task, [&](const std::string&, std::unique_ptr<runtime_device>& dev) {
+    dev->set_straggle(per_step);
+  });
 }
 
 status cluster::stall_task(std::string_view task, std::chrono::milliseconds duration) {
-  auto devices = devices_of(task);
-  if (!devices.ok()) return devices.error();
-  std::lock_guard<std::mutex> lock(tasks_mutex_);
   const auto until = std::chrono::steady_clock::now() + duration;
-  for (const auto& full : *devices) devices_.find(full)->second->stall_until(until);
-  return status();
+  return for_each_device(task, [&](const std::string&, std::unique_ptr<runtime_device>& dev) { dev->stall_until(until); });
 }
 
 status cluster::set_link_fault(std::string_view from, std::string_view to, runtime_device::link_fault fault) {
-  auto devices = devices_of(from);
-  if (!devices.ok()) return devices.error();
   const std::string destination = canonical_task(to);
   if (destination.empty()) return not_found_error("no task '", to, "' in the cluster");
-  std::lock_guard<std::mutex> lock(tasks_mutex_);
-  for (const auto& full : *devices) devices_.find(full)->second->set_link_fault(destination, fault);
-  return status();
+  return for_each_device(from, [&](const std::string&, std::unique_ptr<runtime_device>& dev) {
+    dev->set_link_fault(destination, fault);
+  });
 }
 
 std::vector<caf::actor> cluster::task_actors(std::string_view task) const {

@@ -20,6 +20,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -119,6 +120,10 @@ class cluster {
   std::vector<std::string> device_names_;
   // Spawns the actor of device `full` (a new incarnation) and enters it in the directory.
   std::unique_ptr<runtime_device> start_device(const std::string& full);
+  // Calls fn(full name, current incarnation) for each device of `task`, under
+  // tasks_mutex_ (fn may replace the incarnation). Errors: no such task.
+  status for_each_device(std::string_view task,
+                         const std::function<void(const std::string&, std::unique_ptr<runtime_device>&)>& fn);
 
   std::map<std::string, std::unique_ptr<runtime_device>, std::less<>> devices_;
   std::shared_ptr<device_directory> directory_;

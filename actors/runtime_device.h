@@ -88,10 +88,12 @@ class runtime_device final : public kernels::device {
     stalled_until_ns_ = until.time_since_epoch().count();
   }
   // How long a step partition arriving now waits before it starts.
+  // Every step start asks: without a stall ever set it reads no clock.
   std::chrono::microseconds start_delay() const {
     auto delay = std::chrono::microseconds(straggle_us_.load(std::memory_order_relaxed));
-    const auto until = std::chrono::steady_clock::time_point(
-        std::chrono::steady_clock::duration(stalled_until_ns_.load(std::memory_order_relaxed)));
+    const std::int64_t until_ns = stalled_until_ns_.load(std::memory_order_relaxed);
+    if (until_ns == 0) return delay;
+    const auto until = std::chrono::steady_clock::time_point(std::chrono::steady_clock::duration(until_ns));
     const auto now = std::chrono::steady_clock::now();
     if (until > now) delay += std::chrono::duration_cast<std::chrono::microseconds>(until - now);
     return delay;

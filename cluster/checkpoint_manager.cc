@@ -67,18 +67,25 @@ result<slice_info> parse_slice_info(const std::string& text, const tensor_shape&
   return out;
 }
 
+// Copies `count` rows (slices along dimension 0) from rows first, first + stride, ... of
+// `from` to rows to_first, to_first + to_stride, ... of `to` (same dtype, same row shape).
+void copy_rows(const tensor& from, std::int64_t first, std::int64_t stride, tensor& to, std::int64_t to_first,
+               std::int64_t to_stride, std::int64_t count) {
+  const std::size_t row_bytes = from.byte_size() / static_cast<std::size_t>(std::max<std::int64_t>(1, from.dim(0)));
+  const auto* source = static_cast<const char*>(from.raw_data());
+  auto* destination = static_cast<char*>(to.raw_data());
+  for (std::int64_t r = 0; r < count; ++r) {
+    std::memcpy(destination + static_cast<std::size_t>(to_first + r * to_stride) * row_bytes,
+                source + static_cast<std::size_t>(first + r * stride) * row_bytes, row_bytes);
+  }
+}
+
 // Rows first, first + stride, ... (count of them) of `whole`, as a new tensor.
 tensor rows_of(const tensor& whole, std::int64_t first, std::int64_t count, std::int64_t stride) {
   std::vector<std::int64_t> dims = whole.shape().dims();
-  const std::size_t row_bytes = whole.byte_size() / static_cast<std::size_t>(std::max<std::int64_t>(1, dims[0]));
   dims[0] = count;
   tensor out(whole.type(), tensor_shape(dims));
-  const auto* from = static_cast<const char*>(whole.raw_data());
-  auto* to = static_cast<char*>(out.raw_data());
-  for (std::int64_t r = 0; r < count; ++r) {
-    std::memcpy(to + static_cast<std::size_t>(r) * row_bytes,
-                from + static_cast<std::size_t>(first + r * stride) * row_bytes, row_bytes);
-  }
+  copy_rows(whole, first, stride, out, 0, 1, count);
   return out;
 }
 
@@ -245,28 +252,15 @@ void checkpoint_manager::log(const std::string& line) const {
   if (options_.log) options_.log(line);
 }
 
-namespace {
-
-// "/job:ps/task:0" as the manager records tasks: "/job:ps/replica:0/task:0".
-std::string canonical_task(std::string_view task) {
-  auto name = placement::parse_device_name(task);
-  if (!name.ok()) return std::string(task);
-  placement::device_name replica_zero;
-  replica_zero.replica = 0;
-  return placement::task_prefix(placement::fill_missing(placement::task_of(*name), replica_zero));
-}
-
-}  // namespace
-
 bool checkpoint_manager::holds_variables(std::string_view task) const {
-  const std::string wanted = canonical_task(task);
+  const std::string wanted = session_->get_cluster()->canonical_task(task);
   return std::any_of(parts_.begin(), parts_.end(), [&](const part& p) { return p.task == wanted; });
 }
 
 bool checkpoint_manager::holds_global_step(std::string_view task) const {
   if (global_step_index_ < 0) return false;
   const auto& v = variables_[static_cast<std::size_t>(global_step_index_)];
-  return parts_[v.parts.front()].task == canonical_task(task);
+  return parts_[v.parts.front()].task == session_->get_cluster()->canonical_task(task);
 }
 
 result<std::optional<std::int64_t>> checkpoint_manager::restore_latest() {
@@ -274,7 +268,7 @@ result<std::optional<std::int64_t>> checkpoint_manager::restore_latest() {
 }
 
 result<std::optional<std::int64_t>> checkpoint_manager::restore_latest(std::string_view task) {
-  const std::string wanted = canonical_task(task);
+  const std::string wanted = session_->get_cluster()->canonical_task(task);
   std::vector<bool> some;
   for (const auto& p : parts_) some.push_back(p.task == wanted);
   return restore_some(some);
@@ -326,10 +320,7 @@ result<std::optional<std::int64_t>> checkpoint_manager::restore_some(const std::
   auto back = session_->run({}, reads);
   if (!back.ok()) return back.error().with_context(str_cat("reading back what was restored from '", restored->path, "'"));
   for (std::size_t k = 0; k < expected.size(); ++k) {
-    const tensor& want = expected[k];
-    const tensor& got = back->at(k);
-    if (got.type() != want.type() || got.shape() != want.shape() ||
-        std::memcmp(got.raw_data(), want.raw_data(), want.byte_size()) != 0) {
+    if (!back->at(k).equals(expected[k])) {
       return data_loss_error("'", reads[k], "' does not hold what was restored from '", restored->path, "'");
     }
   }
@@ -418,14 +409,10 @@ result<checkpoint::committed> checkpoint_manager::save_now() {
       }
     } else {  // "mod": part i of n holds ids i, i + n, ...: interleaved into id order
       tensor whole(v.type, v.shape);
-      const std::size_t row_bytes = whole.byte_size() / static_cast<std::size_t>(std::max<std::int64_t>(1, v.shape.dim(0)));
-      const auto n = v.parts.size();
-      for (std::size_t i = 0; i < n; ++i) {
-        const tensor& p = values->at(v.parts[i]);
-        for (std::int64_t r = 0; r < p.dim(0); ++r) {
-          std::memcpy(static_cast<char*>(whole.raw_data()) + (i + static_cast<std::size_t>(r) * n) * row_bytes,
-                      static_cast<const char*>(p.raw_data()) + static_cast<std::size_t>(r) * row_bytes, row_bytes);
-        }
+      const auto n = static_cast<std::int64_t>(v.parts.size());
+      for (std::int64_t i = 0; i < n; ++i) {
+        const tensor& p = values->at(v.parts[static_cast<std::size_t>(i)]);
+        copy_rows(p, 0, 1, whole, i, n, p.dim(0));
       }
       cv.slices.push_back({origin, std::move(whole)});
     }

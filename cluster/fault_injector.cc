@@ -148,17 +148,11 @@ void fault_injector::step_reached(std::int64_t global_step) {
     philox draw(chaos.seed, static_cast<std::uint64_t>(s));
     const auto bits = draw.next();
     if (static_cast<double>(bits[0]) * 0x1.0p-32 >= chaos.kills_per_1000_steps / 1000) continue;
-    injected_fault f;
-    f.spec.kind = "kill";
-    f.spec.task = chaos.tasks[bits[1] % chaos.tasks.size()];
-    f.spec.at_step = s;
-    f.task = cluster_->canonical_task(f.spec.task);
-    f.step = global_step;
-    f.at = std::chrono::steady_clock::now();
-    f.detail = "random";
-    f.outcome = inject(f);
-    log(str_cat("fault: kill ", f.task, " at step ", f.step, " (random)"));
-    injected_.push_back(std::move(f));
+    fault_spec spec;
+    spec.kind = "kill";
+    spec.task = chaos.tasks[bits[1] % chaos.tasks.size()];
+    spec.at_step = s;
+    fire(spec, global_step, "random");
   }
   for (auto& f : injected_) {
     if (f.spec.until_step > 0 && f.spec.until_step <= global_step) lift(f);
@@ -166,17 +160,22 @@ void fault_injector::step_reached(std::int64_t global_step) {
   for (std::size_t i = 0; i < faults_.size() && faults_[i].at_step <= global_step; ++i) {
     if (done_[i]) continue;
     done_[i] = true;
-    injected_fault f;
-    f.spec = faults_[i];
-    f.task = faults_[i].task.empty() ? "" : cluster_->canonical_task(faults_[i].task);
-    f.step = global_step;
-    f.at = std::chrono::steady_clock::now();
-    f.outcome = inject(f);
-    log(str_cat("fault: ", f.spec.kind, f.task.empty() ? "" : " " + f.task, " at step ", f.step,
-                f.detail.empty() ? "" : ": " + f.detail,
-                f.outcome.ok() ? std::string("") : str_cat(" failed: ", f.outcome.message())));
-    injected_.push_back(std::move(f));
+    fire(faults_[i], global_step, "");
   }
+}
+
+void fault_injector::fire(const fault_spec& spec, std::int64_t global_step, std::string detail) {
+  injected_fault f;
+  f.spec = spec;
+  f.task = spec.task.empty() ? "" : cluster_->canonical_task(spec.task);
+  f.step = global_step;
+  f.at = std::chrono::steady_clock::now();
+  f.detail = std::move(detail);
+  f.outcome = inject(f);
+  log(str_cat("fault: ", f.spec.kind, f.task.empty() ? "" : " " + f.task, " at step ", f.step,
+              f.detail.empty() ? "" : ": " + f.detail,
+              f.outcome.ok() ? std::string("") : str_cat(" failed: ", f.outcome.message())));
+  injected_.push_back(std::move(f));
 }
 
 void fault_injector::lift_all() {

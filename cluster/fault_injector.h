@@ -125,6 +125,9 @@ class fault_injector {
   int count(std::string_view kind) const;
 
  private:
+  // Injects `spec` now (REQUIRES: mutex_ held), logs it and records it; `detail` starts
+  // the record's detail ("random" for chaos kills; inject() may replace it).
+  void fire(const fault_spec& spec, std::int64_t global_step, std::string detail);
   status inject(injected_fault& f);
   void lift(injected_fault& f);
   void log(const std::string& line) const;

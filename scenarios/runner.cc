@@ -382,6 +382,12 @@ result<run_summary> run_scenario(const scenario::Scenario& sc, const run_options
   cluster::step_gate gate;
   cluster::faulty_file_system checkpoint_fs;  // the real one, unless a disk_full fault fills it
   std::atomic<progress_reporter*> reporter{nullptr};
+  // Lines of the checkpoint manager, the supervisor and the faults: straight out before
+  // training, through the progress report once it runs.
+  auto log_line = [&reporter, &out](const std::string& line) {
+    if (progress_reporter* p = reporter.load()) return p->message(line);
+    out << line << "\n";
+  };
   std::optional<progress_reporter> progress_holder;  // outlives the manager, which logs to it
   std::unique_ptr<cluster::checkpoint_manager> checkpoints;
   std::int64_t first_step = 0;
@@ -396,11 +402,7 @@ result<run_summary> run_scenario(const scenario::Scenario& sc, const run_options
     mo.gate = &gate;
     mo.fs = &checkpoint_fs;
     mo.default_device = str_cat("/job:", layout->worker_job, "/task:0");
-    // Before training (restore) lines go straight out; after, through the progress report.
-    mo.log = [&reporter, &out](const std::string& line) {
-      if (progress_reporter* p = reporter.load()) return p->message(line);
-      out << line << "\n";
-    };
+    mo.log = log_line;
     auto m = cluster::checkpoint_manager::create(*cluster, *g, mo);
     if (!m.ok()) return m.error().with_context(str_cat("checkpoint.dir '", ck.dir(), "'"));
     checkpoints = std::move(*m);
@@ -419,10 +421,6 @@ result<run_summary> run_scenario(const scenario::Scenario& sc, const run_options
   // Supervision: a supervisor restarts a task that fails and gives it back its state;
   // the faults of the scenario are injected as training reaches their steps.
   std::atomic<std::int64_t> global_step{first_step};
-  auto log_line = [&reporter, &out](const std::string& line) {
-    if (progress_reporter* p = reporter.load()) return p->message(line);
-    out << line << "\n";
-  };
   std::vector<cluster::fault_spec> fault_specs;
   if (!options.no_faults) fault_specs = fault_specs_of(sc.faults(), t.seed());
   const bool chaos = !options.no_faults && sc.faults().random().kills_per_1000_steps() > 0;

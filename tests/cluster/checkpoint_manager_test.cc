@@ -90,9 +90,6 @@ graph::graph graph_of_copy(const graph::graph& g) {
   return std::move(*copy);
 }
 
-bool bitwise_equal(const tensor& x, const tensor& y) {
-  return x.type() == y.type() && x.shape() == y.shape() && std::memcmp(x.raw_data(), y.raw_data(), x.byte_size()) == 0;
-}
 
 }  // namespace
 
@@ -186,7 +183,7 @@ TEST_CASE("a restore sets every variable bit for bit, onto 2, 3 or no PS tasks",
     CHECK(lines[0].find("restored 3 variables") != std::string::npos);
     auto values = s->run({}, {"a/Read/ReadVariableOp", "b/Read/ReadVariableOp", "global_step/Read/ReadVariableOp"});
     REQUIRE(values.ok());
-    for (std::size_t i = 0; i < saved.size(); ++i) CHECK(bitwise_equal(values->at(i), saved[i]));
+    for (std::size_t i = 0; i < saved.size(); ++i) CHECK(values->at(i).equals(saved[i]));
     // Training goes on from there.
     REQUIRE(s->run({}, {}, {"train"}).ok());
     auto step = s->run({}, {"global_step/Read/ReadVariableOp"});
@@ -328,7 +325,7 @@ TEST_CASE("a partitioned embedding is one variable in id order; 4 shards on 4 PS
       REQUIRE(r.ok());
       auto saved = r->read("embedding");
       REQUIRE(saved.ok());
-      CHECK(bitwise_equal(*saved, table));
+      CHECK(saved->equals(table));
     }
     auto c = cluster_of(2);
     auto g = embedding_graph(2, 2, strategy);
@@ -340,7 +337,7 @@ TEST_CASE("a partitioned embedding is one variable in id order; 4 shards on 4 PS
     REQUIRE((*s)->run({}, {}, {"init"}).ok());
     auto before = (*s)->run({}, {"rows"});
     REQUIRE(before.ok());
-    CHECK_FALSE(bitwise_equal(before->at(0), table));
+    CHECK_FALSE(before->at(0).equals(table));
     cluster::checkpoint_manager_options o;
     o.dir = dir.path;
     o.default_device = "/job:worker/task:0";
@@ -351,6 +348,6 @@ TEST_CASE("a partitioned embedding is one variable in id order; 4 shards on 4 PS
     REQUIRE(from->has_value());
     auto after = (*s)->run({}, {"rows"});
     REQUIRE(after.ok());
-    CHECK(bitwise_equal(after->at(0), table));
+    CHECK(after->at(0).equals(table));
   }
 }
