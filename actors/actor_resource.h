@@ -120,6 +120,24 @@ struct resource_key {
   }
 };
 
+// The R behind input `index` (a resource handle scalar), or null after failing ctx with
+// an error that says what the input holds instead.
+template <class R>
+R* resolve_input(kernels::kernel_context& ctx, int index) {
+  const tensor& h = ctx.input(index);
+  if (!h.initialized() || h.type() != dtype::resource || h.num_elements() != 1) {
+    ctx.fail_invalid_argument("input ", index, " must be a ", R::kind_name, " handle (a resource scalar) but is ",
+                              h.debug_string(4));
+    return nullptr;
+  }
+  auto* r = h.resource_value().template get<R>();
+  if (r == nullptr) {
+    ctx.fail_invalid_argument("input ", index, " must be a ", R::kind_name, " handle but is ",
+                              h.resource_value().debug_string());
+  }
+  return r;
+}
+
 // A kernel that asks an existing R a question its actor answers at once (statistics, a
 // size), whose answer's tensors are the node's outputs: it sends (Atom,
 // reply<std::vector<tensor>>) to the R its `container` and `shared_name` name (which

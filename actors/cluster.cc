@@ -56,6 +56,7 @@ std::unique_ptr<runtime_device> cluster::start_device(const std::string& full) {
   std::string task = full.substr(0, full.find("/device:"));
   auto dev = std::make_unique<runtime_device>(full, task, *system_, *pool_);
   dev->set_tracer(options_.tracer);
+  dev->set_sync_watcher(options_.sync_watcher);
   dev->set_memory_limit(options_.memory_limit);
   dev->set_directory(directory_);
   device_options d;

@@ -44,6 +44,9 @@ struct cluster_options {
   const kernels::kernel_registry* kernels = &kernels::kernel_registry::builtin();
   // Receives every kernel span and transfer when set; must outlive the cluster.
   step_tracer* tracer = nullptr;
+  // Hears of every gradient the SYNC accumulators keep or drop (actors/tracing.h); must
+  // outlive the cluster.
+  sync_observer* sync_watcher = nullptr;
   // Bytes each device's kernels may hold at once (core/memory.h); an allocation beyond
   // it fails its step with RESOURCE_EXHAUSTED naming the node, the shape and the bytes.
   // 0: TROUPE_MEMORY_LIMIT, else 80% of physical memory.

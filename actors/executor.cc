@@ -453,6 +453,7 @@ void executable::run(std::int64_t step_id, std::vector<tensor> feeds, compute_po
   s->memory = spec_.device != nullptr ? spec_.device->memory() : nullptr;
   s->info.memory = s->memory;
   s->info.step_id = step_id;
+  s->info.client = &s->exec->spec_.client;
   s->info.pool = &pool;
   s->info.cancellation = &s->cancellation;
   s->inputs.resize(static_cast<std::size_t>(p.total_inputs));

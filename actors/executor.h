@@ -45,6 +45,7 @@ struct executable_spec {
   kernels::device* device = nullptr;      // what kernels see as their device; may be null
   step_tracer* tracer = nullptr;          // gets a span per node when set
   std::string trace_task, trace_device;   // how the tracer names this device
+  std::string client;                     // kernels see it as step_info::client
 };
 
 class executable {

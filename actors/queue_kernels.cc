@@ -89,18 +89,7 @@ class queue_user_kernel : public async_op_kernel {
 
  protected:
   // The queue behind input 0, or null after failing ctx.
-  queue_resource* resolve(kernel_context& ctx) const {
-    const tensor& h = ctx.input(0);
-    if (!h.initialized() || h.type() != dtype::resource || h.num_elements() != 1) {
-      ctx.fail_invalid_argument("input 0 must be a queue handle (a resource scalar) but is ", h.debug_string(4));
-      return nullptr;
-    }
-    auto* q = h.resource_value().get<queue_resource>();
-    if (q == nullptr) {
-      ctx.fail_invalid_argument("input 0 must be a queue handle but is ", h.resource_value().debug_string());
-    }
-    return q;
-  }
+  queue_resource* resolve(kernel_context& ctx) const { return resolve_input<queue_resource>(ctx, 0); }
 
   // Sends a request with a reply (`send`), withdrawn from the queue if the step aborts
   // (actors/withdrawable.h); `finish(ctx, result)` sets outputs or fails ctx.

@@ -133,6 +133,9 @@ class runtime_device final : public kernels::device {
   // The tracer of the run, or null when it is not traced.
   step_tracer* tracer() const { return tracer_; }
   void set_tracer(step_tracer* t) { tracer_ = t; }
+  // Who hears of synchronous replication's gradients (actors/accumulator.h); may be null.
+  sync_observer* sync_watcher() const { return sync_observer_; }
+  void set_sync_watcher(sync_observer* o) { sync_observer_ = o; }
   // "CPU:0": the device's name within its task.
   std::string short_name() const { return name().substr(name().find("/device:") + 8); }
 
@@ -143,6 +146,7 @@ class runtime_device final : public kernels::device {
   caf::actor self_;
   std::shared_ptr<const device_directory> directory_;
   step_tracer* tracer_ = nullptr;
+  sync_observer* sync_observer_ = nullptr;
   static std::uint64_t splitmix(std::uint64_t x) {
     x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
     x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;

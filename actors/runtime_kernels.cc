@@ -8,6 +8,7 @@ void register_runtime_kernels(kernels::kernel_registry& registry) {
   register_variable_kernels(registry);
   register_sendrecv_kernels(registry);
   register_queue_kernels(registry);
+  register_accumulator_kernels(registry);
 }
 
 void ensure_runtime_kernels() {

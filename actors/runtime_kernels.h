@@ -1,4 +1,4 @@
-// The kernels that need the actor runtime (variables, queues, Send/Recv), and the one
+// The kernels that need the actor runtime (variables, queues, accumulators, Send/Recv), and the one
 // call that adds them to a kernel registry.
 //
 // Sessions and clusters use kernels::kernel_registry::builtin(); the first one created
@@ -13,6 +13,7 @@ namespace troupe::actors {
 void register_variable_kernels(kernels::kernel_registry& registry);
 void register_sendrecv_kernels(kernels::kernel_registry& registry);
 void register_queue_kernels(kernels::kernel_registry& registry);
+void register_accumulator_kernels(kernels::kernel_registry& registry);
 
 // All of the above.
 void register_runtime_kernels(kernels::kernel_registry& registry);

@@ -463,7 +463,9 @@ void prepare_on_devices(master_actor* self, const std::string& key, std::vector<
   if (plans.empty()) return finish_preparation(self, it);  // nothing to run anywhere (no feeds, fetches or targets)
   const std::uint64_t token = prep.token;
   const auto timeout = self->state.options.prepare_timeout;
+  const std::string client = default_device_of(*self->state.owner, self->state.options);
   for (std::size_t i = 0; i < plans.size(); ++i) {
+    plans[i].spec.client = client;
     auto& part = prep.step->partitions[i];
     part.device = plans[i].device;
     part.device_name = plans[i].device_name;

@@ -11,6 +11,7 @@
 #include <chrono>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace troupe::actors {
 
@@ -29,6 +30,22 @@ class step_tracer {
   // ... and reached its Recv on `device` of `task` at `at`.
   virtual void transfer_received(const std::string& key, std::int64_t step_id, const std::string& task,
                                  const std::string& device, clock::time_point at) = 0;
+};
+
+// What synchronous replication reports (the accumulators of train::sync_replicas,
+// actors/accumulator.h), when a cluster is given one: every gradient an accumulator keeps
+// or drops, and every aggregate taken. Calls come from actors' threads: keep them short.
+class sync_observer {
+ public:
+  virtual ~sync_observer() = default;
+  // A gradient that `source` (a task) computed at `local_step` reached `accumulator`
+  // when its global step was `global_step`; `kept` false: it was stale, and dropped.
+  virtual void gradient(const std::string& accumulator, const std::string& source, std::int64_t local_step,
+                        std::int64_t global_step, bool kept) = 0;
+  // The aggregate of step `step` was taken from these gradients (their sources, one per
+  // gradient, in the order they were summed).
+  virtual void aggregated(const std::string& accumulator, std::int64_t step,
+                          const std::vector<std::string>& sources) = 0;
 };
 
 }  // namespace troupe::actors

@@ -144,12 +144,17 @@ class constants {
   std::map<std::pair<std::string, dtype>, output> cache_;
 };
 
-}  // namespace
+// What gather_gradients finds: for each trainable variable, its reads and its gradient.
+struct gathered {
+  std::vector<std::vector<variable_read>> reads;
+  std::vector<variable_gradient> gradients;
+};
 
-result<operation> minimize(const scope& s, const optimizer& opt, const output& loss,
-                           variable_collection& vars, const variable& global_step) {
+// The gradient of `loss` for each of vars.trainable (minimize's first half), with the
+// reads it was taken at. Errors are minimize's, naming `opt_name`.
+result<gathered> gather_gradients(const scope& s, const std::string& opt_name, const output& loss,
+                                  variable_collection& vars) {
   if (!s.ok()) return s.get_status().with_context("minimize on a scope that already failed");
-  const std::string opt_name = opt.name();
   if (!loss.valid()) {
     return invalid_argument_error("minimize: the loss is an invalid output (the op that should "
                                   "have produced it failed; see the scope's status)");
@@ -164,7 +169,10 @@ result<operation> minimize(const scope& s, const optimizer& opt, const output& l
   const graph::graph& g = s.current_graph();
 
   // Every read of every trainable variable, before any node is added.
-  std::vector<std::vector<variable_read>> reads(vars.trainable.size());
+  gathered out;
+  out.gradients.resize(vars.trainable.size());
+  std::vector<std::vector<variable_read>>& reads = out.reads;
+  reads.resize(vars.trainable.size());
   std::vector<output> xs;
   for (std::size_t i = 0; i < vars.trainable.size(); ++i) {
     const variable& v = vars.trainable[i];
@@ -192,7 +200,7 @@ result<operation> minimize(const scope& s, const optimizer& opt, const output& l
   auto grads = graph::add_gradients(s, {loss}, xs);
   if (!grads.ok()) return grads.error().with_context("minimize");
 
-  std::vector<variable_gradient> gradients(vars.trainable.size());
+  std::vector<variable_gradient>& gradients = out.gradients;
   std::vector<std::string> skipped;
   std::size_t k = 0;
   for (std::size_t i = 0; i < vars.trainable.size(); ++i) {
@@ -227,7 +235,17 @@ result<operation> minimize(const scope& s, const optimizer& opt, const output& l
                                   "' from any trainable variable (", names,
                                   "); does the loss depend on their values?");
   }
+  return out;
+}
 
+// Adds `opt`'s updates of vars.trainable by `gradients` (minimize's second half; one
+// entry per trainable variable, empty for those the loss does not reach). `reads`, when
+// given, are the step's reads that each update waits for (readers_of).
+result<operation> apply_gradients(const scope& s, const optimizer& opt, std::vector<variable_gradient> gradients,
+                                  const std::vector<std::vector<variable_read>>* reads, variable_collection& vars,
+                                  const variable& global_step) {
+  const std::string opt_name = opt.name();
+  const graph::graph& g = s.current_graph();
   const scope os = s.sub(opt_name);
   constants hyper(os);
   std::vector<operation> updates;
@@ -246,7 +264,8 @@ result<operation> minimize(const scope& s, const optimizer& opt, const output& l
     // The update runs where the variable lives, whatever device `s` asks for, after the
     // step's readers of its value (readers_of).
     scope us = os.sub("update_" + v.name).colocate_with(v.handle.node);
-    if (auto readers = readers_of(g, *g.find(v.handle.node), reads[i]); !readers.empty()) {
+    if (reads == nullptr) {
+    } else if (auto readers = readers_of(g, *g.find(v.handle.node), (*reads)[i]); !readers.empty()) {
       us = us.with_control_dependencies(std::move(readers));
     }
     const dtype t = v.type;
@@ -349,6 +368,146 @@ result<operation> minimize(const scope& s, const optimizer& opt, const output& l
   operation train_op = ops::no_op(s.with_name(opt_name).with_control_dependencies(after));
   if (!s.ok()) return s.get_status().with_context("minimize");
   return train_op;
+}
+
+}  // namespace
+
+result<operation> minimize(const scope& s, const optimizer& opt, const output& loss,
+                           variable_collection& vars, const variable& global_step) {
+  auto gathered = gather_gradients(s, opt.name(), loss, vars);
+  if (!gathered.ok()) return gathered.error();
+  return apply_gradients(s, opt, std::move(gathered->gradients), &gathered->reads, vars, global_step);
+}
+
+sync_replicas_optimizer sync_replicas(optimizer base, int replicas_to_aggregate, int total_num_replicas) {
+  sync_replicas_optimizer o;
+  o.base = std::move(base);
+  o.replicas_to_aggregate = replicas_to_aggregate;
+  o.total_num_replicas = total_num_replicas > 0 ? total_num_replicas : replicas_to_aggregate;
+  return o;
+}
+
+result<sync_replicas_ops> minimize(const scope& s, const sync_replicas_optimizer& opt, const output& loss,
+                                   variable_collection& vars, const variable& global_step, int replica) {
+  const int n = opt.replicas_to_aggregate, total = opt.total_num_replicas;
+  if (n < 1) return invalid_argument_error("sync_replicas: replicas_to_aggregate is ", n, "; it must be >= 1");
+  if (total < n) {
+    return invalid_argument_error("sync_replicas: total_num_replicas ", total, " < replicas_to_aggregate ", n,
+                                  ": each replica computes one gradient per step here, so a step needs at least as "
+                                  "many replicas as it aggregates");
+  }
+  if (replica < 0 || replica >= total) {
+    return invalid_argument_error("sync_replicas: replica ", replica, " is not in [0, ", total, ")");
+  }
+  if (!global_step.valid()) return invalid_argument_error("sync_replicas: a global step is needed");
+  auto gathered = gather_gradients(s, opt.base.name(), loss, vars);
+  if (!gathered.ok()) return gathered.error();
+
+  const scope ss = s.sub("sync_replicas");
+  const scope at_step = ss.colocate_with(global_step.handle.node);
+  auto read_step = [&](const scope& where) {
+    return where.add("ReadVariableOp", {global_step.handle}, {{"dtype", attr_value(global_step.type)}}).out();
+  };
+  sync_replicas_ops out;
+  out.local_step = ops::placeholder(ss.with_name("local_step"), dtype::int64, partial_shape::scalar());
+  const output num_required = ops::scalar<std::int32_t>(ss.with_name("num_required"), n);
+  std::vector<operation> applies, takes, inits;
+  // Per trainable variable: the taken aggregate, to apply after every take.
+  std::vector<variable_gradient> taken(vars.trainable.size());
+  for (std::size_t i = 0; i < vars.trainable.size(); ++i) {
+    const variable& v = vars.trainable[i];
+    variable_gradient& grad = gathered->gradients[i];
+    if (!grad.any()) continue;
+    const scope vs = ss.sub("accumulate_" + v.name).colocate_with(v.handle.node);
+    const bool sparse = grad.dense.empty();
+    std::map<std::string, tf::AttrValue> attrs = {{"dtype", attr_value(v.type)},
+                                                  {"shape", attr_value(partial_shape(v.shape))},
+                                                  {"shared_name", attr_value(v.name + "/sync_accumulator")},
+                                                  {"reduction_type", attr_value(std::string(sparse ? "SUM" : "MEAN"))}};
+    std::vector<std::int32_t> row_shape{-1};
+    for (int d = 1; d < v.shape.rank(); ++d) row_shape.push_back(static_cast<std::int32_t>(v.shape.dim(d)));
+    const output minus_one = ops::constant(vs, tensor::from_vector<std::int32_t>({-1}));
+    if (sparse) {
+      std::vector<output> rows, indices;
+      for (const auto& [r, idx] : grad.sparse) {
+        rows.push_back(ops::reshape(vs, r, ops::constant(vs, tensor::from_vector(row_shape))));
+        indices.push_back(ops::reshape(vs, idx.type == dtype::int64 ? idx : ops::cast(vs, idx, dtype::int64), minus_one));
+      }
+      const output axis = ops::scalar<std::int32_t>(vs, 0);
+      output all_rows = rows.size() == 1 ? rows[0] : ops::concat(vs, rows, axis);
+      output all_indices = indices.size() == 1 ? indices[0] : ops::concat(vs, indices, axis);
+      operation acc = vs.with_name("accumulator").add("SparseConditionalAccumulator", {}, attrs);
+      std::vector<std::int64_t> dims = v.shape.dims();
+      applies.push_back(vs.add("SparseAccumulatorApplyGradient",
+                               {acc.out(), out.local_step, all_indices, all_rows,
+                                ops::constant(vs, tensor::from_vector(dims))},
+                               {{"dtype", attr_value(v.type)}, {"has_known_shape", attr_value(true)}}));
+      operation take = vs.add("SparseAccumulatorTakeGradient", {acc.out(), num_required}, {{"dtype", attr_value(v.type)}});
+      takes.push_back(take);
+      output mean = ops::mul(vs, take.out(1), graph::scalar_of(vs, v.type, 1.0 / n));
+      taken[i].sparse.emplace_back(mean, take.out(0));
+      inits.push_back(vs.add("AccumulatorSetGlobalStep", {acc.out(), read_step(vs)}));
+      continue;
+    }
+    // Dense: every part (and any rows, made dense) summed into one gradient.
+    std::vector<output> parts = grad.dense;
+    for (const auto& [r, idx] : grad.sparse) {
+      output flat_rows = ops::reshape(vs, r, ops::constant(vs, tensor::from_vector(row_shape)));
+      output num_rows = ops::scalar<std::int32_t>(vs, static_cast<std::int32_t>(v.shape.dim(0)));
+      parts.push_back(vs.add("UnsortedSegmentSum", {flat_rows, ops::reshape(vs, idx, minus_one), num_rows}).out());
+    }
+    output dense = parts.size() == 1 ? parts[0] : ops::add_n(vs, parts);
+    operation acc = vs.with_name("accumulator").add("ResourceConditionalAccumulator", {}, attrs);
+    applies.push_back(vs.add("ResourceAccumulatorApplyGradient", {acc.out(), out.local_step, dense},
+                             {{"dtype", attr_value(v.type)}}));
+    operation take = vs.add("ResourceAccumulatorTakeGradient", {acc.out(), num_required}, {{"dtype", attr_value(v.type)}});
+    takes.push_back(take);
+    taken[i].dense.push_back(take.out());
+    inits.push_back(vs.add("ResourceAccumulatorSetGlobalStep", {acc.out(), read_step(vs)}));
+  }
+  // No variable changes before every accumulator has been taken from: a gradient tagged
+  // with this step that reaches an accumulator after its take is stale everywhere.
+  const scope after_takes = ss.with_control_dependencies(takes);
+  auto gated = [&](output& x) {
+    output read = ops::identity(after_takes, x);
+    out.aggregates.emplace_back(x, read);
+    x = read;
+  };
+  for (auto& g : taken) {
+    for (auto& d : g.dense) gated(d);
+    for (auto& [rows, idx] : g.sparse) gated(rows), gated(idx);
+  }
+  auto update = apply_gradients(s, opt.base, std::move(taken), nullptr, vars, global_step);
+  if (!update.ok()) return update.error();
+  out.update = *update;
+  out.step_after_update = ops::identity(ss.with_name("step_after_update"), read_step(at_step.with_control_dependencies({out.update})));
+  out.init = ops::no_op(ss.with_name("init").with_control_dependencies(inits));
+
+  // Tokens: one queue per replica, beside the global step.
+  const std::map<std::string, tf::AttrValue> queue_attrs = {
+      {"component_types", attr_value(std::vector<dtype>{dtype::int64})},
+      {"shapes", attr_value(std::vector<partial_shape>{partial_shape::scalar()})}};
+  std::vector<output> queues;
+  std::vector<operation> closes;
+  for (int r = 0; r < total; ++r) {
+    auto attrs = queue_attrs;
+    attrs["shared_name"] = attr_value(str_cat("sync_token_queue_", r));
+    const scope ts = at_step.sub(str_cat("tokens_", r));
+    queues.push_back(ts.with_name("queue").add("FIFOQueueV2", {}, attrs).out());
+    out.token_size.push_back(ts.with_name("size").add("QueueSizeV2", {queues.back()}).out());
+    out.token_enqueue.push_back(ts.with_name("enqueue").add("QueueEnqueueV2", {queues.back(), graph::input({read_step(ts)})}));
+    closes.push_back(ts.with_name("close").add("QueueCloseV2", {queues.back()},
+                                               {{"cancel_pending_enqueues", attr_value(true)}}));
+  }
+  out.close_tokens = ops::no_op(ss.with_name("close_tokens").with_control_dependencies(closes));
+  operation token = at_step.with_name("token")
+                        .with_control_dependencies(applies)
+                        .add("QueueDequeueV2", {queues[static_cast<std::size_t>(replica)]},
+                             {{"component_types", attr_value(std::vector<dtype>{dtype::int64})}});
+  out.next_local_step = ops::identity(ss.with_name("next_local_step"), read_step(at_step.with_control_dependencies({token})));
+  out.train = ops::no_op(ss.with_name("train").with_control_dependencies({token, operation{out.next_local_step.node, {}}}));
+  if (!s.ok()) return s.get_status().with_context("sync_replicas");
+  return out;
 }
 
 }  // namespace troupe::train

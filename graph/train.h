@@ -92,4 +92,70 @@ variable make_global_step(const scope& s, variable_collection& vars);
                                          variable_collection& vars,
                                          const variable& global_step = variable{});
 
+// ---- Synchronous replication (TensorFlow 1's SyncReplicasOptimizer, with backup workers).
+//
+//   auto sync = train::sync_replicas(train::gradient_descent(0.1), /*replicas_to_aggregate=*/3,
+//                                    /*total_num_replicas=*/4);      // one backup worker
+//   auto ops = train::minimize(root, sync, loss, vars, step, /*replica=*/w);
+//
+// Every replica (worker) builds the same graph but for its own `replica` index; the
+// variables, their accumulators and the token queues are shared by name. What it adds:
+//   - for each trainable variable v the loss reaches, an accumulator colocated with v,
+//     shared as "<v.name>/sync_accumulator": a ResourceConditionalAccumulator (MEAN) of
+//     the dense gradient, or, when v is only read by ResourceGather (an embedding), a
+//     SparseConditionalAccumulator (SUM, the taken rows scaled by 1/replicas_to_aggregate,
+//     so that every row is the mean over the step's gradients as a dense one would be);
+//   - `train` (a replica's step): each gradient into its accumulator, tagged with the
+//     fed `local_step` (an int64 Placeholder "sync_replicas/local_step"), then a token
+//     from this replica's token queue; `next_local_step` is the global step read after
+//     the token: feed it as the next step's local_step;
+//   - `update` (the chief's, which cluster::sync_coordinator runs, never a worker): takes
+//     the aggregate of replicas_to_aggregate gradients from every accumulator, then (after
+//     every take) applies them with the base optimizer and adds 1 to the global step;
+//   - `init`: every accumulator's global step := the global step (after a restore too);
+//   - per replica r, a FIFO token queue "sync_token_queue_<r>" (int64 tokens) colocated
+//     with the global step, `token_size[r]` (its size) and `token_enqueue[r]` (enqueues
+//     the global step): the coordinator gives a replica a token after an update when
+//     its queue is empty, so no replica takes another's token and none is ever handed
+//     a stale one; `close_tokens` closes them all (waiting replicas fail `cancelled`).
+// Semantics: a gradient computed at a local step older than its accumulator's step is
+// dropped as stale; a step's aggregate is of the first replicas_to_aggregate gradients
+// to arrive (the others of that step are dropped: with total_num_replicas >
+// replicas_to_aggregate they are the backups), summed in a fixed order (by worker
+// index), so that with no backups the same inputs give the same bits on every run.
+// TensorFlow differs in three ways: one token queue shared by every replica (a fast one
+// may take a slow one's token and then work on a stale step), its default of
+// replicas_to_aggregate initial tokens (every replica's first step counted twice), and
+// a take of every gradient kept (more than required when the chief is late).
+struct sync_replicas_optimizer {
+  optimizer base;
+  int replicas_to_aggregate = 1;
+  int total_num_replicas = 1;
+};
+
+// total_num_replicas <= 0 means replicas_to_aggregate (no backups).
+sync_replicas_optimizer sync_replicas(optimizer base, int replicas_to_aggregate, int total_num_replicas = 0);
+
+struct sync_replicas_ops {
+  operation train;         // a replica's step
+  output local_step;       // fed: int64 scalar
+  output next_local_step;  // fetched after train: int64 scalar
+  operation update;        // the chief's step
+  // The aggregates the update applies: (a take's output, the tensor the update reads in
+  // its place). A chief may run the takes alone, fetching the first of each pair, then
+  // the update feeding them as the second (how cluster::sync_coordinator keeps its
+  // waiting for gradients out of the step gate).
+  std::vector<std::pair<output, output>> aggregates;
+  output step_after_update;  // the global step, read after `update`
+  operation init;          // accumulators' global step := the global step
+  std::vector<output> token_size;         // per replica: int32 scalar
+  std::vector<operation> token_enqueue;   // per replica
+  operation close_tokens;
+};
+
+// Errors: minimize's; a global step that is not valid(); replicas_to_aggregate < 1;
+// replica outside [0, max(total_num_replicas, replicas_to_aggregate)).
+[[nodiscard]] result<sync_replicas_ops> minimize(const scope& s, const sync_replicas_optimizer& opt, const output& loss,
+                                                 variable_collection& vars, const variable& global_step, int replica);
+
 }  // namespace troupe::train

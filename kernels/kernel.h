@@ -97,6 +97,9 @@ struct step_info {
   // asynchronous kernel that allocates later, on another thread, makes it current there
   // (account_scope). Null: the process's.
   memory_account* memory = nullptr;
+  // Who runs the step: the device (often partial, "/job:worker/task:1") of the session
+  // that started it. Null or empty: unknown (a kernel run on its own).
+  const std::string* client = nullptr;
 };
 
 // What one execution of a kernel sees: inputs, outputs, the step, the device's pool.

@@ -1,4 +1,5 @@
-// Op schemas: queues, spelled as TensorFlow's raw ops (the V2, resource-handle forms).
+// Op schemas: queues, spelled as TensorFlow's raw ops (the V2, resource-handle forms),
+// and conditional accumulators (synchronous replication's gradient aggregation).
 //
 //   FIFOQueueV2, RandomShuffleQueueV2, PaddingFIFOQueueV2   -> handle (a resource)
 //   QueueEnqueueV2       handle, components...      one element
@@ -16,6 +17,17 @@
 //
 // Every op here is stateful and has no gradient. Kernels are actors (actors/): a blocked
 // enqueue or dequeue is a pending response, never a blocked thread.
+//
+// Accumulators (actors/accumulator.h has their contract):
+//   ConditionalAccumulator, ResourceConditionalAccumulator, SparseConditionalAccumulator
+//                                     -> handle (a resource: troupe has no Ref(string))
+//   (Resource)AccumulatorApplyGradient   handle, local_step int64, gradient
+//   (Resource)AccumulatorTakeGradient    handle, num_required int32 -> average
+//   (Resource)AccumulatorNumAccumulated  handle -> num_accumulated int32
+//   (Resource)AccumulatorSetGlobalStep   handle, new_global_step int64
+//   SparseAccumulatorApplyGradient       handle, local_step, gradient_indices int64,
+//                                        gradient_values, gradient_shape int64
+//   SparseAccumulatorTakeGradient        handle, num_required -> indices, values, shape
 //
 // Shapes: when a handle comes straight from a queue op, dequeue outputs take the queue's
 // `shapes` (with a leading dimension n for DequeueMany when n is a constant, unknown for
@@ -219,9 +231,116 @@ op_schema queue_user(std::string name) {
   return schema;
 }
 
+// The `shape` attribute of the accumulator op behind input 0; unknown when the handle
+// comes from elsewhere.
+partial_shape accumulator_shape_of(const shape_context& ctx) {
+  const tf::NodeDef* producer = ctx.input_node(0);
+  partial_shape shape;
+  if (producer == nullptr || producer->op().find("ConditionalAccumulator") == std::string::npos) return shape;
+  if (!get_attr(*producer, "shape", &shape).ok()) return partial_shape();
+  return shape;
+}
+
+// Every accumulator op's scalar inputs (after the handle) and the handle itself.
+shape_function accumulator_user_shape(std::vector<int> scalars) {
+  return [scalars](shape_context& ctx) -> status {
+    const partial_shape& h = ctx.input(0);
+    if (h.known_rank() && h.rank() != 0) return ctx.error("the accumulator handle must be a scalar but has shape ", h.to_string());
+    for (int i : scalars) TROUPE_RETURN_IF_ERROR(ctx.require_rank(i, 0));
+    return status();
+  };
+}
+
+status accumulator_op_shape(shape_context& ctx) {
+  std::string reduction = "MEAN";
+  if (ctx.node().attr().count("reduction_type") > 0) TROUPE_RETURN_IF_ERROR(ctx.get_attr("reduction_type", &reduction));
+  if (reduction != "MEAN" && reduction != "SUM") return ctx.error("reduction_type '", reduction, "' must be MEAN or SUM");
+  ctx.set_output(0, partial_shape::scalar());
+  return status();
+}
+
+op_schema accumulator_op(std::string name) {
+  op_schema schema(std::move(name));
+  schema.output("handle: resource")
+      .attr("dtype: {float, double, int32, int64}")
+      .attr("shape: shape")
+      .attr("container: string = ''")
+      .attr("shared_name: string = ''")
+      .attr("reduction_type: string = 'MEAN'")
+      .stateful()
+      .no_gradient()
+      .shape_fn(accumulator_op_shape);
+  return schema;
+}
+
+void register_accumulator_ops(op_registry& registry) {
+  add_builtin_op(registry, accumulator_op("ConditionalAccumulator"));
+  add_builtin_op(registry, accumulator_op("ResourceConditionalAccumulator"));
+  add_builtin_op(registry, accumulator_op("SparseConditionalAccumulator"));
+  for (std::string prefix : {"", "Resource"}) {
+    add_builtin_op(registry, queue_user(prefix + "AccumulatorApplyGradient")
+                                 .input("local_step: int64")
+                                 .input("gradient: dtype")
+                                 .attr("dtype: {float, double, int32, int64}")
+                                 .shape_fn(accumulator_user_shape({1})));
+    add_builtin_op(registry, queue_user(prefix + "AccumulatorTakeGradient")
+                                 .input("num_required: int32")
+                                 .output("average: dtype")
+                                 .attr("dtype: {float, double, int32, int64}")
+                                 .shape_fn([](shape_context& ctx) -> status {
+                                   TROUPE_RETURN_IF_ERROR(accumulator_user_shape({1})(ctx));
+                                   ctx.set_output(0, accumulator_shape_of(ctx));
+                                   return status();
+                                 }));
+    add_builtin_op(registry, queue_user(prefix + "AccumulatorNumAccumulated")
+                                 .output("num_accumulated: int32")
+                                 .shape_fn([](shape_context& ctx) -> status {
+                                   TROUPE_RETURN_IF_ERROR(accumulator_user_shape({})(ctx));
+                                   ctx.set_output(0, partial_shape::scalar());
+                                   return status();
+                                 }));
+    add_builtin_op(registry, queue_user(prefix + "AccumulatorSetGlobalStep")
+                                 .input("new_global_step: int64")
+                                 .shape_fn(accumulator_user_shape({1})));
+  }
+  add_builtin_op(registry, queue_user("SparseAccumulatorApplyGradient")
+                               .input("local_step: int64")
+                               .input("gradient_indices: int64")
+                               .input("gradient_values: dtype")
+                               .input("gradient_shape: int64")
+                               .attr("dtype: {float, double, int32, int64}")
+                               .attr("has_known_shape: bool")
+                               .shape_fn([](shape_context& ctx) -> status {
+                                 TROUPE_RETURN_IF_ERROR(accumulator_user_shape({1})(ctx));
+                                 return ctx.require_rank(2, 1);
+                               }));
+  add_builtin_op(registry, queue_user("SparseAccumulatorTakeGradient")
+                               .input("num_required: int32")
+                               .output("indices: int64")
+                               .output("values: dtype")
+                               .output("shape: int64")
+                               .attr("dtype: {float, double, int32, int64}")
+                               .shape_fn([](shape_context& ctx) -> status {
+                                 TROUPE_RETURN_IF_ERROR(accumulator_user_shape({1})(ctx));
+                                 const partial_shape acc = accumulator_shape_of(ctx);
+                                 ctx.set_output(0, partial_shape({-1}));
+                                 if (acc.known_rank() && acc.rank() >= 1) {
+                                   std::vector<std::int64_t> dims = acc.dims();
+                                   dims[0] = -1;
+                                   ctx.set_output(1, partial_shape(std::move(dims)));
+                                   ctx.set_output(2, partial_shape({acc.rank()}));
+                                 } else {
+                                   ctx.set_output(1, partial_shape::unknown());
+                                   ctx.set_output(2, partial_shape({-1}));
+                                 }
+                                 return status();
+                               }));
+}
+
 }  // namespace
 
 void register_data_flow_ops(op_registry& registry) {
+  register_accumulator_ops(registry);
   add_builtin_op(registry, queue_op("FIFOQueueV2"));
   add_builtin_op(registry, queue_op("PaddingFIFOQueueV2"));
   add_builtin_op(registry, queue_op("RandomShuffleQueueV2")

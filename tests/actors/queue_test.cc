@@ -15,6 +15,7 @@
 #include <thread>
 
 #include "actors/executor.h"
+#include "tests/actors/answer.h"
 #include "actors/queue.h"
 #include "actors/runtime_device.h"
 #include "actors/runtime_kernels.h"
@@ -27,58 +28,13 @@ using namespace troupe;
 using namespace std::chrono_literals;
 using actors::queue_kind;
 using actors::queue_options;
+using testing::answer;
+using testing::test_config;
 
 namespace {
 
-// One answer to wait for: make a reply with reply(), then wait(). Every wait has a
-// timeout, so a queue that never answers fails the test instead of hanging it.
-template <class T>
-class answer {
- public:
-  actors::reply<T> reply() {
-    auto s = state_;
-    return actors::reply<T>(
-        [s](result<T> r) {
-          std::lock_guard<std::mutex> lock(s->mutex);
-          s->value.emplace(std::move(r));
-          s->cv.notify_all();
-        },
-        "queue under test");
-  }
-  // The answer, or deadline_exceeded naming the wait when none came in time.
-  result<T> wait(std::chrono::milliseconds timeout = 5s) {
-    std::unique_lock<std::mutex> lock(state_->mutex);
-    if (!state_->cv.wait_for(lock, timeout, [&] { return state_->value.has_value(); })) {
-      return deadline_exceeded_error("no answer within ", timeout.count(), " ms");
-    }
-    return *state_->value;
-  }
-  // True when an answer came within `timeout` (use a short one to check it is parked).
-  bool arrived(std::chrono::milliseconds timeout = 50ms) {
-    std::unique_lock<std::mutex> lock(state_->mutex);
-    return state_->cv.wait_for(lock, timeout, [&] { return state_->value.has_value(); });
-  }
-
- private:
-  struct state {
-    std::mutex mutex;
-    std::condition_variable cv;
-    std::optional<result<T>> value;
-  };
-  std::shared_ptr<state> state_ = std::make_shared<state>();
-};
-
 using status_answer = answer<actors::done_t>;
 using element_answer = answer<std::vector<tensor>>;
-
-caf::actor_system_config& test_config() {
-  static caf::actor_system_config cfg = [] {
-    caf::actor_system_config c;
-    c.set("scheduler.max-threads", 2);
-    return c;
-  }();
-  return cfg;
-}
 
 // An actor system for one test; every queue made through it is sent an exit before the
 // system goes away.

@@ -1,0 +1,152 @@
+#include "cluster/sync_coordinator.h"
+
+#include <chrono>
+#include <optional>
+
+namespace troupe::cluster {
+
+result<std::unique_ptr<sync_coordinator>> sync_coordinator::create(std::shared_ptr<actors::cluster> cluster,
+                                                                   const graph::graph& g,
+                                                                   const train::sync_replicas_ops& ops,
+                                                                   sync_coordinator_options options) {
+  if (ops.aggregates.empty() || !ops.update.valid() || ops.token_size.empty()) {
+    return invalid_argument_error("sync coordinator: the graph's synchronous replication ops are incomplete");
+  }
+  actors::session_options so;
+  so.cluster = cluster;
+  so.default_device = options.default_device;
+  auto copy = graph::graph::from_graph_def(g.to_graph_def(), g.registry());
+  if (!copy.ok()) return copy.error().with_context("sync coordinator");
+  auto session = actors::session::create(std::move(*copy), so);
+  if (!session.ok()) return session.error().with_context("sync coordinator");
+  return std::unique_ptr<sync_coordinator>(
+      new sync_coordinator(std::move(cluster), std::move(*session), ops, std::move(options)));
+}
+
+sync_coordinator::sync_coordinator(std::shared_ptr<actors::cluster> cluster, std::unique_ptr<actors::session> session,
+                                   const train::sync_replicas_ops& ops, sync_coordinator_options options)
+    : cluster_(std::move(cluster)), session_(std::move(session)), options_(std::move(options)) {
+  for (const auto& [take, read] : ops.aggregates) {
+    takes_.push_back(take.name());
+    reads_.push_back(read.name());
+  }
+  for (const auto& s : ops.token_size) sizes_.push_back(s.name());
+  for (const auto& e : ops.token_enqueue) enqueues_.push_back(e.node);
+  update_ = ops.update.node;
+  step_after_ = ops.step_after_update.name();
+  init_ = ops.init.node;
+  close_ = ops.close_tokens.node;
+}
+
+sync_coordinator::~sync_coordinator() {
+  stop(true);
+  if (thread_.joinable()) thread_.join();
+}
+
+status sync_coordinator::start() {
+  auto init = session_->run({}, {}, {init_});
+  if (!init.ok()) return init.error().with_context("sync coordinator: setting the accumulators' global step");
+  thread_ = std::thread([this] { loop(); });
+  return status();
+}
+
+void sync_coordinator::rolled_back(std::int64_t step) {
+  ++epoch_;
+  status s = reset_and_release();
+  if (options_.log) {
+    options_.log(s.ok() ? str_cat("sync: accumulators reset to the restored global step ", step)
+                        : str_cat("sync: resetting the accumulators after the restore failed (", s.message(),
+                                  "); the next turn tries again"));
+  }
+}
+
+void sync_coordinator::stop(bool close_tokens) {
+  stop_ = true;
+  if (close_tokens) (void)session_->run({}, {}, {close_});
+}
+
+status sync_coordinator::wait() {
+  std::unique_lock<std::mutex> lock(mutex_);
+  ended_.wait(lock, [&] { return done_; });
+  return outcome_;
+}
+
+status sync_coordinator::release_tokens() {
+  auto sizes = session_->run({}, sizes_);
+  if (!sizes.ok()) return sizes.error();
+  std::vector<std::string> targets;
+  for (std::size_t r = 0; r < sizes->size(); ++r) {
+    if ((*sizes)[r].scalar_value<std::int32_t>() == 0) targets.push_back(enqueues_[r]);
+  }
+  if (targets.empty()) return status();
+  auto given = session_->run({}, {}, targets);
+  return given.ok() ? status() : given.error();
+}
+
+status sync_coordinator::reset_and_release() {
+  auto init = session_->run({}, {}, {init_});
+  if (!init.ok()) return init.error();
+  return release_tokens();
+}
+
+result<std::int64_t> sync_coordinator::turn() {
+  const std::int64_t epoch = epoch_.load();
+  auto taken = session_->run({}, takes_);
+  if (!taken.ok()) return taken.error();
+  actors::feed_list feeds;
+  for (std::size_t i = 0; i < reads_.size(); ++i) feeds.emplace_back(reads_[i], (*taken)[i]);
+  result<std::vector<tensor>> applied = internal_error("not run");
+  {
+    std::optional<step_gate::pass> inside;
+    if (options_.gate != nullptr) inside.emplace(*options_.gate);
+    if (epoch_.load() != epoch) return aborted_error("a recovery restored the variables while the step's gradients "
+                                                     "were being gathered");
+    applied = session_->run(feeds, {step_after_}, {update_});
+  }
+  if (!applied.ok()) return applied.error();
+  return applied->at(0).scalar_value<std::int64_t>();
+}
+
+void sync_coordinator::loop() {
+  status outcome;
+  std::int64_t step = -1;
+  while (!stop_) {
+    auto next = turn();
+    if (!next.ok()) {
+      if (stop_) break;
+      const bool rolled = next.error().error_code() == code::aborted && epoch_.load() > 0;
+      if (!rolled && (!options_.retry || !options_.retry(next.error()))) {
+        outcome = next.error().with_context("sync coordinator");
+        break;
+      }
+      // The turn's gradients are lost with it: every replica computes the step again.
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      if (status s = reset_and_release(); !s.ok() && options_.log) {
+        options_.log(str_cat("sync: resetting after a failed update: ", s.message(), "; trying again"));
+      }
+      continue;
+    }
+    step = *next;
+    ++updates_;
+    if (status s = release_tokens(); !s.ok()) {
+      if (!options_.retry || !options_.retry(s)) {
+        outcome = s.with_context("sync coordinator: handing out tokens");
+        break;
+      }
+      (void)reset_and_release();
+    }
+    if (options_.step_done) options_.step_done(step);
+    if (step >= options_.last_step) break;
+  }
+  if (outcome.ok() && step < options_.last_step) outcome = cancelled_error("sync coordinator: stopped at global step ", step);
+  // No replica waits for a token that will never come.
+  (void)release_tokens();
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    done_ = true;
+    outcome_ = outcome;
+  }
+  ended_.notify_all();
+}
+
+}  // namespace troupe::cluster

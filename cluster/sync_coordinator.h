@@ -1,0 +1,106 @@
+// sync_coordinator: the chief of synchronous replication (train::sync_replicas), run by
+// the cluster's supervision layer rather than by a worker, so that no worker's death
+// stops the updates.
+//
+//   auto ops = train::minimize(root, sync, loss, vars, step, /*replica=*/0);   // in graph g
+//   cluster::sync_coordinator_options o;
+//   o.last_step = 1000;
+//   o.gate = &gate;                 // the checkpoints' and recoveries' cut
+//   o.step_done = [&](std::int64_t step) { ... };
+//   auto c = cluster::sync_coordinator::create(the_cluster, g, *ops, o);
+//   (*c)->start();                  // accumulators at the global step; the loop begins
+//   ... workers run ops.train, feeding local_step, until next_local_step >= last_step ...
+//   status s = (*c)->wait();        // the last update done (or why not)
+//
+// Its loop, on a thread of its own, one global step per turn:
+//  1. takes every accumulator's aggregate (waits for replicas_to_aggregate gradients of
+//     the step; outside the gate, so a checkpoint or a recovery never waits for a worker);
+//  2. inside the gate: applies the aggregates and advances the global step (unless a
+//     recovery rolled the variables back since 1: then the aggregates are dropped);
+//  3. gives a token to every replica whose token queue is empty, and calls step_done.
+// A failed turn that `retry` allows (a task went down: the supervisor restarts it) resets
+// the accumulators to the global step and hands out tokens again, so that every replica
+// computes the step again; one it does not allow ends the loop with that error. At the
+// end (last_step reached, or stop()), every replica gets a token, so none waits.
+//
+// Thread safety: rolled_back may be called from any thread (a supervisor's recovery);
+// the rest from the thread that owns the coordinator.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "actors/cluster.h"
+#include "actors/session.h"
+#include "cluster/step_gate.h"
+#include "core/status.h"
+#include "graph/graph.h"
+#include "graph/train.h"
+
+namespace troupe::cluster {
+
+struct sync_coordinator_options {
+  std::string default_device;  // where the coordinator's own nodes go; empty: the session's default
+  step_gate* gate = nullptr;   // updates pass through it (may be null)
+  std::int64_t last_step = 0;  // the loop ends once the global step reaches it
+  std::function<void(std::int64_t)> step_done;      // after each update, with the new global step
+  std::function<bool(const status&)> retry;         // may a failed turn be tried again? null: never
+  std::function<void(const std::string&)> log;
+};
+
+class sync_coordinator {
+ public:
+  // `g` holds `ops` (a replica's graph: every replica's token ops are in each).
+  static result<std::unique_ptr<sync_coordinator>> create(std::shared_ptr<actors::cluster> cluster,
+                                                          const graph::graph& g,
+                                                          const train::sync_replicas_ops& ops,
+                                                          sync_coordinator_options options);
+  ~sync_coordinator();  // stops and joins
+  sync_coordinator(const sync_coordinator&) = delete;
+  sync_coordinator& operator=(const sync_coordinator&) = delete;
+
+  // Sets every accumulator to the global step and starts the loop.
+  status start();
+  // The variables were restored to `step` (ROLLBACK_ALL): resets the accumulators to it
+  // at once and discards a turn's aggregates taken before. Call with the gate closed.
+  void rolled_back(std::int64_t step);
+  // Ends the loop (at its next turn; a turn waiting for gradients is cut short by closing
+  // the token queues only when `close_tokens`).
+  void stop(bool close_tokens = false);
+  // Waits for the loop to end: ok once last_step is reached, else the error that ended it
+  // (cancelled when stopped first).
+  status wait();
+  std::int64_t updates() const { return updates_.load(); }
+
+ private:
+  sync_coordinator(std::shared_ptr<actors::cluster> cluster, std::unique_ptr<actors::session> session,
+                   const train::sync_replicas_ops& ops, sync_coordinator_options options);
+  void loop();
+  // One turn; the new global step, or why not.
+  result<std::int64_t> turn();
+  status reset_and_release();
+  status release_tokens();
+
+  std::shared_ptr<actors::cluster> cluster_;
+  std::unique_ptr<actors::session> session_;
+  sync_coordinator_options options_;
+  std::vector<std::string> takes_, reads_, sizes_, enqueues_;
+  std::string update_, step_after_, init_, close_;
+  std::thread thread_;
+  std::atomic<bool> stop_{false};
+  std::atomic<std::int64_t> epoch_{0};
+  std::atomic<std::int64_t> updates_{0};
+  std::mutex mutex_;
+  std::condition_variable ended_;
+  bool done_ = false;
+  status outcome_;
+};
+
+}  // namespace troupe::cluster
