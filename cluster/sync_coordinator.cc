@@ -62,6 +62,11 @@ void sync_coordinator::rolled_back(std::int64_t step) {
 
 void sync_coordinator::stop(bool close_tokens) {
   stop_ = true;
+  {
+    std::lock_guard<std::mutex> lock(takes_state_->mutex);
+    takes_state_->stopped = true;
+  }
+  takes_state_->answered.notify_all();
   if (close_tokens) (void)session_->run({}, {}, {close_});
 }
 
@@ -91,7 +96,28 @@ status sync_coordinator::reset_and_release() {
 
 result<std::int64_t> sync_coordinator::turn() {
   const std::int64_t epoch = epoch_.load();
-  auto taken = session_->run({}, takes_);
+  auto st = takes_state_;
+  std::uint64_t turn = 0;
+  {
+    std::lock_guard<std::mutex> lock(st->mutex);
+    turn = ++st->turn;
+    st->value.reset();
+  }
+  session_->run_async({}, takes_, {}, [st, turn](result<std::vector<tensor>> r) {
+    {
+      std::lock_guard<std::mutex> lock(st->mutex);
+      if (st->turn != turn) return;
+      st->value.emplace(std::move(r));
+    }
+    st->answered.notify_all();
+  });
+  result<std::vector<tensor>> taken = internal_error("not taken");
+  {
+    std::unique_lock<std::mutex> lock(st->mutex);
+    st->answered.wait(lock, [&] { return st->value.has_value() || st->stopped; });
+    if (!st->value.has_value()) return cancelled_error("the coordinator was stopped while gathering gradients");
+    taken = std::move(*st->value);
+  }
   if (!taken.ok()) return taken.error();
   actors::feed_list feeds;
   for (std::size_t i = 0; i < reads_.size(); ++i) feeds.emplace_back(reads_[i], (*taken)[i]);

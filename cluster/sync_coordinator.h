@@ -33,6 +33,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -71,8 +72,9 @@ class sync_coordinator {
   // The variables were restored to `step` (ROLLBACK_ALL): resets the accumulators to it
   // at once and discards a turn's aggregates taken before. Call with the gate closed.
   void rolled_back(std::int64_t step);
-  // Ends the loop (at its next turn; a turn waiting for gradients is cut short by closing
-  // the token queues only when `close_tokens`).
+  // Ends the loop: a turn waiting for gradients is given up at once (its takes are
+  // withdrawn when the coordinator is destroyed). With `close_tokens`, replicas waiting
+  // for a token fail (out_of_range: the queue is closed) instead of waiting.
   void stop(bool close_tokens = false);
   // Waits for the loop to end: ok once last_step is reached, else the error that ended it
   // (cancelled when stopped first).
@@ -95,6 +97,16 @@ class sync_coordinator {
   std::string update_, step_after_, init_, close_;
   std::thread thread_;
   std::atomic<bool> stop_{false};
+  // The takes of the current turn, answered on a session thread; shared with the
+  // answer's callback, which may come after the coordinator gave the turn up.
+  struct takes_state {
+    std::mutex mutex;
+    std::condition_variable answered;
+    std::uint64_t turn = 0;
+    std::optional<result<std::vector<tensor>>> value;
+    bool stopped = false;
+  };
+  std::shared_ptr<takes_state> takes_state_ = std::make_shared<takes_state>();
   std::atomic<std::int64_t> epoch_{0};
   std::atomic<std::int64_t> updates_{0};
   std::mutex mutex_;

@@ -4,12 +4,14 @@
 #include <chrono>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <thread>
 
 #include "actors/cluster.h"
 #include "actors/session.h"
 #include "cluster/fault_injector.h"
 #include "cluster/supervisor.h"
+#include "cluster/sync_coordinator.h"
 #include "core/idx.h"
 #include "graph/attr.h"
 #include "graph/ops.h"
@@ -85,9 +87,11 @@ result<graph::graph> finish_graph(const scope& root, const cluster_layout& l, co
   return graph::graph::from_graph_def(std::move(*def));
 }
 
-// A worker's training graph: input pipeline, model, optimizer, global step.
+// A worker's training graph: input pipeline, model, optimizer, global step. With SYNC
+// replication `train` puts the worker's gradients into the accumulators and takes its
+// next token; `sync` (when not null) gets the ops that drive it.
 result<graph::graph> training_graph(const scenario::Scenario& sc, const cluster_layout& l, int worker,
-                                    const dataset_files& files) {
+                                    const dataset_files& files, train::sync_replicas_ops* sync = nullptr) {
   auto root = graph::scope::new_root();
   const auto& d = sc.dataset();
   const auto& t = sc.training();
@@ -129,9 +133,17 @@ result<graph::graph> training_graph(const scenario::Scenario& sc, const cluster_
     auto step = train::make_global_step(root, vars);
     ops::identity(root.with_name("loss_value"), model->loss);
     ops::identity(root.with_name("step_value"), step.value);
-    auto train_op = train::minimize(root, optimizer_of(t.optimizer()), model->loss, vars, step);
-    if (!train_op.ok()) return train_op.error();
-    ops::no_op(root.with_name(k_train).with_control_dependencies({*train_op}));
+    if (t.replication() == scenario::Training::SYNC) {
+      const auto replicas = train::sync_replicas(optimizer_of(t.optimizer()), l.workers - t.backup_workers(), l.workers);
+      auto sync_ops = train::minimize(root, replicas, model->loss, vars, step, worker);
+      if (!sync_ops.ok()) return sync_ops.error();
+      ops::no_op(root.with_name(k_train).with_control_dependencies({sync_ops->train}));
+      if (sync != nullptr) *sync = std::move(*sync_ops);
+    } else {
+      auto train_op = train::minimize(root, optimizer_of(t.optimizer()), model->loss, vars, step);
+      if (!train_op.ok()) return train_op.error();
+      ops::no_op(root.with_name(k_train).with_control_dependencies({*train_op}));
+    }
     graph::global_variables_initializer(root, vars);
   }
   return finish_graph(root, l, str_cat("/job:", l.worker_job, "/task:", worker));
@@ -226,6 +238,84 @@ class recorder_tracer final : public actors::step_tracer {
   trace_recorder& recorder_;
   std::mutex mutex_;
   std::map<std::pair<std::string, std::int64_t>, std::pair<trace_point, bool>> open_;
+};
+
+// What synchronous replication did with each worker's gradients: a gradient is one
+// worker's step, used when an accumulator aggregated it, else dropped: as a backup when
+// its worker began it at the step then current (it lost the race: the workers ahead of
+// it made the step's aggregate), as stale when its worker began it already behind (after
+// a restart or a rollback, or an update that came between its token and its start).
+class sync_tally final : public actors::sync_observer {
+ public:
+  void gradient(const std::string&, const std::string& source, std::int64_t local_step, std::int64_t,
+                bool kept) override {
+    if (kept) return;
+    std::lock_guard<std::mutex> lock(mutex_);
+    dropped_.insert({source, local_step});
+  }
+  // Worker `source` begins a step at `local_step` while the global step is already
+  // `global_step`.
+  void begun(const std::string& source, std::int64_t local_step, std::int64_t global_step) {
+    if (local_step >= global_step) return;
+    std::lock_guard<std::mutex> lock(mutex_);
+    behind_.insert({source, local_step});
+  }
+  void aggregated(const std::string&, std::int64_t step, const std::vector<std::string>& sources) override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto [it, first] = steps_.try_emplace(step);
+    if (first) it->second.at = trace_clock::now();
+    for (const auto& s : sources) it->second.used.insert(s);
+  }
+
+  run_summary::sync_record record(const std::vector<std::string>& workers, int aggregate, int backups) const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    run_summary::sync_record r;
+    r.present = true;
+    r.replicas_to_aggregate = aggregate;
+    r.backup_workers = backups;
+    for (const auto& w : workers) r.workers[w];
+    for (const auto& [step, s] : steps_) {
+      for (const auto& w : s.used) ++r.workers[w].used;
+    }
+    for (const auto& key : dropped_) {
+      auto it = steps_.find(key.second);
+      if (it != steps_.end() && it->second.used.count(key.first) > 0) continue;  // another variable's take used it
+      const bool backup = behind_.count(key) == 0;
+      auto& c = r.workers[key.first];
+      ++(backup ? c.backup : c.stale);
+      ++(backup ? r.backup : r.stale);
+    }
+    return r;
+  }
+
+  // One mark per aggregated step: whose gradients it used, left out, found stale.
+  std::vector<trace_mark> marks() const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    std::vector<trace_mark> out;
+    for (const auto& [step, s] : steps_) {
+      std::string used, backups, stale;
+      for (const auto& w : s.used) used += str_cat(used.empty() ? "" : ", ", w);
+      for (const auto& key : dropped_) {
+        if (key.second != step || s.used.count(key.first) > 0) continue;
+        std::string& list = behind_.count(key) == 0 ? backups : stale;
+        list += str_cat(list.empty() ? "" : ", ", key.first);
+      }
+      out.push_back({"", str_cat("sync step ", step), "sync", s.at, s.at,
+                     str_cat("used: ", used, "; backups left out: ", backups.empty() ? "none" : backups,
+                             "; stale: ", stale.empty() ? "none" : stale)});
+    }
+    return out;
+  }
+
+ private:
+  struct step_record {
+    trace_clock::time_point at;
+    std::set<std::string> used;
+  };
+  mutable std::mutex mutex_;
+  std::map<std::int64_t, step_record> steps_;
+  std::set<std::pair<std::string, std::int64_t>> dropped_;         // (source, local step)
+  std::set<std::pair<std::string, std::int64_t>> behind_;          // begun behind the global step
 };
 
 // The scenario's listed faults as the injector takes them; drop_messages draws from the
@@ -323,10 +413,7 @@ progress_style style_of(scenario::Report::Progress p) {
 result<run_summary> run_scenario(const scenario::Scenario& sc, const run_options& options) {
   std::ostream& out = *options.out;
   const auto& t = sc.training();
-  if (t.replication() == scenario::Training::SYNC) {
-    return unimplemented_error("training.replication: SYNC (synchronous replication with backup workers) "
-                               "is not available yet; use ASYNC");
-  }
+  const bool sync = t.replication() == scenario::Training::SYNC;
   const std::int64_t total_steps = options.steps > 0 ? options.steps : t.steps();
   TROUPE_RETURN_IF_ERROR(check_dataset_files(sc.dataset()));
   dataset_files files = files_of(sc.dataset());
@@ -336,7 +423,12 @@ result<run_summary> run_scenario(const scenario::Scenario& sc, const run_options
   out << "scenario '" << sc.name() << "': model " << sc.model().name() << ", " << layout->workers << " worker(s)";
   if (layout->ps_tasks > 0) out << ", " << layout->ps_tasks << " ps task(s)";
   out << ", " << sc.training().optimizer().name() << ", " << total_steps << " steps of batch "
-      << t.batch_size() << ", seed " << t.seed() << "\n";
+      << t.batch_size() << ", seed " << t.seed();
+  if (sync) {
+    out << ", SYNC: each step averages " << layout->workers - t.backup_workers() << " of " << layout->workers
+        << " workers' gradients";
+  }
+  out << "\n";
 
   const std::string trace_file = options.trace_file.empty() ? sc.report().trace_file() : options.trace_file;
   std::unique_ptr<trace_recorder> recorder;
@@ -349,12 +441,15 @@ result<run_summary> run_scenario(const scenario::Scenario& sc, const run_options
   co.spec = layout->spec;
   co.compute_threads = options.compute_threads;
   co.tracer = tracer.get();
+  sync_tally tally;
+  if (sync) co.sync_watcher = &tally;
   auto cluster = actors::cluster::create(co);
   if (!cluster.ok()) return cluster.error();
 
   std::vector<std::unique_ptr<actors::session>> workers;
+  std::vector<train::sync_replicas_ops> sync_ops(static_cast<std::size_t>(layout->workers));
   for (int w = 0; w < layout->workers; ++w) {
-    auto g = training_graph(sc, *layout, w, files);
+    auto g = training_graph(sc, *layout, w, files, &sync_ops[static_cast<std::size_t>(w)]);
     if (!g.ok()) return g.error().with_context(str_cat("worker ", w, "'s training graph"));
     actors::session_options so;
     so.cluster = *cluster;
@@ -437,7 +532,12 @@ result<run_summary> run_scenario(const scenario::Scenario& sc, const run_options
   so.checkpoints = checkpoints.get();
   so.gate = &gate;
   so.log = log_line;
-  so.global_step_restored = [&global_step](std::int64_t step) { global_step = step; };
+  // SYNC: the chief's updates, run by a coordinator of their own (not by a worker).
+  std::unique_ptr<cluster::sync_coordinator> coordinator;
+  so.global_step_restored = [&global_step, &coordinator](std::int64_t step) {
+    global_step = step;
+    if (coordinator != nullptr) coordinator->rolled_back(step);
+  };
   auto supervisor_or = cluster::supervisor::create(*cluster, so);
   if (!supervisor_or.ok()) return supervisor_or.error();
   std::unique_ptr<cluster::supervisor> supervisor = std::move(*supervisor_or);
@@ -460,6 +560,26 @@ result<run_summary> run_scenario(const scenario::Scenario& sc, const run_options
     return true;
   };
 
+  if (sync) {
+    train::sync_replicas_ops chief_ops;
+    auto g = training_graph(sc, *layout, 0, files, &chief_ops);
+    if (!g.ok()) return g.error().with_context("the sync coordinator's graph");
+    cluster::sync_coordinator_options o;
+    o.default_device = str_cat("/job:", layout->worker_job, "/task:0");
+    o.gate = &gate;
+    o.last_step = total_steps;
+    o.step_done = [&](std::int64_t step) {
+      global_step = step;
+      if (checkpoints != nullptr) checkpoints->step_done(step);
+      faults.step_reached(step);
+    };
+    o.retry = retry;
+    o.log = log_line;
+    auto c = cluster::sync_coordinator::create(*cluster, *g, chief_ops, o);
+    if (!c.ok()) return c.error();
+    coordinator = std::move(*c);
+  }
+
   progress_options po;
   po.style = style_of(sc.report().progress());
   po.total_steps = total_steps;
@@ -477,6 +597,7 @@ result<run_summary> run_scenario(const scenario::Scenario& sc, const run_options
     stop = true;
     std::call_once(queues_closed, [&] {
       for (auto& w : workers) (void)w->run({}, {}, {k_close});
+      if (coordinator != nullptr) coordinator->stop(/*close_tokens=*/true);
     });
   };
   std::mutex error_mutex;
@@ -508,9 +629,63 @@ result<run_summary> run_scenario(const scenario::Scenario& sc, const run_options
   std::mutex eval_mutex;
   std::int64_t next_eval = t.eval_every() > 0 ? t.eval_every() : 0;
   auto started = std::chrono::steady_clock::now();
+  // Worker 0 evaluates the model every eval_every steps; false when that failed the run.
+  auto evaluate_at = [&](std::int64_t step) {
+    if (next_eval <= 0 || step < next_eval || step >= total_steps) return true;
+    std::lock_guard<std::mutex> lock(eval_mutex);
+    auto acc = evaluate(**evaluator, *tests);
+    if (acc.ok()) {
+      progress.message(str_cat("step ", step, ": test accuracy ", std::to_string(*acc * 100).substr(0, 5), "%"));
+    } else if (cluster::is_retryable(acc.error())) {
+      progress.message(str_cat("step ", step, ": evaluation skipped (", acc.error().message(), ")"));
+    } else {
+      fail(acc.error());
+      return false;
+    }
+    while (next_eval <= step) next_eval += t.eval_every();
+    return true;
+  };
+  // A SYNC worker: each step hands its gradients to the accumulators with the step it
+  // computed them at, and waits for its token (the coordinator's next update).
+  auto sync_worker = [&](std::size_t w) {
+    actors::session& s = *workers[w];
+    const auto& o = sync_ops[w];
+    std::int64_t local = first_step;
+    const std::string source = str_cat("/job:", layout->worker_job, "/task:", w);
+    while (!stop && local < total_steps) {
+      tally.begun(source, local, global_step.load());
+      auto r = s.run({{o.local_step.name(), tensor::scalar<std::int64_t>(local)}}, {"loss_value", o.next_local_step.name()},
+                     {k_train});
+      if (!r.ok()) {
+        if (!retry(r.error())) {
+          return fail(supervisor->failure().ok() ? r.error().with_context(str_cat("training step on worker ", w))
+                                                 : supervisor->failure());
+        }
+        // The gradient may be lost with the step: compute the current step again.
+        if (auto now = s.run({}, {"step_value"}); now.ok()) local = now->at(0).scalar_value<std::int64_t>();
+        continue;
+      }
+      local = r->at(1).scalar_value<std::int64_t>();
+      progress.update(std::max(local, global_step.load()), r->at(0).scalar_value<float>());
+      if (w == 0 && !evaluate_at(local)) return;
+    }
+  };
+  std::optional<std::thread> sync_watch;
+  if (coordinator != nullptr && first_step < total_steps) {
+    if (status s = coordinator->start(); !s.ok()) {
+      progress.finish();
+      end_run();
+      for (auto& th : readers) th.join();
+      return s;
+    }
+    sync_watch.emplace([&] {
+      if (status s = coordinator->wait(); !s.ok()) fail(std::move(s));
+    });
+  }
   std::vector<std::thread> trainers;
   for (std::size_t w = 0; w < workers.size(); ++w) {
     trainers.emplace_back([&, w] {
+      if (sync) return sync_worker(w);
       actors::session& s = *workers[w];
       while (!stop && global_step.load() < total_steps) {
         result<std::vector<tensor>> r = internal_error("not run");
@@ -537,22 +712,15 @@ result<run_summary> run_scenario(const scenario::Scenario& sc, const run_options
         if (checkpoints != nullptr) checkpoints->step_done(step);
         faults.step_reached(step);
         progress.update(std::max(step, seen), loss);
-        if (w == 0 && next_eval > 0 && step >= next_eval && step < total_steps) {
-          std::lock_guard<std::mutex> lock(eval_mutex);
-          auto acc = evaluate(**evaluator, *tests);
-          if (acc.ok()) {
-            progress.message(str_cat("step ", step, ": test accuracy ", std::to_string(*acc * 100).substr(0, 5), "%"));
-          } else if (cluster::is_retryable(acc.error())) {
-            progress.message(str_cat("step ", step, ": evaluation skipped (", acc.error().message(), ")"));
-          } else {
-            return fail(acc.error());
-          }
-          while (next_eval <= step) next_eval += t.eval_every();
-        }
+        if (w == 0 && !evaluate_at(step)) return;
       }
     });
   }
   for (auto& th : trainers) th.join();
+  if (sync_watch) {
+    if (!first_error.ok() || stop) end_run();
+    sync_watch->join();
+  }
   faults.lift_all();  // a fault without until_step lasts to the end of training
   double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
   end_run();  // wakes the readers
@@ -570,6 +738,11 @@ result<run_summary> run_scenario(const scenario::Scenario& sc, const run_options
   run_summary summary;
   summary.restarts = supervisor->restarts();
   summary.steps_retried = retried.load();
+  if (sync) {
+    std::vector<std::string> names;
+    for (int w = 0; w < layout->workers; ++w) names.push_back(str_cat("/job:", layout->worker_job, "/task:", w));
+    summary.sync = tally.record(names, layout->workers - t.backup_workers(), t.backup_workers());
+  }
   // The final checkpoint first: a fault on checkpoints is over once a later one commits.
   if (checkpoints != nullptr) {
     auto last = checkpoints->save_now();
@@ -610,11 +783,21 @@ result<run_summary> run_scenario(const scenario::Scenario& sc, const run_options
                              str_cat(r.reason, r.restored_step >= 0 ? str_cat("; restored step ", r.restored_step) : "")});
     }
     for (const auto& at : summary.checkpoints.commit_times) recorder->record_mark({"", "checkpoint", "checkpoint", at, at, ""});
+    if (sync) {
+      for (auto& m : tally.marks()) recorder->record_mark(std::move(m));
+    }
     TROUPE_RETURN_IF_ERROR(recorder->write(trace_file));
     out << "wrote trace " << trace_file << " (" << recorder->num_events()
         << " events; open it in https://ui.perfetto.dev)\n";
   }
   if (summary.steps_retried > 0) out << summary.steps_retried << " steps caught by faults were run again\n";
+  if (summary.sync.present) {
+    const auto& s = summary.sync;
+    out << "sync: each step averaged " << s.replicas_to_aggregate << " workers' gradients; dropped " << s.backup
+        << " as backups (too late for their step) and " << s.stale << " as stale; per worker used/backup/stale:";
+    for (const auto& [task, c] : s.workers) out << " " << task << " " << c.used << "/" << c.backup << "/" << c.stale;
+    out << "\n";
+  }
   for (const auto& f : summary.faults) {
     out << "fault: " << f.kind << (f.task.empty() ? "" : " " + f.task) << " at step " << f.at_step << ": "
         << (f.recovered ? str_cat("recovered in ", std::to_string(f.recovery_seconds).substr(0, 5), " s")

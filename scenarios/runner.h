@@ -67,6 +67,17 @@ struct run_summary {
   std::vector<fault_record> faults;
   std::map<std::string, int> restarts;  // by task
   std::int64_t steps_retried = 0;       // training and reader steps a fault caught, run again
+  // SYNC replication only (sync.present): what became of the workers' gradients.
+  struct sync_counts {
+    std::int64_t used = 0, stale = 0, backup = 0;
+  };
+  struct sync_record {
+    bool present = false;
+    int replicas_to_aggregate = 0;
+    int backup_workers = 0;
+    std::int64_t stale = 0, backup = 0;
+    std::map<std::string, sync_counts> workers;  // by task
+  } sync;
 };
 
 result<run_summary> run_scenario(const scenario::Scenario& s, const run_options& options = {});

@@ -39,6 +39,20 @@ scenario::RunSummary make_run_summary(const scenario::Scenario& s, const run_sum
   }
   for (const auto& [task, count] : summary->restarts) (*out.mutable_restarts())[task] = count;
   out.set_steps_retried(summary->steps_retried);
+  if (summary->sync.present) {
+    const auto& s = summary->sync;
+    auto* sync = out.mutable_sync();
+    sync->set_replicas_to_aggregate(s.replicas_to_aggregate);
+    sync->set_backup_workers(s.backup_workers);
+    sync->set_stale_gradients_dropped(s.stale);
+    sync->set_backup_gradients_dropped(s.backup);
+    for (const auto& [task, c] : s.workers) {
+      auto& w = (*sync->mutable_workers())[task];
+      w.set_used(c.used);
+      w.set_stale(c.stale);
+      w.set_backup(c.backup);
+    }
+  }
   auto* expectations = out.mutable_expectations();
   expectations->set_passed(summary->expectations_met && error.ok());
   for (const auto& f : summary->expectation_failures) expectations->add_failures(f);

@@ -17,6 +17,7 @@
 #include "scenarios/scenario.h"
 #include "scenarios/summary.h"
 #include "checkpoint/checkpoint.h"
+#include "tests/temp_dir.h"
 #include <google/protobuf/util/json_util.h>
 
 using namespace troupe;
@@ -98,13 +99,81 @@ TEST_CASE("set-up errors stop a run before it starts") {
   auto r = scenarios::run_scenario(missing, o);
   REQUIRE_FALSE(r.ok());
   CHECK_THAT(r.error().message(), Catch::Contains("/nonexistent/fashion"));
+}
 
-  std::string sync_text = k_small;
-  sync_text.replace(sync_text.find("eval_every: 150"), 15, "eval_every: 150 replication: SYNC");
-  auto sync = parse(sync_text);
-  auto s = scenarios::run_scenario(sync, o);
-  REQUIRE_FALSE(s.ok());
-  CHECK(s.error().error_code() == code::unimplemented);
+TEST_CASE("SYNC with a backup worker and a straggler learns, and leaves the straggler's late gradients out") {
+  std::string text = k_small;
+  text.replace(text.find("tasks: 2"), 8, "tasks: 3");
+  text.replace(text.find("eval_every: 150"), 15, "eval_every: 150 replication: SYNC backup_workers: 1");
+  text += "faults { fault { at_step: 1 straggle { task: \"/job:worker/task:2\" delay_ms: 30 } } }\n";
+  auto sc = parse(text);
+  std::ostringstream out;
+  scenarios::run_options o;
+  o.out = &out;
+  o.compute_threads = 2;
+  o.trace_file = "/tmp/troupe_runner_test_sync_trace.json";
+  auto summary = scenarios::run_scenario(sc, o);
+  if (!summary.ok()) FAIL(summary.error().to_string());
+  INFO(out.str());
+  CHECK(summary->steps == 300);
+  CHECK(summary->test_accuracy > 0.70);
+  const auto& s = summary->sync;
+  REQUIRE(s.present);
+  CHECK(s.replicas_to_aggregate == 2);
+  CHECK(s.backup_workers == 1);
+  REQUIRE(s.workers.size() == 3);
+  const auto& slow = s.workers.at("/job:worker/task:2");
+  const auto& fast = s.workers.at("/job:worker/task:0");
+  // The straggler (30 ms more per step than steps that take a few) is nearly always late.
+  CHECK(slow.backup > slow.used);
+  CHECK(fast.used > slow.used);
+  CHECK(s.backup >= slow.backup);
+  std::int64_t used = 0;
+  for (const auto& [task, c] : s.workers) used += c.used;
+  CHECK(used >= 2 * 300);
+  CHECK_THAT(out.str(), Catch::Contains("SYNC: each step averages 2 of 3") && Catch::Contains("dropped"));
+  auto json = scenarios::summary_json(scenarios::make_run_summary(sc, &*summary, status(), 1.0));
+  REQUIRE(json.ok());
+  CHECK_THAT(*json, Catch::Contains("\"backup_gradients_dropped\"") && Catch::Contains("\"stale_gradients_dropped\"") &&
+                        Catch::Contains("\"/job:worker/task:2\""));
+  auto trace = read_file(o.trace_file);
+  REQUIRE(trace.ok());
+  CHECK_THAT(*trace, Catch::Contains("sync step 299") && Catch::Contains("backups left out"));
+}
+
+TEST_CASE("SYNC without backups gives the same variables bit for bit on every run") {
+  std::string text = k_small;
+  text.replace(text.find("eval_every: 150"), 15, "eval_every: 0 replication: SYNC");
+  text += "dataset { shuffle: false reader_threads: 1 }\n";
+  std::vector<std::unique_ptr<checkpoint::reader>> finals;
+  std::vector<double> losses;
+  std::vector<std::unique_ptr<testing::temp_dir>> dirs;
+  for (int run = 0; run < 2; ++run) {
+    dirs.push_back(std::make_unique<testing::temp_dir>("troupe-sync-repeat"));
+    auto sc = parse(text + "checkpoint { dir: \"" + dirs.back()->path + "\" every_steps: 1000 }\n");
+    std::ostringstream out;
+    scenarios::run_options o;
+    o.out = &out;
+    o.steps = 60;
+    o.compute_threads = 2;
+    auto summary = scenarios::run_scenario(sc, o);
+    if (!summary.ok()) FAIL(summary.error().to_string());
+    REQUIRE(summary->checkpoints.latest_step == 60);
+    auto r = checkpoint::reader::open(summary->checkpoints.latest_path);
+    REQUIRE(r.ok());
+    finals.push_back(std::make_unique<checkpoint::reader>(std::move(*r)));
+    losses.push_back(summary->final_loss);
+  }
+  CHECK(losses[0] == losses[1]);
+  REQUIRE(finals[0]->variables().size() == finals[1]->variables().size());
+  for (const auto& v : finals[0]->variables()) {
+    auto a = finals[0]->read(v.name);
+    auto b = finals[1]->read(v.name);
+    REQUIRE(a.ok());
+    REQUIRE(b.ok());
+    INFO(v.name);
+    CHECK(a->equals(*b));
+  }
 }
 
 TEST_CASE("a reader that fails ends the run with its error, waking the trainers parked in their dequeue") {
