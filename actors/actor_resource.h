@@ -62,6 +62,7 @@ class actor_resource : public resource {
 template <class R, class Make>
 result<std::shared_ptr<R>> find_or_make(runtime_device& device, const std::string& container, const std::string& name,
                                         Make make) {
+  TROUPE_RETURN_IF_ERROR(device.alive());
   auto found = device.resources().lookup_or_create(container, name, [&]() -> result<std::shared_ptr<resource>> {
     result<std::shared_ptr<R>> made = make();
     if (!made.ok()) return made.error();
@@ -79,6 +80,7 @@ result<std::shared_ptr<R>> find_or_make(runtime_device& device, const std::strin
 template <class R>
 result<std::shared_ptr<R>> find_existing(runtime_device& device, const std::string& container, const std::string& name,
                                          std::string_view hint) {
+  TROUPE_RETURN_IF_ERROR(device.alive());
   auto found = std::dynamic_pointer_cast<R>(device.resources().lookup(container, name));
   if (found != nullptr) return found;
   return not_found_error("no ", R::kind_name, " '", name, "' in container '", container, "' on ", device.name(), ": ",

@@ -110,6 +110,7 @@ status cluster::for_each_device(std::string_view task,
 status cluster::kill_task(std::string_view task) {
   const caf::error reason = to_caf_error(unavailable_error("task ", canonical_task(task), " was killed"));
   return for_each_device(task, [&](const std::string& full, std::unique_ptr<runtime_device>& dev) {
+    dev->mark_killed(str_cat("task ", canonical_task(task), " was killed"));
     dev->resources().clear();  // variables and queues end, their state lost
     send_exit(directory_->find(full), reason);
   });
@@ -118,6 +119,7 @@ status cluster::kill_task(std::string_view task) {
 result<int> cluster::restart_task(std::string_view task) {
   const caf::error reason = to_caf_error(unavailable_error("task ", canonical_task(task), " was restarted"));
   TROUPE_RETURN_IF_ERROR(for_each_device(task, [&](const std::string& full, std::unique_ptr<runtime_device>& dev) {
+    dev->mark_killed(str_cat("task ", canonical_task(task), " was restarted"));
     dev->resources().clear();
     send_exit(directory_->find(full), reason);  // no-op when already down
     retired_.push_back(std::move(dev));

@@ -130,6 +130,23 @@ class runtime_device final : public kernels::device {
     return it->second;
   }
 
+  // A killed device: from now on its resources are gone and none is made again, so that
+  // a kernel still running when the task was killed fails UNAVAILABLE (retryable) rather
+  // than finding a fresh, uninitialized variable. A restart makes a new device.
+  void mark_killed(std::string reason) {
+    {
+      std::lock_guard<std::mutex> lock(killed_mutex_);
+      killed_reason_ = std::move(reason);
+    }
+    killed_.store(true, std::memory_order_release);
+  }
+  // Ok, or UNAVAILABLE saying why the device was killed.
+  status alive() const {
+    if (!killed_.load(std::memory_order_acquire)) return status();
+    std::lock_guard<std::mutex> lock(killed_mutex_);
+    return unavailable_error(name(), " is down: ", killed_reason_);
+  }
+
   // The tracer of the run, or null when it is not traced.
   step_tracer* tracer() const { return tracer_; }
   void set_tracer(step_tracer* t) { tracer_ = t; }
@@ -155,6 +172,9 @@ class runtime_device final : public kernels::device {
   std::mutex links_mutex_;
   std::map<std::string, link_fault, std::less<>> links_;  // by destination task
   std::atomic<bool> has_link_faults_{false};
+  std::atomic<bool> killed_{false};
+  mutable std::mutex killed_mutex_;
+  std::string killed_reason_;  // guarded by killed_mutex_
   std::uint64_t link_draws_ = 0;  // guarded by links_mutex_
   std::atomic<std::int64_t> straggle_us_{0};
   std::atomic<std::int64_t> stalled_until_ns_{0};

@@ -128,8 +128,9 @@ result<std::int64_t> sync_coordinator::turn() {
     if (epoch_.load() != epoch) return aborted_error("a recovery restored the variables while the step's gradients "
                                                      "were being gathered");
     applied = session_->run(feeds, {step_after_}, {update_});
+    if (!applied.ok()) return applied.error();
+    if (status s = release_tokens(); !s.ok()) return s.with_context("handing out tokens");
   }
-  if (!applied.ok()) return applied.error();
   return applied->at(0).scalar_value<std::int64_t>();
 }
 
@@ -145,8 +146,11 @@ void sync_coordinator::loop() {
         outcome = next.error().with_context("sync coordinator");
         break;
       }
-      // The turn's gradients are lost with it: every replica computes the step again.
+      // The turn's gradients are lost with it: every replica computes the step again
+      // (inside the gate: after the recovery under way, if any, has restored the values).
       std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      std::optional<step_gate::pass> inside;
+      if (options_.gate != nullptr) inside.emplace(*options_.gate);
       if (status s = reset_and_release(); !s.ok() && options_.log) {
         options_.log(str_cat("sync: resetting after a failed update: ", s.message(), "; trying again"));
       }
@@ -154,13 +158,6 @@ void sync_coordinator::loop() {
     }
     step = *next;
     ++updates_;
-    if (status s = release_tokens(); !s.ok()) {
-      if (!options_.retry || !options_.retry(s)) {
-        outcome = s.with_context("sync coordinator: handing out tokens");
-        break;
-      }
-      (void)reset_and_release();
-    }
     if (options_.step_done) options_.step_done(step);
     if (step >= options_.last_step) break;
   }

@@ -16,11 +16,14 @@
 //  1. takes every accumulator's aggregate (waits for replicas_to_aggregate gradients of
 //     the step; outside the gate, so a checkpoint or a recovery never waits for a worker);
 //  2. inside the gate: applies the aggregates and advances the global step (unless a
-//     recovery rolled the variables back since 1: then the aggregates are dropped);
-//  3. gives a token to every replica whose token queue is empty, and calls step_done.
+//     recovery rolled the variables back since 1: then the aggregates are dropped), and
+//     gives a token to every replica whose token queue is empty;
+//  3. calls step_done.
 // A failed turn that `retry` allows (a task went down: the supervisor restarts it) resets
-// the accumulators to the global step and hands out tokens again, so that every replica
-// computes the step again; one it does not allow ends the loop with that error. At the
+// the accumulators to the global step and hands out tokens again, inside the gate (so
+// after the recovery), so that every replica computes the step again; one it does not
+// allow ends the loop with that error. Replicas should apply their gradients inside the
+// gate too (train::sync_replicas_ops::apply) and wait for tokens outside it. At the
 // end (last_step reached, or stop()), every replica gets a token, so none waits.
 //
 // Thread safety: rolled_back may be called from any thread (a supervisor's recovery);

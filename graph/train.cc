@@ -505,6 +505,11 @@ result<sync_replicas_ops> minimize(const scope& s, const sync_replicas_optimizer
                         .add("QueueDequeueV2", {queues[static_cast<std::size_t>(replica)]},
                              {{"component_types", attr_value(std::vector<dtype>{dtype::int64})}});
   out.next_local_step = ops::identity(ss.with_name("next_local_step"), read_step(at_step.with_control_dependencies({token})));
+  out.apply = ops::no_op(ss.with_name("apply").with_control_dependencies(applies));
+  operation next_token = at_step.with_name("next_token")
+                             .add("QueueDequeueV2", {queues[static_cast<std::size_t>(replica)]},
+                                  {{"component_types", attr_value(std::vector<dtype>{dtype::int64})}});
+  out.after_token = ops::identity(ss.with_name("after_token"), read_step(at_step.with_control_dependencies({next_token})));
   out.train = ops::no_op(ss.with_name("train").with_control_dependencies({token, operation{out.next_local_step.node, {}}}));
   if (!s.ok()) return s.get_status().with_context("sync_replicas");
   return out;

@@ -108,7 +108,9 @@ variable make_global_step(const scope& s, variable_collection& vars);
 //   - `train` (a replica's step): each gradient into its accumulator, tagged with the
 //     fed `local_step` (an int64 Placeholder "sync_replicas/local_step"), then a token
 //     from this replica's token queue; `next_local_step` is the global step read after
-//     the token: feed it as the next step's local_step;
+//     the token: feed it as the next step's local_step. The same in two steps: `apply`
+//     (the gradients only), then `after_token` (waits for a token, then reads the global
+//     step) — how cluster code keeps the wait for a token out of its step gate;
 //   - `update` (the chief's, which cluster::sync_coordinator runs, never a worker): takes
 //     the aggregate of replicas_to_aggregate gradients from every accumulator, then (after
 //     every take) applies them with the base optimizer and adds 1 to the global step;
@@ -140,6 +142,8 @@ struct sync_replicas_ops {
   operation train;         // a replica's step
   output local_step;       // fed: int64 scalar
   output next_local_step;  // fetched after train: int64 scalar
+  operation apply;         // train's first half
+  output after_token;      // train's second half: int64 scalar, like next_local_step
   operation update;        // the chief's step
   // The aggregates the update applies: (a take's output, the tensor the update reads in
   // its place). A chief may run the takes alone, fetching the first of each pair, then

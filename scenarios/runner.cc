@@ -242,23 +242,17 @@ class recorder_tracer final : public actors::step_tracer {
 
 // What synchronous replication did with each worker's gradients: a gradient is one
 // worker's step, used when an accumulator aggregated it, else dropped: as a backup when
-// its worker began it at the step then current (it lost the race: the workers ahead of
-// it made the step's aggregate), as stale when its worker began it already behind (after
-// a restart or a rollback, or an update that came between its token and its start).
+// it came right after its own step's aggregate (it lost the race for that step to the
+// workers ahead of it), as stale when it came later still (computed on values more than
+// one update old: a worker far slower than the others, or a step a rollback undid).
 class sync_tally final : public actors::sync_observer {
  public:
-  void gradient(const std::string&, const std::string& source, std::int64_t local_step, std::int64_t,
+  void gradient(const std::string&, const std::string& source, std::int64_t local_step, std::int64_t global_step,
                 bool kept) override {
     if (kept) return;
     std::lock_guard<std::mutex> lock(mutex_);
-    dropped_.insert({source, local_step});
-  }
-  // Worker `source` begins a step at `local_step` while the global step is already
-  // `global_step`.
-  void begun(const std::string& source, std::int64_t local_step, std::int64_t global_step) {
-    if (local_step >= global_step) return;
-    std::lock_guard<std::mutex> lock(mutex_);
-    behind_.insert({source, local_step});
+    auto [it, first] = dropped_.try_emplace({source, local_step}, local_step == global_step - 1);
+    if (!first) it->second = it->second && local_step == global_step - 1;
   }
   void aggregated(const std::string&, std::int64_t step, const std::vector<std::string>& sources) override {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -277,10 +271,9 @@ class sync_tally final : public actors::sync_observer {
     for (const auto& [step, s] : steps_) {
       for (const auto& w : s.used) ++r.workers[w].used;
     }
-    for (const auto& key : dropped_) {
+    for (const auto& [key, backup] : dropped_) {
       auto it = steps_.find(key.second);
       if (it != steps_.end() && it->second.used.count(key.first) > 0) continue;  // another variable's take used it
-      const bool backup = behind_.count(key) == 0;
       auto& c = r.workers[key.first];
       ++(backup ? c.backup : c.stale);
       ++(backup ? r.backup : r.stale);
@@ -295,9 +288,9 @@ class sync_tally final : public actors::sync_observer {
     for (const auto& [step, s] : steps_) {
       std::string used, backups, stale;
       for (const auto& w : s.used) used += str_cat(used.empty() ? "" : ", ", w);
-      for (const auto& key : dropped_) {
+      for (const auto& [key, backup] : dropped_) {
         if (key.second != step || s.used.count(key.first) > 0) continue;
-        std::string& list = behind_.count(key) == 0 ? backups : stale;
+        std::string& list = backup ? backups : stale;
         list += str_cat(list.empty() ? "" : ", ", key.first);
       }
       out.push_back({"", str_cat("sync step ", step), "sync", s.at, s.at,
@@ -314,8 +307,7 @@ class sync_tally final : public actors::sync_observer {
   };
   mutable std::mutex mutex_;
   std::map<std::int64_t, step_record> steps_;
-  std::set<std::pair<std::string, std::int64_t>> dropped_;         // (source, local step)
-  std::set<std::pair<std::string, std::int64_t>> behind_;          // begun behind the global step
+  std::map<std::pair<std::string, std::int64_t>, bool> dropped_;  // (source, local step) -> a backup?
 };
 
 // The scenario's listed faults as the injector takes them; drop_messages draws from the
@@ -646,27 +638,52 @@ result<run_summary> run_scenario(const scenario::Scenario& sc, const run_options
     return true;
   };
   // A SYNC worker: each step hands its gradients to the accumulators with the step it
-  // computed them at, and waits for its token (the coordinator's next update).
+  // computed them at (inside the gate: a recovery or a checkpoint never sees half of
+  // it), then waits for its token, the coordinator's next update (outside: the update it
+  // waits for passes through the gate).
   auto sync_worker = [&](std::size_t w) {
     actors::session& s = *workers[w];
     const auto& o = sync_ops[w];
     std::int64_t local = first_step;
-    const std::string source = str_cat("/job:", layout->worker_job, "/task:", w);
-    while (!stop && local < total_steps) {
-      tally.begun(source, local, global_step.load());
-      auto r = s.run({{o.local_step.name(), tensor::scalar<std::int64_t>(local)}}, {"loss_value", o.next_local_step.name()},
-                     {k_train});
-      if (!r.ok()) {
-        if (!retry(r.error())) {
-          return fail(supervisor->failure().ok() ? r.error().with_context(str_cat("training step on worker ", w))
-                                                 : supervisor->failure());
+    // After a failure: the step to compute now, read inside the gate (so never from a
+    // task restarted but not yet restored). False when the run must end.
+    auto resume = [&](const status& error) {
+      while (!stop) {
+        if (!retry(error)) {
+          fail(supervisor->failure().ok() ? error.with_context(str_cat("training step on worker ", w))
+                                          : supervisor->failure());
+          return false;
         }
+        cluster::step_gate::pass inside(gate);
+        if (auto now = s.run({}, {"step_value"}); now.ok()) {
+          local = now->at(0).scalar_value<std::int64_t>();
+          return true;
+        }
+      }
+      return false;
+    };
+    while (!stop && local < total_steps) {
+      result<std::vector<tensor>> r = internal_error("not run");
+      {
+        cluster::step_gate::pass inside(gate);
+        r = s.run({{o.local_step.name(), tensor::scalar<std::int64_t>(local)}}, {"loss_value"}, {o.apply.node});
+      }
+      if (!r.ok()) {
         // The gradient may be lost with the step: compute the current step again.
-        if (auto now = s.run({}, {"step_value"}); now.ok()) local = now->at(0).scalar_value<std::int64_t>();
+        if (!resume(r.error())) return;
         continue;
       }
-      local = r->at(1).scalar_value<std::int64_t>();
-      progress.update(std::max(local, global_step.load()), r->at(0).scalar_value<float>());
+      const double loss = r->at(0).scalar_value<float>();
+      auto next = s.run({}, {o.after_token.name()});
+      if (!next.ok()) {
+        if (stop) return;
+        // A task went down while this worker waited (its token queue with it): the
+        // coordinator hands out tokens again once it is back; resume from the step then.
+        if (!resume(cluster::is_retryable(next.error()) ? next.error() : unavailable_error(next.error().message()))) return;
+        continue;
+      }
+      local = next->at(0).scalar_value<std::int64_t>();
+      progress.update(std::max(local, global_step.load()), loss);
       if (w == 0 && !evaluate_at(local)) return;
     }
   };

@@ -4,6 +4,7 @@
 // its variables are gone (uninitialized) until assigned again, other tasks' are intact.
 #include <catch2/catch.hpp>
 
+#include "actors/variable.h"
 #include "graph/ops.h"
 #include "graph/variables.h"
 #include "tests/actors/session_fixture.h"
@@ -100,4 +101,29 @@ TEST_CASE("a killed task fails the steps that need it; restarted, it is reached 
   CHECK(c->kill_task("/job:ps/task:7").error_code() == code::not_found);
   CHECK_FALSE(c->restart_task("/job:nope/task:0").ok());
   CHECK(c->task_names().size() == 3);
+}
+
+TEST_CASE("a kernel still running on a killed task finds no resource there, not a fresh uninitialized one",
+          "[restart]") {
+  // kill_task clears the task's resources before its actors have gone: a VarHandleOp of a
+  // step caught in between must fail UNAVAILABLE (retryable), not create an empty
+  // variable whose read fails FAILED_PRECONDITION (which ends a training run).
+  auto cluster = troupe::testing::ps_worker_cluster(2, 1);
+  auto m = build();
+  actors::session_options o;
+  o.cluster = cluster;
+  auto s = make_session(m->root, o);
+  REQUIRE(s->run({}, {}, {"init"}).ok());
+  REQUIRE(cluster->kill_task("/job:ps/task:0").ok());
+  auto* dev = cluster->find_device("/job:ps/replica:0/task:0/device:CPU:0");
+  REQUIRE(dev != nullptr);
+  auto found = actors::find_existing<actors::variable_resource>(*dev, "", "a", "");
+  REQUIRE_FALSE(found.ok());
+  CHECK(found.error().error_code() == code::unavailable);
+  CHECK_THAT(found.error().message(), Catch::Contains("was killed"));
+  auto made = actors::find_or_make<actors::variable_resource>(*dev, "", "a", [&]() -> result<std::shared_ptr<actors::variable_resource>> {
+    FAIL("a killed device made a resource");
+    return internal_error("unreachable");
+  });
+  CHECK(made.error().error_code() == code::unavailable);
 }

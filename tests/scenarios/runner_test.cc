@@ -124,10 +124,11 @@ TEST_CASE("SYNC with a backup worker and a straggler learns, and leaves the stra
   REQUIRE(s.workers.size() == 3);
   const auto& slow = s.workers.at("/job:worker/task:2");
   const auto& fast = s.workers.at("/job:worker/task:0");
-  // The straggler (30 ms more per step than steps that take a few) is nearly always late.
-  CHECK(slow.backup > slow.used);
-  CHECK(fast.used > slow.used);
-  CHECK(s.backup >= slow.backup);
+  // The straggler (30 ms more per step than steps that take a few) is nearly always late:
+  // by one step (a backup) or by more (stale).
+  CHECK(slow.backup + slow.stale > slow.used);
+  CHECK(fast.used > 10 * slow.used);
+  CHECK(s.backup + s.stale >= slow.backup + slow.stale);
   std::int64_t used = 0;
   for (const auto& [task, c] : s.workers) used += c.used;
   CHECK(used >= 2 * 300);
