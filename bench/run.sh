@@ -18,8 +18,8 @@
 # (lscpu, free, OPENBLAS_CORETYPE, compiler); (4) for each round run every model with
 # troupe and then its PyTorch peer (the order flips every other round so drift hits both
 # alike), then the machine ceilings (FMA peak, sgemm) and runtime micro-benchmarks;
-# (5) the paper's Figure 6 once; (6) bench/report.py writes report.md, ratios.png and
-# figure6.png into the results folder. Raw JSON and logs stay beside them.
+# (5) the paper's Figures 6 and 8 once; (6) bench/report.py writes report.md, ratios.png,
+# figure6.png and figure8.png into the results folder. Raw JSON and logs stay beside them.
 #
 # Peers run at their best (../shared/notes/baselines.md): tcmalloc preloaded, inter-op
 # threads off, 1 and 2 intra-op threads tried and the better kept; troupe's programs also
@@ -51,11 +51,13 @@ if [ "$mode" = quick ]; then
   min_time=0.3           # Google Benchmark seconds per figure
   peer_args=(--seconds 1 --repeats 3)
   figure6_args=(--workers=1,2,5,10,25 --seconds=0.5 --warmup=0.2 --embedding_mb=256)
+  figure8_args=(--aggregate=50 --backups=0,1,2,3,4,5 --base_ms=50 --steps=20 --warmup=3)
 else
   : "${rounds:=3}"
   min_time=2
   peer_args=(--seconds 3 --repeats 5)
   figure6_args=(--workers=1,2,5,10,25,50,100 --seconds=2 --warmup=0.5 --embedding_mb=1024)
+  figure8_args=(--aggregate=50 --backups=0,1,2,3,4,5 --base_ms=100 --steps=60 --warmup=5)
 fi
 [ -n "$out" ] || out="$root/bench/results/$(date +%Y-%m-%d-%H%M%S)"
 mkdir -p "$out/logs"
@@ -189,6 +191,11 @@ done
 log "Figure 6: ${figure6_args[*]}"
 "$bin/bench_figure6" "${figure6_args[@]}" >"$out/figure6.json" 2>"$out/logs/figure6.log" \
   || { log "  bench_figure6 FAILED (log: $out/logs/figure6.log)"; failures=$((failures + 1)); }
+
+# --- 5a. Figure 8: synchronous replication with backup workers (issue 15) ---
+log "Figure 8: ${figure8_args[*]}"
+"$bin/bench_figure8" "${figure8_args[@]}" >"$out/figure8.json" 2>"$out/logs/figure8.log" \
+  || { log "  bench_figure8 FAILED (log: $out/logs/figure8.log)"; failures=$((failures + 1)); }
 
 # --- 5b. Graph set-up at scale (issue 13: <= 1.5 s and <= 150 MB for 100,000 nodes) ---
 log "graph set-up: 100,000 Neg nodes"

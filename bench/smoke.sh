@@ -48,6 +48,11 @@ echo "== bench_figure6"
 "$bin/bench_figure6" --workers=1,3 --ps=4 --seconds=0.05 --warmup=0.01 --embedding_mb=1 \
   >"$out/figure6.json" 2>"$out/figure6.log" || { cat "$out/figure6.log" >&2; exit 1; }
 
+echo "== bench_figure8"
+"$bin/bench_figure8" --aggregate=4 --backups=0,1 --steps=3 --warmup=1 --base_ms=1 \
+  >"$out/figure8.json" 2>"$out/figure8.log" || { cat "$out/figure8.log" >&2; exit 1; }
+grep -q '"normalized_speedup"' "$out/figure8.json" || { echo "smoke: bench_figure8 wrote no speedup" >&2; exit 1; }
+
 echo "== bench_graph_setup"
 "$bin/bench_graph_setup" --nodes=1000 >"$out/graph_setup.json" 2>"$out/graph_setup.log" \
   || { cat "$out/graph_setup.log" >&2; exit 1; }
@@ -63,5 +68,6 @@ if command -v python3 >/dev/null; then
   echo "== report.py"
   python3 "$here/report.py" --results "$out" --quiet
   grep -q '^| MLP [^|]* | [0-9]' "$out/report.md" || { cat "$out/report.md" >&2; echo "smoke: report lacks the MLP row" >&2; exit 1; }
+  grep -q '^| 1 | 5 | [0-9]' "$out/report.md" || { cat "$out/report.md" >&2; echo "smoke: report lacks Figure 8's rows" >&2; exit 1; }
 fi
 echo "smoke: ok"
