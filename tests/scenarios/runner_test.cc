@@ -142,6 +142,28 @@ TEST_CASE("SYNC with a backup worker and a straggler learns, and leaves the stra
   CHECK_THAT(*trace, Catch::Contains("sync step 299") && Catch::Contains("backups left out"));
 }
 
+TEST_CASE("SYNC with a backup goes on while a killed worker restarts, and the worker rejoins") {
+  std::string text = k_small;
+  text.replace(text.find("tasks: 2"), 8, "tasks: 3");
+  text.replace(text.find("eval_every: 150"), 15, "eval_every: 0 replication: SYNC backup_workers: 1");
+  text += "faults { fault { at_step: 60 kill { task: \"/job:worker/task:1\" } } }\n";
+  auto sc = parse(text);
+  std::ostringstream out;
+  scenarios::run_options o;
+  o.out = &out;
+  o.compute_threads = 2;
+  auto summary = scenarios::run_scenario(sc, o);
+  if (!summary.ok()) FAIL(summary.error().to_string());
+  INFO(out.str());
+  CHECK(summary->steps == 300);
+  REQUIRE(summary->faults.size() == 1);
+  CHECK(summary->faults[0].recovered);
+  CHECK(summary->restarts.at("/job:worker/replica:0/task:1") == 1);
+  // The killed worker's gradients count again after its restart.
+  CHECK(summary->sync.workers.at("/job:worker/task:1").used > 60);
+  CHECK(summary->test_accuracy > 0.70);
+}
+
 TEST_CASE("SYNC without backups gives the same variables bit for bit on every run") {
   std::string text = k_small;
   text.replace(text.find("eval_every: 150"), 15, "eval_every: 0 replication: SYNC");
