@@ -10,6 +10,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <future>
+#include <optional>
 #include <sstream>
 
 #include "core/file.h"
@@ -47,6 +48,25 @@ training {
 }
 report { progress: PLAIN progress_every: 100 expect { min_test_accuracy: 0.70 } }
 )";
+
+// k_small with three workers, SYNC replication with one backup, and `faults`.
+scenario::Scenario sync_with_backup(const std::string& eval_every, const std::string& faults) {
+  std::string text = k_small;
+  text.replace(text.find("tasks: 2"), 8, "tasks: 3");
+  text.replace(text.find("eval_every: 150"), 15, "eval_every: " + eval_every + " replication: SYNC backup_workers: 1");
+  return parse(text + "faults { " + faults + " }\n");
+}
+
+// Runs `sc` on 2 compute threads, its output into `out`; fails the test if it fails.
+scenarios::run_summary run_ok(const scenario::Scenario& sc, std::ostringstream& out, const std::string& trace = "") {
+  scenarios::run_options o;
+  o.out = &out;
+  o.compute_threads = 2;
+  o.trace_file = trace;
+  auto summary = scenarios::run_scenario(sc, o);
+  if (!summary.ok()) FAIL(summary.error().to_string() << "\n" << out.str());
+  return *summary;
+}
 
 }  // namespace
 
@@ -102,18 +122,10 @@ TEST_CASE("set-up errors stop a run before it starts") {
 }
 
 TEST_CASE("SYNC with a backup worker and a straggler learns, and leaves the straggler's late gradients out") {
-  std::string text = k_small;
-  text.replace(text.find("tasks: 2"), 8, "tasks: 3");
-  text.replace(text.find("eval_every: 150"), 15, "eval_every: 150 replication: SYNC backup_workers: 1");
-  text += "faults { fault { at_step: 1 straggle { task: \"/job:worker/task:2\" delay_ms: 30 } } }\n";
-  auto sc = parse(text);
+  auto sc = sync_with_backup("150", R"(fault { at_step: 1 straggle { task: "/job:worker/task:2" delay_ms: 30 } })");
   std::ostringstream out;
-  scenarios::run_options o;
-  o.out = &out;
-  o.compute_threads = 2;
-  o.trace_file = "/tmp/troupe_runner_test_sync_trace.json";
-  auto summary = scenarios::run_scenario(sc, o);
-  if (!summary.ok()) FAIL(summary.error().to_string());
+  const std::string trace_file = "/tmp/troupe_runner_test_sync_trace.json";
+  auto summary = std::make_optional(run_ok(sc, out, trace_file));
   INFO(out.str());
   CHECK(summary->steps == 300);
   CHECK(summary->test_accuracy > 0.70);
@@ -137,23 +149,15 @@ TEST_CASE("SYNC with a backup worker and a straggler learns, and leaves the stra
   REQUIRE(json.ok());
   CHECK_THAT(*json, Catch::Contains("\"backup_gradients_dropped\"") && Catch::Contains("\"stale_gradients_dropped\"") &&
                         Catch::Contains("\"/job:worker/task:2\""));
-  auto trace = read_file(o.trace_file);
+  auto trace = read_file(trace_file);
   REQUIRE(trace.ok());
   CHECK_THAT(*trace, Catch::Contains("sync step 299") && Catch::Contains("backups left out"));
 }
 
 TEST_CASE("SYNC with a backup goes on while a killed worker restarts, and the worker rejoins") {
-  std::string text = k_small;
-  text.replace(text.find("tasks: 2"), 8, "tasks: 3");
-  text.replace(text.find("eval_every: 150"), 15, "eval_every: 0 replication: SYNC backup_workers: 1");
-  text += "faults { fault { at_step: 60 kill { task: \"/job:worker/task:1\" } } }\n";
-  auto sc = parse(text);
+  auto sc = sync_with_backup("0", R"(fault { at_step: 60 kill { task: "/job:worker/task:1" } })");
   std::ostringstream out;
-  scenarios::run_options o;
-  o.out = &out;
-  o.compute_threads = 2;
-  auto summary = scenarios::run_scenario(sc, o);
-  if (!summary.ok()) FAIL(summary.error().to_string());
+  auto summary = std::make_optional(run_ok(sc, out));
   INFO(out.str());
   CHECK(summary->steps == 300);
   REQUIRE(summary->faults.size() == 1);
