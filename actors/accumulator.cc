@@ -225,7 +225,10 @@ caf::behavior accumulator_behavior(accumulator_actor* self, accumulator_options 
         auto& st = self->state;
         status s = st.check(m);
         if (!s.ok()) return m.done(std::move(s));
-        const bool kept = m.local_step == st.global_step;
+        bool kept = m.local_step == st.global_step;
+        if (kept && st.options.one_per_source && !m.source.empty()) {
+          kept = std::none_of(st.kept.begin(), st.kept.end(), [&](const entry& e) { return e.source == m.source; });
+        }
         if (auto* o = st.options.observer) o->gradient(st.options.name, m.source, m.local_step, st.global_step, kept);
         if (kept) {
           st.kept.push_back(entry{std::move(m.source), st.next_serial++, m.local_step, std::move(m.gradient),
@@ -286,7 +289,7 @@ caf::actor spawn_accumulator(caf::actor_system& system, accumulator_options opti
 status accumulator_resource::matches(const accumulator_options& other) const {
   const auto& o = options_;
   if (o.type != other.type || o.sparse != other.sparse || o.reduction != other.reduction ||
-      !(o.shape == other.shape)) {
+      o.one_per_source != other.one_per_source || !(o.shape == other.shape)) {
     return invalid_argument_error(label(), " already exists as a ", o.sparse ? "sparse " : "", dtype_name(o.type),
                                   " accumulator of shape ", o.shape.to_string(), " (",
                                   o.reduction == accumulator_reduction::mean ? "MEAN" : "SUM",

@@ -25,6 +25,9 @@
 //     lower). *The gradients kept are discarded: a new step starts a new aggregate (after
 //     a recovery the ones kept may have been computed on values since rolled back).
 //  5. num_accumulated: how many gradients are kept now.
+//  *With one_per_source (the op attribute `_one_per_worker`, which train::sync_replicas
+//     sets), a second gradient of one source for the step is dropped: a worker whose step
+//     failed after it handed its gradient in, and ran the step again, is counted once.
 //  6. cancel(request_id) fails a parked take with `cancelled`; when the actor ends, parked
 //     takes fail with `unavailable` (actors/reply.h).
 // Every kept or dropped gradient and every take is reported to the device's
@@ -61,6 +64,7 @@ struct accumulator_options {
   partial_shape shape = partial_shape::unknown();
   accumulator_reduction reduction = accumulator_reduction::mean;
   bool sparse = false;
+  bool one_per_source = false;   // keep one gradient per (non-empty) source and step
   compute_pool* pool = nullptr;  // where sums run; null: on the actor
   sync_observer* observer = nullptr;
   caf::actor owner;              // when valid, the accumulator ends with it

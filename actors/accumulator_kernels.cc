@@ -33,6 +33,7 @@ class accumulator_op_kernel final : public kernels::op_kernel {
     }
     options_.reduction = reduction == "SUM" ? accumulator_reduction::sum : accumulator_reduction::mean;
     options_.sparse = c.node().op() == "SparseConditionalAccumulator";
+    if (c.node().attr().count("_one_per_worker") > 0 && !c.get_attr("_one_per_worker", &options_.one_per_source)) return;
     options_.name = key_.name;
     options_.pool = &key_.device->pool();
     options_.observer = key_.device->sync_watcher();

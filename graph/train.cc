@@ -423,7 +423,8 @@ result<sync_replicas_ops> minimize(const scope& s, const sync_replicas_optimizer
     std::map<std::string, tf::AttrValue> attrs = {{"dtype", attr_value(v.type)},
                                                   {"shape", attr_value(partial_shape(v.shape))},
                                                   {"shared_name", attr_value(v.name + "/sync_accumulator")},
-                                                  {"reduction_type", attr_value(std::string(sparse ? "SUM" : "MEAN"))}};
+                                                  {"reduction_type", attr_value(std::string(sparse ? "SUM" : "MEAN"))},
+                                                  {"_one_per_worker", attr_value(true)}};
     std::vector<std::int32_t> row_shape{-1};
     for (int d = 1; d < v.shape.rank(); ++d) row_shape.push_back(static_cast<std::int32_t>(v.shape.dim(d)));
     const output minus_one = ops::constant(vs, tensor::from_vector<std::int32_t>({-1}));

@@ -121,7 +121,8 @@ variable make_global_step(const scope& s, variable_collection& vars);
 //     its queue is empty, so no replica takes another's token and none is ever handed
 //     a stale one; `close_tokens` closes them all (waiting replicas fail `cancelled`).
 // Semantics: a gradient computed at a local step older than its accumulator's step is
-// dropped as stale; a step's aggregate is of the first replicas_to_aggregate gradients
+// dropped as stale, and so is a worker's second gradient for a step (a step it ran again
+// after a failure: accumulators made here keep one per worker); a step's aggregate is of the first replicas_to_aggregate gradients
 // to arrive (the others of that step are dropped: with total_num_replicas >
 // replicas_to_aggregate they are the backups), summed in a fixed order (by worker
 // index), so that with no backups the same inputs give the same bits on every run.

@@ -621,11 +621,17 @@ result<run_summary> run_scenario(const scenario::Scenario& sc, const run_options
   std::mutex eval_mutex;
   std::int64_t next_eval = t.eval_every() > 0 ? t.eval_every() : 0;
   auto started = std::chrono::steady_clock::now();
-  // Worker 0 evaluates the model every eval_every steps; false when that failed the run.
+  // Worker 0 evaluates the model every eval_every steps (inside the gate: never on a task
+  // restarted but not yet restored); false when that failed the run.
   auto evaluate_at = [&](std::int64_t step) {
     if (next_eval <= 0 || step < next_eval || step >= total_steps) return true;
     std::lock_guard<std::mutex> lock(eval_mutex);
-    auto acc = evaluate(**evaluator, *tests);
+    std::optional<result<double>> evaluated;
+    {
+      cluster::step_gate::pass inside(gate);
+      evaluated.emplace(evaluate(**evaluator, *tests));
+    }
+    auto& acc = *evaluated;
     if (acc.ok()) {
       progress.message(str_cat("step ", step, ": test accuracy ", std::to_string(*acc * 100).substr(0, 5), "%"));
     } else if (cluster::is_retryable(acc.error())) {

@@ -161,6 +161,23 @@ TEST_CASE("a take uses the first num_required gradients; the later ones are drop
   CHECK(f.events.dropped.back() == "/job:worker/task:3@0<1");
 }
 
+TEST_CASE("with one_per_source, a worker's second gradient for a step is dropped", "[accumulator]") {
+  fixture f;
+  auto o = dense();
+  o.one_per_source = true;
+  auto a = f.make(o);
+  REQUIRE(apply(*a, 0, "/job:worker/task:0", vec({1, 1, 1})).ok());
+  REQUIRE(apply(*a, 0, "/job:worker/task:0", vec({9, 9, 9})).ok());  // the same step, run again
+  CHECK(count(*a) == 1);
+  REQUIRE(apply(*a, 0, "", vec({5, 5, 5})).ok());  // unknown sources are not merged
+  REQUIRE(apply(*a, 0, "", vec({5, 5, 5})).ok());
+  CHECK(count(*a) == 3);
+  auto r = take(*a, 3).wait();
+  REQUIRE(r.ok());
+  CHECK(r->at(0).equals(vec({11.0f / 3, 11.0f / 3, 11.0f / 3})));
+  CHECK(f.events.dropped == std::vector<std::string>{"/job:worker/task:0@0<0"});
+}
+
 TEST_CASE("sparse aggregates: each index once, ascending; MEAN per index, SUM in total", "[accumulator]") {
   for (auto reduction : {actors::accumulator_reduction::mean, actors::accumulator_reduction::sum}) {
     fixture f;

@@ -215,21 +215,27 @@ TEST_CASE("a reader that fails ends the run with its error, waking the trainers 
     std::filesystem::copy_file(real + "/" + f, dir + "/" + f, std::filesystem::copy_options::overwrite_existing);
   }
   REQUIRE(write_file(dir + "/train-images-idx3-ubyte.gz", "these bytes are not an IDX file").ok());
-  auto sc = parse(k_small);
-  sc.mutable_dataset()->set_dir(dir);
-  std::ostringstream out;
-  scenarios::run_options o;
-  o.out = &out;
-  o.compute_threads = 2;
-  auto finished = std::async(std::launch::async, [&] { return scenarios::run_scenario(sc, o); });
-  if (finished.wait_for(std::chrono::seconds(60)) != std::future_status::ready) {
-    std::fprintf(stderr, "FATAL: the run did not end within 60 s after its reader failed\n");
-    std::abort();  // a hang cannot be failed and cleaned up in this process
+  // Also with SYNC: there the coordinator waits for gradients that never come, and must
+  // be stopped too.
+  for (const auto replication : {scenario::Training::ASYNC, scenario::Training::SYNC}) {
+    INFO(scenario::Training::Replication_Name(replication));
+    auto sc = parse(k_small);
+    sc.mutable_dataset()->set_dir(dir);
+    sc.mutable_training()->set_replication(replication);
+    std::ostringstream out;
+    scenarios::run_options o;
+    o.out = &out;
+    o.compute_threads = 2;
+    auto finished = std::async(std::launch::async, [&] { return scenarios::run_scenario(sc, o); });
+    if (finished.wait_for(std::chrono::seconds(60)) != std::future_status::ready) {
+      std::fprintf(stderr, "FATAL: the run did not end within 60 s after its reader failed\n");
+      std::abort();  // a hang cannot be failed and cleaned up in this process
+    }
+    auto summary = finished.get();
+    REQUIRE_FALSE(summary.ok());
+    CHECK(summary.error().error_code() == code::data_loss);
+    CHECK_THAT(summary.error().message(), Catch::Contains("input pipeline") && Catch::Contains("train-images"));
   }
-  auto summary = finished.get();
-  REQUIRE_FALSE(summary.ok());
-  CHECK(summary.error().error_code() == code::data_loss);
-  CHECK_THAT(summary.error().message(), Catch::Contains("input pipeline") && Catch::Contains("train-images"));
   std::filesystem::remove_all(dir);
 }
 
