@@ -253,11 +253,11 @@ TEST_CASE("with a backup worker, a slow worker's gradients are left out and no s
   const int workers = 3;
   const std::int64_t steps = 12;
   recorder events;
-  sync_run run = train_sync(workers, 2, steps, &events, /*slow=*/2, 60ms);
+  sync_run run = train_sync(workers, 2, steps, &events, /*slow=*/2, 150ms);
   CHECK(run.updates == steps);
   CHECK(run.values["global_step"].scalar_value<std::int64_t>() == steps);
   // Each aggregate is of exactly two gradients; the slow worker's never arrive in time
-  // for most steps (it sleeps 60 ms per step, the others take a few).
+  // for most steps (it sleeps 150 ms per step, the others take a few).
   int slow_used = 0;
   for (const auto& [key, sources] : events.per_take) {
     CHECK(sources.size() == 2);

@@ -122,7 +122,7 @@ TEST_CASE("set-up errors stop a run before it starts") {
 }
 
 TEST_CASE("SYNC with a backup worker and a straggler learns, and leaves the straggler's late gradients out") {
-  auto sc = sync_with_backup("150", R"(fault { at_step: 1 straggle { task: "/job:worker/task:2" delay_ms: 30 } })");
+  auto sc = sync_with_backup("150", R"(fault { at_step: 1 straggle { task: "/job:worker/task:2" delay_ms: 200 } })");
   std::ostringstream out;
   const std::string trace_file = "/tmp/troupe_runner_test_sync_trace.json";
   auto summary = std::make_optional(run_ok(sc, out, trace_file));
@@ -136,10 +136,10 @@ TEST_CASE("SYNC with a backup worker and a straggler learns, and leaves the stra
   REQUIRE(s.workers.size() == 3);
   const auto& slow = s.workers.at("/job:worker/task:2");
   const auto& fast = s.workers.at("/job:worker/task:0");
-  // The straggler (30 ms more per step than steps that take a few) is nearly always late:
+  // The straggler (200 ms more per step than steps that take a few) is nearly always late:
   // by one step (a backup) or by more (stale).
   CHECK(slow.backup + slow.stale > slow.used);
-  CHECK(fast.used > 10 * slow.used);
+  CHECK(fast.used > 5 * slow.used);
   CHECK(s.backup + s.stale >= slow.backup + slow.stale);
   std::int64_t used = 0;
   for (const auto& [task, c] : s.workers) used += c.used;
