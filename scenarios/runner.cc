@@ -247,67 +247,97 @@ class recorder_tracer final : public actors::step_tracer {
 // one update old: a worker far slower than the others, or a step a rollback undid).
 class sync_tally final : public actors::sync_observer {
  public:
+  // `marks`: keep one trace mark per step (for --trace).
+  explicit sync_tally(bool marks) : keep_marks_(marks) {}
+
   void gradient(const std::string&, const std::string& source, std::int64_t local_step, std::int64_t global_step,
                 bool kept) override {
     if (kept) return;
+    const bool backup = local_step == global_step - 1;
     std::lock_guard<std::mutex> lock(mutex_);
-    auto [it, first] = dropped_.try_emplace({source, local_step}, local_step == global_step - 1);
-    if (!first) it->second = it->second && local_step == global_step - 1;
+    auto it = recent_.find(local_step);
+    if (it == recent_.end()) {
+      // A step folded long ago (or one a rollback undid): no take can have used it now.
+      count(source, backup);
+      return;
+    }
+    if (it->second.used.count(source) > 0) return;  // another variable's take used it
+    auto [d, first] = it->second.dropped.try_emplace(source, backup);
+    if (!first) d->second = d->second && backup;
   }
   void aggregated(const std::string&, std::int64_t step, const std::vector<std::string>& sources) override {
     std::lock_guard<std::mutex> lock(mutex_);
-    auto [it, first] = steps_.try_emplace(step);
-    if (first) it->second.at = trace_clock::now();
-    for (const auto& s : sources) it->second.used.insert(s);
+    auto [it, first] = recent_.try_emplace(step);
+    if (first) {
+      it->second.at = trace_clock::now();
+      // Memory stays bounded: steps far behind the newest are counted and let go (a
+      // gradient reaches every accumulator within far less than k_window updates).
+      while (!recent_.empty() && recent_.begin()->first < step - k_window) fold(recent_.begin());
+    }
+    for (const auto& s : sources) {
+      it->second.used.insert(s);
+      it->second.dropped.erase(s);
+    }
   }
 
-  run_summary::sync_record record(const std::vector<std::string>& workers, int aggregate, int backups) const {
+  run_summary::sync_record record(const std::vector<std::string>& workers, int aggregate, int backups) {
     std::lock_guard<std::mutex> lock(mutex_);
+    while (!recent_.empty()) fold(recent_.begin());
     run_summary::sync_record r;
     r.present = true;
     r.replicas_to_aggregate = aggregate;
     r.backup_workers = backups;
     for (const auto& w : workers) r.workers[w];
-    for (const auto& [step, s] : steps_) {
-      for (const auto& w : s.used) ++r.workers[w].used;
-    }
-    for (const auto& [key, backup] : dropped_) {
-      auto it = steps_.find(key.second);
-      if (it != steps_.end() && it->second.used.count(key.first) > 0) continue;  // another variable's take used it
-      auto& c = r.workers[key.first];
-      ++(backup ? c.backup : c.stale);
-      ++(backup ? r.backup : r.stale);
+    for (const auto& [w, c] : counts_) {
+      r.workers[w] = c;
+      r.backup += c.backup;
+      r.stale += c.stale;
     }
     return r;
   }
 
-  // One mark per aggregated step: whose gradients it used, left out, found stale.
-  std::vector<trace_mark> marks() const {
+  // One mark per aggregated step (after record()): whose gradients it used, left out,
+  // found stale.
+  std::vector<trace_mark> marks() {
     std::lock_guard<std::mutex> lock(mutex_);
-    std::vector<trace_mark> out;
-    for (const auto& [step, s] : steps_) {
-      std::string used, backups, stale;
-      for (const auto& w : s.used) used += str_cat(used.empty() ? "" : ", ", w);
-      for (const auto& [key, backup] : dropped_) {
-        if (key.second != step || s.used.count(key.first) > 0) continue;
-        std::string& list = backup ? backups : stale;
-        list += str_cat(list.empty() ? "" : ", ", key.first);
-      }
-      out.push_back({"", str_cat("sync step ", step), "sync", s.at, s.at,
-                     str_cat("used: ", used, "; backups left out: ", backups.empty() ? "none" : backups,
-                             "; stale: ", stale.empty() ? "none" : stale)});
-    }
-    return out;
+    return std::move(marks_);
   }
 
  private:
+  static constexpr std::int64_t k_window = 1024;
   struct step_record {
     trace_clock::time_point at;
     std::set<std::string> used;
+    std::map<std::string, bool> dropped;  // by worker: a backup (else stale)?
   };
-  mutable std::mutex mutex_;
-  std::map<std::int64_t, step_record> steps_;
-  std::map<std::pair<std::string, std::int64_t>, bool> dropped_;  // (source, local step) -> a backup?
+  // REQUIRES: mutex_ held.
+  void count(const std::string& worker, bool backup) {
+    auto& c = counts_[worker];
+    ++(backup ? c.backup : c.stale);
+  }
+  void fold(std::map<std::int64_t, step_record>::iterator it) {
+    const auto& [step, s] = *it;
+    for (const auto& w : s.used) ++counts_[w].used;
+    for (const auto& [w, backup] : s.dropped) count(w, backup);
+    if (keep_marks_) {
+      std::string used, backups, stale;
+      for (const auto& w : s.used) used += str_cat(used.empty() ? "" : ", ", w);
+      for (const auto& [w, backup] : s.dropped) {
+        std::string& list = backup ? backups : stale;
+        list += str_cat(list.empty() ? "" : ", ", w);
+      }
+      marks_.push_back({"", str_cat("sync step ", step), "sync", s.at, s.at,
+                        str_cat("used: ", used, "; backups left out: ", backups.empty() ? "none" : backups,
+                                "; stale: ", stale.empty() ? "none" : stale)});
+    }
+    recent_.erase(it);
+  }
+
+  const bool keep_marks_;
+  std::mutex mutex_;
+  std::map<std::int64_t, step_record> recent_;
+  std::map<std::string, run_summary::sync_counts> counts_;
+  std::vector<trace_mark> marks_;
 };
 
 // The scenario's listed faults as the injector takes them; drop_messages draws from the
@@ -433,7 +463,7 @@ result<run_summary> run_scenario(const scenario::Scenario& sc, const run_options
   co.spec = layout->spec;
   co.compute_threads = options.compute_threads;
   co.tracer = tracer.get();
-  sync_tally tally;
+  sync_tally tally(/*marks=*/recorder != nullptr);
   if (sync) co.sync_watcher = &tally;
   auto cluster = actors::cluster::create(co);
   if (!cluster.ok()) return cluster.error();
@@ -816,7 +846,8 @@ result<run_summary> run_scenario(const scenario::Scenario& sc, const run_options
   if (summary.steps_retried > 0) out << summary.steps_retried << " steps caught by faults were run again\n";
   if (summary.sync.present) {
     const auto& s = summary.sync;
-    out << "sync: each step averaged " << s.replicas_to_aggregate << " workers' gradients; dropped " << s.backup
+    out << "sync: each step averaged the gradients of " << s.replicas_to_aggregate << " of "
+        << s.replicas_to_aggregate + s.backup_workers << " workers; dropped " << s.backup
         << " as backups (too late for their step) and " << s.stale << " as stale; per worker used/backup/stale:";
     for (const auto& [task, c] : s.workers) out << " " << task << " " << c.used << "/" << c.backup << "/" << c.stale;
     out << "\n";

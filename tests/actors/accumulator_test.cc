@@ -8,11 +8,13 @@
 #include <cmath>
 #include <mutex>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "actors/accumulator.h"
 #include "actors/session.h"
 #include "graph/attr.h"
+#include "graph/graph_io.h"
 #include "graph/builder.h"
 #include "graph/ops.h"
 #include "tests/actors/answer.h"
@@ -284,4 +286,67 @@ TEST_CASE("accumulator ops in a session, as TensorFlow graphs use them", "[accum
   auto avg = session.run({}, {"take"});
   REQUIRE(avg.ok());
   CHECK(avg->at(0).equals(vec({2, 3})));
+}
+
+TEST_CASE("a GraphDef as TensorFlow writes it, dense and sparse accumulators, loads and runs", "[accumulator]") {
+  // tf.compat.v1.ConditionalAccumulator / SparseConditionalAccumulator and their apply and
+  // take ops, in TensorFlow's text format (its handles are Ref(string) edges; troupe
+  // carries a resource handle over the same edges).
+  const std::string text = R"pb(
+node { name: "grad" op: "Placeholder"
+       attr { key: "dtype" value { type: DT_FLOAT } } attr { key: "shape" value { shape { dim { size: 2 } } } } }
+node { name: "step" op: "Placeholder"
+       attr { key: "dtype" value { type: DT_INT64 } } attr { key: "shape" value { shape { } } } }
+node { name: "acc" op: "ConditionalAccumulator"
+       attr { key: "container" value { s: "" } } attr { key: "dtype" value { type: DT_FLOAT } }
+       attr { key: "reduction_type" value { s: "MEAN" } }
+       attr { key: "shape" value { shape { dim { size: 2 } } } } attr { key: "shared_name" value { s: "" } } }
+node { name: "apply" op: "AccumulatorApplyGradient" input: "acc" input: "step" input: "grad"
+       attr { key: "dtype" value { type: DT_FLOAT } } }
+node { name: "num_required" op: "Const"
+       attr { key: "dtype" value { type: DT_INT32 } }
+       attr { key: "value" value { tensor { dtype: DT_INT32 tensor_shape { } int_val: 2 } } } }
+node { name: "take" op: "AccumulatorTakeGradient" input: "acc" input: "num_required"
+       attr { key: "dtype" value { type: DT_FLOAT } } }
+node { name: "sacc" op: "SparseConditionalAccumulator"
+       attr { key: "container" value { s: "" } } attr { key: "dtype" value { type: DT_FLOAT } }
+       attr { key: "reduction_type" value { s: "MEAN" } }
+       attr { key: "shape" value { shape { dim { size: 4 } dim { size: 2 } } } } attr { key: "shared_name" value { s: "" } } }
+node { name: "idx" op: "Placeholder"
+       attr { key: "dtype" value { type: DT_INT64 } } attr { key: "shape" value { shape { dim { size: -1 } } } } }
+node { name: "rows" op: "Placeholder"
+       attr { key: "dtype" value { type: DT_FLOAT } }
+       attr { key: "shape" value { shape { dim { size: -1 } dim { size: 2 } } } } }
+node { name: "dense_shape" op: "Const"
+       attr { key: "dtype" value { type: DT_INT64 } }
+       attr { key: "value" value { tensor { dtype: DT_INT64 tensor_shape { dim { size: 2 } } int64_val: 4 int64_val: 2 } } } }
+node { name: "sapply" op: "SparseAccumulatorApplyGradient" input: "sacc" input: "step" input: "idx" input: "rows" input: "dense_shape"
+       attr { key: "dtype" value { type: DT_FLOAT } } attr { key: "has_known_shape" value { b: true } } }
+node { name: "stake" op: "SparseAccumulatorTakeGradient" input: "sacc" input: "num_required"
+       attr { key: "dtype" value { type: DT_FLOAT } } }
+)pb";
+  auto def = graph::parse_graph_def_text(text, "accumulators.pbtxt");
+  if (!def.ok()) FAIL(def.error().to_string());
+  auto g = graph::graph::from_graph_def(std::move(*def));
+  if (!g.ok()) FAIL(g.error().to_string());
+  auto s = actors::session::create(std::move(*g));
+  REQUIRE(s.ok());
+  auto& session = **s;
+  const tensor step0 = tensor::scalar<std::int64_t>(0);
+  for (const auto& [grad, idx, rows] :
+       std::vector<std::tuple<tensor, tensor, tensor>>{{vec({1, 2}), tensor::from_vector<std::int64_t>({3}),
+                                                        tensor::from_vector<float>({2, 2}, tensor_shape{1, 2})},
+                                                       {vec({3, 6}), tensor::from_vector<std::int64_t>({3, 0}),
+                                                        tensor::from_vector<float>({4, 4, 1, 1}, tensor_shape{2, 2})}}) {
+    REQUIRE(session.run({{"grad", grad}, {"step", step0}, {"idx", idx}, {"rows", rows}}, {}, {"apply", "sapply"}).ok());
+  }
+  auto dense = session.run({}, {"take"});
+  REQUIRE(dense.ok());
+  CHECK(dense->at(0).equals(vec({2, 4})));
+  auto sparse = session.run({}, {"stake:0", "stake:1", "stake:2"});
+  REQUIRE(sparse.ok());
+  CHECK(sparse->at(0).equals(tensor::from_vector<std::int64_t>({0, 3})));
+  // MEAN per index: row 0 had one gradient (1), row 3 two ((2 + 4) / 2).
+  CHECK(sparse->at(1).equals(tensor::from_vector<float>({1, 1, 3, 3}, tensor_shape{2, 2})));
+  CHECK(sparse->at(2).equals(tensor::from_vector<std::int64_t>({4, 2})));
 }
