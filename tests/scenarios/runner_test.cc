@@ -57,12 +57,15 @@ scenario::Scenario sync_with_backup(const std::string& eval_every, const std::st
   return parse(text + "faults { " + faults + " }\n");
 }
 
-// Runs `sc` on 2 compute threads, its output into `out`; fails the test if it fails.
-scenarios::run_summary run_ok(const scenario::Scenario& sc, std::ostringstream& out, const std::string& trace = "") {
+// Runs `sc` (for `steps`, when > 0) on 2 compute threads, its output into `out`; fails the
+// test if it fails.
+scenarios::run_summary run_ok(const scenario::Scenario& sc, std::ostringstream& out, const std::string& trace = "",
+                              std::int64_t steps = 0) {
   scenarios::run_options o;
   o.out = &out;
   o.compute_threads = 2;
   o.trace_file = trace;
+  o.steps = steps;
   auto summary = scenarios::run_scenario(sc, o);
   if (!summary.ok()) FAIL(summary.error().to_string() << "\n" << out.str());
   return *summary;
@@ -179,12 +182,7 @@ TEST_CASE("SYNC without backups gives the same variables bit for bit on every ru
     dirs.push_back(std::make_unique<testing::temp_dir>("troupe-sync-repeat"));
     auto sc = parse(text + "checkpoint { dir: \"" + dirs.back()->path + "\" every_steps: 1000 }\n");
     std::ostringstream out;
-    scenarios::run_options o;
-    o.out = &out;
-    o.steps = 60;
-    o.compute_threads = 2;
-    auto summary = scenarios::run_scenario(sc, o);
-    if (!summary.ok()) FAIL(summary.error().to_string());
+    auto summary = std::make_optional(run_ok(sc, out, "", 60));
     REQUIRE(summary->checkpoints.latest_step == 60);
     auto r = checkpoint::reader::open(summary->checkpoints.latest_path);
     REQUIRE(r.ok());
