@@ -683,18 +683,20 @@ result<run_summary> run_scenario(const scenario::Scenario& sc, const run_options
     std::int64_t local = first_step;
     // After a failure: the step to compute now, read inside the gate (so never from a
     // task restarted but not yet restored). False when the run must end.
-    auto resume = [&](const status& error) {
+    auto resume = [&](status why) {
       while (!stop) {
-        if (!retry(error)) {
-          fail(supervisor->failure().ok() ? error.with_context(str_cat("training step on worker ", w))
+        if (!retry(why)) {
+          fail(supervisor->failure().ok() ? why.with_context(str_cat("training step on worker ", w))
                                           : supervisor->failure());
           return false;
         }
         cluster::step_gate::pass inside(gate);
-        if (auto now = s.run({}, {"step_value"}); now.ok()) {
+        auto now = s.run({}, {"step_value"});
+        if (now.ok()) {
           local = now->at(0).scalar_value<std::int64_t>();
           return true;
         }
+        why = now.error();
       }
       return false;
     };
@@ -715,7 +717,10 @@ result<run_summary> run_scenario(const scenario::Scenario& sc, const run_options
         if (stop) return;
         // A task went down while this worker waited (its token queue with it): the
         // coordinator hands out tokens again once it is back; resume from the step then.
-        if (!resume(cluster::is_retryable(next.error()) ? next.error() : unavailable_error(next.error().message()))) return;
+        // (Reading the global step of a task restarted but not yet restored fails with
+        // FAILED_PRECONDITION; that passes too, once the restore is done.)
+        const bool restarting = next.error().error_code() == code::failed_precondition;
+        if (!resume(restarting ? unavailable_error(next.error().message()) : next.error())) return;
         continue;
       }
       local = next->at(0).scalar_value<std::int64_t>();
