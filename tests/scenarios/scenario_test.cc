@@ -30,7 +30,7 @@ const std::string k_minimal = "training { steps: 10 }\n";
 }  // namespace
 
 TEST_CASE("The example scenarios load", "[scenario]") {
-  for (const char* name : {"default", "lenet", "mlp_local", "faults"}) {
+  for (const char* name : {"default", "lenet", "mlp_local", "faults", "backups"}) {
     INFO(name);
     std::string path = examples_dir() + "/" + name + ".pbtxt";
     auto s = load_scenario(path);
