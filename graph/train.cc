@@ -126,6 +126,22 @@ struct variable_gradient {
 
 bool is_float(dtype t) { return t == dtype::float32 || t == dtype::float64; }
 
+// A sparse gradient of `v` (a gather's rows at its indices, of any batch shape) as rows
+// [k, v's inner dimensions] and indices [k].
+std::pair<output, output> flat_rows(const scope& s, const variable& v, const output& rows, const output& indices) {
+  std::vector<std::int32_t> row_shape{-1};
+  for (int d = 1; d < v.shape.rank(); ++d) row_shape.push_back(static_cast<std::int32_t>(v.shape.dim(d)));
+  return {ops::reshape(s, rows, ops::constant(s, tensor::from_vector(row_shape))),
+          ops::reshape(s, indices, ops::constant(s, tensor::from_vector<std::int32_t>({-1})))};
+}
+
+// The dense gradient of `v` that rows at indices make: their sum per row of v.
+output densify(const scope& s, const variable& v, const output& rows, const output& indices) {
+  auto [flat, ids] = flat_rows(s, v, rows, indices);
+  output num_rows = ops::scalar<std::int32_t>(s, static_cast<std::int32_t>(v.shape.dim(0)));
+  return s.add("UnsortedSegmentSum", {flat, ids, num_rows}).out();
+}
+
 // Scalar constants of the optimizer's hyper-parameters, one per (name, dtype).
 class constants {
  public:
@@ -283,14 +299,7 @@ result<operation> apply_gradients(const scope& s, const optimizer& opt, std::vec
       continue;
     }
     // The other optimizers update every row: sparse rows become a dense gradient.
-    for (const auto& [rows, indices] : grad.sparse) {
-      output flat_indices = ops::reshape(us, indices, ops::constant(us, tensor::from_vector<std::int32_t>({-1})));
-      std::vector<std::int32_t> row_shape{-1};
-      for (int d = 1; d < v.shape.rank(); ++d) row_shape.push_back(static_cast<std::int32_t>(v.shape.dim(d)));
-      output flat_rows = ops::reshape(us, rows, ops::constant(us, tensor::from_vector(row_shape)));
-      output num_rows = ops::scalar<std::int32_t>(us, static_cast<std::int32_t>(v.shape.dim(0)));
-      grad.dense.push_back(us.add("UnsortedSegmentSum", {flat_rows, flat_indices, num_rows}).out());
-    }
+    for (const auto& [rows, indices] : grad.sparse) grad.dense.push_back(densify(us, v, rows, indices));
     output dense = grad.dense.size() == 1 ? grad.dense[0] : ops::add_n(us, grad.dense);
 
     switch (opt.kind) {
@@ -425,14 +434,12 @@ result<sync_replicas_ops> minimize(const scope& s, const sync_replicas_optimizer
                                                   {"shared_name", attr_value(v.name + "/sync_accumulator")},
                                                   {"reduction_type", attr_value(std::string(sparse ? "SUM" : "MEAN"))},
                                                   {"_one_per_worker", attr_value(true)}};
-    std::vector<std::int32_t> row_shape{-1};
-    for (int d = 1; d < v.shape.rank(); ++d) row_shape.push_back(static_cast<std::int32_t>(v.shape.dim(d)));
-    const output minus_one = ops::constant(vs, tensor::from_vector<std::int32_t>({-1}));
     if (sparse) {
       std::vector<output> rows, indices;
       for (const auto& [r, idx] : grad.sparse) {
-        rows.push_back(ops::reshape(vs, r, ops::constant(vs, tensor::from_vector(row_shape))));
-        indices.push_back(ops::reshape(vs, idx.type == dtype::int64 ? idx : ops::cast(vs, idx, dtype::int64), minus_one));
+        auto [flat, ids] = flat_rows(vs, v, r, idx.type == dtype::int64 ? idx : ops::cast(vs, idx, dtype::int64));
+        rows.push_back(flat);
+        indices.push_back(ids);
       }
       const output axis = ops::scalar<std::int32_t>(vs, 0);
       output all_rows = rows.size() == 1 ? rows[0] : ops::concat(vs, rows, axis);
@@ -452,11 +459,7 @@ result<sync_replicas_ops> minimize(const scope& s, const sync_replicas_optimizer
     }
     // Dense: every part (and any rows, made dense) summed into one gradient.
     std::vector<output> parts = grad.dense;
-    for (const auto& [r, idx] : grad.sparse) {
-      output flat_rows = ops::reshape(vs, r, ops::constant(vs, tensor::from_vector(row_shape)));
-      output num_rows = ops::scalar<std::int32_t>(vs, static_cast<std::int32_t>(v.shape.dim(0)));
-      parts.push_back(vs.add("UnsortedSegmentSum", {flat_rows, ops::reshape(vs, idx, minus_one), num_rows}).out());
-    }
+    for (const auto& [r, idx] : grad.sparse) parts.push_back(densify(vs, v, r, idx));
     output dense = parts.size() == 1 ? parts[0] : ops::add_n(vs, parts);
     operation acc = vs.with_name("accumulator").add("ResourceConditionalAccumulator", {}, attrs);
     applies.push_back(vs.add("ResourceAccumulatorApplyGradient", {acc.out(), out.local_step, dense},
@@ -501,15 +504,15 @@ result<sync_replicas_ops> minimize(const scope& s, const sync_replicas_optimizer
                                                {{"cancel_pending_enqueues", attr_value(true)}}));
   }
   out.close_tokens = ops::no_op(ss.with_name("close_tokens").with_control_dependencies(closes));
-  operation token = at_step.with_name("token")
-                        .with_control_dependencies(applies)
-                        .add("QueueDequeueV2", {queues[static_cast<std::size_t>(replica)]},
-                             {{"component_types", attr_value(std::vector<dtype>{dtype::int64})}});
+  // This replica's token: `train` takes it after the gradients, `after_token` on its own.
+  auto dequeue_token = [&](const scope& where) {
+    return where.add("QueueDequeueV2", {queues[static_cast<std::size_t>(replica)]},
+                     {{"component_types", attr_value(std::vector<dtype>{dtype::int64})}});
+  };
+  operation token = dequeue_token(at_step.with_name("token").with_control_dependencies(applies));
   out.next_local_step = ops::identity(ss.with_name("next_local_step"), read_step(at_step.with_control_dependencies({token})));
   out.apply = ops::no_op(ss.with_name("apply").with_control_dependencies(applies));
-  operation next_token = at_step.with_name("next_token")
-                             .add("QueueDequeueV2", {queues[static_cast<std::size_t>(replica)]},
-                                  {{"component_types", attr_value(std::vector<dtype>{dtype::int64})}});
+  operation next_token = dequeue_token(at_step.with_name("next_token"));
   out.after_token = ops::identity(ss.with_name("after_token"), read_step(at_step.with_control_dependencies({next_token})));
   out.train = ops::no_op(ss.with_name("train").with_control_dependencies({token, operation{out.next_local_step.node, {}}}));
   if (!s.ok()) return s.get_status().with_context("sync_replicas");
