@@ -12,15 +12,6 @@ namespace troupe::actors {
 
 namespace {
 
-// One kept gradient.
-struct entry {
-  std::string source;
-  std::uint64_t serial = 0;  // arrival order
-  std::int64_t local_step = 0;
-  tensor values;
-  tensor indices;  // sparse only
-};
-
 // The fixed order of a sum: by source (job, replica, task index, then the text) and, for
 // one source, by arrival.
 using source_key = std::tuple<std::string, int, int, std::string>;
@@ -29,6 +20,16 @@ source_key key_of(const std::string& source) {
   if (!name.ok()) return {"", -1, -1, source};
   return {name->job.value_or(""), name->replica.value_or(0), name->task.value_or(-1), source};
 }
+
+// One kept gradient.
+struct entry {
+  std::string source;
+  source_key order;          // key_of(source), worked out once when it arrives
+  std::uint64_t serial = 0;  // arrival order
+  std::int64_t local_step = 0;
+  tensor values;
+  tensor indices;  // sparse only
+};
 
 struct parked_take {
   std::uint64_t request_id = 0;
@@ -179,7 +180,7 @@ void serve(accumulator_actor* self) {
     }
     kept.resize(static_cast<std::size_t>(take.num_required));
     std::sort(kept.begin(), kept.end(), [](const entry& a, const entry& b) {
-      return std::make_tuple(key_of(a.source), a.serial) < std::make_tuple(key_of(b.source), b.serial);
+      return std::tie(a.order, a.serial) < std::tie(b.order, b.serial);
     });
     if (auto* o = st.options.observer) {
       std::vector<std::string> sources;
@@ -231,8 +232,9 @@ caf::behavior accumulator_behavior(accumulator_actor* self, accumulator_options 
         }
         if (auto* o = st.options.observer) o->gradient(st.options.name, m.source, m.local_step, st.global_step, kept);
         if (kept) {
-          st.kept.push_back(entry{std::move(m.source), st.next_serial++, m.local_step, std::move(m.gradient),
-                                  std::move(m.indices)});
+          source_key order = key_of(m.source);
+          st.kept.push_back(entry{std::move(m.source), std::move(order), st.next_serial++, m.local_step,
+                                  std::move(m.gradient), std::move(m.indices)});
         }
         m.done(done_t{});
         serve(self);

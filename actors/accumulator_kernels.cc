@@ -70,6 +70,14 @@ bool scalar_input(kernel_context& ctx, int index, const char* what, T* out) {
   return true;
 }
 
+// Whether `a` is sparse as op `op` needs (else ctx failed, naming both).
+bool of_kind(kernel_context& ctx, const accumulator_resource& a, bool sparse, const std::string& op) {
+  if (a.options().sparse == sparse) return true;
+  ctx.fail_invalid_argument(a.label(), " is ", a.options().sparse ? "sparse" : "dense", "; ", op,
+                            sparse ? " needs a SparseConditionalAccumulator" : " needs a dense one");
+  return false;
+}
+
 status_reply finishing(kernel_context& ctx, async_op_kernel::done_callback done, const accumulator_resource& a) {
   return status_reply(
       [&ctx, done = std::move(done)](result<done_t> r) {
@@ -90,11 +98,7 @@ class apply_kernel final : public async_op_kernel {
     auto* a = resolve_input<accumulator_resource>(ctx, 0);
     std::int64_t local_step = 0;
     if (a == nullptr || !scalar_input(ctx, 1, "local_step", &local_step)) return done();
-    if (a->options().sparse != sparse_) {
-      ctx.fail_invalid_argument(a->label(), " is ", a->options().sparse ? "sparse" : "dense", "; ", op(),
-                                sparse_ ? " needs a SparseConditionalAccumulator" : " needs a dense one");
-      return done();
-    }
+    if (!of_kind(ctx, *a, sparse_, op())) return done();
     accumulator_apply m;
     m.local_step = local_step;
     if (const std::string* client = ctx.step().client) m.source = *client;
@@ -125,11 +129,7 @@ class take_kernel final : public async_op_kernel {
     auto* a = resolve_input<accumulator_resource>(ctx, 0);
     std::int32_t num_required = 0;
     if (a == nullptr || !scalar_input(ctx, 1, "num_required", &num_required)) return done();
-    if (a->options().sparse != sparse_) {
-      ctx.fail_invalid_argument(a->label(), " is ", a->options().sparse ? "sparse" : "dense", "; ", op(),
-                                sparse_ ? " needs a SparseConditionalAccumulator" : " needs a dense one");
-      return done();
-    }
+    if (!of_kind(ctx, *a, sparse_, op())) return done();
     const std::uint64_t id = a->next_request_id();
     caf::actor actor = a->actor();
     send_withdrawable<std::vector<tensor>>(
