@@ -19,13 +19,12 @@ result<std::unique_ptr<sync_coordinator>> sync_coordinator::create(std::shared_p
   if (!copy.ok()) return copy.error().with_context("sync coordinator");
   auto session = actors::session::create(std::move(*copy), so);
   if (!session.ok()) return session.error().with_context("sync coordinator");
-  return std::unique_ptr<sync_coordinator>(
-      new sync_coordinator(std::move(cluster), std::move(*session), ops, std::move(options)));
+  return std::unique_ptr<sync_coordinator>(new sync_coordinator(std::move(*session), ops, std::move(options)));
 }
 
-sync_coordinator::sync_coordinator(std::shared_ptr<actors::cluster> cluster, std::unique_ptr<actors::session> session,
-                                   const train::sync_replicas_ops& ops, sync_coordinator_options options)
-    : cluster_(std::move(cluster)), session_(std::move(session)), options_(std::move(options)) {
+sync_coordinator::sync_coordinator(std::unique_ptr<actors::session> session, const train::sync_replicas_ops& ops,
+                                   sync_coordinator_options options)
+    : session_(std::move(session)), options_(std::move(options)) {
   for (const auto& [take, read] : ops.aggregates) {
     takes_.push_back(take.name());
     reads_.push_back(read.name());
@@ -94,8 +93,12 @@ status sync_coordinator::reset_and_release() {
   return release_tokens();
 }
 
-result<std::int64_t> sync_coordinator::turn() {
-  const std::int64_t epoch = epoch_.load();
+std::optional<step_gate::pass> sync_coordinator::inside_gate() {
+  if (options_.gate == nullptr) return std::nullopt;
+  return std::optional<step_gate::pass>(std::in_place, *options_.gate);  // built in place: a pass cannot move
+}
+
+result<std::int64_t> sync_coordinator::turn(std::int64_t epoch) {
   auto st = takes_state_;
   std::uint64_t turn = 0;
   {
@@ -123,8 +126,7 @@ result<std::int64_t> sync_coordinator::turn() {
   for (std::size_t i = 0; i < reads_.size(); ++i) feeds.emplace_back(reads_[i], (*taken)[i]);
   result<std::vector<tensor>> applied = internal_error("not run");
   {
-    std::optional<step_gate::pass> inside;
-    if (options_.gate != nullptr) inside.emplace(*options_.gate);
+    auto inside = inside_gate();
     if (epoch_.load() != epoch) return aborted_error("a recovery restored the variables while the step's gradients "
                                                      "were being gathered");
     applied = session_->run(feeds, {step_after_}, {update_});
@@ -138,10 +140,12 @@ void sync_coordinator::loop() {
   status outcome;
   std::int64_t step = -1;
   while (!stop_) {
-    auto next = turn();
+    const std::int64_t epoch = epoch_.load();
+    auto next = turn(epoch);
     if (!next.ok()) {
       if (stop_) break;
-      const bool rolled = next.error().error_code() == code::aborted && epoch_.load() > 0;
+      // A turn a rollback cut short is tried again whatever its error.
+      const bool rolled = epoch_.load() != epoch;
       if (!rolled && (!options_.retry || !options_.retry(next.error()))) {
         outcome = next.error().with_context("sync coordinator");
         break;
@@ -149,8 +153,7 @@ void sync_coordinator::loop() {
       // The turn's gradients are lost with it: every replica computes the step again
       // (inside the gate: after the recovery under way, if any, has restored the values).
       std::this_thread::sleep_for(std::chrono::milliseconds(1));
-      std::optional<step_gate::pass> inside;
-      if (options_.gate != nullptr) inside.emplace(*options_.gate);
+      auto inside = inside_gate();
       if (status s = reset_and_release(); !s.ok() && options_.log) {
         options_.log(str_cat("sync: resetting after a failed update: ", s.message(), "; trying again"));
       }

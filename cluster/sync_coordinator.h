@@ -85,16 +85,17 @@ class sync_coordinator {
   std::int64_t updates() const { return updates_.load(); }
 
  private:
-  sync_coordinator(std::shared_ptr<actors::cluster> cluster, std::unique_ptr<actors::session> session,
-                   const train::sync_replicas_ops& ops, sync_coordinator_options options);
+  sync_coordinator(std::unique_ptr<actors::session> session, const train::sync_replicas_ops& ops,
+                   sync_coordinator_options options);
   void loop();
-  // One turn; the new global step, or why not.
-  result<std::int64_t> turn();
+  // One turn, begun at recovery epoch `epoch`; the new global step, or why not.
+  result<std::int64_t> turn(std::int64_t epoch);
+  // A pass through options_.gate (none when there is no gate).
+  std::optional<step_gate::pass> inside_gate();
   status reset_and_release();
   status release_tokens();
 
-  std::shared_ptr<actors::cluster> cluster_;
-  std::unique_ptr<actors::session> session_;
+  std::unique_ptr<actors::session> session_;  // holds the cluster
   sync_coordinator_options options_;
   std::vector<std::string> takes_, reads_, sizes_, enqueues_;
   std::string update_, step_after_, init_, close_;
