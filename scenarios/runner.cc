@@ -40,6 +40,8 @@ constexpr const char* k_close = "input/close";
 constexpr const char* k_init = "init";
 
 struct cluster_layout {
+  // "/job:worker/task:w": worker w's task (also the name its gradients carry under SYNC).
+  std::string worker(int w) const { return str_cat("/job:", worker_job, "/task:", w); }
   std::string worker_job;
   std::string ps_job;  // empty: no PS tasks
   int workers = 1;
@@ -146,7 +148,7 @@ result<graph::graph> training_graph(const scenario::Scenario& sc, const cluster_
     }
     graph::global_variables_initializer(root, vars);
   }
-  return finish_graph(root, l, str_cat("/job:", l.worker_job, "/task:", worker));
+  return finish_graph(root, l, l.worker(worker));
 }
 
 // The evaluation graph: the same model reading a fed test batch; its variables are the
@@ -160,7 +162,7 @@ result<graph::graph> evaluation_graph(const scenario::Scenario& sc, const cluste
                            static_cast<std::int64_t>(sc.training().seed()));
   if (!model.ok()) return model.error();
   ops::identity(root.with_name("eval_correct"), model->correct);
-  return finish_graph(root, l, str_cat("/job:", l.worker_job, "/task:0"));
+  return finish_graph(root, l, l.worker(0));
 }
 
 struct test_set {
@@ -475,7 +477,7 @@ result<run_summary> run_scenario(const scenario::Scenario& sc, const run_options
     if (!g.ok()) return g.error().with_context(str_cat("worker ", w, "'s training graph"));
     actors::session_options so;
     so.cluster = *cluster;
-    so.default_device = str_cat("/job:", layout->worker_job, "/task:", w);
+    so.default_device = layout->worker(w);
     auto s = actors::session::create(std::move(*g), so);
     if (!s.ok()) return s.error();
     workers.push_back(std::move(*s));
@@ -484,7 +486,7 @@ result<run_summary> run_scenario(const scenario::Scenario& sc, const run_options
   if (!eval_graph.ok()) return eval_graph.error().with_context("the evaluation graph");
   actors::session_options eo;
   eo.cluster = *cluster;
-  eo.default_device = str_cat("/job:", layout->worker_job, "/task:0");
+  eo.default_device = layout->worker(0);
   auto evaluator = actors::session::create(std::move(*eval_graph), eo);
   if (!evaluator.ok()) return evaluator.error();
   auto tests = load_test_set(files);
@@ -518,7 +520,7 @@ result<run_summary> run_scenario(const scenario::Scenario& sc, const run_options
     mo.every_steps = ck.every_steps();
     mo.gate = &gate;
     mo.fs = &checkpoint_fs;
-    mo.default_device = str_cat("/job:", layout->worker_job, "/task:0");
+    mo.default_device = layout->worker(0);
     mo.log = log_line;
     auto m = cluster::checkpoint_manager::create(*cluster, *g, mo);
     if (!m.ok()) return m.error().with_context(str_cat("checkpoint.dir '", ck.dir(), "'"));
@@ -587,7 +589,7 @@ result<run_summary> run_scenario(const scenario::Scenario& sc, const run_options
     auto g = training_graph(sc, *layout, 0, files, &chief_ops);
     if (!g.ok()) return g.error().with_context("the sync coordinator's graph");
     cluster::sync_coordinator_options o;
-    o.default_device = str_cat("/job:", layout->worker_job, "/task:0");
+    o.default_device = layout->worker(0);
     o.gate = &gate;
     o.last_step = total_steps;
     o.step_done = [&](std::int64_t step) {
@@ -656,12 +658,10 @@ result<run_summary> run_scenario(const scenario::Scenario& sc, const run_options
   auto evaluate_at = [&](std::int64_t step) {
     if (next_eval <= 0 || step < next_eval || step >= total_steps) return true;
     std::lock_guard<std::mutex> lock(eval_mutex);
-    std::optional<result<double>> evaluated;
-    {
+    const result<double> acc = [&] {
       cluster::step_gate::pass inside(gate);
-      evaluated.emplace(evaluate(**evaluator, *tests));
-    }
-    auto& acc = *evaluated;
+      return evaluate(**evaluator, *tests);
+    }();
     if (acc.ok()) {
       progress.message(str_cat("step ", step, ": test accuracy ", std::to_string(*acc * 100).substr(0, 5), "%"));
     } else if (cluster::is_retryable(acc.error())) {
@@ -775,10 +775,8 @@ result<run_summary> run_scenario(const scenario::Scenario& sc, const run_options
     });
   }
   for (auto& th : trainers) th.join();
-  if (sync_watch) {
-    if (!first_error.ok() || stop) end_run();
-    sync_watch->join();
-  }
+  // The coordinator ends by itself after the last step, or was stopped by end_run().
+  if (sync_watch) sync_watch->join();
   faults.lift_all();  // a fault without until_step lasts to the end of training
   double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
   end_run();  // wakes the readers
@@ -798,7 +796,7 @@ result<run_summary> run_scenario(const scenario::Scenario& sc, const run_options
   summary.steps_retried = retried.load();
   if (sync) {
     std::vector<std::string> names;
-    for (int w = 0; w < layout->workers; ++w) names.push_back(str_cat("/job:", layout->worker_job, "/task:", w));
+    for (int w = 0; w < layout->workers; ++w) names.push_back(layout->worker(w));
     summary.sync = tally.record(names, layout->workers - t.backup_workers(), t.backup_workers());
   }
   // The final checkpoint first: a fault on checkpoints is over once a later one commits.
@@ -897,7 +895,7 @@ result<std::string> scenario_dot(const scenario::Scenario& sc, int worker) {
   actors::ensure_runtime_kernels();
   const auto& kernels = kernels::kernel_registry::builtin();
   placement::placer_options po;
-  po.default_device = str_cat("/job:", layout->worker_job, "/task:", worker);
+  po.default_device = layout->worker(worker);
   po.allow_soft_placement = true;
   auto placed = placement::place(*g, layout->spec,
                                  [&](const graph::node& n, const std::string& type) { return kernels.has_kernel(type, n.def); },
