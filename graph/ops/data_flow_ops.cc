@@ -225,7 +225,8 @@ op_schema queue_op(std::string name) {
   return schema;
 }
 
-op_schema queue_user(std::string name) {
+// An op whose input 0 is the handle of a queue or an accumulator (stateful, no gradient).
+op_schema handle_user(std::string name) {
   op_schema schema(std::move(name));
   schema.input("handle: resource").stateful().no_gradient();
   return schema;
@@ -278,12 +279,12 @@ void register_accumulator_ops(op_registry& registry) {
   add_builtin_op(registry, accumulator_op("ResourceConditionalAccumulator"));
   add_builtin_op(registry, accumulator_op("SparseConditionalAccumulator"));
   for (std::string prefix : {"", "Resource"}) {
-    add_builtin_op(registry, queue_user(prefix + "AccumulatorApplyGradient")
+    add_builtin_op(registry, handle_user(prefix + "AccumulatorApplyGradient")
                                  .input("local_step: int64")
                                  .input("gradient: dtype")
                                  .attr("dtype: {float, double, int32, int64}")
                                  .shape_fn(accumulator_user_shape({1})));
-    add_builtin_op(registry, queue_user(prefix + "AccumulatorTakeGradient")
+    add_builtin_op(registry, handle_user(prefix + "AccumulatorTakeGradient")
                                  .input("num_required: int32")
                                  .output("average: dtype")
                                  .attr("dtype: {float, double, int32, int64}")
@@ -292,18 +293,18 @@ void register_accumulator_ops(op_registry& registry) {
                                    ctx.set_output(0, accumulator_shape_of(ctx));
                                    return status();
                                  }));
-    add_builtin_op(registry, queue_user(prefix + "AccumulatorNumAccumulated")
+    add_builtin_op(registry, handle_user(prefix + "AccumulatorNumAccumulated")
                                  .output("num_accumulated: int32")
                                  .shape_fn([](shape_context& ctx) -> status {
                                    TROUPE_RETURN_IF_ERROR(accumulator_user_shape({})(ctx));
                                    ctx.set_output(0, partial_shape::scalar());
                                    return status();
                                  }));
-    add_builtin_op(registry, queue_user(prefix + "AccumulatorSetGlobalStep")
+    add_builtin_op(registry, handle_user(prefix + "AccumulatorSetGlobalStep")
                                  .input("new_global_step: int64")
                                  .shape_fn(accumulator_user_shape({1})));
   }
-  add_builtin_op(registry, queue_user("SparseAccumulatorApplyGradient")
+  add_builtin_op(registry, handle_user("SparseAccumulatorApplyGradient")
                                .input("local_step: int64")
                                .input("gradient_indices: int64")
                                .input("gradient_values: dtype")
@@ -314,7 +315,7 @@ void register_accumulator_ops(op_registry& registry) {
                                  TROUPE_RETURN_IF_ERROR(accumulator_user_shape({1})(ctx));
                                  return ctx.require_rank(2, 1);
                                }));
-  add_builtin_op(registry, queue_user("SparseAccumulatorTakeGradient")
+  add_builtin_op(registry, handle_user("SparseAccumulatorTakeGradient")
                                .input("num_required: int32")
                                .output("indices: int64")
                                .output("values: dtype")
@@ -349,33 +350,33 @@ void register_data_flow_ops(op_registry& registry) {
                                .attr("seed2: int = 0"));
 
   for (const char* op : {"QueueEnqueueV2", "QueueEnqueueManyV2"}) {
-    add_builtin_op(registry, queue_user(op)
+    add_builtin_op(registry, handle_user(op)
                                  .input("components: Tcomponents")
                                  .attr("Tcomponents: list(type) >= 1")
                                  .attr("timeout_ms: int = -1")
                                  .shape_fn(enqueue_shape(std::string(op) == "QueueEnqueueManyV2")));
   }
-  add_builtin_op(registry, queue_user("QueueDequeueV2")
+  add_builtin_op(registry, handle_user("QueueDequeueV2")
                                .output("components: component_types")
                                .attr("component_types: list(type) >= 1")
                                .attr("timeout_ms: int = -1")
                                .shape_fn(dequeue_shape(dequeue_kind::one)));
-  add_builtin_op(registry, queue_user("QueueDequeueManyV2")
+  add_builtin_op(registry, handle_user("QueueDequeueManyV2")
                                .input("n: int32")
                                .output("components: component_types")
                                .attr("component_types: list(type) >= 1")
                                .attr("timeout_ms: int = -1")
                                .shape_fn(dequeue_shape(dequeue_kind::many)));
-  add_builtin_op(registry, queue_user("QueueDequeueUpToV2")
+  add_builtin_op(registry, handle_user("QueueDequeueUpToV2")
                                .input("n: int32")
                                .output("components: component_types")
                                .attr("component_types: list(type) >= 1")
                                .attr("timeout_ms: int = -1")
                                .shape_fn(dequeue_shape(dequeue_kind::up_to)));
-  add_builtin_op(registry, queue_user("QueueCloseV2")
+  add_builtin_op(registry, handle_user("QueueCloseV2")
                                .attr("cancel_pending_enqueues: bool = false")
                                .shape_fn(queue_handle_only_shape));
-  add_builtin_op(registry, queue_user("QueueSizeV2")
+  add_builtin_op(registry, handle_user("QueueSizeV2")
                                .output("size: int32")
                                .shape_fn(queue_size_shape));
 }
