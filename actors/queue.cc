@@ -318,6 +318,10 @@ struct queue_state {
 
   std::string q() const { return str_cat("queue '", meta->name, "'"); }
   bool is_shuffle() const { return meta->kind == queue_kind::random_shuffle; }
+  bool fully_defined() const {
+    return !meta->shapes.empty() &&
+           std::all_of(meta->shapes.begin(), meta->shapes.end(), [](const partial_shape& s) { return s.fully_defined(); });
+  }
 
   std::uint32_t next_random() {
     if (random_used == 4) {
@@ -644,6 +648,83 @@ caf::behavior queue_behavior(queue_actor* self, queue_options options) {
         st.pump();
       },
       [self](queue_size_query& m) { m.done(self->state.size); },
+      [self](queue_save_state& m) {
+        auto& st = self->state;
+        if (!st.fully_defined()) {
+          m.done(failed_precondition_error(st.q(), " has component shapes ", shape_list(st.meta->shapes),
+                                           ", not all fully defined: its elements cannot be saved"));
+          return;
+        }
+        std::vector<run> runs;
+        if (st.is_shuffle()) {
+          runs = st.shuffled;
+        } else {
+          runs.assign(st.fifo.begin(), st.fifo.end());
+        }
+        tensor random_state(dtype::int64, {st.is_shuffle() ? 11 : 0});
+        if (st.is_shuffle()) {
+          auto words = random_state.flat<std::int64_t>();
+          const philox::words rng = st.rng.state();
+          std::copy(rng.begin(), rng.end(), words.begin());
+          std::copy(st.random_block.begin(), st.random_block.end(), words.begin() + 6);
+          words[10] = st.random_used;
+        }
+        auto build = [](const queue_meta& meta, const std::vector<run>& runs, std::int64_t n, tensor random_state,
+                        const element_reply& done) {
+          std::vector<tensor> out;
+          status thrown = kernels::catch_exceptions([&] { out = stack(meta, runs, n); });
+          if (!thrown.ok()) return done(thrown);
+          out.push_back(std::move(random_state));
+          done(std::move(out));
+        };
+        if (st.pool != nullptr && copy_bytes(runs) >= k_pool_copy_bytes) {
+          st.pool->schedule([build, meta = st.meta, runs = std::move(runs), n = st.size,
+                             random_state = std::move(random_state), done = std::move(m.done)] {
+            build(*meta, runs, n, random_state, done);
+          });
+          return;
+        }
+        build(*st.meta, runs, st.size, std::move(random_state), m.done);
+      },
+      [self](queue_restore_state& m) {
+        auto& st = self->state;
+        if (!st.enqueues.empty() || !st.dequeues.empty()) {
+          m.done(failed_precondition_error(st.q(), " has ", st.enqueues.size(), " enqueue(s) and ",
+                                           st.dequeues.size(), " dequeue(s) waiting: restore it between steps"));
+          return;
+        }
+        std::int64_t count = 0;
+        status s = st.check_element(m.components, /*many=*/true, &count);
+        if (s.ok() && st.capacity > 0 && count > st.capacity) {
+          s = invalid_argument_error(st.q(), ": ", count, " elements restored into a capacity of ", st.capacity);
+        }
+        const std::int64_t words = st.is_shuffle() ? 11 : 0;
+        if (s.ok() && (m.random_state.type() != dtype::int64 || m.random_state.num_elements() != words ||
+                       !std::all_of(m.random_state.flat<std::int64_t>().begin(), m.random_state.flat<std::int64_t>().end(),
+                                    [](std::int64_t w) { return w >= 0 && w <= 0xffffffffLL; }) ||
+                       (st.is_shuffle() && m.random_state.flat<std::int64_t>()[10] > 4))) {
+          s = invalid_argument_error(st.q(), ": the generator state must be int64 [", words,
+                                     "] of 32-bit words as saved, not ", m.random_state.debug_string(4));
+        }
+        if (!s.ok()) {
+          m.done(std::move(s));
+          return;
+        }
+        st.fifo.clear();
+        st.shuffled.clear();
+        st.size = 0;
+        if (count > 0) st.push(run{std::move(m.components), 0, count});
+        if (st.is_shuffle()) {
+          auto w = m.random_state.flat<std::int64_t>();
+          philox::words rng;
+          for (std::size_t i = 0; i < 6; ++i) rng[i] = static_cast<std::uint32_t>(w[i]);
+          st.rng = philox::from_state(rng);
+          for (std::size_t i = 0; i < 4; ++i) st.random_block[i] = static_cast<std::uint32_t>(w[6 + i]);
+          st.random_used = static_cast<int>(w[10]);
+        }
+        m.done(done_t{});
+        st.pump();
+      },
       [self](const queue_cancel& m) {
         auto& st = self->state;
         if (m.request_id == 0) return;
@@ -759,6 +840,14 @@ void queue_resource::size(reply<std::int64_t> done) const {
 
 void queue_resource::cancel(std::uint64_t request_id) const {
   caf::anon_send(actor(), queue_cancel{request_id});
+}
+
+void queue_resource::save_state(element_reply done) const {
+  caf::anon_send(actor(), queue_save_state{std::move(done)});
+}
+
+void queue_resource::restore_state(std::vector<tensor> components, tensor random_state, status_reply done) const {
+  caf::anon_send(actor(), queue_restore_state{std::move(components), std::move(random_state), std::move(done)});
 }
 
 result<std::shared_ptr<queue_resource>> make_queue(caf::actor_system& system, queue_options options) {

@@ -139,6 +139,26 @@ struct queue_size_query {
   reply<std::int64_t> done;
 };
 
+// The queue's contents, for a checkpoint: every element, stacked along dimension 0 per
+// component in the queue's order (FIFO order; a RandomShuffleQueue's in its internal
+// order), then the generator's state (int64 [11]: Philox key, counter, the block being
+// used and how much of it; [0] for other kinds). Restored, they make the same dequeues
+// again. Errors: failed_precondition when the component shapes are not fully defined
+// (a queue of elements of varying shapes cannot be stacked without padding).
+struct queue_save_state {
+  element_reply done;
+};
+
+// Replaces the contents with `components` (stacked, as saved) and the generator's state.
+// Errors: invalid_argument naming what does not match the queue (dtype, shape, more
+// elements than its capacity, a generator state of the wrong size);
+// failed_precondition while requests are parked (restore between steps).
+struct queue_restore_state {
+  std::vector<tensor> components;
+  tensor random_state;
+  status_reply done;
+};
+
 // Fails the parked request `request_id` with `cancelled`; does nothing when it is not
 // parked (already answered, or unknown).
 struct queue_cancel {
@@ -173,6 +193,8 @@ class queue_resource final : public actor_resource {
   std::uint64_t close(bool cancel_pending_enqueues, status_reply done);
   void size(reply<std::int64_t> done) const;
   void cancel(std::uint64_t request_id) const;
+  void save_state(element_reply done) const;
+  void restore_state(std::vector<tensor> components, tensor random_state, status_reply done) const;
 
  private:
   queue_options options_;
@@ -183,7 +205,7 @@ result<std::shared_ptr<queue_resource>> make_queue(caf::actor_system& system, qu
 
 // Kernels for FIFOQueueV2, RandomShuffleQueueV2, PaddingFIFOQueueV2, QueueEnqueueV2,
 // QueueEnqueueManyV2, QueueDequeueV2, QueueDequeueManyV2, QueueDequeueUpToV2,
-// QueueCloseV2 and QueueSizeV2 (CPU). The queue ops need a runtime_device (the actor
+// QueueCloseV2, QueueSizeV2, QueueSaveStateV2 and QueueRestoreStateV2 (CPU). The queue ops need a runtime_device (the actor
 // runtime); the others need a queue handle. Call once, before lookups begin.
 void register_queue_kernels(kernels::kernel_registry& registry);
 
@@ -194,3 +216,5 @@ CAF_ALLOW_UNSAFE_MESSAGE_TYPE(troupe::actors::queue_dequeue)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(troupe::actors::queue_close)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(troupe::actors::queue_size_query)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(troupe::actors::queue_cancel)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(troupe::actors::queue_save_state)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(troupe::actors::queue_restore_state)

@@ -239,6 +239,50 @@ class size_kernel final : public queue_user_kernel {
   }
 };
 
+// QueueSaveStateV2: the queue's elements (stacked per component) and generator state.
+class save_state_kernel final : public queue_user_kernel {
+ public:
+  explicit save_state_kernel(kernel_construction& c) : queue_user_kernel(c) { c.get_attr("component_types", &types_); }
+
+  void compute_async(kernel_context& ctx, done_callback done) override {
+    queue_resource* q = resolve(ctx);
+    if (q == nullptr) return done();
+    if (q->component_types() != types_) {
+      ctx.fail_invalid_argument("saves component types ", type_list(types_), " of ", q->label(),
+                                ", whose component types are ", type_list(q->component_types()));
+      return done();
+    }
+    q->save_state(reply<std::vector<tensor>>(
+        [&ctx, done = std::move(done)](result<std::vector<tensor>> r) {
+          set_outputs(ctx, std::move(r));
+          done();
+        },
+        q->peer()));
+  }
+
+ private:
+  std::vector<dtype> types_;
+};
+
+// QueueRestoreStateV2: replaces the queue's elements and generator state.
+class restore_state_kernel final : public queue_user_kernel {
+ public:
+  using queue_user_kernel::queue_user_kernel;
+
+  void compute_async(kernel_context& ctx, done_callback done) override {
+    queue_resource* q = resolve(ctx);
+    if (q == nullptr) return done();
+    std::vector<tensor> components(ctx.inputs().begin() + 1, ctx.inputs().end() - 1);
+    q->restore_state(std::move(components), ctx.inputs().back(),
+                     status_reply(
+                         [&ctx, done = std::move(done)](result<done_t> r) {
+                           if (!r.ok()) ctx.fail(r.error());
+                           done();
+                         },
+                         q->peer()));
+  }
+};
+
 }  // namespace
 
 void register_queue_kernels(kernels::kernel_registry& registry) {
@@ -253,6 +297,8 @@ void register_queue_kernels(kernels::kernel_registry& registry) {
   }
   registry.add("QueueCloseV2", "CPU", {}, kernels::make_kernel<close_kernel>);
   registry.add("QueueSizeV2", "CPU", {}, kernels::make_kernel<size_kernel>);
+  registry.add("QueueSaveStateV2", "CPU", {}, kernels::make_kernel<save_state_kernel>);
+  registry.add("QueueRestoreStateV2", "CPU", {}, kernels::make_kernel<restore_state_kernel>);
 }
 
 }  // namespace troupe::actors

@@ -33,6 +33,16 @@ class philox {
     }
   }
 
+  // The whole state (key, then counter), to save it and make the same stream again.
+  using words = std::array<std::uint32_t, 6>;
+  words state() const { return {key_[0], key_[1], counter_[0], counter_[1], counter_[2], counter_[3]}; }
+  static philox from_state(const words& w) {
+    philox p;
+    p.key_ = {w[0], w[1]};
+    p.counter_ = {w[2], w[3], w[4], w[5]};
+    return p;
+  }
+
   // The next block of four 32-bit values.
   block next() {
     block ctr = counter_;

@@ -9,6 +9,13 @@
 //   QueueDequeueUpToV2   handle, n -> components... at most n once the queue is closed
 //   QueueCloseV2         handle                     (cancel_pending_enqueues)
 //   QueueSizeV2          handle -> size (int32)
+//   QueueSaveStateV2     handle -> components..., random_state (int64)   (troupe's)
+//   QueueRestoreStateV2  handle, components..., random_state              (troupe's)
+//
+// The last two save and restore a queue's contents for checkpoints (actors/queue.h,
+// queue_save_state): every element stacked per component, in the queue's order, and a
+// RandomShuffleQueue's generator state (int64 [11]; [0] for other kinds), so that a
+// restored queue makes the same dequeues. They need fully defined component shapes.
 //
 // An element is a tuple of tensors, one per entry of the queue's `component_types`;
 // `shapes`, when given (one per component), fixes each component's shape (a
@@ -379,6 +386,36 @@ void register_data_flow_ops(op_registry& registry) {
   add_builtin_op(registry, handle_user("QueueSizeV2")
                                .output("size: int32")
                                .shape_fn(queue_size_shape));
+  add_builtin_op(registry, handle_user("QueueSaveStateV2")
+                               .output("components: component_types")
+                               .output("random_state: int64")
+                               .attr("component_types: list(type) >= 1")
+                               .shape_fn([](shape_context& ctx) -> status {
+                                 TROUPE_RETURN_IF_ERROR(handle_is_scalar(ctx));
+                                 queue_info queue;
+                                 TROUPE_RETURN_IF_ERROR(queue_of(ctx, &queue));
+                                 const int n = ctx.num_outputs() - 1;
+                                 for (int i = 0; i < n; ++i) {
+                                   if (queue.node == nullptr || queue.shapes.empty()) {
+                                     ctx.set_output(i, partial_shape::unknown());
+                                     continue;
+                                   }
+                                   std::vector<std::int64_t> dims{-1};
+                                   const auto& element = queue.shapes[static_cast<std::size_t>(i)].dims();
+                                   dims.insert(dims.end(), element.begin(), element.end());
+                                   ctx.set_output(i, partial_shape(std::move(dims)));
+                                 }
+                                 ctx.set_output(n, partial_shape({-1}));
+                                 return status();
+                               }));
+  add_builtin_op(registry, handle_user("QueueRestoreStateV2")
+                               .input("components: component_types")
+                               .input("random_state: int64")
+                               .attr("component_types: list(type) >= 1")
+                               .shape_fn([](shape_context& ctx) -> status {
+                                 TROUPE_RETURN_IF_ERROR(handle_is_scalar(ctx));
+                                 return ctx.require_rank(ctx.num_inputs() - 1, 1);
+                               }));
 }
 
 }  // namespace troupe::graph

@@ -4,7 +4,10 @@
 // IdxReader reads an images IDX file and its labels IDX file (MNIST, Fashion-MNIST; gzip
 // or plain, see core/idx.h) and emits one batch of examples per run. It is stateful: one
 // node keeps one cursor, shared by all the steps that run it, so concurrent steps get
-// disjoint batches and together see every example of an epoch exactly once.
+// disjoint batches and together see every example of an epoch exactly once. The cursor
+// is a resource of the device under (container, shared_name; an empty shared_name means
+// the node's name), which IdxReaderSaveState and IdxReaderRestoreState reach by the same
+// names: a checkpoint saves it, and a restored reader continues with the same batches.
 #include "graph/op_registry.h"
 
 namespace troupe::graph {
@@ -41,8 +44,34 @@ void register_io_ops(op_registry& registry) {
                                .attr("num_epochs: int >= 0 = 0")
                                .attr("shuffle: bool = true")
                                .attr("seed: int = 0")
+                               .attr("container: string = ''")
+                               .attr("shared_name: string = ''")
                                .stateful()
                                .shape_fn(idx_reader_shape)
+                               .no_gradient());
+  // The cursor of the IdxReader that (container, shared_name) name on this device:
+  // int64 [epoch, position], position counting the examples of the epoch already read
+  // (the reader's order within an epoch depends only on its seed and the epoch, so these
+  // two numbers make the same batches again). A reader not yet run is at [0, 0].
+  add_builtin_op(registry, op_schema("IdxReaderSaveState")
+                               .output("state: int64")
+                               .attr("container: string = ''")
+                               .attr("shared_name: string")
+                               .stateful()
+                               .shape_fn([](shape_context& ctx) -> status {
+                                 ctx.set_output(0, partial_shape({2}));
+                                 return status();
+                               })
+                               .no_gradient());
+  // Sets that cursor (from IdxReaderSaveState's output): the reader's next batch starts
+  // at example `position` of epoch `epoch`'s order. A position past the reader's files
+  // fails the reader's next run with INVALID_ARGUMENT.
+  add_builtin_op(registry, op_schema("IdxReaderRestoreState")
+                               .input("state: int64")
+                               .attr("container: string = ''")
+                               .attr("shared_name: string")
+                               .stateful()
+                               .shape_fn([](shape_context& ctx) -> status { return ctx.require_rank(0, 1); })
                                .no_gradient());
 }
 

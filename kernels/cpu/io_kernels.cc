@@ -1,6 +1,10 @@
-// CPU kernels: IdxReader (schema and semantics in graph/ops/io_ops.cc).
+// CPU kernels: IdxReader, IdxReaderSaveState, IdxReaderRestoreState (schemas and
+// semantics in graph/ops/io_ops.cc).
 //
-// The kernel is the reader's state, shared by every step that runs the node:
+// A reader's state (its cursor and the examples it reads) is a resource in the device's
+// resource manager under (container, shared_name or the node's name), shared by every
+// step that runs the node and found by the save and restore ops; outside a device (a
+// kernel run on its own) the kernel keeps a state of its own.
 //
 //  1. Both files are loaded once, by the first compute(), under the mutex (later callers
 //     wait for it). A load error is kept and returned by every later compute(): files do
@@ -9,7 +13,8 @@
 //     A compute() takes the indices of its batch under the lock and copies the examples
 //     after releasing it, so concurrent steps get disjoint batches and copy in parallel.
 //  3. Epoch e's order is a Fisher-Yates shuffle driven by philox(seed, e): it depends
-//     only on the seed and e, not on how the batches were split among steps.
+//     only on the seed and e, not on how the batches were split among steps. So the
+//     cursor is all there is to save: (epoch, position) makes the same batches again.
 //
 // estimated_ns() stays "expensive" (the default) although a batch of 64 Fashion-MNIST images is
 // a ~50 KB copy, cheaper than a thread hand-off: the first call reads and decompresses
@@ -26,6 +31,57 @@
 namespace troupe::kernels {
 
 namespace {
+
+// One reader's cursor and examples.
+class idx_reader_state final : public resource {
+ public:
+  std::string_view kind() const override { return "reader"; }
+
+  std::mutex mutex;
+  // Guarded by mutex.
+  bool loaded = false;
+  status load_status;
+  tensor images;  // uint8 [n, rows, cols]
+  tensor labels;  // uint8 [n]
+  std::int64_t epoch = 0;
+  std::int64_t position = 0;          // in order
+  std::vector<std::uint32_t> order;   // epoch's permutation of [0, n); empty until loaded
+};
+
+// The reader state under the node's (container, shared_name) on c's device, made when
+// absent (a reader not yet run is at its start, whoever asks first); null with c failed.
+// An empty shared_name means the node's own name, unless `require_shared_name` (the save
+// and restore ops, which name another node's reader).
+std::shared_ptr<idx_reader_state> reader_state_of(kernel_construction& c, bool require_shared_name) {
+  std::string container, name;
+  if (!c.get_attrs("container", &container, "shared_name", &name)) return nullptr;
+  if (name.empty()) {
+    if (require_shared_name) {
+      c.fail(invalid_argument_error(c.node().op(), " '", c.node().name(), "': shared_name must name the reader"));
+      return nullptr;
+    }
+    name = c.node().name();
+  }
+  if (c.device() == nullptr) {
+    if (!require_shared_name) return std::make_shared<idx_reader_state>();  // run on its own
+    c.fail(failed_precondition_error(c.node().op(), " '", c.node().name(),
+                                     "' finds its reader in a device's resources: run it in a session"));
+    return nullptr;
+  }
+  auto found = c.device()->resources().lookup_or_create(
+      container, name, [] { return result<std::shared_ptr<resource>>(std::make_shared<idx_reader_state>()); });
+  if (!found.ok()) {
+    c.fail(found.error());
+    return nullptr;
+  }
+  auto state = std::dynamic_pointer_cast<idx_reader_state>(*found);
+  if (state == nullptr) {
+    c.fail(invalid_argument_error(c.node().op(), " '", c.node().name(), "': resource '", name, "' in container '",
+                                  container, "' on ", c.device()->name(), " is a ", (*found)->kind(),
+                                  ", not a reader; give this node another shared_name"));
+  }
+  return state;
+}
 
 class idx_reader_kernel final : public op_kernel {
  public:
@@ -46,27 +102,37 @@ class idx_reader_kernel final : public op_kernel {
       c.fail(invalid_argument_error("IdxReader '", name(),
                                     "': num_epochs must be >= 0 (0: forever) but is ",
                                     num_epochs_));
+    } else {
+      state_ = reader_state_of(c, /*require_shared_name=*/false);
     }
   }
 
   void compute(kernel_context& ctx) override {
     std::vector<std::int64_t> batch;
     tensor images, labels;
+    idx_reader_state& st = *state_;
     {
-      std::lock_guard<std::mutex> lock(mutex_);
-      if (!loaded_) load();
-      if (!load_status_.ok()) {
-        ctx.fail(load_status_);
+      std::lock_guard<std::mutex> lock(st.mutex);
+      if (!st.loaded) load(st);
+      if (!st.load_status.ok()) {
+        ctx.fail(st.load_status);
         return;
       }
-      if (exhausted()) {
+      if (st.order.empty()) {  // restored before it was loaded (or loaded by another node)
+        if (status s = check_cursor(st); !s.ok()) {
+          ctx.fail(std::move(s));
+          return;
+        }
+        if (!exhausted(st)) start_epoch(st);
+      }
+      if (exhausted(st)) {
         ctx.fail(out_of_range_error("IdxReader '", name(), "': end of input after ",
                                     num_epochs_, num_epochs_ == 1 ? " epoch" : " epochs"));
         return;
       }
-      take_batch(&batch);
-      images = images_;
-      labels = labels_;
+      take_batch(st, &batch);
+      images = st.images;
+      labels = st.labels;
     }
     auto k = static_cast<std::int64_t>(batch.size());
     tensor& image_batch = ctx.allocate_output(0, tensor_shape{k, images.dim(1), images.dim(2)});
@@ -84,48 +150,56 @@ class idx_reader_kernel final : public op_kernel {
   }
 
  private:
-  // REQUIRES: mutex_ held.
-  void load() {
-    loaded_ = true;
+  // REQUIRES: st.mutex held.
+  void load(idx_reader_state& st) {
+    st.loaded = true;
     auto examples = read_idx_examples(images_path_, labels_path_);
     if (!examples.ok()) {
-      load_status_ = examples.error().with_context(str_cat("IdxReader '", name(), "'"));
+      st.load_status = examples.error().with_context(str_cat("IdxReader '", name(), "'"));
       return;
     }
     const tensor& images = examples->images;
     const tensor& labels = examples->labels;
     if (images.type() != dtype::uint8 || images.rank() != 3) {
-      load_status_ = invalid_argument_error(
+      st.load_status = invalid_argument_error(
           "IdxReader '", name(), "': '", images_path_, "' holds ", dtype_name(images.type()), " ",
           images.shape().to_string(), " but images must be uint8 [n, rows, cols]");
     } else if (labels.type() != dtype::uint8) {
-      load_status_ = invalid_argument_error("IdxReader '", name(), "': '", labels_path_,
-                                            "' holds ", dtype_name(labels.type()),
-                                            " labels but labels must be uint8");
+      st.load_status = invalid_argument_error("IdxReader '", name(), "': '", labels_path_,
+                                              "' holds ", dtype_name(labels.type()),
+                                              " labels but labels must be uint8");
     } else if (labels.dim(0) == 0) {
-      load_status_ = invalid_argument_error("IdxReader '", name(), "': '", images_path_,
-                                            "' and '", labels_path_, "' hold no examples");
+      st.load_status = invalid_argument_error("IdxReader '", name(), "': '", images_path_,
+                                              "' and '", labels_path_, "' hold no examples");
     } else if (labels.dim(0) > std::int64_t{1} << 31) {
-      load_status_ = invalid_argument_error("IdxReader '", name(), "': '", labels_path_,
-                                            "' holds ", labels.dim(0),
-                                            " examples, more than the 2^31 supported");
+      st.load_status = invalid_argument_error("IdxReader '", name(), "': '", labels_path_,
+                                              "' holds ", labels.dim(0),
+                                              " examples, more than the 2^31 supported");
     }
-    if (!load_status_.ok()) return;
-    images_ = examples->images;
-    labels_ = examples->labels;
-    start_epoch();
+    if (!st.load_status.ok()) return;
+    st.images = examples->images;
+    st.labels = examples->labels;
   }
 
-  bool exhausted() const { return num_epochs_ > 0 && epoch_ >= num_epochs_; }
+  // A restored cursor must point into the files. REQUIRES: st.mutex held, loaded.
+  status check_cursor(const idx_reader_state& st) const {
+    if (st.position < st.labels.dim(0)) return status();
+    return invalid_argument_error("IdxReader '", name(), "': its restored position ", st.position, " (epoch ",
+                                  st.epoch, ") is past the ", st.labels.dim(0), " examples of '", labels_path_,
+                                  "': the state was saved from other files");
+  }
 
-  // The order of epoch_'s examples. REQUIRES: mutex_ held, files loaded.
-  void start_epoch() {
-    position_ = 0;
-    auto n = static_cast<std::size_t>(labels_.dim(0));
-    order_.resize(n);
-    for (std::size_t i = 0; i < n; ++i) order_[i] = static_cast<std::uint32_t>(i);
+  bool exhausted(const idx_reader_state& st) const { return num_epochs_ > 0 && st.epoch >= num_epochs_; }
+
+  // The order of st.epoch's examples (the position is left as it is). REQUIRES: st.mutex
+  // held, files loaded.
+  void start_epoch(idx_reader_state& st) const {
+    auto n = static_cast<std::size_t>(st.labels.dim(0));
+    auto& order = st.order;
+    order.resize(n);
+    for (std::size_t i = 0; i < n; ++i) order[i] = static_cast<std::uint32_t>(i);
     if (!shuffle_) return;
-    philox generator(static_cast<std::uint64_t>(seed_), static_cast<std::uint64_t>(epoch_));
+    philox generator(static_cast<std::uint64_t>(seed_), static_cast<std::uint64_t>(st.epoch));
     philox::block bits{};
     int used = 2;  // 64-bit draws taken from `bits`
     for (std::size_t i = n - 1; i > 0; --i) {
@@ -138,25 +212,26 @@ class idx_reader_kernel final : public op_kernel {
       // Lemire's multiply-shift maps r to [0, i]; its bias, below (i+1) / 2^64, is
       // far under anything a shuffle of 2^31 examples could show.
       auto j = static_cast<std::size_t>((static_cast<unsigned __int128>(r) * (i + 1)) >> 64);
-      std::swap(order_[i], order_[j]);
+      std::swap(order[i], order[j]);
     }
   }
 
   // Appends the next batch's example indices, crossing into later epochs as needed; it
-  // is short only when the final epoch ends. REQUIRES: mutex_ held, !exhausted().
-  void take_batch(std::vector<std::int64_t>* batch) {
-    auto n = static_cast<std::int64_t>(order_.size());
+  // is short only when the final epoch ends. REQUIRES: st.mutex held, !exhausted(st).
+  void take_batch(idx_reader_state& st, std::vector<std::int64_t>* batch) const {
+    auto n = static_cast<std::int64_t>(st.order.size());
     batch->reserve(static_cast<std::size_t>(batch_size_));
-    while (static_cast<std::int64_t>(batch->size()) < batch_size_ && !exhausted()) {
+    while (static_cast<std::int64_t>(batch->size()) < batch_size_ && !exhausted(st)) {
       std::int64_t take =
-          std::min(batch_size_ - static_cast<std::int64_t>(batch->size()), n - position_);
+          std::min(batch_size_ - static_cast<std::int64_t>(batch->size()), n - st.position);
       for (std::int64_t i = 0; i < take; ++i) {
-        batch->push_back(order_[static_cast<std::size_t>(position_ + i)]);
+        batch->push_back(st.order[static_cast<std::size_t>(st.position + i)]);
       }
-      position_ += take;
-      if (position_ == n) {
-        ++epoch_;
-        if (!exhausted()) start_epoch();
+      st.position += take;
+      if (st.position == n) {
+        ++st.epoch;
+        st.position = 0;
+        if (!exhausted(st)) start_epoch(st);
       }
     }
   }
@@ -169,21 +244,60 @@ class idx_reader_kernel final : public op_kernel {
   bool shuffle_ = true;
   std::int64_t seed_ = 0;
 
-  std::mutex mutex_;
-  // Guarded by mutex_.
-  bool loaded_ = false;
-  status load_status_;
-  tensor images_;  // uint8 [n, rows, cols]
-  tensor labels_;  // uint8 [n]
-  std::int64_t epoch_ = 0;
-  std::int64_t position_ = 0;          // in order_
-  std::vector<std::uint32_t> order_;   // epoch_'s permutation of [0, n)
+  std::shared_ptr<idx_reader_state> state_;
+};
+
+// IdxReaderSaveState: the cursor, int64 [epoch, position].
+class idx_reader_save_kernel final : public op_kernel {
+ public:
+  explicit idx_reader_save_kernel(kernel_construction& c) : op_kernel(c) {
+    state_ = reader_state_of(c, /*require_shared_name=*/true);
+  }
+  void compute(kernel_context& ctx) override {
+    std::lock_guard<std::mutex> lock(state_->mutex);
+    ctx.set_output(0, tensor::from_vector<std::int64_t>({state_->epoch, state_->position}));
+  }
+  double estimated_ns(std::span<const tensor>) const override { return 0; }
+
+ private:
+  std::shared_ptr<idx_reader_state> state_;
+};
+
+// IdxReaderRestoreState: sets the cursor; the epoch's order is drawn again when the reader
+// next runs.
+class idx_reader_restore_kernel final : public op_kernel {
+ public:
+  explicit idx_reader_restore_kernel(kernel_construction& c) : op_kernel(c) {
+    state_ = reader_state_of(c, /*require_shared_name=*/true);
+  }
+  void compute(kernel_context& ctx) override {
+    const tensor& cursor = ctx.input(0);
+    if (cursor.type() != dtype::int64 || cursor.rank() != 1 || cursor.num_elements() != 2) {
+      ctx.fail_invalid_argument("the state must be int64 [epoch, position] but is ", cursor.debug_string(4));
+      return;
+    }
+    const std::int64_t epoch = cursor.flat<std::int64_t>()[0], position = cursor.flat<std::int64_t>()[1];
+    if (epoch < 0 || position < 0) {
+      ctx.fail_invalid_argument("the state [epoch ", epoch, ", position ", position, "] must not be negative");
+      return;
+    }
+    std::lock_guard<std::mutex> lock(state_->mutex);
+    state_->epoch = epoch;
+    state_->position = position;
+    state_->order.clear();  // drawn again (and the position checked) by the reader's next run
+  }
+  double estimated_ns(std::span<const tensor>) const override { return 0; }
+
+ private:
+  std::shared_ptr<idx_reader_state> state_;
 };
 
 }  // namespace
 
 void register_io_kernels(kernel_registry& registry) {
   registry.add("IdxReader", "CPU", {}, make_kernel<idx_reader_kernel>);
+  registry.add("IdxReaderSaveState", "CPU", {}, make_kernel<idx_reader_save_kernel>);
+  registry.add("IdxReaderRestoreState", "CPU", {}, make_kernel<idx_reader_restore_kernel>);
 }
 
 }  // namespace troupe::kernels
