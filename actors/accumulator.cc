@@ -251,8 +251,11 @@ caf::behavior accumulator_behavior(accumulator_actor* self, accumulator_options 
         auto& st = self->state;
         st.global_step = m.step;
         st.kept.clear();
+        for (auto& take : st.takes) {
+          take.done(aborted_error(st.label, " was reset to global step ", m.step, " while a take waited"));
+        }
+        st.takes.clear();
         m.done(done_t{});
-        serve(self);
       },
       [self](accumulator_count& m) {
         m.done(std::vector<tensor>{tensor::scalar<std::int32_t>(static_cast<std::int32_t>(self->state.kept.size()))});

@@ -23,7 +23,9 @@
 //     the same gradients give the same bits whatever order they arrived in.
 //  4. set_global_step(s): the global step becomes s (TensorFlow only warns when s is
 //     lower). *The gradients kept are discarded: a new step starts a new aggregate (after
-//     a recovery the ones kept may have been computed on values since rolled back).
+//     a recovery the ones kept may have been computed on values since rolled back), and
+//     the takes waiting fail with ABORTED: an aggregate begun before may not mix with
+//     gradients of the new step.
 //  5. num_accumulated: how many gradients are kept now.
 //  *With one_per_source (the op attribute `_one_per_worker`, which train::sync_replicas
 //     sets), a second gradient of one source for the step is dropped: a worker whose step

@@ -950,6 +950,10 @@ result<restored> directory::restore_latest(const restore_request& request, std::
       out.variables = std::move(*values);
       for (const std::string& name : request.state) {
         auto value = opened->state(name);
+        if (!value.ok() && request.missing_state_ok && value.error().error_code() == code::not_found) {
+          out.state.emplace_back();
+          continue;
+        }
         if (!value.ok()) return value.error();
         out.state.push_back(std::move(*value));
       }

@@ -143,6 +143,9 @@ struct image_buffer;
 struct restore_request {
   std::vector<slice_request> variables;
   std::vector<std::string> state;
+  // A state the checkpoint lacks comes back as an uninitialized tensor instead of an
+  // error (state that may start afresh: an input pipeline the checkpoint did not have).
+  bool missing_state_ok = false;
 };
 
 // What it got, in the order asked.

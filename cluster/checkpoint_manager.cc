@@ -89,6 +89,70 @@ tensor rows_of(const tensor& whole, std::int64_t first, std::int64_t count, std:
   return out;
 }
 
+// Where a session on `cluster` puts each node of `g`.
+result<placement::placement> place_as_sessions_do(const graph::graph& g, const actors::cluster& cluster,
+                                                  const std::string& default_device) {
+  placement::placer_options po;
+  po.default_device = default_device;
+  po.allow_soft_placement = true;
+  const kernels::kernel_registry& kernels = cluster.kernels();
+  auto placed = placement::place(
+      g, cluster.spec(),
+      [&kernels](const graph::node& n, const std::string& type) { return kernels.has_kernel(type, n.def); }, po);
+  if (!placed.ok()) return placed.error().with_context("checkpoint manager: placing the graph");
+  return placed;
+}
+
+bool is_queue_op(const std::string& op) {
+  return op == "FIFOQueueV2" || op == "RandomShuffleQueueV2" || op == "PaddingFIFOQueueV2";
+}
+
+// The input pipeline of a graph: its IdxReader nodes, and the queues their batches reach
+// through an enqueue (not queues of anything else, such as synchronous replication's
+// tokens), in graph order.
+std::vector<const tf::NodeDef*> pipeline_nodes(const tf::GraphDef& def) {
+  std::map<std::string_view, const tf::NodeDef*> by_name;
+  for (const tf::NodeDef& n : def.node()) by_name[n.name()] = &n;
+  auto producer = [&](const std::string& input) -> const tf::NodeDef* {
+    if (input.empty() || input[0] == '^') return nullptr;
+    auto it = by_name.find(std::string_view(input).substr(0, input.find(':')));
+    return it == by_name.end() ? nullptr : it->second;
+  };
+  auto fed_by_reader = [&](const tf::NodeDef& enqueue) {
+    std::vector<const tf::NodeDef*> todo;
+    std::set<const tf::NodeDef*> seen;
+    for (int i = 1; i < enqueue.input_size(); ++i) todo.push_back(producer(enqueue.input(i)));
+    while (!todo.empty()) {
+      const tf::NodeDef* n = todo.back();
+      todo.pop_back();
+      if (n == nullptr || !seen.insert(n).second) continue;
+      if (n->op() == "IdxReader") return true;
+      for (const std::string& in : n->input()) todo.push_back(producer(in));
+    }
+    return false;
+  };
+  std::vector<const tf::NodeDef*> out;
+  std::set<const tf::NodeDef*> queues;
+  for (const tf::NodeDef& n : def.node()) {
+    if (n.op() == "IdxReader") out.push_back(&n);
+    if ((n.op() == "QueueEnqueueV2" || n.op() == "QueueEnqueueManyV2") && n.input_size() > 1 && fed_by_reader(n)) {
+      const tf::NodeDef* q = producer(n.input(0));
+      if (q != nullptr && is_queue_op(q->op()) && queues.insert(q).second) out.push_back(q);
+    }
+  }
+  return out;
+}
+
+tf::NodeDef make_node(const std::string& name, const std::string& op, const std::string& device,
+                      std::vector<std::string> inputs = {}) {
+  tf::NodeDef n;
+  n.set_name(name);
+  n.set_op(op);
+  n.set_device(device);
+  for (auto& i : inputs) n.add_input(std::move(i));
+  return n;
+}
+
 }  // namespace
 
 result<std::unique_ptr<checkpoint_manager>> checkpoint_manager::create(std::shared_ptr<actors::cluster> cluster,
@@ -106,14 +170,8 @@ result<std::unique_ptr<checkpoint_manager>> checkpoint_manager::create(std::shar
 
   // Where each variable lives, as the sessions place it (colocation included: optimizer
   // slots carry no device of their own).
-  placement::placer_options po;
-  po.default_device = m->options_.default_device;
-  po.allow_soft_placement = true;
-  const kernels::kernel_registry& kernels = cluster->kernels();
-  auto placed = placement::place(
-      g, cluster->spec(),
-      [&kernels](const graph::node& n, const std::string& type) { return kernels.has_kernel(type, n.def); }, po);
-  if (!placed.ok()) return placed.error().with_context("checkpoint manager: placing the graph");
+  auto placed = place_as_sessions_do(g, *cluster, m->options_.default_device);
+  if (!placed.ok()) return placed.error();
   tf::GraphDef def = g.to_graph_def();
   std::vector<tf::NodeDef> added;
   // Parts of partitioned variables, by the variable's name: (offset, index in parts_).
@@ -224,6 +282,10 @@ result<std::unique_ptr<checkpoint_manager>> checkpoint_manager::create(std::shar
     m->names_.push_back(v.name);
   }
   if (m->variables_.empty()) return invalid_argument_error("checkpoint manager: the graph has no variables to save");
+  TROUPE_RETURN_IF_ERROR(m->add_pipelines(g, cluster, &added));
+  for (const graph::graph* other : m->options_.pipeline_graphs) {
+    TROUPE_RETURN_IF_ERROR(m->add_pipelines(*other, cluster, &added));
+  }
   for (auto& n : added) *def.add_node() = std::move(n);
   auto copy = graph::graph::from_graph_def(std::move(def), g.registry());
   if (!copy.ok()) return copy.error().with_context("checkpoint manager: adding its save and restore ops");
@@ -252,6 +314,103 @@ void checkpoint_manager::log(const std::string& line) const {
   if (options_.log) options_.log(line);
 }
 
+status checkpoint_manager::add_pipelines(const graph::graph& g, const std::shared_ptr<actors::cluster>& cluster,
+                                         std::vector<tf::NodeDef>* added) {
+  auto placed = place_as_sessions_do(g, *cluster, options_.default_device);
+  if (!placed.ok()) return placed.error();
+  const tf::GraphDef def = g.to_graph_def();
+  for (const tf::NodeDef* n : pipeline_nodes(def)) {
+    const std::string device = placed->device_of(g.find(n->name())->id);
+    auto parsed = placement::parse_device_name(device);
+    if (!parsed.ok()) return parsed.error().with_context(str_cat("checkpoint manager: the device of '", n->name(), "'"));
+    std::string container, shared_name;
+    if (graph::has_attr(*n, "container")) TROUPE_RETURN_IF_ERROR(graph::get_attr(*n, "container", &container));
+    if (graph::has_attr(*n, "shared_name")) TROUPE_RETURN_IF_ERROR(graph::get_attr(*n, "shared_name", &shared_name));
+    if (shared_name.empty()) shared_name = n->name();
+    pipeline p;
+    p.task = placement::task_prefix(placement::task_of(*parsed));
+    p.name = str_cat(p.task.substr(1), "/", container.empty() ? "" : container + "/", shared_name);
+    if (std::any_of(pipelines_.begin(), pipelines_.end(), [&](const pipeline& q) { return q.name == p.name; })) {
+      continue;  // the same resource, from another graph
+    }
+    const std::string base = str_cat(k_prefix, "pipeline_", pipelines_.size());
+    auto placeholder = [&](const std::string& name, dtype type, const partial_shape& shape) {
+      tf::NodeDef v = make_node(name, "Placeholder", device);
+      (*v.mutable_attr())["dtype"] = graph::attr_value(type);
+      (*v.mutable_attr())["shape"] = graph::attr_value(shape);
+      p.values.push_back(name);
+      added->push_back(std::move(v));
+    };
+    if (n->op() == "IdxReader") {
+      tf::NodeDef save = make_node(base + "/save", "IdxReaderSaveState", device);
+      tf::NodeDef restore = make_node(base + "/restore", "IdxReaderRestoreState", device, {base + "/value"});
+      for (tf::NodeDef* op : {&save, &restore}) {
+        (*op->mutable_attr())["container"] = graph::attr_value(container);
+        (*op->mutable_attr())["shared_name"] = graph::attr_value(shared_name);
+      }
+      placeholder(base + "/value", dtype::int64, partial_shape({2}));
+      p.fields = {"cursor"};
+      p.save = {save.name()};
+      p.restore = restore.name();
+      added->push_back(std::move(save));
+      added->push_back(std::move(restore));
+    } else {
+      std::vector<dtype> types;
+      TROUPE_RETURN_IF_ERROR(graph::get_attr(*n, "component_types", &types));
+      std::vector<partial_shape> shapes;
+      if (auto it = n->attr().find("shapes"); it != n->attr().end()) {
+        for (const auto& proto : it->second.list().shape()) shapes.push_back(graph::shape_from_proto(proto));
+      }
+      if (shapes.size() != types.size() ||
+          !std::all_of(shapes.begin(), shapes.end(), [](const partial_shape& s) { return s.fully_defined(); })) {
+        log(str_cat("checkpoint: queue '", shared_name, "' on ", p.task,
+                    " holds elements of varying shape; its contents are not saved"));
+        continue;
+      }
+      tf::NodeDef queue = *n;  // finds the queue by its shared_name on its device
+      queue.set_name(base + "/queue");
+      queue.clear_input();
+      queue.set_device(device);
+      queue.mutable_attr()->erase("_class");
+      (*queue.mutable_attr())["shared_name"] = graph::attr_value(shared_name);
+      tf::NodeDef save = make_node(base + "/save", "QueueSaveStateV2", device, {queue.name()});
+      std::vector<std::string> restore_inputs{queue.name()};
+      for (std::size_t i = 0; i < types.size(); ++i) {
+        std::vector<std::int64_t> dims{-1};
+        dims.insert(dims.end(), shapes[i].dims().begin(), shapes[i].dims().end());
+        placeholder(str_cat(base, "/component_", i), types[i], partial_shape(dims));
+        restore_inputs.push_back(p.values.back());
+        p.fields.push_back(str_cat("component_", i));
+        p.save.push_back(str_cat(save.name(), ":", i));
+      }
+      placeholder(base + "/random_state", dtype::int64, partial_shape({-1}));
+      restore_inputs.push_back(p.values.back());
+      p.fields.push_back("random_state");
+      p.save.push_back(str_cat(save.name(), ":", types.size()));
+      tf::NodeDef restore = make_node(base + "/restore", "QueueRestoreStateV2", device, restore_inputs);
+      for (tf::NodeDef* op : {&save, &restore}) (*op->mutable_attr())["component_types"] = graph::attr_value(types);
+      p.restore = restore.name();
+      added->push_back(std::move(queue));
+      added->push_back(std::move(save));
+      added->push_back(std::move(restore));
+    }
+    read_fetches_.insert(read_fetches_.end(), p.save.begin(), p.save.end());
+    pipelines_.push_back(std::move(p));
+  }
+  return status();
+}
+
+std::vector<std::string> checkpoint_manager::pipeline_names() const {
+  std::vector<std::string> names;
+  for (const auto& p : pipelines_) names.push_back(p.name);
+  return names;
+}
+
+bool checkpoint_manager::holds_pipelines(std::string_view task) const {
+  const std::string wanted = session_->get_cluster()->canonical_task(task);
+  return std::any_of(pipelines_.begin(), pipelines_.end(), [&](const pipeline& p) { return p.task == wanted; });
+}
+
 bool checkpoint_manager::holds_variables(std::string_view task) const {
   const std::string wanted = session_->get_cluster()->canonical_task(task);
   return std::any_of(parts_.begin(), parts_.end(), [&](const part& p) { return p.task == wanted; });
@@ -264,19 +423,29 @@ bool checkpoint_manager::holds_global_step(std::string_view task) const {
 }
 
 result<std::optional<std::int64_t>> checkpoint_manager::restore_latest() {
-  return restore_some(std::vector<bool>(parts_.size(), true));
+  return restore_some(std::vector<bool>(parts_.size(), true), std::vector<bool>(pipelines_.size(), true));
 }
 
 result<std::optional<std::int64_t>> checkpoint_manager::restore_latest(std::string_view task) {
   const std::string wanted = session_->get_cluster()->canonical_task(task);
-  std::vector<bool> some;
+  std::vector<bool> some, some_pipelines;
   for (const auto& p : parts_) some.push_back(p.task == wanted);
-  return restore_some(some);
+  for (const auto& p : pipelines_) some_pipelines.push_back(p.task == wanted);
+  return restore_some(some, some_pipelines);
 }
 
-result<std::optional<std::int64_t>> checkpoint_manager::restore_some(const std::vector<bool>& wanted) {
-  std::lock_guard<std::mutex> save_lock(save_mutex_);
+result<std::optional<std::int64_t>> checkpoint_manager::restore_some(const std::vector<bool>& wanted,
+                                                                     const std::vector<bool>& wanted_pipelines) {
+  std::lock_guard<std::mutex> state_lock(state_mutex_);
+  std::lock_guard<std::mutex> dir_lock(dir_mutex_);
   checkpoint::restore_request request;
+  request.missing_state_ok = true;
+  std::vector<std::size_t> pipelines;  // wanted, by index in pipelines_
+  for (std::size_t i = 0; i < pipelines_.size(); ++i) {
+    if (!wanted_pipelines[i]) continue;
+    pipelines.push_back(i);
+    for (const auto& f : pipelines_[i].fields) request.state.push_back(pipelines_[i].name + "/" + f);
+  }
   std::vector<std::size_t> chosen;  // variables with a wanted part, read whole
   for (std::size_t i = 0; i < variables_.size(); ++i) {
     const auto& v = variables_[i];
@@ -285,7 +454,7 @@ result<std::optional<std::int64_t>> checkpoint_manager::restore_some(const std::
     request.variables.push_back(
         {v.name, v.type, v.shape, std::vector<std::int64_t>(static_cast<std::size_t>(v.shape.rank()), 0), v.shape});
   }
-  if (chosen.empty()) return std::optional<std::int64_t>();
+  if (chosen.empty() && pipelines.empty()) return std::optional<std::int64_t>();
   std::vector<std::string> warnings;
   auto restored = dir_->restore_latest(request, &warnings);
   for (const auto& w : warnings) log("checkpoint: " + w);
@@ -313,11 +482,27 @@ result<std::optional<std::int64_t>> checkpoint_manager::restore_some(const std::
       expected.push_back(std::move(value));
     }
   }
+  // Each wanted pipeline's state, when the checkpoint has it.
+  std::size_t at = 0, pipelines_restored = 0;
+  for (std::size_t i : pipelines) {
+    const pipeline& p = pipelines_[i];
+    const auto first = restored->state.begin() + static_cast<std::ptrdiff_t>(at);
+    at += p.fields.size();
+    if (!std::all_of(first, first + static_cast<std::ptrdiff_t>(p.fields.size()),
+                     [](const tensor& t) { return t.initialized(); })) {
+      log(str_cat("checkpoint: '", restored->path, "' has no state of the input pipeline ", p.name,
+                  ", which goes on from where it is"));
+      continue;
+    }
+    for (std::size_t f = 0; f < p.fields.size(); ++f) feeds.emplace_back(p.values[f], *(first + static_cast<std::ptrdiff_t>(f)));
+    targets.push_back(p.restore);
+    ++pipelines_restored;
+  }
   auto assigned = session_->run(feeds, {}, targets);
   if (!assigned.ok()) return assigned.error().with_context(str_cat("restoring '", restored->path, "'"));
   // Read back: what the variables hold now is the checkpoint, bit for bit (no training
   // step runs meanwhile: REQUIRES of restore_latest).
-  auto back = session_->run({}, reads);
+  auto back = reads.empty() ? result<std::vector<tensor>>(std::vector<tensor>()) : session_->run({}, reads);
   if (!back.ok()) return back.error().with_context(str_cat("reading back what was restored from '", restored->path, "'"));
   for (std::size_t k = 0; k < expected.size(); ++k) {
     if (!back->at(k).equals(expected[k])) {
@@ -338,8 +523,11 @@ result<std::optional<std::int64_t>> checkpoint_manager::restore_some(const std::
       next_due_ = (restored->global_step / options_.every_steps + 1) * options_.every_steps;
     }
   }
-  log(str_cat("checkpoint: restored ", chosen.size(), " variable", chosen.size() == 1 ? "" : "s", " from ", restored->path, " (step ",
-              restored->global_step, ")"));
+  log(str_cat("checkpoint: restored ", chosen.size(), " variable", chosen.size() == 1 ? "" : "s",
+              pipelines_restored > 0 ? str_cat(" and ", pipelines_restored, " input pipeline state",
+                                               pipelines_restored == 1 ? "" : "s")
+                                     : std::string(),
+              " from ", restored->path, " (step ", restored->global_step, ")"));
   return std::optional<std::int64_t>(restored->global_step);
 }
 
@@ -356,36 +544,72 @@ void checkpoint_manager::step_done(std::int64_t global_step) {
   if (request) wake_.notify_all();
 }
 
+void checkpoint_manager::cut_if_due(std::int64_t global_step) {
+  if (options_.every_steps <= 0) return;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (global_step < next_due_) return;
+    while (next_due_ <= global_step) next_due_ += options_.every_steps;
+  }
+  double stopped = 0;
+  std::optional<checkpoint::committed> unchanged;
+  auto s = cut(&stopped, &unchanged);
+  if (!s.ok()) {
+    (void)count_failure(s.error());
+    return;
+  }
+  if (!s->has_value()) return;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    pending_.emplace(std::move(**s), stopped);  // replaces an older cut not yet written
+  }
+  wake_.notify_all();
+}
+
 void checkpoint_manager::writer_loop() {
   std::unique_lock<std::mutex> lock(mutex_);
   for (;;) {
-    wake_.wait(lock, [&] { return requested_ || stopping_; });
+    wake_.wait(lock, [&] { return requested_ || pending_.has_value() || stopping_; });
     if (stopping_) return;
-    requested_ = false;
-    lock.unlock();
-    (void)save_now();  // counted and logged there
+    if (pending_.has_value()) {
+      auto [s, stopped] = std::move(*pending_);
+      pending_.reset();
+      writing_ = true;
+      lock.unlock();
+      (void)write(s, stopped);  // counted and logged there
+      lock.lock();
+      writing_ = false;
+      written_.notify_all();
+      lock.unlock();
+    } else {
+      requested_ = false;
+      lock.unlock();
+      (void)save_now();
+    }
     lock.lock();
   }
 }
 
-result<checkpoint::committed> checkpoint_manager::save_now() {
-  std::lock_guard<std::mutex> save_lock(save_mutex_);
-  auto failed = [&](const status& s) -> status {
-    std::string why = s.to_string();
-    {
-      std::lock_guard<std::mutex> lock(mutex_);
-      ++stats_.failed;
-      stats_.errors.push_back(why);
-    }
-    log("checkpoint: save failed, training goes on (the committed checkpoints are intact): " + why);
-    return s;
-  };
+status checkpoint_manager::count_failure(const status& s) {
+  std::string why = s.to_string();
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    ++stats_.failed;
+    stats_.errors.push_back(why);
+  }
+  log("checkpoint: save failed, training goes on (the committed checkpoints are intact): " + why);
+  return s;
+}
+
+result<std::optional<checkpoint::snapshot>> checkpoint_manager::cut(double* stopped,
+                                                                   std::optional<checkpoint::committed>* unchanged) {
+  std::lock_guard<std::mutex> state_lock(state_mutex_);
   auto stop_started = std::chrono::steady_clock::now();
   if (options_.gate != nullptr) options_.gate->close();
   auto values = session_->run({}, read_fetches_);
   if (options_.gate != nullptr) options_.gate->open();
-  double stopped = seconds(std::chrono::steady_clock::now() - stop_started).count();
-  if (!values.ok()) return failed(values.error().with_context("checkpoint: reading the variables"));
+  *stopped = seconds(std::chrono::steady_clock::now() - stop_started).count();
+  if (!values.ok()) return values.error().with_context("checkpoint: reading the variables");
 
   checkpoint::snapshot s;
   if (global_step_index_ >= 0) {
@@ -394,7 +618,10 @@ result<checkpoint::committed> checkpoint_manager::save_now() {
     // Every step advances the global step: at the same one as the last save, nothing has
     // changed since (a periodic save and the final one met), and that save stands.
     std::lock_guard<std::mutex> lock(mutex_);
-    if (last_committed_.has_value() && last_committed_->step == s.global_step) return *last_committed_;
+    if (last_committed_.has_value() && last_committed_->step == s.global_step) {
+      *unchanged = *last_committed_;
+      return std::optional<checkpoint::snapshot>();
+    }
   }
   for (const auto& v : variables_) {
     checkpoint::variable cv{v.name, v.type, v.shape, {}};
@@ -418,9 +645,18 @@ result<checkpoint::committed> checkpoint_manager::save_now() {
     }
     s.variables.push_back(std::move(cv));
   }
+  std::size_t at = parts_.size();
+  for (const auto& p : pipelines_) {
+    for (const auto& f : p.fields) s.state.emplace_back(p.name + "/" + f, std::move(values->at(at++)));
+  }
+  return std::optional<checkpoint::snapshot>(std::move(s));
+}
+
+result<checkpoint::committed> checkpoint_manager::write(const checkpoint::snapshot& s, double stopped) {
+  std::lock_guard<std::mutex> dir_lock(dir_mutex_);
   auto write_started = std::chrono::steady_clock::now();
   auto committed = dir_->save(s);
-  if (!committed.ok()) return failed(committed.error());
+  if (!committed.ok()) return count_failure(committed.error());
   double wrote = seconds(std::chrono::steady_clock::now() - write_started).count();
   {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -434,6 +670,24 @@ result<checkpoint::committed> checkpoint_manager::save_now() {
   log(str_cat("checkpoint: saved step ", committed->step, " to ", committed->path, " (", megabytes(committed->bytes),
               "; training held ", short_seconds(stopped), ", written in ", short_seconds(wrote), ")"));
   return committed;
+}
+
+result<checkpoint::committed> checkpoint_manager::save_now() {
+  {
+    // A cut being written may be this one (nothing changed since): then it is returned.
+    std::unique_lock<std::mutex> lock(mutex_);
+    written_.wait(lock, [&] { return !writing_; });
+  }
+  double stopped = 0;
+  std::optional<checkpoint::committed> unchanged;
+  auto s = cut(&stopped, &unchanged);
+  if (!s.ok()) return count_failure(s.error());
+  if (!s->has_value()) return *unchanged;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    pending_.reset();  // an older cut: this one supersedes it
+  }
+  return write(**s, stopped);
 }
 
 checkpoint_stats checkpoint_manager::stats() const {

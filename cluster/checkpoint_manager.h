@@ -17,14 +17,26 @@
 //    and `_partition_strategy`) is saved as one variable, its whole table in id order,
 //    whatever the number of parts, and restored onto any number of parts: with "div" the
 //    parts are consecutive row blocks, with "mod" part i of n holds ids i, i + n, ...
+//    The input pipelines are saved with them, so that a restored run reads the same
+//    examples in the same order: every IdxReader's cursor and every queue an IdxReader
+//    fills (its elements and its generator's state; queues of elements of varying shape
+//    are left out, with a log line), of the graph and of options.pipeline_graphs (one
+//    per worker), under state/<task>/<resource>/... A checkpoint without a pipeline's
+//    state (older, or written by another number of workers) leaves that pipeline where
+//    it is, with a log line.
 // 2. How: the manager runs its own session on the cluster, on a copy of the graph with a
 //    ReadVariableOp and an AssignVariableOp (fed by a Placeholder) per variable, each
 //    colocated with its variable: a save fetches straight from the PS tasks and a
-//    restore feeds them, without any worker task (the chief's death stops neither).
+//    restore feeds them, without any worker task (the chief's death stops neither). Each
+//    pipeline gets its resource's save and restore ops on its device.
 // 3. Consistency: a save closes the gate (step_gate.h), runs the one step that reads every
-//    variable (reads are copy-on-write snapshots), and opens it again: training stops for
-//    that step only. The file is then written and committed (checkpoint::directory: atomic,
-//    checksummed, `keep` kept) on the manager's own thread while training goes on.
+//    variable and pipeline (reads are copy-on-write snapshots), and opens it again:
+//    training stops for that step only. The reader steps that fill the queues pass the
+//    gate too (as feeders), so the cut holds no batch between a reader and its queue.
+//    The file is then written and committed (checkpoint::directory: atomic, checksummed,
+//    `keep` kept) on the manager's own thread while training goes on. cut_if_due() takes
+//    the cut on the caller's thread at a moment the caller chooses (synchronous
+//    replication: after an update, before the workers get their tokens).
 // 4. Failures: a save that fails (a full disk, an I/O error, a task down) leaves the
 //    committed checkpoints as they were; it is counted, reported through options.log,
 //    and training goes on. Saves requested while one is being written merge into one.
@@ -67,6 +79,9 @@ struct checkpoint_manager_options {
   std::string default_device;
   // Receives one line per event (saved, restored, failed, skipped a damaged checkpoint).
   std::function<void(const std::string&)> log;
+  // More graphs whose input pipelines are saved (those of the graph given to create()
+  // are): the other workers' training graphs. Only read by create().
+  std::vector<const graph::graph*> pipeline_graphs;
 };
 
 // What the manager did, for the run summary.
@@ -102,21 +117,28 @@ class checkpoint_manager {
   // The same for the variables that live on `task` ("/job:ps/task:0") only: what a
   // restarted task lost (RESTORE_LOST). The others keep their values.
   result<std::optional<std::int64_t>> restore_latest(std::string_view task);
-  // Whether any saved variable lives on `task`; whether the global step does.
+  // Whether any saved variable lives on `task`; any saved input pipeline; whether the
+  // global step does.
   bool holds_variables(std::string_view task) const;
+  bool holds_pipelines(std::string_view task) const;
   bool holds_global_step(std::string_view task) const;
 
   // A training step ended with the global step at `global_step`: requests a save when it
   // has crossed a multiple of every_steps since the last request. Never blocks.
   void step_done(std::int64_t global_step);
+  // The same, but a save that is due takes its cut now, on this thread (the gate must be
+  // free: REQUIRES no pass held by the caller), and is written on the manager's thread.
+  // Errors are counted and logged, as for every save. Blocks for the cut only.
+  void cut_if_due(std::int64_t global_step);
 
   // Takes a checkpoint now and waits until it is committed (after any save in progress).
   // When the global step is the one this manager last committed, nothing has changed
   // since: that checkpoint is returned and no file is written.
   result<checkpoint::committed> save_now();
 
-  // The variables saved, by checkpoint name.
+  // The variables saved, by checkpoint name; the input pipelines ("<task>/<resource>").
   const std::vector<std::string>& variable_names() const { return names_; }
+  std::vector<std::string> pipeline_names() const;
   checkpoint_stats stats() const;
 
  private:
@@ -135,8 +157,28 @@ class checkpoint_manager {
     std::string strategy;      // partitioned: "div" or "mod"; empty: one part, whole
     std::vector<std::size_t> parts;  // into parts_, in part order
   };
-  // Restores the parts `wanted` says (by index in parts_), reading their variables whole.
-  result<std::optional<std::int64_t>> restore_some(const std::vector<bool>& wanted);
+  // An input pipeline's resource: an IdxReader's cursor, or a queue a reader fills.
+  struct pipeline {
+    std::string task;
+    std::string name;                 // "<task>/<resource>": its group under state/
+    std::vector<std::string> fields;  // its state names, in the order of...
+    std::vector<std::string> save;    // ...its save op's outputs
+    std::vector<std::string> values;  // ...and the placeholders its restore op reads
+    std::string restore;
+  };
+  // Restores the parts and pipelines `wanted` says (by index in parts_, pipelines_),
+  // reading their variables whole.
+  result<std::optional<std::int64_t>> restore_some(const std::vector<bool>& wanted,
+                                                   const std::vector<bool>& wanted_pipelines);
+  // Adds the save and restore ops of the input pipelines of `g` to `added`.
+  status add_pipelines(const graph::graph& g, const std::shared_ptr<actors::cluster>& cluster,
+                       std::vector<tf::NodeDef>* added);
+  // Reads every variable and pipeline at a cut; nullopt when nothing changed since the
+  // last commit (that commit is then `*unchanged`).
+  result<std::optional<checkpoint::snapshot>> cut(double* stopped, std::optional<checkpoint::committed>* unchanged);
+  // Writes and commits `s` (taken `stopped` seconds of training), unless a newer one is.
+  result<checkpoint::committed> write(const checkpoint::snapshot& s, double stopped);
+  status count_failure(const status& s);
 
   explicit checkpoint_manager(checkpoint_manager_options options) : options_(std::move(options)) {}
   void writer_loop();
@@ -146,17 +188,23 @@ class checkpoint_manager {
   std::vector<saved_variable> variables_;
   std::vector<part> parts_;
   std::vector<std::string> names_;
-  std::vector<std::string> read_fetches_;  // of every part, in parts_ order
+  std::vector<std::string> read_fetches_;  // of every part, in parts_ order, then every pipeline's
+  std::vector<pipeline> pipelines_;
   int global_step_index_ = -1;  // in variables_, or -1
   std::unique_ptr<actors::session> session_;
   std::unique_ptr<checkpoint::directory> dir_;
 
-  std::mutex save_mutex_;  // one save at a time (writer thread or save_now)
+  // Lock order: state_mutex_, then dir_mutex_.
+  std::mutex state_mutex_;  // one cut or restore at a time: a cut never sees half a restore
+  std::mutex dir_mutex_;    // dir_ (writes and restores)
   mutable std::mutex mutex_;
   std::condition_variable wake_;
   // Guarded by mutex_.
   bool requested_ = false;
   bool stopping_ = false;
+  std::optional<std::pair<checkpoint::snapshot, double>> pending_;  // cut, to be written
+  bool writing_ = false;  // the writer is writing a cut taken by cut_if_due
+  std::condition_variable written_;
   std::int64_t next_due_ = 0;
   checkpoint_stats stats_;
   std::optional<checkpoint::committed> last_committed_;  // by this manager

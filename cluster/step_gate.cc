@@ -2,9 +2,9 @@
 
 namespace troupe::cluster {
 
-void step_gate::enter() {
+void step_gate::enter(bool feeder) {
   std::unique_lock<std::mutex> lock(mutex_);
-  changed_.wait(lock, [&] { return closers_ == 0; });
+  changed_.wait(lock, [&] { return feeder ? held_ == 0 : closers_ == 0; });
   ++inside_;
 }
 
@@ -18,12 +18,14 @@ void step_gate::close() {
   ++closers_;
   ++closings_;
   changed_.wait(lock, [&] { return inside_ == 0; });
+  ++held_;
 }
 
 void step_gate::open() {
   {
     std::lock_guard<std::mutex> lock(mutex_);
     --closers_;
+    --held_;
   }
   changed_.notify_all();
 }

@@ -17,6 +17,13 @@
 // Several closers may hold the gate at once (a checkpoint and a recovery): it opens when
 // the last of them calls open().
 //
+// Feeders: the steps that fill an input queue (a reader and its enqueue) pass the gate
+// too, so that no batch is between a reader and its queue at a cut. A training step
+// inside may wait for a feeder (a dequeue from a queue too empty), so feeders still enter
+// while a closer waits for the steps inside, and only stop once the gate is closed.
+// REQUIRES: a feeder's step never waits for a training step (an enqueue it makes never
+// blocks on a full queue); else a closing gate could keep both out.
+//
 // Thread safety: every method may be called from any thread. REQUIRES: close() is not
 // called by a thread that holds a pass; each close() is followed by one open().
 #pragma once
@@ -32,7 +39,8 @@ class step_gate {
   // A step inside the gate, from construction to destruction.
   class pass {
    public:
-    explicit pass(step_gate& gate) : gate_(gate) { gate_.enter(); }
+    enum class kind { step, feeder };
+    explicit pass(step_gate& gate, kind k = kind::step) : gate_(gate) { gate_.enter(k == kind::feeder); }
     ~pass() { gate_.leave(); }
     pass(const pass&) = delete;
     pass& operator=(const pass&) = delete;
@@ -41,7 +49,7 @@ class step_gate {
     step_gate& gate_;
   };
 
-  void enter();
+  void enter(bool feeder);
   void leave();
   void close();
   void open();
@@ -53,7 +61,8 @@ class step_gate {
   mutable std::mutex mutex_;
   std::condition_variable changed_;
   int inside_ = 0;
-  int closers_ = 0;
+  int closers_ = 0;  // closing or closed
+  int held_ = 0;     // closers whose close() has returned: the gate is closed
   std::int64_t closings_ = 0;
 };
 

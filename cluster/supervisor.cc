@@ -176,10 +176,11 @@ void supervisor::recover(const down_notice& notice) {
     checkpoint_manager* m = options_.checkpoints;
     if (m == nullptr) return status();
     const bool all = options_.recovery == recovery_policy::rollback_all;
-    if (!all && !m->holds_variables(notice.task)) return status();
+    if (!all && !m->holds_variables(notice.task) && !m->holds_pipelines(notice.task)) return status();
     auto restored = all ? m->restore_latest() : m->restore_latest(notice.task);
     if (!restored.ok()) return restored.error().with_context(str_cat("restoring task ", notice.task));
     if (!restored->has_value()) {
+      if (!all && !m->holds_variables(notice.task)) return status();  // only its input pipeline: starts afresh
       return failed_precondition_error("task ", notice.task, " lost its variables and no checkpoint is committed "
                                        "to restore them from");
     }

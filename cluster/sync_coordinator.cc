@@ -131,9 +131,20 @@ result<std::int64_t> sync_coordinator::turn(std::int64_t epoch) {
                                                      "were being gathered");
     applied = session_->run(feeds, {step_after_}, {update_});
     if (!applied.ok()) return applied.error();
-    if (status s = release_tokens(); !s.ok()) return s.with_context("handing out tokens");
+    if (!options_.before_tokens) {
+      if (status s = release_tokens(); !s.ok()) return s.with_context("handing out tokens");
+    }
   }
-  return applied->at(0).scalar_value<std::int64_t>();
+  const std::int64_t step = applied->at(0).scalar_value<std::int64_t>();
+  if (options_.before_tokens) {
+    options_.before_tokens(step);
+    auto inside = inside_gate();
+    // A rollback meanwhile has handed out the tokens of the step it restored.
+    if (epoch_.load() == epoch) {
+      if (status s = release_tokens(); !s.ok()) return s.with_context("handing out tokens");
+    }
+  }
+  return step;
 }
 
 void sync_coordinator::loop() {
@@ -152,6 +163,10 @@ void sync_coordinator::loop() {
       }
       // The turn's gradients are lost with it: every replica computes the step again
       // (inside the gate: after the recovery under way, if any, has restored the values).
+      // (After a rollback this resets a second time: replicas that handed in the restored
+      // step's gradient meanwhile compute it again, on a new batch. Skipping the reset
+      // could leave them waiting for ever when this turn's takes had consumed those
+      // gradients.)
       std::this_thread::sleep_for(std::chrono::milliseconds(1));
       auto inside = inside_gate();
       if (status s = reset_and_release(); !s.ok() && options_.log) {

@@ -55,6 +55,10 @@ struct sync_coordinator_options {
   step_gate* gate = nullptr;   // updates pass through it (may be null)
   std::int64_t last_step = 0;  // the loop ends once the global step reaches it
   std::function<void(std::int64_t)> step_done;      // after each update, with the new global step
+  // After each update, before the replicas get their tokens (outside the gate; it may
+  // close the gate): the moment no replica is ahead of the global step, for a
+  // checkpoint's cut (checkpoint_manager::cut_if_due). Null: none.
+  std::function<void(std::int64_t)> before_tokens;
   std::function<bool(const status&)> retry;         // may a failed turn be tried again? null: never
   std::function<void(const std::string&)> log;
 };

@@ -37,6 +37,23 @@ using graph::scope;
 constexpr const char* k_train = "train";
 constexpr const char* k_enqueue = "input/enqueue";
 constexpr const char* k_close = "input/close";
+constexpr const char* k_queue_size = "input/size";
+
+// The examples one reader step adds to the queue (the IdxReader's batch): a training
+// batch, or less when the queue could not take reader_threads of them above
+// min_after_dequeue. Reader steps pass the gate as feeders and enqueue only when all the
+// readers' next steps fit (so none ever waits in a full queue at a cut); this size keeps
+// a dequeue waiting on elements always able to get them.
+std::int64_t reader_batch(const scenario::Dataset& d, int batch) {
+  const std::int64_t readers = std::max(1, d.reader_threads());
+  const std::int64_t room = std::int64_t{d.queue_capacity()} - d.min_after_dequeue();
+  return std::max<std::int64_t>(1, std::min<std::int64_t>(batch, room / readers));
+}
+// Readers that run at once: no more than elements fit above min_after_dequeue.
+int effective_readers(const scenario::Dataset& d) {
+  return static_cast<int>(std::max<std::int64_t>(
+      1, std::min<std::int64_t>(std::max(1, d.reader_threads()), std::int64_t{d.queue_capacity()} - d.min_after_dequeue())));
+}
 constexpr const char* k_init = "init";
 
 struct cluster_layout {
@@ -104,7 +121,7 @@ result<graph::graph> training_graph(const scenario::Scenario& sc, const cluster_
     std::map<std::string, tf::AttrValue> reader_attrs = {
         {"images", graph::attr_value(files.train_images)},
         {"labels", graph::attr_value(files.train_labels)},
-        {"batch_size", graph::attr_value(std::int64_t{4} * batch)},
+        {"batch_size", graph::attr_value(reader_batch(d, batch))},
         {"num_epochs", graph::attr_value(std::int64_t{0})},
         {"shuffle", graph::attr_value(d.shuffle())},
         {"seed", graph::attr_value(seed + 1000 * worker + 1)}};
@@ -124,6 +141,7 @@ result<graph::graph> training_graph(const scenario::Scenario& sc, const cluster_
     }
     auto queue = in.with_name("queue").add(queue_op, {}, queue_attrs);
     in.with_name("enqueue").add("QueueEnqueueManyV2", {queue.out(0), graph::input({images, labels})});
+    in.with_name("size").add("QueueSizeV2", {queue.out(0)});
     in.with_name("close").add("QueueCloseV2", {queue.out(0)},
                               {{"cancel_pending_enqueues", graph::attr_value(true)}});
     auto batch_op = in.with_name("dequeue").add(
@@ -471,14 +489,16 @@ result<run_summary> run_scenario(const scenario::Scenario& sc, const run_options
   if (!cluster.ok()) return cluster.error();
 
   std::vector<std::unique_ptr<actors::session>> workers;
+  std::vector<std::shared_ptr<const graph::graph>> worker_graphs;  // the checkpoints save their input pipelines
   std::vector<train::sync_replicas_ops> sync_ops(static_cast<std::size_t>(layout->workers));
   for (int w = 0; w < layout->workers; ++w) {
     auto g = training_graph(sc, *layout, w, files, &sync_ops[static_cast<std::size_t>(w)]);
     if (!g.ok()) return g.error().with_context(str_cat("worker ", w, "'s training graph"));
+    worker_graphs.push_back(std::make_shared<const graph::graph>(std::move(*g)));
     actors::session_options so;
     so.cluster = *cluster;
     so.default_device = layout->worker(w);
-    auto s = actors::session::create(std::move(*g), so);
+    auto s = actors::session::create(worker_graphs.back(), so);
     if (!s.ok()) return s.error();
     workers.push_back(std::move(*s));
   }
@@ -522,6 +542,7 @@ result<run_summary> run_scenario(const scenario::Scenario& sc, const run_options
     mo.fs = &checkpoint_fs;
     mo.default_device = layout->worker(0);
     mo.log = log_line;
+    for (const auto& wg : worker_graphs) mo.pipeline_graphs.push_back(wg.get());
     auto m = cluster::checkpoint_manager::create(*cluster, *g, mo);
     if (!m.ok()) return m.error().with_context(str_cat("checkpoint.dir '", ck.dir(), "'"));
     checkpoints = std::move(*m);
@@ -594,9 +615,11 @@ result<run_summary> run_scenario(const scenario::Scenario& sc, const run_options
     o.last_step = total_steps;
     o.step_done = [&](std::int64_t step) {
       global_step = step;
-      if (checkpoints != nullptr) checkpoints->step_done(step);
       faults.step_reached(step);
     };
+    // The checkpoints' cuts come between an update and the tokens of the next step, when
+    // every worker's input pipeline has given exactly the batches of the steps taken.
+    if (checkpoints != nullptr) o.before_tokens = [&](std::int64_t step) { checkpoints->cut_if_due(step); };
     o.retry = retry;
     o.log = log_line;
     auto c = cluster::sync_coordinator::create(*cluster, *g, chief_ops, o);
@@ -634,17 +657,31 @@ result<run_summary> run_scenario(const scenario::Scenario& sc, const run_options
     end_run();
   };
 
-  // Input pipelines: reader steps fill each worker's queue while it trains.
+  // Input pipelines: reader steps fill each worker's queue while it trains. Each passes
+  // the gate as a feeder and enqueues only when every reader's next batch fits, so it
+  // never waits in a full queue: a checkpoint's cut finds no batch between a reader and
+  // its queue (the queue's contents and the reader's cursor are saved together).
   std::vector<std::thread> readers;
-  const int reader_threads = std::max(1, sc.dataset().reader_threads());
+  const int reader_threads = effective_readers(sc.dataset());
+  const std::int64_t fill_below = sc.dataset().queue_capacity() - reader_threads * reader_batch(sc.dataset(), t.batch_size());
   for (auto& w : workers) {
     for (int r = 0; r < reader_threads; ++r) {
       readers.emplace_back([&, s = w.get()] {
         while (!stop) {
-          auto e = s->run({}, {}, {k_enqueue});
+          result<std::vector<tensor>> e = internal_error("not run");
+          bool full = false;
+          {
+            cluster::step_gate::pass feeding(gate, cluster::step_gate::pass::kind::feeder);
+            e = s->run({}, {k_queue_size});
+            if (e.ok()) {
+              full = e->at(0).scalar_value<std::int32_t>() > fill_below;
+              if (!full) e = s->run({}, {}, {k_enqueue});
+            }
+          }
           if (!e.ok() && !retry(e.error())) {
             return fail(supervisor->failure().ok() ? e.error().with_context("input pipeline") : supervisor->failure());
           }
+          if (full) std::this_thread::sleep_for(std::chrono::microseconds(500));
         }
       });
     }
@@ -692,11 +729,18 @@ result<run_summary> run_scenario(const scenario::Scenario& sc, const run_options
         }
         cluster::step_gate::pass inside(gate);
         auto now = s.run({}, {"step_value"});
-        if (now.ok()) {
+        // A token handed out meanwhile (a recovery hands every worker one) is for the
+        // step this worker now computes anyway: taken, it would start that step twice
+        // (an extra batch read, the second gradient dropped).
+        auto tokens = now.ok() ? s.run({}, {o.token_size[w].name()}) : now;
+        for (std::int32_t k = tokens.ok() ? tokens->at(0).scalar_value<std::int32_t>() : 0; k > 0 && tokens.ok(); --k) {
+          tokens = s.run({}, {o.after_token.name()});
+        }
+        if (now.ok() && tokens.ok()) {
           local = now->at(0).scalar_value<std::int64_t>();
           return true;
         }
-        why = now.error();
+        why = now.ok() ? tokens.error() : now.error();
       }
       return false;
     };

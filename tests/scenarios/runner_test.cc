@@ -203,6 +203,65 @@ TEST_CASE("SYNC without backups gives the same variables bit for bit on every ru
   }
 }
 
+namespace {
+
+// k_small under SYNC without backups, unshuffled: deterministic; checkpoints into `dir`.
+scenario::Scenario deterministic_sync(const std::string& dir, const std::string& more = "") {
+  std::string text = k_small;
+  text.replace(text.find("eval_every: 150"), 15, "eval_every: 0 replication: SYNC");
+  text += "dataset { shuffle: false reader_threads: 1 }\n";
+  return parse(text + "checkpoint { dir: \"" + dir + "\" every_steps: 20 }\n" + more);
+}
+
+// The variables of the final checkpoints of two runs are equal bit for bit.
+void check_same_variables(const std::string& a_path, const std::string& b_path) {
+  auto a = checkpoint::reader::open(a_path);
+  auto b = checkpoint::reader::open(b_path);
+  REQUIRE(a.ok());
+  REQUIRE(b.ok());
+  CHECK(a->global_step() == b->global_step());
+  REQUIRE(a->variables().size() == b->variables().size());
+  for (const auto& v : a->variables()) {
+    auto x = a->read(v.name);
+    auto y = b->read(v.name);
+    REQUIRE(x.ok());
+    REQUIRE(y.ok());
+    INFO(v.name);
+    CHECK(x->equals(*y));
+  }
+}
+
+}  // namespace
+
+TEST_CASE("checkpoints hold the input pipelines: a resumed run reads on where it stopped, bit for bit") {
+  testing::temp_dir whole("troupe-resume-whole"), split("troupe-resume-split");
+  std::ostringstream out;
+  auto uninterrupted = run_ok(deterministic_sync(whole.path), out, "", 60);
+  REQUIRE(uninterrupted.checkpoints.latest_step == 60);
+  std::ostringstream first_out, second_out;
+  auto first = run_ok(deterministic_sync(split.path), first_out, "", 30);
+  REQUIRE(first.checkpoints.latest_step == 30);
+  {
+    auto r = checkpoint::reader::open(first.checkpoints.latest_path);
+    REQUIRE(r.ok());
+    for (const char* w : {"job:worker/replica:0/task:0", "job:worker/replica:0/task:1"}) {
+      INFO(w);
+      auto cursor = r->state(std::string(w) + "/input/reader/cursor");
+      REQUIRE(cursor.ok());
+      CHECK(cursor->flat<std::int64_t>()[1] > 0);  // the reader has moved (epoch 0, position > 0)
+      auto queued = r->state(std::string(w) + "/input/queue/component_0");
+      REQUIRE(queued.ok());
+      CHECK(queued->dim(1) == 784);
+      CHECK(r->state(std::string(w) + "/input/queue/random_state").ok());
+    }
+  }
+  auto second = run_ok(deterministic_sync(split.path), second_out, "", 60);
+  INFO(second_out.str());
+  CHECK(second.checkpoints.restored_step == 30);
+  CHECK_THAT(second_out.str(), Catch::Contains("and 4 input pipeline states"));
+  check_same_variables(uninterrupted.checkpoints.latest_path, second.checkpoints.latest_path);
+}
+
 TEST_CASE("a reader that fails ends the run with its error, waking the trainers parked in their dequeue") {
   // The training images are not an IDX file: the first reader step fails while every
   // trainer waits for a batch in its dequeue. Without the queues closed, they would wait
