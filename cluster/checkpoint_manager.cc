@@ -400,6 +400,13 @@ status checkpoint_manager::add_pipelines(const graph::graph& g, const std::share
   return status();
 }
 
+std::uint64_t checkpoint_manager::pipeline_restores(std::string_view task) const {
+  const std::string wanted = session_->get_cluster()->canonical_task(task);
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto it = pipeline_restores_.find(wanted);
+  return it == pipeline_restores_.end() ? 0 : it->second;
+}
+
 std::vector<std::string> checkpoint_manager::pipeline_names() const {
   std::vector<std::string> names;
   for (const auto& p : pipelines_) names.push_back(p.name);
@@ -498,7 +505,12 @@ result<std::optional<std::int64_t>> checkpoint_manager::restore_some(const std::
     targets.push_back(p.restore);
     ++pipelines_restored;
   }
+  auto count_pipeline_restores = [&] {
+    std::lock_guard<std::mutex> lock(mutex_);
+    for (std::size_t i : pipelines) ++pipeline_restores_[pipelines_[i].task];
+  };
   auto assigned = session_->run(feeds, {}, targets);
+  count_pipeline_restores();  // also when it failed: part of it may have been restored
   if (!assigned.ok()) return assigned.error().with_context(str_cat("restoring '", restored->path, "'"));
   // Read back: what the variables hold now is the checkpoint, bit for bit (no training
   // step runs meanwhile: REQUIRES of restore_latest).

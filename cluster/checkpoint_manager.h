@@ -50,6 +50,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -121,6 +122,9 @@ class checkpoint_manager {
   // global step does.
   bool holds_variables(std::string_view task) const;
   bool holds_pipelines(std::string_view task) const;
+  // How many times an input pipeline of `task` has been restored: a batch read from it
+  // before the count changed is not the next one it gives any more.
+  std::uint64_t pipeline_restores(std::string_view task) const;
   bool holds_global_step(std::string_view task) const;
 
   // A training step ended with the global step at `global_step`: requests a save when it
@@ -204,6 +208,7 @@ class checkpoint_manager {
   bool stopping_ = false;
   std::optional<std::pair<checkpoint::snapshot, double>> pending_;  // cut, to be written
   bool writing_ = false;  // the writer is writing a cut taken by cut_if_due
+  std::map<std::string, std::uint64_t, std::less<>> pipeline_restores_;  // by task
   std::condition_variable written_;
   std::int64_t next_due_ = 0;
   checkpoint_stats stats_;

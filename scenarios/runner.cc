@@ -38,6 +38,8 @@ constexpr const char* k_train = "train";
 constexpr const char* k_enqueue = "input/enqueue";
 constexpr const char* k_close = "input/close";
 constexpr const char* k_queue_size = "input/size";
+constexpr const char* k_dequeue_images = "input/dequeue:0";
+constexpr const char* k_dequeue_labels = "input/dequeue:1";
 
 // The examples one reader step adds to the queue (the IdxReader's batch): a training
 // batch, or less when the queue could not take reader_threads of them above
@@ -717,9 +719,28 @@ result<run_summary> run_scenario(const scenario::Scenario& sc, const run_options
   auto sync_worker = [&](std::size_t w) {
     actors::session& s = *workers[w];
     const auto& o = sync_ops[w];
+    const std::string task = layout->worker(static_cast<int>(w));
+    auto pipeline_restores = [&] { return checkpoints != nullptr ? checkpoints->pipeline_restores(task) : 0; };
     std::int64_t local = first_step;
-    // After a failure: the step to compute now, read inside the gate (so never from a
-    // task restarted but not yet restored). False when the run must end.
+    std::uint64_t local_restores = pipeline_restores();  // when `local` was read
+    // Inside the gate: reads the step to compute now (so never from a task restarted but
+    // not yet restored) and takes the tokens handed out meanwhile (a recovery hands every
+    // worker one): they are for the step this worker now computes anyway; taken later,
+    // they would start it twice.
+    auto catch_up = [&]() -> status {
+      const std::uint64_t restores = pipeline_restores();
+      auto now = s.run({}, {"step_value"});
+      auto tokens = now.ok() ? s.run({}, {o.token_size[w].name()}) : now;
+      for (std::int32_t k = tokens.ok() ? tokens->at(0).scalar_value<std::int32_t>() : 0; k > 0 && tokens.ok(); --k) {
+        tokens = s.run({}, {o.after_token.name()});
+      }
+      if (!now.ok()) return now.error();
+      if (!tokens.ok()) return tokens.error();
+      local = now->at(0).scalar_value<std::int64_t>();
+      local_restores = restores;
+      return status();
+    };
+    // After a failure: catches up. False when the run must end.
     auto resume = [&](status why) {
       while (!stop) {
         if (!retry(why)) {
@@ -728,28 +749,41 @@ result<run_summary> run_scenario(const scenario::Scenario& sc, const run_options
           return false;
         }
         cluster::step_gate::pass inside(gate);
-        auto now = s.run({}, {"step_value"});
-        // A token handed out meanwhile (a recovery hands every worker one) is for the
-        // step this worker now computes anyway: taken, it would start that step twice
-        // (an extra batch read, the second gradient dropped).
-        auto tokens = now.ok() ? s.run({}, {o.token_size[w].name()}) : now;
-        for (std::int32_t k = tokens.ok() ? tokens->at(0).scalar_value<std::int32_t>() : 0; k > 0 && tokens.ok(); --k) {
-          tokens = s.run({}, {o.after_token.name()});
-        }
-        if (now.ok() && tokens.ok()) {
-          local = now->at(0).scalar_value<std::int64_t>();
-          return true;
-        }
-        why = now.ok() ? tokens.error() : now.error();
+        why = catch_up();
+        if (why.ok()) return true;
       }
       return false;
     };
+    // The batch of a step is read once: a step computed again (its gradient lost with a
+    // failed turn, or a token handed out twice around a recovery) uses the batch it had,
+    // so each step takes one batch from the pipeline whatever happens. A restore of the
+    // worker's pipeline (it returns to the checkpoint, and the global step with it) makes
+    // the batch held and the step read before it stale.
+    struct held_batch {
+      std::int64_t step = -1;
+      std::uint64_t restores = 0;
+      tensor images, labels;
+    } held;
     while (!stop && local < total_steps) {
       result<std::vector<tensor>> r = internal_error("not run");
       {
         cluster::step_gate::pass inside(gate);
-        r = s.run({{o.local_step.name(), tensor::scalar<std::int64_t>(local)}}, {"loss_value"}, {o.apply.node});
+        const std::uint64_t restores = pipeline_restores();
+        if (restores != local_restores) {
+          if (status caught = catch_up(); !caught.ok()) r = caught;
+        }
+        if (restores == local_restores && (held.step != local || held.restores != restores)) {
+          r = s.run({}, {k_dequeue_images, k_dequeue_labels});
+          if (r.ok()) held = {local, restores, r->at(0), r->at(1)};
+        }
+        if (held.step == local && held.restores == restores) {
+          r = s.run({{o.local_step.name(), tensor::scalar<std::int64_t>(local)},
+                     {k_dequeue_images, held.images},
+                     {k_dequeue_labels, held.labels}},
+                    {"loss_value"}, {o.apply.node});
+        }
       }
+      if (local >= total_steps) return;  // caught up with the end
       if (!r.ok()) {
         // The gradient may be lost with the step: compute the current step again.
         if (!resume(r.error())) return;

@@ -262,6 +262,30 @@ TEST_CASE("checkpoints hold the input pipelines: a resumed run reads on where it
   check_same_variables(uninterrupted.checkpoints.latest_path, second.checkpoints.latest_path);
 }
 
+TEST_CASE("SYNC with kills and ROLLBACK_ALL ends bit for bit where the fault-free run ends") {
+  // Each rollback returns the variables and every input pipeline to the checkpoint, and a
+  // step computed again uses the batch it had: all lost work is redone exactly once.
+  testing::temp_dir clean("troupe-rollback-clean"), faulty("troupe-rollback-faulty");
+  std::ostringstream out;
+  auto reference = run_ok(deterministic_sync(clean.path), out, "", 60);
+  for (const char* victim : {"/job:ps/task:0", "/job:worker/task:1", "/job:worker/task:0"}) {
+    INFO(victim);
+    std::filesystem::remove_all(faulty.path);
+    std::ostringstream faulty_out;
+    auto recovered = run_ok(deterministic_sync(faulty.path, std::string("supervision { recovery: ROLLBACK_ALL }\n"
+                                                                        "faults {\n"
+                                                                        "  fault { at_step: 25 kill { task: \"/job:ps/task:0\" } }\n"
+                                                                        "  fault { at_step: 45 kill { task: \"") +
+                                                                victim + "\" } }\n}\n"),
+                            faulty_out, "", 60);
+    INFO(faulty_out.str());
+    REQUIRE(recovered.faults.size() == 2);
+    CHECK(recovered.faults[0].recovered);
+    CHECK(recovered.faults[1].recovered);
+    check_same_variables(reference.checkpoints.latest_path, recovered.checkpoints.latest_path);
+  }
+}
+
 TEST_CASE("a reader that fails ends the run with its error, waking the trainers parked in their dequeue") {
   // The training images are not an IDX file: the first reader step fails while every
   // trainer waits for a batch in its dequeue. Without the queues closed, they would wait
