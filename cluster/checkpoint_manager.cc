@@ -685,6 +685,7 @@ result<checkpoint::committed> checkpoint_manager::write(const checkpoint::snapsh
 }
 
 result<checkpoint::committed> checkpoint_manager::save_now() {
+  std::lock_guard<std::mutex> one_at_a_time(save_now_mutex_);
   {
     // A cut being written may be this one (nothing changed since): then it is returned.
     std::unique_lock<std::mutex> lock(mutex_);

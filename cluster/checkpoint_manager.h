@@ -201,6 +201,7 @@ class checkpoint_manager {
   // Lock order: state_mutex_, then dir_mutex_.
   std::mutex state_mutex_;  // one cut or restore at a time: a cut never sees half a restore
   std::mutex dir_mutex_;    // dir_ (writes and restores)
+  std::mutex save_now_mutex_;  // one save_now at a time: the second sees the first's commit
   mutable std::mutex mutex_;
   std::condition_variable wake_;
   // Guarded by mutex_.
