@@ -9,8 +9,16 @@
 
 #include <unistd.h>
 
+#include <chrono>
+#include <condition_variable>
+#include <cstdio>
+#include <cstdlib>
 #include <filesystem>
+#include <mutex>
+#include <optional>
 #include <sstream>
+#include <string>
+#include <thread>
 
 #include "checkpoint/checkpoint.h"
 #include "scenarios/runner.h"
@@ -47,6 +55,34 @@ const fault_case k_cases[] = {
     {"random", R"(random { seed: 11 kills_per_1000_steps: 8 })"},
 };
 
+// A run normally takes seconds: one still running after `limit` is stuck. The watchdog
+// then names it and aborts the test, rather than leaving CTest to time out saying nothing.
+class watchdog {
+ public:
+  watchdog(std::string what, std::chrono::seconds limit)
+      : thread_([this, what = std::move(what), limit] {
+          std::unique_lock<std::mutex> lock(mutex_);
+          if (done_changed_.wait_for(lock, limit, [this] { return done_; })) return;
+          std::fprintf(stderr, "fault matrix: %s still runs after %lld s: stuck; aborting\n", what.c_str(),
+                       static_cast<long long>(limit.count()));
+          std::abort();
+        }) {}
+  ~watchdog() {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      done_ = true;
+    }
+    done_changed_.notify_all();
+    thread_.join();
+  }
+
+ private:
+  std::mutex mutex_;
+  std::condition_variable done_changed_;
+  bool done_ = false;
+  std::thread thread_;
+};
+
 }  // namespace
 
 TEST_CASE("fault matrix: every fault kind x replication x recovery policy x 3 seeds finishes and loses no "
@@ -79,7 +115,10 @@ faults { )" + fc.faults + " }\n";
         scenarios::run_options o;
         o.out = &out;
         o.compute_threads = 2;
+        std::optional<watchdog> dog(std::in_place, str_cat(fc.name, ", ", m.replication, ", ", recovery, ", seed ", seed),
+                                    std::chrono::seconds(240));
         auto summary = scenarios::run_scenario(*sc, o);
+        dog.reset();
         if (!summary.ok()) FAIL(summary.error().to_string() << "\n" << out.str());
         INFO(out.str());
         CHECK(summary->steps >= 240);
