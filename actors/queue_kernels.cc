@@ -16,14 +16,6 @@ using kernels::async_op_kernel;
 using kernels::kernel_construction;
 using kernels::kernel_context;
 
-std::vector<partial_shape> shapes_attr(const tf::NodeDef& node) {
-  std::vector<partial_shape> shapes;
-  auto it = node.attr().find("shapes");
-  if (it == node.attr().end()) return shapes;
-  for (const auto& proto : it->second.list().shape()) shapes.push_back(graph::shape_from_proto(proto));
-  return shapes;
-}
-
 std::string type_list(const std::vector<dtype>& types) {
   std::string out;
   for (dtype t : types) out += str_cat(out.empty() ? "" : ", ", dtype_name(t));
@@ -41,7 +33,7 @@ class queue_op_kernel final : public kernels::op_kernel {
                     : op == "PaddingFIFOQueueV2" ? queue_kind::padding_fifo
                                                  : queue_kind::fifo;
     if (!c.get_attrs("component_types", &options_.types, "capacity", &options_.capacity)) return;
-    options_.shapes = shapes_attr(c.node());
+    if (graph::has_attr(c.node(), "shapes") && !c.get_attr("shapes", &options_.shapes)) return;
     if (options_.kind == queue_kind::random_shuffle) {
       std::int64_t seed = 0, seed2 = 0;
       if (!c.get_attr("min_after_dequeue", &options_.min_after_dequeue) || !c.get_attr("seed", &seed) ||

@@ -282,9 +282,11 @@ result<std::unique_ptr<checkpoint_manager>> checkpoint_manager::create(std::shar
     m->names_.push_back(v.name);
   }
   if (m->variables_.empty()) return invalid_argument_error("checkpoint manager: the graph has no variables to save");
-  TROUPE_RETURN_IF_ERROR(m->add_pipelines(g, cluster, &added));
+  TROUPE_RETURN_IF_ERROR(m->add_pipelines(g, *placed, &added));
   for (const graph::graph* other : m->options_.pipeline_graphs) {
-    TROUPE_RETURN_IF_ERROR(m->add_pipelines(*other, cluster, &added));
+    auto other_placed = place_as_sessions_do(*other, *cluster, m->options_.default_device);
+    if (!other_placed.ok()) return other_placed.error();
+    TROUPE_RETURN_IF_ERROR(m->add_pipelines(*other, *other_placed, &added));
   }
   for (auto& n : added) *def.add_node() = std::move(n);
   auto copy = graph::graph::from_graph_def(std::move(def), g.registry());
@@ -314,13 +316,11 @@ void checkpoint_manager::log(const std::string& line) const {
   if (options_.log) options_.log(line);
 }
 
-status checkpoint_manager::add_pipelines(const graph::graph& g, const std::shared_ptr<actors::cluster>& cluster,
+status checkpoint_manager::add_pipelines(const graph::graph& g, const placement::placement& placed,
                                          std::vector<tf::NodeDef>* added) {
-  auto placed = place_as_sessions_do(g, *cluster, options_.default_device);
-  if (!placed.ok()) return placed.error();
   const tf::GraphDef def = g.to_graph_def();
   for (const tf::NodeDef* n : pipeline_nodes(def)) {
-    const std::string device = placed->device_of(g.find(n->name())->id);
+    const std::string device = placed.device_of(g.find(n->name())->id);
     auto parsed = placement::parse_device_name(device);
     if (!parsed.ok()) return parsed.error().with_context(str_cat("checkpoint manager: the device of '", n->name(), "'"));
     std::string container, shared_name;
@@ -358,9 +358,7 @@ status checkpoint_manager::add_pipelines(const graph::graph& g, const std::share
       std::vector<dtype> types;
       TROUPE_RETURN_IF_ERROR(graph::get_attr(*n, "component_types", &types));
       std::vector<partial_shape> shapes;
-      if (auto it = n->attr().find("shapes"); it != n->attr().end()) {
-        for (const auto& proto : it->second.list().shape()) shapes.push_back(graph::shape_from_proto(proto));
-      }
+      if (graph::has_attr(*n, "shapes")) TROUPE_RETURN_IF_ERROR(graph::get_attr(*n, "shapes", &shapes));
       if (shapes.size() != types.size() ||
           !std::all_of(shapes.begin(), shapes.end(), [](const partial_shape& s) { return s.fully_defined(); })) {
         log(str_cat("checkpoint: queue '", shared_name, "' on ", p.task,
@@ -405,12 +403,6 @@ std::uint64_t checkpoint_manager::pipeline_restores(std::string_view task) const
   std::lock_guard<std::mutex> lock(mutex_);
   auto it = pipeline_restores_.find(wanted);
   return it == pipeline_restores_.end() ? 0 : it->second;
-}
-
-std::vector<std::string> checkpoint_manager::pipeline_names() const {
-  std::vector<std::string> names;
-  for (const auto& p : pipelines_) names.push_back(p.name);
-  return names;
 }
 
 bool checkpoint_manager::holds_pipelines(std::string_view task) const {
@@ -505,12 +497,12 @@ result<std::optional<std::int64_t>> checkpoint_manager::restore_some(const std::
     targets.push_back(p.restore);
     ++pipelines_restored;
   }
-  auto count_pipeline_restores = [&] {
+  auto assigned = session_->run(feeds, {}, targets);
+  {
+    // Counted also when it failed: part of it may have been restored.
     std::lock_guard<std::mutex> lock(mutex_);
     for (std::size_t i : pipelines) ++pipeline_restores_[pipelines_[i].task];
-  };
-  auto assigned = session_->run(feeds, {}, targets);
-  count_pipeline_restores();  // also when it failed: part of it may have been restored
+  }
   if (!assigned.ok()) return assigned.error().with_context(str_cat("restoring '", restored->path, "'"));
   // Read back: what the variables hold now is the checkpoint, bit for bit (no training
   // step runs meanwhile: REQUIRES of restore_latest).
@@ -592,13 +584,12 @@ void checkpoint_manager::writer_loop() {
       lock.lock();
       writing_ = false;
       written_.notify_all();
-      lock.unlock();
     } else {
       requested_ = false;
       lock.unlock();
       (void)save_now();
+      lock.lock();
     }
-    lock.lock();
   }
 }
 

@@ -63,6 +63,7 @@
 #include "checkpoint/checkpoint.h"
 #include "cluster/step_gate.h"
 #include "graph/graph.h"
+#include "placement/placer.h"
 
 namespace troupe::cluster {
 
@@ -140,9 +141,8 @@ class checkpoint_manager {
   // since: that checkpoint is returned and no file is written.
   result<checkpoint::committed> save_now();
 
-  // The variables saved, by checkpoint name; the input pipelines ("<task>/<resource>").
+  // The variables saved, by checkpoint name.
   const std::vector<std::string>& variable_names() const { return names_; }
-  std::vector<std::string> pipeline_names() const;
   checkpoint_stats stats() const;
 
  private:
@@ -174,13 +174,13 @@ class checkpoint_manager {
   // reading their variables whole.
   result<std::optional<std::int64_t>> restore_some(const std::vector<bool>& wanted,
                                                    const std::vector<bool>& wanted_pipelines);
-  // Adds the save and restore ops of the input pipelines of `g` to `added`.
-  status add_pipelines(const graph::graph& g, const std::shared_ptr<actors::cluster>& cluster,
-                       std::vector<tf::NodeDef>* added);
+  // Adds the save and restore ops of the input pipelines of `g` (placed as `placed`) to
+  // `added`.
+  status add_pipelines(const graph::graph& g, const placement::placement& placed, std::vector<tf::NodeDef>* added);
   // Reads every variable and pipeline at a cut; nullopt when nothing changed since the
   // last commit (that commit is then `*unchanged`).
   result<std::optional<checkpoint::snapshot>> cut(double* stopped, std::optional<checkpoint::committed>* unchanged);
-  // Writes and commits `s` (taken `stopped` seconds of training), unless a newer one is.
+  // Writes and commits `s` (whose cut held training `stopped` seconds).
   result<checkpoint::committed> write(const checkpoint::snapshot& s, double stopped);
   status count_failure(const status& s);
 

@@ -164,9 +164,9 @@ void sync_coordinator::loop() {
       // The turn's gradients are lost with it: every replica computes the step again
       // (inside the gate: after the recovery under way, if any, has restored the values).
       // (After a rollback this resets a second time: replicas that handed in the restored
-      // step's gradient meanwhile compute it again, on a new batch. Skipping the reset
-      // could leave them waiting for ever when this turn's takes had consumed those
-      // gradients.)
+      // step's gradient meanwhile compute it again; the runner's workers do so on the
+      // batch they kept. Skipping the reset could leave them waiting for ever when this
+      // turn's takes had consumed those gradients.)
       std::this_thread::sleep_for(std::chrono::milliseconds(1));
       auto inside = inside_gate();
       if (status s = reset_and_release(); !s.ok() && options_.log) {

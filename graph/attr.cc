@@ -150,6 +150,12 @@ status get_attr(const tf::NodeDef& node, std::string_view name, std::vector<dtyp
   });
 }
 
+status get_attr(const tf::NodeDef& node, std::string_view name, std::vector<partial_shape>* out) {
+  return read_list(node, name, "list(shape)", out, [](const auto& l, auto* o) {
+    for (const auto& proto : l.shape()) o->push_back(shape_from_proto(proto));
+  });
+}
+
 tf::AttrValue attr_value(std::int64_t v) {
   tf::AttrValue a;
   a.set_i(v);

@@ -34,6 +34,7 @@ status get_attr(const tf::NodeDef& node, std::string_view name, std::vector<std:
 status get_attr(const tf::NodeDef& node, std::string_view name, std::vector<float>* out);
 status get_attr(const tf::NodeDef& node, std::string_view name, std::vector<std::string>* out);
 status get_attr(const tf::NodeDef& node, std::string_view name, std::vector<dtype>* out);
+status get_attr(const tf::NodeDef& node, std::string_view name, std::vector<partial_shape>* out);
 bool has_attr(const tf::NodeDef& node, std::string_view name);
 
 // AttrValue constructors, used by the builder API and tests.

@@ -56,9 +56,7 @@ bool is_queue_op(const std::string& op) {
 // The `shapes` attribute of a queue node (list(shape); empty when not given).
 std::vector<partial_shape> queue_shapes(const tf::NodeDef& queue) {
   std::vector<partial_shape> shapes;
-  auto it = queue.attr().find("shapes");
-  if (it == queue.attr().end()) return shapes;
-  for (const auto& proto : it->second.list().shape()) shapes.push_back(shape_from_proto(proto));
+  if (has_attr(queue, "shapes") && !get_attr(queue, "shapes", &shapes).ok()) shapes.clear();
   return shapes;
 }
 
