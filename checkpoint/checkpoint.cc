@@ -8,8 +8,10 @@
 #include <cerrno>
 #include <chrono>
 #include <cstring>
+#include <fstream>
 #include <map>
 #include <set>
+#include <thread>
 
 #include <fcntl.h>
 #include <sys/mman.h>
@@ -17,6 +19,7 @@
 
 #include "checkpoint/hdf5.h"
 #include "checkpoint/manifest.pb.h"
+#include "core/buffer.h"
 #include "core/crc32c.h"
 
 namespace troupe::checkpoint {
@@ -216,12 +219,20 @@ bool overlap(const std::vector<std::int64_t>& a_start, const std::vector<std::in
   return true;
 }
 
+// The file a checkpoint is written to while HDF5 builds it in memory: each chunk goes to
+// its place in the file as soon as it is made (the disk writes while the next is built),
+// the rest of the image (HDF5's metadata) once it is complete.
+struct chunk_sink {
+  writable_file* file = nullptr;  // null: the image alone
+  std::vector<std::pair<std::int64_t, std::int64_t>> written;  // (offset, bytes) of each chunk
+};
+
 // Writes every chunk of a chunked dataset as HDF5's Fletcher32 filter would store it (the
 // chunk's bytes, zero past the dataset's edge, then the checksum, little-endian), straight
 // into the file (H5Dwrite_chunk): HDF5's own path through its chunk cache copied each chunk
 // twice more and took about 3 s per GB. Tensors are little-endian, as the file types.
 status write_chunks(hid_t dataset, const std::string& path, const tensor_shape& shape, std::size_t element,
-                    const std::vector<hsize_t>& chunk, const std::vector<slice>& slices) {
+                    const std::vector<hsize_t>& chunk, const std::vector<slice>& slices, chunk_sink& sink) {
   static_assert(std::endian::native == std::endian::little, "checkpoint files are written little-endian");
   const int rank = shape.rank();
   std::vector<std::int64_t> chunk_shape(chunk.begin(), chunk.end()), counts(static_cast<std::size_t>(rank));
@@ -252,6 +263,18 @@ status write_chunks(hid_t dataset, const std::string& path, const tensor_shape& 
     const auto offset = hsize_dims(start);
     TROUPE_RETURN_IF_ERROR(hdf5::check(H5Dwrite_chunk(dataset, H5P_DEFAULT, 0, offset.data(), buffer.size(), buffer.data()),
                                        code::data_loss, str_cat("writing a chunk of ", path)));
+    if (sink.file != nullptr) {
+      unsigned mask = 0;
+      haddr_t address = HADDR_UNDEF;
+      hsize_t stored = 0;
+      if (H5Dget_chunk_info_by_coord(dataset, offset.data(), &mask, &address, &stored) < 0 || address == HADDR_UNDEF ||
+          stored != buffer.size()) {
+        return internal_error("finding the chunk of ", path, " just written: ", hdf5::last_error());
+      }
+      TROUPE_RETURN_IF_ERROR(sink.file->write_at(static_cast<std::int64_t>(address),
+                                                 std::string_view(reinterpret_cast<const char*>(buffer.data()), buffer.size())));
+      sink.written.emplace_back(static_cast<std::int64_t>(address), static_cast<std::int64_t>(buffer.size()));
+    }
     int d = rank - 1;
     while (d >= 0 && ++index[static_cast<std::size_t>(d)] == counts[static_cast<std::size_t>(d)]) {
       index[static_cast<std::size_t>(d)] = 0;
@@ -263,15 +286,47 @@ status write_chunks(hid_t dataset, const std::string& path, const tensor_shape& 
 
 enum class direct_read { done, damaged, not_possible };
 
+// Whether the box (chunk_start, chunk_extent) lies inside the box (start, dims) and is one
+// run of its row-major memory (ones, then any extent, then whole dimensions); its offset
+// there in elements into *offset.
+bool contiguous_inside(const std::vector<std::int64_t>& chunk_start, const std::vector<std::int64_t>& chunk_extent,
+                       const std::vector<std::int64_t>& start, const std::vector<std::int64_t>& dims,
+                       std::int64_t* offset) {
+  bool varied = false;
+  *offset = 0;
+  for (std::size_t d = 0; d < dims.size(); ++d) {
+    if (chunk_start[d] < start[d] || chunk_start[d] + chunk_extent[d] > start[d] + dims[d]) return false;
+    if (varied && chunk_extent[d] != dims[d]) return false;
+    varied = varied || chunk_extent[d] > 1;
+    *offset = *offset * dims[d] + (chunk_start[d] - start[d]);
+  }
+  return true;
+}
+
+// pread of exactly `bytes` at `at`.
+bool read_exactly(int fd, void* to, std::size_t bytes, std::int64_t at) {
+  auto* p = static_cast<char*>(to);
+  while (bytes > 0) {
+    const ssize_t n = ::pread(fd, p, bytes, at);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return false;
+    p += n;
+    at += n;
+    bytes -= static_cast<std::size_t>(n);
+  }
+  return true;
+}
+
 // Reads the box at `start` of `out`'s shape from a dataset troupe wrote (chunked, Fletcher32
-// its only filter, every chunk stored whole) chunk by chunk (H5Dread_chunk), checking each
-// checksum and copying the box's part, instead of through HDF5's chunk cache. Anything else
-// (another layout or filter, a chunk missing or stored otherwise) is not_possible, and the
-// caller reads through HDF5.
-direct_read read_chunks_directly(hid_t dataset, const tensor_shape& shape, std::size_t element,
+// its only filter, every chunk stored whole) chunk by chunk from the file `fd` at the
+// addresses HDF5's chunk index gives, checking each checksum, instead of through HDF5's
+// chunk cache: a chunk that is one run of `out` is read straight into it, others through a
+// buffer. Anything else (another layout or filter, a chunk missing or stored otherwise) is
+// not_possible, and the caller reads through HDF5.
+direct_read read_chunks_directly(hid_t dataset, int fd, const tensor_shape& shape, std::size_t element,
                                  const std::vector<std::int64_t>& start, const tensor& out) {
   const int rank = shape.rank();
-  if (rank == 0) return direct_read::not_possible;
+  if (rank == 0 || fd < 0) return direct_read::not_possible;
   handle create_props(H5Dget_create_plist(dataset));
   if (H5Pget_layout(create_props.get()) != H5D_CHUNKED || H5Pget_nfilters(create_props.get()) != 1) {
     return direct_read::not_possible;
@@ -293,29 +348,43 @@ direct_read read_chunks_directly(hid_t dataset, const tensor_shape& shape, std::
     first[d] = start[d] / chunk_shape[d];
     last[d] = (start[d] + out.shape().dims()[d] - 1) / chunk_shape[d];
   }
-  std::vector<unsigned char> buffer(chunk_bytes + 4);
+  std::vector<unsigned char> buffer;
+  auto* const out_bytes = static_cast<unsigned char*>(out.raw_data());
   std::vector<std::int64_t> index = first, chunk_start(static_cast<std::size_t>(rank));
   std::vector<std::int64_t> from_start(static_cast<std::size_t>(rank)), to_start(static_cast<std::size_t>(rank)),
       extent(static_cast<std::size_t>(rank));
   for (;;) {
     for (std::size_t d = 0; d < static_cast<std::size_t>(rank); ++d) chunk_start[d] = index[d] * chunk_shape[d];
     const auto offset = hsize_dims(chunk_start);
+    unsigned mask = 0;
+    haddr_t address = HADDR_UNDEF;
     hsize_t stored = 0;
-    std::uint32_t mask = 0;
-    if (H5Dget_chunk_storage_size(dataset, offset.data(), &stored) < 0 || stored != buffer.size() ||
-        H5Dread_chunk(dataset, H5P_DEFAULT, offset.data(), &mask, buffer.data()) < 0 || mask != 0) {
+    if (H5Dget_chunk_info_by_coord(dataset, offset.data(), &mask, &address, &stored) < 0 || address == HADDR_UNDEF ||
+        stored != chunk_bytes + 4 || mask != 0) {
       H5Eclear2(H5E_DEFAULT);
       return direct_read::not_possible;
     }
+    std::int64_t at = 0;
+    unsigned char* data = nullptr;
+    if (contiguous_inside(chunk_start, chunk_shape, start, out.shape().dims(), &at)) {
+      data = out_bytes + static_cast<std::size_t>(at) * element;
+    } else {
+      buffer.resize(chunk_bytes);
+      data = buffer.data();
+    }
     std::uint32_t sum = 0;
-    std::memcpy(&sum, buffer.data() + chunk_bytes, 4);
-    const std::uint32_t expected = fletcher32(buffer.data(), chunk_bytes);
+    if (!read_exactly(fd, data, chunk_bytes, static_cast<std::int64_t>(address)) ||
+        !read_exactly(fd, &sum, 4, static_cast<std::int64_t>(address + chunk_bytes))) {
+      return direct_read::damaged;  // the file ends inside a chunk
+    }
+    const std::uint32_t expected = fletcher32(data, chunk_bytes);
     // HDF5 accepts the checksum in either byte order (files of its versions before 1.6.3).
     if (sum != expected && __builtin_bswap32(sum) != expected) return direct_read::damaged;
-    // Every chunk visited overlaps the box.
-    overlap(chunk_start, chunk_shape, start, out.shape().dims(), &from_start, &to_start, &extent);
-    copy_box(buffer.data(), chunk_shape, from_start, static_cast<unsigned char*>(out.raw_data()), out.shape().dims(),
-             to_start, extent, element);
+    if (data == buffer.data()) {
+      // Every chunk visited overlaps the box.
+      overlap(chunk_start, chunk_shape, start, out.shape().dims(), &from_start, &to_start, &extent);
+      copy_box(buffer.data(), chunk_shape, from_start, out_bytes, out.shape().dims(), to_start, extent, element);
+    }
     int d = rank - 1;
     while (d >= 0 && ++index[static_cast<std::size_t>(d)] > last[static_cast<std::size_t>(d)]) {
       index[static_cast<std::size_t>(d)] = first[static_cast<std::size_t>(d)];
@@ -327,7 +396,7 @@ direct_read read_chunks_directly(hid_t dataset, const tensor_shape& shape, std::
 
 // Writes one dataset (`path`, e.g. "variables/dense/kernel") of `shape` from `slices`.
 status write_dataset(hid_t file, const std::string& path, dtype type, const tensor_shape& shape,
-                     const std::vector<slice>& slices, std::int64_t global_step) {
+                     const std::vector<slice>& slices, std::int64_t global_step, chunk_sink& sink) {
   auto type_or = hdf5::type_of(type);
   if (!type_or.ok()) return type_or.error();
   const handle h5type = std::move(*type_or);
@@ -357,7 +426,7 @@ status write_dataset(hid_t file, const std::string& path, dtype type, const tens
     saved.insert(saved.end(), s.value.shape().dims().begin(), s.value.shape().dims().end());
   }
   if (chunked) {
-    TROUPE_RETURN_IF_ERROR(write_chunks(dataset.get(), path, shape, dtype_size(type), chunk, slices));
+    TROUPE_RETURN_IF_ERROR(write_chunks(dataset.get(), path, shape, dtype_size(type), chunk, slices, sink));
   }
   // A scalar or an empty array: at most one slice holds an element.
   for (const slice& s : slices) {
@@ -434,9 +503,9 @@ herr_t image_free(void*, H5FD_file_image_op_t, void*) { return 0; }  // kept for
 void* image_udata_copy(void* udata) { return udata; }
 herr_t image_udata_free(void*) { return 0; }
 
-// `s` as an HDF5 file in `image`; returns its size in bytes.
-result<std::size_t> build_image(const snapshot& s, image_buffer& image) {
-  hdf5::quiet();
+// What build_image needs of `s`: names that are paths, each once, and slices that tile
+// each variable.
+status check_snapshot(const snapshot& s) {
   std::map<std::string, int> names;
   for (const variable& v : s.variables) {
     TROUPE_RETURN_IF_ERROR(check_name(v.name, "variable"));
@@ -448,11 +517,21 @@ result<std::size_t> build_image(const snapshot& s, image_buffer& image) {
     if (!names.emplace("state/" + name, 0).second) return invalid_argument_error("state '", name, "' is saved twice");
     if (!value.initialized()) return invalid_argument_error("state '", name, "' has no value");
   }
+  return status();
+}
+
+// `s` (checked) as an HDF5 file in `image`, its chunks also written to `sink` as they are made;
+// returns its size in bytes.
+result<std::size_t> build_image(const snapshot& s, image_buffer& image, chunk_sink& sink) {
+  hdf5::quiet();
   auto paths_or = dataset_paths(s.variables);
   if (!paths_or.ok()) return paths_or.error();
   const std::vector<std::string>& paths = *paths_or;
   handle access(H5Pcreate(H5P_FILE_ACCESS));
   H5Pset_fapl_core(access.get(), 64 << 20, 0);
+  // The 1.10 file format: HDF5 checksums every piece of its metadata (superblock, object
+  // headers, chunk indexes) and checks them as it reads, so damage there is an error.
+  H5Pset_libver_bounds(access.get(), H5F_LIBVER_V110, H5F_LIBVER_V110);
   H5FD_file_image_callbacks_t callbacks = {image_malloc,     image_memcpy,     image_realloc, image_free,
                                            image_udata_copy, image_udata_free, &image};
   TROUPE_RETURN_IF_ERROR(hdf5::check(H5Pset_file_image_callbacks(access.get(), &callbacks), code::internal,
@@ -473,13 +552,13 @@ result<std::size_t> build_image(const snapshot& s, image_buffer& image) {
   try {
     for (std::size_t i = 0; i < s.variables.size(); ++i) {
       const variable& v = s.variables[i];
-      status written = write_dataset(file.get(), paths[i], v.type, v.shape, v.slices, s.global_step);
+      status written = write_dataset(file.get(), paths[i], v.type, v.shape, v.slices, s.global_step, sink);
       if (!written.ok()) return written.with_context(str_cat("variable '", v.name, "'"));
     }
     for (const auto& [state_name, value] : s.state) {
       status written = write_dataset(file.get(), "state/" + state_name, value.type(), value.shape(),
                                      {slice{std::vector<std::int64_t>(static_cast<std::size_t>(value.rank()), 0), value}},
-                                     s.global_step);
+                                     s.global_step, sink);
       if (!written.ok()) return written.with_context(str_cat("state '", state_name, "'"));
     }
     group_variables.reset();
@@ -503,46 +582,133 @@ result<std::size_t> build_image(const snapshot& s, image_buffer& image) {
 
 namespace {
 
-// Writes and fsyncs the file; its CRC-32C into *crc.
+// Writes and fsyncs the file; its CRC-32C into *crc. Chunks reach the file while the
+// image is built; then what lies between them, then the CRC is taken while the disk
+// finishes, then fsync.
 status write_file_of(const snapshot& s, const std::string& path, file_system& fs, image_buffer& image,
                      std::uint32_t* crc) {
-  auto size = build_image(s, image);
-  if (!size.ok()) return size.error().with_context(str_cat("checkpoint '", path, "'"));
-  const std::string_view bytes(static_cast<const char*>(image.data), *size);
-  *crc = crc32c_extend(0, bytes.data(), bytes.size());
+  TROUPE_RETURN_IF_ERROR(check_snapshot(s).with_context(str_cat("checkpoint '", path, "'")));
   auto file = fs.create(path);
   if (!file.ok()) return file.error();
-  TROUPE_RETURN_IF_ERROR((*file)->append(bytes));
+  chunk_sink sink{file->get(), {}};
+  auto size = build_image(s, image, sink);
+  if (!size.ok()) return size.error().with_context(str_cat("checkpoint '", path, "'"));
+  const std::string_view bytes(static_cast<const char*>(image.data), *size);
+  std::sort(sink.written.begin(), sink.written.end());
+  std::int64_t done = 0;
+  sink.written.emplace_back(static_cast<std::int64_t>(bytes.size()), 0);  // the end
+  for (const auto& [offset, length] : sink.written) {
+    if (offset < done || offset + length > static_cast<std::int64_t>(bytes.size())) {
+      return internal_error("checkpoint '", path, "': a chunk at ", offset, " overlaps another or the file's end ",
+                            bytes.size());
+    }
+    if (offset > done) {
+      TROUPE_RETURN_IF_ERROR((*file)->write_at(done, bytes.substr(static_cast<std::size_t>(done),
+                                                                  static_cast<std::size_t>(offset - done))));
+    }
+    done = offset + length;
+  }
+  *crc = crc32c_extend(0, bytes.data(), bytes.size());
   TROUPE_RETURN_IF_ERROR((*file)->sync());
   return (*file)->close();
 }
 
-// The file a manifest entry names has the size and CRC-32C the entry records (read once,
-// in 16 MB pieces; the reads leave it in the page cache for HDF5).
-status check_committed_file(const committed& c) {
-  const int fd = ::open(c.path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return data_loss_error("checkpoint '", c.path, "' cannot be opened: ", std::strerror(errno));
-  std::vector<char> piece(16 << 20);
-  std::uint32_t crc = 0;
-  std::int64_t total = 0;
-  for (;;) {
-    const ssize_t n = ::read(fd, piece.data(), piece.size());
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) {
-      const int error = errno;
-      ::close(fd);
-      return data_loss_error("checkpoint '", c.path, "' cannot be read: ", std::strerror(error));
+// The file a manifest entry names has the size and CRC-32C the entry records. The file is
+// read start to end on a thread of its own while the caller reads what it needs through
+// HDF5: that thread is the reads' readahead (they find the pages in the page cache), so the
+// whole-file check costs next to no time of its own. finish() joins it and says what it
+// found; a check dropped unfinished stops at its next piece.
+class whole_file_check {
+ public:
+  explicit whole_file_check(const committed& c) : entry_(c), thread_([this] { outcome_ = run(); }) {}
+  ~whole_file_check() {
+    stop_ = true;
+    if (thread_.joinable()) thread_.join();
+  }
+  whole_file_check(const whole_file_check&) = delete;
+  whole_file_check& operator=(const whole_file_check&) = delete;
+
+  status finish() {
+    thread_.join();
+    return outcome_;
+  }
+
+ private:
+  status run() {
+    const int fd = ::open(entry_.path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return data_loss_error("checkpoint '", entry_.path, "' cannot be opened: ", std::strerror(errno));
+    ::posix_fadvise(fd, 0, 0, POSIX_FADV_SEQUENTIAL);
+    std::vector<char> piece(8 << 20);
+    std::uint32_t crc = 0;
+    std::int64_t total = 0;
+    for (;;) {
+      if (stop_) {
+        ::close(fd);
+        return cancelled_error("checking checkpoint '", entry_.path, "' stopped");
+      }
+      const ssize_t n = ::read(fd, piece.data(), piece.size());
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0) {
+        const int error = errno;
+        ::close(fd);
+        return data_loss_error("checkpoint '", entry_.path, "' cannot be read: ", std::strerror(error));
+      }
+      if (n == 0) break;
+      crc = crc32c_extend(crc, piece.data(), static_cast<std::size_t>(n));
+      total += n;
     }
-    if (n == 0) break;
-    crc = crc32c_extend(crc, piece.data(), static_cast<std::size_t>(n));
-    total += n;
+    ::close(fd);
+    if (total != entry_.bytes) {
+      return data_loss_error("checkpoint '", entry_.path, "' has ", total, " bytes, its manifest entry ", entry_.bytes,
+                             " (truncated?)");
+    }
+    if (crc != entry_.crc32c) {
+      return data_loss_error("checkpoint '", entry_.path, "' does not match the CRC-32C of its manifest entry");
+    }
+    return status();
   }
-  ::close(fd);
-  if (total != c.bytes) {
-    return data_loss_error("checkpoint '", c.path, "' has ", total, " bytes, its manifest entry ", c.bytes, " (truncated?)");
+
+  const committed entry_;
+  std::atomic<bool> stop_{false};
+  status outcome_;
+  std::thread thread_;  // last: starts once the rest is built
+};
+
+// The size check alone, before HDF5 opens the file (a truncated file must not reach it).
+status check_committed_size(const committed& c) {
+  auto size = file_system::real().file_size(c.path);
+  if (!size.ok()) return data_loss_error("checkpoint '", c.path, "' cannot be read: ", size.error().message());
+  if (*size != c.bytes) {
+    return data_loss_error("checkpoint '", c.path, "' has ", *size, " bytes, its manifest entry ", c.bytes, " (truncated?)");
   }
-  if (crc != c.crc32c) return data_loss_error("checkpoint '", c.path, "' does not match the CRC-32C of its manifest entry");
   return status();
+}
+
+// Whether HDF5 checksums every piece of the file's metadata it reads (superblock version 2
+// or later at offset 0: troupe's files since it writes the 1.10 format), so that it may read
+// the file while the whole-file check is still going. Older files are checked first.
+bool metadata_checksummed(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  char head[9] = {};
+  if (!in.read(head, sizeof head)) return false;
+  return std::memcmp(head, "\x89HDF\r\n\x1a\n", 8) == 0 && static_cast<unsigned char>(head[8]) >= 2;
+}
+
+// Runs `read` (HDF5 reads of the file `c` names) beside the whole-file check (after it,
+// for a file whose metadata HDF5 does not checksum); the read's own error first, then
+// the check's.
+template <typename T, typename Read>
+result<T> read_checked(const committed& c, Read&& read) {
+  TROUPE_RETURN_IF_ERROR(check_committed_size(c));
+  whole_file_check check(c);
+  if (!metadata_checksummed(c.path)) TROUPE_RETURN_IF_ERROR(check.finish());
+  result<T> out = read();
+  // A read that found damage needs no more; any other outcome waits for the check (a
+  // damaged file is DATA_LOSS, and the caller tries an older checkpoint, whatever else
+  // went wrong reading it).
+  if (!out.ok() && out.error().error_code() == code::data_loss) return out;
+  TROUPE_RETURN_IF_ERROR(check.finish());
+  return out;
 }
 
 }  // namespace
@@ -558,6 +724,7 @@ status write_checkpoint_file(const snapshot& s, const std::string& path, file_sy
 struct reader::impl {
   std::string path;
   handle file;
+  int fd = -1;  // HDF5's own descriptor of the file, for direct chunk reads; -1: none
   std::int64_t global_step = 0;
   std::vector<variable_info> variables;
   std::vector<std::string> state_names;
@@ -568,6 +735,9 @@ struct reader::impl {
   result<tensor> read_box(const std::string& dataset_path, const std::string& what, dtype type,
                           const tensor_shape& shape, const std::vector<std::int64_t>& start,
                           const tensor_shape& extent) const;
+  // The box at `start` of out's shape into `out` (of the dataset's dtype).
+  status read_into(const std::string& dataset_path, const std::string& what, const tensor_shape& shape,
+                   const std::vector<std::int64_t>& start, tensor& out) const;
 };
 
 namespace {
@@ -588,10 +758,12 @@ result<variable_info> describe(hid_t file, const std::string& dataset_path, cons
   const handle dataset = std::move(*dataset_or);
   variable_info info;
   info.name = name;
-  auto type_name = hdf5::read_string_attribute(dataset.get(), "dtype");
-  if (!type_name.ok()) return type_name.error().with_context(dataset_path);
-  auto type = parse_dtype(*type_name);
-  if (!type.ok()) return data_loss_error(dataset_path, ": unknown dtype '", *type_name, "'");
+  // The dtype is the dataset's own HDF5 type (in its object header, under HDF5's
+  // checksum), not the "dtype" attribute written for people: a variable-length string
+  // lives in HDF5's global heap, which has no checksum.
+  handle stored_type(H5Dget_type(dataset.get()));
+  auto type = hdf5::dtype_of(stored_type.get());
+  if (!type.ok()) return data_loss_error(dataset_path, ": its HDF5 type is no troupe dtype");
   info.type = *type;
   std::vector<hsize_t> dims;
   auto shape_values = hdf5::read_int64_attribute_values(dataset.get(), "shape", &dims);
@@ -633,8 +805,21 @@ result<reader> reader::open(const std::string& path) {
   auto file = hdf5::check(H5Fopen(path.c_str(), H5F_ACC_RDONLY, access.get()), code::data_loss, "opening");
   if (!file.ok()) return data_loss(file.error().message());
   impl->file = std::move(*file);
-  auto format = hdf5::read_string_attribute(impl->file.get(), "format");
-  if (!format.ok() || *format != k_format) return data_loss("not a troupe checkpoint (no format attribute 'troupe-checkpoint')");
+  // Chunk addresses are file offsets when the file has no user block.
+  handle create_props(H5Fget_create_plist(impl->file.get()));
+  hsize_t user_block = 1;
+  void* vfd_handle = nullptr;
+  if (H5Pget_userblock(create_props.get(), &user_block) >= 0 && user_block == 0 &&
+      H5Fget_vfd_handle(impl->file.get(), H5P_DEFAULT, &vfd_handle) >= 0 && vfd_handle != nullptr) {
+    impl->fd = *static_cast<int*>(vfd_handle);
+  }
+  // A troupe checkpoint has the attributes format and format_version. The format's text
+  // is not read: as a variable-length string (what h5py users expect) it lives in HDF5's
+  // global heap, which has no checksum, and damage there can crash HDF5; everything this
+  // reader reads is under a checksum.
+  if (!hdf5::has_attribute(impl->file.get(), "format")) {
+    return data_loss("not a troupe checkpoint (no format attribute 'troupe-checkpoint')");
+  }
   auto version = hdf5::read_int64_attribute(impl->file.get(), "format_version");
   if (!version.ok() || *version != k_format_version) {
     return data_loss(str_cat("format_version ", version.ok() ? std::to_string(*version) : "missing", " (this troupe reads ",
@@ -683,10 +868,33 @@ const variable_info* reader::find(const std::string& name) const {
   return it != impl_->variables.end() && it->name == name ? &*it : nullptr;
 }
 
+namespace {
+
+// A tensor of `type` and `extent` for what is read into it.
+result<tensor> allocate_for(const std::string& what, dtype type, const tensor_shape& extent, const std::string& path) {
+  try {
+    return tensor(type, extent);
+  } catch (const std::bad_alloc&) {
+    return resource_exhausted_error("no memory to read ", what, " ", extent.to_string(), " from checkpoint '", path, "'");
+  }
+}
+
+}  // namespace
+
 result<tensor> reader::impl::read_box(const std::string& dataset_path, const std::string& what, dtype type,
                                       const tensor_shape& shape, const std::vector<std::int64_t>& start,
                                       const tensor_shape& extent) const {
+  auto out = allocate_for(what, type, extent, path);
+  if (!out.ok()) return out;
+  TROUPE_RETURN_IF_ERROR(read_into(dataset_path, what, shape, start, *out));
+  return out;
+}
+
+status reader::impl::read_into(const std::string& dataset_path, const std::string& what, const tensor_shape& shape,
+                               const std::vector<std::int64_t>& start, tensor& out) const {
   hdf5::quiet();
+  const dtype type = out.type();
+  const tensor_shape& extent = out.shape();
   const int rank = shape.rank();
   if (static_cast<int>(start.size()) != rank || extent.rank() != rank) {
     return invalid_argument_error(what, " has rank ", rank, " in checkpoint '", path, "', not ", extent.rank());
@@ -701,19 +909,13 @@ result<tensor> reader::impl::read_box(const std::string& dataset_path, const std
   auto type_or = hdf5::type_of(type);
   if (!type_or.ok()) return type_or.error();
   const handle h5type = std::move(*type_or);
-  tensor out;
-  try {
-    out = tensor(type, extent);
-  } catch (const std::bad_alloc&) {
-    return resource_exhausted_error("no memory to read ", what, " ", extent.to_string(), " from checkpoint '", path, "'");
-  }
-  if (out.num_elements() == 0) return out;
+  if (out.num_elements() == 0) return status();
   auto dataset_or = hdf5::check(H5Dopen2(file.get(), dataset_path.c_str(), H5P_DEFAULT), code::data_loss,
                                 str_cat("opening ", dataset_path));
   if (!dataset_or.ok()) return fail_context(dataset_or.error());
   const handle dataset = std::move(*dataset_or);
-  const direct_read direct = read_chunks_directly(dataset.get(), shape, dtype_size(type), start, out);
-  if (direct == direct_read::done) return out;
+  const direct_read direct = read_chunks_directly(dataset.get(), this->fd, shape, dtype_size(type), start, out);
+  if (direct == direct_read::done) return status();
   if (direct == direct_read::damaged) {
     return data_loss_error(what, " in checkpoint '", path, "' is damaged: a chunk's Fletcher32 checksum does not match");
   }
@@ -736,7 +938,7 @@ result<tensor> reader::impl::read_box(const std::string& dataset_path, const std
       return data_loss_error(what, " in checkpoint '", path, "' is damaged: its CRC-32C does not match");
     }
   }
-  return out;
+  return status();
 }
 
 result<tensor> reader::read(const std::string& name, const std::vector<std::int64_t>& start,
@@ -744,6 +946,16 @@ result<tensor> reader::read(const std::string& name, const std::vector<std::int6
   const variable_info* info = find(name);
   if (info == nullptr) return not_found_error("checkpoint '", impl_->path, "' has no variable '", name, "'");
   return impl_->read_box(info->dataset, str_cat("variable '", name, "'"), info->type, info->shape, start, extent);
+}
+
+status reader::read_into(const std::string& name, const std::vector<std::int64_t>& start, tensor& out) const {
+  const variable_info* info = find(name);
+  if (info == nullptr) return not_found_error("checkpoint '", impl_->path, "' has no variable '", name, "'");
+  if (out.type() != info->type) {
+    return invalid_argument_error("variable '", name, "' is ", dtype_name(info->type), " in checkpoint '", impl_->path,
+                                  "', not ", dtype_name(out.type()));
+  }
+  return impl_->read_into(info->dataset, str_cat("variable '", name, "'"), info->shape, start, out);
 }
 
 result<tensor> reader::read(const std::string& name) const {
@@ -789,6 +1001,8 @@ status reader::verify() const {
 }
 
 result<std::vector<tensor>> read_all(const reader& from, const std::vector<slice_request>& requests) {
+  // Every request checked and its memory taken (and mapped at once: prefault) before the
+  // first read.
   std::vector<tensor> out;
   out.reserve(requests.size());
   for (const slice_request& r : requests) {
@@ -799,9 +1013,13 @@ result<std::vector<tensor>> read_all(const reader& from, const std::vector<slice
                                     " but checkpoint '", from.path(), "' holds ", dtype_name(info->type), " ",
                                     info->shape.to_string());
     }
-    auto value = from.read(r.name, r.start, r.extent);
+    auto value = allocate_for(str_cat("variable '", r.name, "'"), r.type, r.extent, from.path());
     if (!value.ok()) return value.error();
     out.push_back(std::move(*value));
+  }
+  for (tensor& t : out) prefault(t.raw_data(), t.byte_size());
+  for (std::size_t i = 0; i < requests.size(); ++i) {
+    TROUPE_RETURN_IF_ERROR(from.read_into(requests[i].name, requests[i].start, out[i]));
   }
   return out;
 }
@@ -922,12 +1140,16 @@ result<reader> directory::open_latest(std::vector<std::string>* warnings) const 
   if (!entries.ok()) return entries.error();
   if (entries->empty()) return not_found_error("no committed checkpoint in '", path_, "'");
   for (const committed& c : *entries) {
-    status problem = check_committed_file(c);
-    auto opened = problem.ok() ? reader::open(c.path) : result<reader>(problem);
-    if (problem.ok()) problem = opened.ok() ? opened->verify() : opened.error();
-    if (problem.ok()) return std::move(*opened);
+    auto opened = read_checked<reader>(c, [&]() -> result<reader> {
+      auto r = reader::open(c.path);
+      if (!r.ok()) return r;
+      TROUPE_RETURN_IF_ERROR(r->verify());
+      return r;
+    });
+    if (opened.ok()) return opened;
     if (warnings != nullptr) {
-      warnings->push_back(str_cat("checkpoint '", c.path, "' (step ", c.step, ") is damaged, skipped: ", problem.message()));
+      warnings->push_back(
+          str_cat("checkpoint '", c.path, "' (step ", c.step, ") is damaged, skipped: ", opened.error().message()));
     }
   }
   return data_loss_error("every committed checkpoint in '", path_, "' is damaged (", entries->size(), ")");
@@ -938,8 +1160,7 @@ result<restored> directory::restore_latest(const restore_request& request, std::
   if (!entries.ok()) return entries.error();
   if (entries->empty()) return not_found_error("no committed checkpoint in '", path_, "'");
   for (const committed& c : *entries) {
-    auto attempt = [&]() -> result<restored> {
-      TROUPE_RETURN_IF_ERROR(check_committed_file(c));
+    auto attempt = read_checked<restored>(c, [&]() -> result<restored> {
       auto opened = reader::open(c.path);
       if (!opened.ok()) return opened.error();
       restored out;
@@ -958,7 +1179,7 @@ result<restored> directory::restore_latest(const restore_request& request, std::
         out.state.push_back(std::move(*value));
       }
       return out;
-    }();
+    });
     if (attempt.ok() || attempt.error().error_code() != code::data_loss) return attempt;
     if (warnings != nullptr) {
       warnings->push_back(str_cat("checkpoint '", c.path, "' (step ", c.step, ") is damaged, skipped: ",

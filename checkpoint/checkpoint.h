@@ -95,6 +95,11 @@ struct variable_info {
 class reader {
  public:
   // Errors (DATA_LOSS) name the file: missing, truncated, not HDF5, not a troupe checkpoint.
+  // Reads only what a checksum covers (HDF5's over its metadata in the 1.10 format that
+  // troupe writes, Fletcher32 over chunks, CRC-32C over scalars; not the text attributes,
+  // kept for people in HDF5's unchecksummed global heap), so that a damaged file is an
+  // error, not a crash. Files of older troupes (the HDF5 1.8 format) have no metadata
+  // checksums: directory checks their whole-file CRC-32C before opening them.
   static result<reader> open(const std::string& path);
   ~reader();
   reader(reader&&) noexcept;
@@ -110,6 +115,8 @@ class reader {
   result<tensor> read(const std::string& name, const std::vector<std::int64_t>& start,
                       const tensor_shape& extent) const;
   result<tensor> read(const std::string& name) const;  // the whole value
+  // The box at `start` of out's shape into `out`, which has the variable's dtype.
+  status read_into(const std::string& name, const std::vector<std::int64_t>& start, tensor& out) const;
   result<tensor> state(const std::string& name) const;
   // Reads every dataset: every checksum of the file.
   status verify() const;

@@ -99,6 +99,17 @@ result<handle> type_of(dtype t) {
   return invalid_argument_error("dtype ", dtype_name(t), " cannot be stored in a checkpoint");
 }
 
+result<dtype> dtype_of(hid_t type) {
+  for (dtype t : {dtype::float32, dtype::float64, dtype::int8, dtype::int16, dtype::int32, dtype::int64, dtype::uint8,
+                  dtype::uint16, dtype::uint32, dtype::uint64, dtype::float16, dtype::bfloat16, dtype::complex64,
+                  dtype::complex128, dtype::bool_}) {
+    auto candidate = type_of(t);
+    if (candidate.ok() && H5Tequal(type, candidate->get()) > 0) return t;
+  }
+  H5Eclear2(H5E_DEFAULT);
+  return invalid_argument_error("an HDF5 type that is no troupe dtype");
+}
+
 namespace {
 
 status write_attribute(hid_t object, const char* name, hid_t type, hid_t space, const void* value) {

@@ -57,6 +57,9 @@ status check(herr_t rc, code c, std::string_view what);
 // (string, resource, variant).
 result<handle> type_of(dtype t);
 
+// The dtype whose type_of() `type` is; INVALID_ARGUMENT for any other type.
+result<dtype> dtype_of(hid_t type);
+
 // Attributes on an object (file, group or dataset).
 status write_string_attribute(hid_t object, const char* name, const std::string& value);
 status write_int64_attribute(hid_t object, const char* name, std::int64_t value);

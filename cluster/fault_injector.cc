@@ -22,6 +22,14 @@ class crashing_file final : public writable_file {
     }
     return dead();
   }
+  status write_at(std::int64_t offset, std::string_view bytes) override {
+    if (!fs_->dead_) {
+      (void)file_->write_at(offset, bytes.substr(0, bytes.size() / 2));
+      (void)file_->sync();
+      fs_->dead_ = true;
+    }
+    return dead();
+  }
   status sync() override { return dead(); }
   status close() override {
     (void)file_->close();

@@ -104,6 +104,18 @@ buffer* buffer::allocate(std::size_t bytes) {
   return new (block) buffer(static_cast<char*>(block) + k_alignment, bytes, cls, &account);
 }
 
+void prefault(void* data, std::size_t bytes) {
+#ifdef MADV_POPULATE_WRITE
+  const std::uintptr_t page = 4096;
+  const std::uintptr_t begin = (reinterpret_cast<std::uintptr_t>(data) + page - 1) & ~(page - 1);
+  const std::uintptr_t end = (reinterpret_cast<std::uintptr_t>(data) + bytes) & ~(page - 1);
+  if (end > begin) (void)::madvise(reinterpret_cast<void*>(begin), end - begin, MADV_POPULATE_WRITE);
+#else
+  (void)data;
+  (void)bytes;
+#endif
+}
+
 void buffer::unref() const {
   if (refs_.fetch_sub(1, std::memory_order_acq_rel) != 1) return;
   if (destroy_ != nullptr) destroy_(data_, size_);

@@ -20,11 +20,14 @@ namespace troupe {
 result<std::string> read_file(const std::string& path);
 status write_file(const std::string& path, const std::string& contents);
 
-// A file being written. Every call names the path in its error.
+// A file being written, either by appends or by writes at offsets (not both). Every call
+// names the path in its error.
 class writable_file {
  public:
   virtual ~writable_file() = default;
   virtual status append(std::string_view bytes) = 0;
+  // Writes `bytes` at `offset` (pwrite: the file grows as needed, a hole reads as zeros).
+  virtual status write_at(std::int64_t offset, std::string_view bytes) = 0;
   virtual status sync() = 0;   // fsync: the bytes appended so far are on disk
   virtual status close() = 0;  // also when the destructor would (errors are lost there)
 };
