@@ -143,6 +143,13 @@ std::vector<const tf::NodeDef*> pipeline_nodes(const tf::GraphDef& def) {
   return out;
 }
 
+// The ops whose Philox generator is a device resource named after the node
+// (kernels/cpu/random_generator.h), saved by RandomGeneratorSaveState.
+bool has_saved_generator(std::string_view op) {
+  return op == "RandomUniform" || op == "RandomStandardNormal" || op == "TruncatedNormal" ||
+         op == "LogUniformCandidateSampler";
+}
+
 tf::NodeDef make_node(const std::string& name, const std::string& op, const std::string& device,
                       std::vector<std::string> inputs = {}) {
   tf::NodeDef n;
@@ -319,7 +326,11 @@ void checkpoint_manager::log(const std::string& line) const {
 status checkpoint_manager::add_pipelines(const graph::graph& g, const placement::placement& placed,
                                          std::vector<tf::NodeDef>* added) {
   const tf::GraphDef def = g.to_graph_def();
-  for (const tf::NodeDef* n : pipeline_nodes(def)) {
+  std::vector<const tf::NodeDef*> nodes = pipeline_nodes(def);
+  for (const tf::NodeDef& n : def.node()) {
+    if (has_saved_generator(n.op())) nodes.push_back(&n);
+  }
+  for (const tf::NodeDef* n : nodes) {
     const std::string device = placed.device_of(g.find(n->name())->id);
     auto parsed = placement::parse_device_name(device);
     if (!parsed.ok()) return parsed.error().with_context(str_cat("checkpoint manager: the device of '", n->name(), "'"));
@@ -341,7 +352,25 @@ status checkpoint_manager::add_pipelines(const graph::graph& g, const placement:
       p.values.push_back(name);
       added->push_back(std::move(v));
     };
-    if (n->op() == "IdxReader") {
+    if (has_saved_generator(n->op())) {
+      tf::NodeDef save = make_node(base + "/save", "RandomGeneratorSaveState", device);
+      tf::NodeDef restore = make_node(base + "/restore", "RandomGeneratorRestoreState", device, {base + "/value"});
+      for (tf::NodeDef* op : {&save, &restore}) {
+        (*op->mutable_attr())["container"] = graph::attr_value(container);
+        (*op->mutable_attr())["shared_name"] = graph::attr_value(shared_name);
+        for (const char* seed : {"seed", "seed2"}) {
+          auto it = n->attr().find(seed);
+          if (it != n->attr().end()) (*op->mutable_attr())[seed] = it->second;
+        }
+      }
+      placeholder(base + "/value", dtype::int64, partial_shape({6}));
+      p.generator = true;
+      p.fields = {"generator"};
+      p.save = {save.name()};
+      p.restore = restore.name();
+      added->push_back(std::move(save));
+      added->push_back(std::move(restore));
+    } else if (n->op() == "IdxReader") {
       tf::NodeDef save = make_node(base + "/save", "IdxReaderSaveState", device);
       tf::NodeDef restore = make_node(base + "/restore", "IdxReaderRestoreState", device, {base + "/value"});
       for (tf::NodeDef* op : {&save, &restore}) {
@@ -482,20 +511,20 @@ result<std::optional<std::int64_t>> checkpoint_manager::restore_some(const std::
     }
   }
   // Each wanted pipeline's state, when the checkpoint has it.
-  std::size_t at = 0, pipelines_restored = 0;
+  std::size_t at = 0, pipelines_restored = 0, generators_restored = 0;
   for (std::size_t i : pipelines) {
     const pipeline& p = pipelines_[i];
     const auto first = restored->state.begin() + static_cast<std::ptrdiff_t>(at);
     at += p.fields.size();
     if (!std::all_of(first, first + static_cast<std::ptrdiff_t>(p.fields.size()),
                      [](const tensor& t) { return t.initialized(); })) {
-      log(str_cat("checkpoint: '", restored->path, "' has no state of the input pipeline ", p.name,
-                  ", which goes on from where it is"));
+      log(str_cat("checkpoint: '", restored->path, "' has no state of the ",
+                  p.generator ? "random generator " : "input pipeline ", p.name, ", which goes on from where it is"));
       continue;
     }
     for (std::size_t f = 0; f < p.fields.size(); ++f) feeds.emplace_back(p.values[f], *(first + static_cast<std::ptrdiff_t>(f)));
     targets.push_back(p.restore);
-    ++pipelines_restored;
+    ++(p.generator ? generators_restored : pipelines_restored);
   }
   auto assigned = session_->run(feeds, {}, targets);
   {
@@ -531,6 +560,9 @@ result<std::optional<std::int64_t>> checkpoint_manager::restore_some(const std::
               pipelines_restored > 0 ? str_cat(" and ", pipelines_restored, " input pipeline state",
                                                pipelines_restored == 1 ? "" : "s")
                                      : std::string(),
+              generators_restored > 0 ? str_cat(" and ", generators_restored, " random generator",
+                                                generators_restored == 1 ? "" : "s")
+                                      : std::string(),
               " from ", restored->path, " (step ", restored->global_step, ")"));
   return std::optional<std::int64_t>(restored->global_step);
 }

@@ -23,7 +23,12 @@
 //    are left out, with a log line), of the graph and of options.pipeline_graphs (one
 //    per worker), under state/<task>/<resource>/... A checkpoint without a pipeline's
 //    state (older, or written by another number of workers) leaves that pipeline where
-//    it is, with a log line.
+//    it is, with a log line. So is every random op's generator (RandomUniform,
+//    RandomStandardNormal, TruncatedNormal, LogUniformCandidateSampler: a device resource
+//    named after the op, kernels/cpu/random_generator.h), under
+//    state/<task>/<op name>/generator, so that a restored run draws the same numbers
+//    (dropout masks, sampled candidates) as the uninterrupted one; it counts as part of
+//    its task's pipeline below (holds_pipelines, pipeline_restores, restore_latest(task)).
 // 2. How: the manager runs its own session on the cluster, on a copy of the graph with a
 //    ReadVariableOp and an AssignVariableOp (fed by a Placeholder) per variable, each
 //    colocated with its variable: a save fetches straight from the PS tasks and a
@@ -161,8 +166,10 @@ class checkpoint_manager {
     std::string strategy;      // partitioned: "div" or "mod"; empty: one part, whole
     std::vector<std::size_t> parts;  // into parts_, in part order
   };
-  // An input pipeline's resource: an IdxReader's cursor, or a queue a reader fills.
+  // An input pipeline's resource (an IdxReader's cursor, or a queue a reader fills) or a
+  // random op's generator.
   struct pipeline {
+    bool generator = false;  // a random op's generator
     std::string task;
     std::string name;                 // "<task>/<resource>": its group under state/
     std::vector<std::string> fields;  // its state names, in the order of...

@@ -1,8 +1,12 @@
 // Op schemas: random tensors (RandomUniform, RandomStandardNormal, TruncatedNormal) with
 // TensorFlow's raw-op names and attributes. They are stateful: each run draws new
 // values, so they are never constant-folded or deduplicated. Seeds: when seed and seed2
-// are both 0 the kernel picks a fresh seed; otherwise a kernel built with the same pair
+// are both 0 the kernel picks a fresh seed; otherwise a generator made with the same pair
 // replays the same sequence of tensors.
+//
+// troupe's own: RandomGeneratorSaveState and RandomGeneratorRestoreState read and set
+// where a random op's generator is (a resource of its device named after the op; see
+// kernels/cpu/random_generator.h), as checkpoints do.
 #include <cstdio>
 #include <cstdlib>
 
@@ -61,6 +65,30 @@ void register_random_ops(op_registry& registry) {
   // Mean 0, standard deviation 1, values more than 2 standard deviations from the mean
   // dropped and drawn again.
   add_builtin_op(registry, random_op("TruncatedNormal"));
+  // state: int64 [6], the Philox key (2 words) and counter (4) of the generator of the
+  // random op named shared_name (in container) on this device. seed and seed2 are that
+  // op's: whichever of them runs first makes the generator.
+  add_builtin_op(registry, op_schema("RandomGeneratorSaveState")
+                               .output("state: int64")
+                               .attr("container: string = ''")
+                               .attr("shared_name: string")
+                               .attr("seed: int = 0")
+                               .attr("seed2: int = 0")
+                               .stateful()
+                               .shape_fn([](shape_context& ctx) -> status {
+                                 ctx.set_output(0, partial_shape({6}));
+                                 return status();
+                               })
+                               .no_gradient());
+  add_builtin_op(registry, op_schema("RandomGeneratorRestoreState")
+                               .input("state: int64")
+                               .attr("container: string = ''")
+                               .attr("shared_name: string")
+                               .attr("seed: int = 0")
+                               .attr("seed2: int = 0")
+                               .stateful()
+                               .shape_fn([](shape_context& ctx) -> status { return ctx.require_rank(0, 1); })
+                               .no_gradient());
 }
 
 }  // namespace troupe::graph

@@ -2,8 +2,9 @@
 // graph/ops/candidate_ops.cc), with TensorFlow's semantics (range_sampler.cc,
 // candidate_sampler_ops.cc).
 //
-// The sampler owns a Philox generator seeded from (seed, seed2), or from a fresh random
-// seed when both are 0. Each run reserves 2048 * num_sampled 32-bit values of the stream
+// The sampler's Philox generator (kernels/cpu/random_generator.h: a device resource that
+// checkpoints save) is seeded from (seed, seed2), or from a fresh random seed when both are
+// 0. Each run reserves 2048 * num_sampled 32-bit values of the stream
 // (TensorFlow's budget) under a mutex and draws from a copy, so the candidates depend
 // only on the seeds and on how many runs came before; a fresh kernel with the same seeds
 // replays the same sequence. A draw takes two 32-bit values u -> a double in [0, 1) and
@@ -28,6 +29,7 @@
 #include <vector>
 
 #include "core/random.h"
+#include "kernels/cpu/random_generator.h"
 #include "kernels/kernel_registry.h"
 
 namespace troupe::kernels {
@@ -75,10 +77,8 @@ bool check_true_classes(kernel_context& ctx, const op_kernel& kernel, const tens
 class log_uniform_sampler_kernel final : public op_kernel {
  public:
   explicit log_uniform_sampler_kernel(kernel_construction& c) : op_kernel(c) {
-    std::int64_t seed = 0, seed2 = 0;
     if (!c.get_attr("num_true", &num_true_) || !c.get_attr("num_sampled", &num_sampled_) ||
-        !c.get_attr("unique", &unique_) || !c.get_attr("range_max", &range_max_) ||
-        !c.get_attr("seed", &seed) || !c.get_attr("seed2", &seed2)) {
+        !c.get_attr("unique", &unique_) || !c.get_attr("range_max", &range_max_)) {
       return;
     }
     if (num_true_ < 1 || num_sampled_ < 1 || range_max_ < 1) {
@@ -94,11 +94,7 @@ class log_uniform_sampler_kernel final : public op_kernel {
       return;
     }
     log_range_ = std::log1p(static_cast<double>(range_max_));
-    if (seed == 0 && seed2 == 0) {
-      generator_ = philox(random_seed(), random_seed());
-    } else {
-      generator_ = philox(static_cast<std::uint64_t>(seed), static_cast<std::uint64_t>(seed2));
-    }
+    generator_ = generator_of(c, /*require_shared_name=*/false);
   }
 
   void compute(kernel_context& ctx) override {
@@ -114,13 +110,7 @@ class log_uniform_sampler_kernel final : public op_kernel {
       }
     }
 
-    philox base;
-    {
-      std::lock_guard<std::mutex> lock(mutex_);
-      base = generator_;
-      generator_.skip(static_cast<std::uint64_t>(num_sampled_) * k_reserved_values_per_sample / 4);
-    }
-    sample_stream stream(base);
+    sample_stream stream(generator_->reserve(static_cast<std::uint64_t>(num_sampled_) * k_reserved_values_per_sample / 4));
     auto sampled = ctx.allocate_output(0, {num_sampled_}).flat<std::int64_t>();
     std::int64_t num_tries = 0;
     if (unique_) {
@@ -182,8 +172,7 @@ class log_uniform_sampler_kernel final : public op_kernel {
   bool unique_ = false;
   std::int64_t range_max_ = 1;
   double log_range_ = 0;
-  std::mutex mutex_;
-  philox generator_;  // guarded by mutex_
+  std::shared_ptr<random_generator> generator_;
 };
 
 // For every row i and true class c of that row found among the sampled candidates, one

@@ -27,6 +27,7 @@
 #include "core/idx.h"
 #include "core/random.h"
 #include "kernels/kernel_registry.h"
+#include "kernels/node_resource.h"
 
 namespace troupe::kernels {
 
@@ -48,39 +49,11 @@ class idx_reader_state final : public resource {
   std::vector<std::uint32_t> order;   // epoch's permutation of [0, n); empty until loaded
 };
 
-// The reader state under the node's (container, shared_name) on c's device, made when
-// absent (a reader not yet run is at its start, whoever asks first); null with c failed.
-// An empty shared_name means the node's own name, unless `require_shared_name` (the save
-// and restore ops, which name another node's reader).
+// The reader state of c's node (kernels/node_resource.h): a reader not yet run is at its
+// start, whoever asks first.
 std::shared_ptr<idx_reader_state> reader_state_of(kernel_construction& c, bool require_shared_name) {
-  std::string container, name;
-  if (!c.get_attrs("container", &container, "shared_name", &name)) return nullptr;
-  if (name.empty()) {
-    if (require_shared_name) {
-      c.fail(invalid_argument_error(c.node().op(), " '", c.node().name(), "': shared_name must name the reader"));
-      return nullptr;
-    }
-    name = c.node().name();
-  }
-  if (c.device() == nullptr) {
-    if (!require_shared_name) return std::make_shared<idx_reader_state>();  // run on its own
-    c.fail(failed_precondition_error(c.node().op(), " '", c.node().name(),
-                                     "' finds its reader in a device's resources: run it in a session"));
-    return nullptr;
-  }
-  auto found = c.device()->resources().lookup_or_create(
-      container, name, [] { return result<std::shared_ptr<resource>>(std::make_shared<idx_reader_state>()); });
-  if (!found.ok()) {
-    c.fail(found.error());
-    return nullptr;
-  }
-  auto state = std::dynamic_pointer_cast<idx_reader_state>(*found);
-  if (state == nullptr) {
-    c.fail(invalid_argument_error(c.node().op(), " '", c.node().name(), "': resource '", name, "' in container '",
-                                  container, "' on ", c.device()->name(), " is a ", (*found)->kind(),
-                                  ", not a reader; give this node another shared_name"));
-  }
-  return state;
+  return node_resource<idx_reader_state>(c, require_shared_name, "reader",
+                                         [] { return std::make_shared<idx_reader_state>(); });
 }
 
 class idx_reader_kernel final : public op_kernel {

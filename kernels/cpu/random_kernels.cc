@@ -1,12 +1,13 @@
-// CPU kernels: RandomUniform, RandomStandardNormal, TruncatedNormal.
+// CPU kernels: RandomUniform, RandomStandardNormal, TruncatedNormal, and the save and
+// restore of their generators (RandomGeneratorSaveState, RandomGeneratorRestoreState).
 //
-// Each kernel owns a Philox generator seeded from (seed, seed2), or from a fresh random
-// seed when both are 0 (as TensorFlow). A compute() call reserves a range of the
-// generator's counter under a mutex, then fills the output in parallel: output group g
-// is drawn from a copy of the reserved generator skipped to block g * blocks_per_group.
-// The values therefore depend only on the seeds and on how many calls came before, never
-// on the number of threads; a fresh kernel with the same seeds replays the same sequence
-// of tensors.
+// Each op's Philox generator (kernels/cpu/random_generator.h: a device resource) is seeded
+// from (seed, seed2), or from a fresh random seed when both are 0 (as TensorFlow). A
+// compute() call reserves a range of the generator's counter, then fills the output in
+// parallel: output group g is drawn from a copy of the reserved generator skipped to block
+// g * blocks_per_group. The values therefore depend only on the seeds and on how many calls
+// came before, never on the number of threads; a fresh generator with the same seeds
+// replays the same sequence of tensors, and a restored one continues where it was saved.
 //
 // The layout of the stream is TensorFlow's (PhiloxRandomOp with FillPhiloxRandom): each
 // call reserves 256 blocks per output, fixed-cost distributions use the blocks in order,
@@ -16,7 +17,9 @@
 #include <mutex>
 
 #include "core/random.h"
+#include "kernels/cpu/random_generator.h"
 #include "kernels/kernel_registry.h"
+#include "kernels/node_resource.h"
 
 namespace troupe::kernels {
 
@@ -120,13 +123,7 @@ template <class T, template <class> class Distribution>
 class random_kernel final : public op_kernel {
  public:
   explicit random_kernel(kernel_construction& c) : op_kernel(c) {
-    std::int64_t seed = 0, seed2 = 0;
-    if (!c.get_attr("seed", &seed) || !c.get_attr("seed2", &seed2)) return;
-    if (seed == 0 && seed2 == 0) {
-      generator_ = philox(random_seed(), random_seed());
-    } else {
-      generator_ = philox(static_cast<std::uint64_t>(seed), static_cast<std::uint64_t>(seed2));
-    }
+    generator_ = generator_of(c, /*require_shared_name=*/false);
   }
 
   void compute(kernel_context& ctx) override {
@@ -140,12 +137,7 @@ class random_kernel final : public op_kernel {
     constexpr std::int64_t group_size = distribution::group_size;
     std::int64_t n = out.num_elements();
     std::int64_t groups = (n + group_size - 1) / group_size;
-    philox base;
-    {
-      std::lock_guard<std::mutex> lock(mutex_);
-      base = generator_;
-      generator_.skip(static_cast<std::uint64_t>(n) * k_reserved_blocks_per_output);
-    }
+    const philox base = generator_->reserve(static_cast<std::uint64_t>(n) * k_reserved_blocks_per_output);
     T* data = out.data<T>();
     // Roughly 10 ns per output for Philox and the conversion.
     constexpr double cost = 10.0 * group_size;
@@ -164,8 +156,51 @@ class random_kernel final : public op_kernel {
   }
 
  private:
-  std::mutex mutex_;
-  philox generator_;  // guarded by mutex_
+  std::shared_ptr<random_generator> generator_;
+};
+
+// RandomGeneratorSaveState: int64 [6], the generator's key (2 words) and counter (4).
+class generator_save_kernel final : public op_kernel {
+ public:
+  explicit generator_save_kernel(kernel_construction& c) : op_kernel(c) {
+    generator_ = generator_of(c, /*require_shared_name=*/true);
+  }
+  void compute(kernel_context& ctx) override {
+    const philox::words w = generator_->state();
+    ctx.set_output(0, tensor::from_vector<std::int64_t>(std::vector<std::int64_t>(w.begin(), w.end())));
+  }
+  double estimated_ns(std::span<const tensor>) const override { return 0; }
+
+ private:
+  std::shared_ptr<random_generator> generator_;
+};
+
+// RandomGeneratorRestoreState: sets the generator to a state RandomGeneratorSaveState gave.
+class generator_restore_kernel final : public op_kernel {
+ public:
+  explicit generator_restore_kernel(kernel_construction& c) : op_kernel(c) {
+    generator_ = generator_of(c, /*require_shared_name=*/true);
+  }
+  void compute(kernel_context& ctx) override {
+    const tensor& state = ctx.input(0);
+    philox::words w{};
+    bool valid = state.type() == dtype::int64 && state.rank() == 1 && state.num_elements() == w.size();
+    for (std::size_t i = 0; valid && i < w.size(); ++i) {
+      const std::int64_t v = state.flat<std::int64_t>()[i];
+      valid = v >= 0 && v <= 0xffffffffLL;
+      w[i] = static_cast<std::uint32_t>(v);
+    }
+    if (!valid) {
+      ctx.fail_invalid_argument("RandomGeneratorRestoreState '", name(),
+                                "': the state must be int64 [6] of 32-bit words but is ", state.debug_string(8));
+      return;
+    }
+    generator_->set_state(w);
+  }
+  double estimated_ns(std::span<const tensor>) const override { return 0; }
+
+ private:
+  std::shared_ptr<random_generator> generator_;
 };
 
 template <template <class> class Distribution>
@@ -180,7 +215,19 @@ void add_random_kernels(kernel_registry& registry, const std::string& op) {
 
 }  // namespace
 
+std::shared_ptr<random_generator> generator_of(kernel_construction& c, bool require_shared_name) {
+  std::int64_t seed = 0, seed2 = 0;
+  if (!c.get_attrs("seed", &seed, "seed2", &seed2)) return nullptr;
+  return node_resource<random_generator>(c, require_shared_name, "random generator", [&] {
+    return std::make_shared<random_generator>(seed == 0 && seed2 == 0
+                                                  ? philox(random_seed(), random_seed())
+                                                  : philox(static_cast<std::uint64_t>(seed), static_cast<std::uint64_t>(seed2)));
+  });
+}
+
 void register_random_kernels(kernel_registry& registry) {
+  registry.add("RandomGeneratorSaveState", "CPU", {}, make_kernel<generator_save_kernel>);
+  registry.add("RandomGeneratorRestoreState", "CPU", {}, make_kernel<generator_restore_kernel>);
   add_random_kernels<uniform_distribution>(registry, "RandomUniform");
   add_random_kernels<normal_distribution>(registry, "RandomStandardNormal");
   add_random_kernels<truncated_normal_distribution>(registry, "TruncatedNormal");

@@ -2,7 +2,8 @@
 // IdxReaderSaveState / IdxReaderRestoreState, run through a session. A state saved and
 // restored makes the same dequeues (a RandomShuffleQueue's generator included) and the
 // same reader batches; what does not match the queue or the reader's files is refused,
-// naming it; a restore while a dequeue waits is refused.
+// naming it; a restore while a dequeue waits is refused. Also the random ops' generators
+// (RandomGeneratorSaveState / RandomGeneratorRestoreState).
 #include <catch2/catch.hpp>
 
 #include <chrono>
@@ -194,4 +195,79 @@ TEST_CASE("a restored IdxReader continues with the same batches, across epochs",
   auto negative = session.run({{"cursor", tensor::from_vector<std::int64_t>({-1, 0})}}, {}, {"restore"});
   REQUIRE_FALSE(negative.ok());
   CHECK_THAT(negative.error().message(), Catch::Contains("must not be negative"));
+}
+
+namespace {
+
+// A random op `r` (seed 7, 8) drawing [3, 4] floats, a LogUniformCandidateSampler `cand`
+// (seeds 0: a fresh seed), and the save and restore ops of their generators.
+std::unique_ptr<actors::session> random_session(const std::string& op) {
+  auto root = graph::scope::new_root();
+  auto shape = ops::constant(root.with_name("shape"), tensor::from_vector<std::int32_t>({3, 4}));
+  root.with_name("r").add(op, {shape}, {{"dtype", graph::attr_value(dtype::float32)},
+                                        {"seed", graph::attr_value(std::int64_t{7})},
+                                        {"seed2", graph::attr_value(std::int64_t{8})}});
+  auto classes = ops::constant(root.with_name("classes"), tensor::from_vector<std::int64_t>({1, 2, 3}, {3, 1}));
+  root.with_name("cand").add("LogUniformCandidateSampler", {classes},
+                             {{"num_true", graph::attr_value(std::int64_t{1})},
+                              {"num_sampled", graph::attr_value(std::int64_t{5})},
+                              {"unique", graph::attr_value(true)},
+                              {"range_max", graph::attr_value(std::int64_t{1000})}});
+  for (const char* target : {"r", "cand"}) {
+    const std::map<std::string, tf::AttrValue> names = {{"shared_name", graph::attr_value(std::string(target))},
+                                                        {"seed", graph::attr_value(std::int64_t{target[0] == 'r' ? 7 : 0})},
+                                                        {"seed2", graph::attr_value(std::int64_t{target[0] == 'r' ? 8 : 0})}};
+    root.with_name(str_cat("save_", target)).add("RandomGeneratorSaveState", {}, names);
+    auto value = ops::placeholder(root.with_name(str_cat("state_", target)), dtype::int64, {6});
+    root.with_name(str_cat("restore_", target)).add("RandomGeneratorRestoreState", {value}, names);
+  }
+  auto g = root.to_graph();
+  if (!g.ok()) FAIL(g.error().to_string());
+  auto s = actors::session::create(std::move(*g));
+  if (!s.ok()) FAIL(s.error().to_string());
+  return std::move(*s);
+}
+
+}  // namespace
+
+TEST_CASE("a restored random generator draws the same numbers again; a bad state is refused", "[actors][random]") {
+  for (const char* op : {"RandomUniform", "RandomStandardNormal", "TruncatedNormal"}) {
+    INFO(op);
+    auto s = random_session(op);
+    // Saved before the op ever ran: the save makes the generator, seeded as the op's.
+    auto before = s->run({}, {"save_r"});
+    REQUIRE(before.ok());
+    auto first = s->run({}, {"r", "cand"});
+    REQUIRE(first.ok());
+    auto saved = s->run({}, {"save_r", "save_cand"});
+    REQUIRE(saved.ok());
+    CHECK_FALSE(saved->at(0).equals(before->at(0)));  // the counter moved on
+    auto a = s->run({}, {"r", "cand"});
+    auto b = s->run({}, {"r", "cand"});
+    REQUIRE((a.ok() && b.ok()));
+    CHECK_FALSE(a->at(0).equals(b->at(0)));
+    require_ok(s->run({{"state_r", saved->at(0)}, {"state_cand", saved->at(1)}}, {}, {"restore_r", "restore_cand"}));
+    auto a2 = s->run({}, {"r", "cand"});
+    auto b2 = s->run({}, {"r", "cand"});
+    REQUIRE((a2.ok() && b2.ok()));
+    for (std::size_t i = 0; i < 2; ++i) {
+      CHECK(a2->at(i).equals(a->at(i)));
+      CHECK(b2->at(i).equals(b->at(i)));
+    }
+    // Back to before the first run: the first draw again.
+    require_ok(s->run({{"state_r", before->at(0)}}, {}, {"restore_r"}));
+    auto again = s->run({}, {"r"});
+    REQUIRE(again.ok());
+    CHECK(again->at(0).equals(first->at(0)));
+
+    auto kept = s->run({}, {"save_r"});
+    REQUIRE(kept.ok());
+    auto bad = s->run({{"state_r", tensor::from_vector<std::int64_t>({1, 2, 3, 4, 5, -1})}}, {}, {"restore_r"});
+    REQUIRE_FALSE(bad.ok());
+    CHECK(bad.error().error_code() == code::invalid_argument);
+    CHECK_THAT(bad.error().message(), Catch::Contains("restore_r") && Catch::Contains("int64 [6] of 32-bit words"));
+    auto after = s->run({}, {"save_r"});  // the refused restore changed nothing
+    REQUIRE(after.ok());
+    CHECK(after->at(0).equals(kept->at(0)));
+  }
 }

@@ -351,3 +351,61 @@ TEST_CASE("a partitioned embedding is one variable in id order; 4 shards on 4 PS
     CHECK(after->at(0).equals(table));
   }
 }
+
+TEST_CASE("a restored run draws the random numbers the uninterrupted one draws", "[cluster][checkpoint]") {
+  auto with_noise = [](int ps) {
+    counting_run r;
+    r.c = cluster_of(ps);
+    r.model = build_counting_model(ps, 300);
+    auto shape = ops::constant(r.model->root.with_name("noise/shape"), tensor::from_vector<std::int32_t>({4}));
+    r.model->root.with_name("noise").with_device("/job:worker/task:0").add(
+        "RandomUniform", {shape},
+        {{"dtype", graph::attr_value(dtype::float32)}, {"seed", graph::attr_value(std::int64_t{3})},
+         {"seed2", graph::attr_value(std::int64_t{4})}});
+    r.s = session_on(r.c, *r.model);
+    REQUIRE(r.s->run({}, {}, {"init"}).ok());
+    return r;
+  };
+  temp_dir dir;
+  std::vector<tensor> next;  // what the uninterrupted run draws after the save
+  {
+    auto [c, model, s] = with_noise(1);
+    cluster::checkpoint_manager_options o;
+    o.dir = dir.path;
+    auto manager = manager_on(c, *model, o);
+    for (int i = 0; i < 2; ++i) REQUIRE(s->run({}, {}, {"train"}).ok());
+    for (int i = 0; i < 3; ++i) REQUIRE(s->run({}, {"noise"}).ok());
+    REQUIRE(manager->save_now().ok());
+    for (int i = 0; i < 2; ++i) {
+      auto drawn = s->run({}, {"noise"});
+      REQUIRE(drawn.ok());
+      next.push_back(drawn->at(0));
+    }
+    CHECK_FALSE(next[0].equals(next[1]));
+  }
+  // Another cluster, as after a restart: its generator starts afresh until restored.
+  auto [c, model, s] = with_noise(1);
+  std::vector<std::string> lines;
+  cluster::checkpoint_manager_options o;
+  o.dir = dir.path;
+  o.log = [&](const std::string& line) { lines.push_back(line); };
+  auto manager = manager_on(c, *model, o);
+  CHECK(manager->holds_pipelines("/job:worker/task:0"));
+  auto from = manager->restore_latest();
+  REQUIRE(from.ok());
+  REQUIRE(from->has_value());
+  CHECK(**from == 2);
+  REQUIRE_FALSE(lines.empty());
+  CHECK_THAT(lines.back(), Catch::Contains("and 1 random generator from"));
+  for (const tensor& expected : next) {
+    auto drawn = s->run({}, {"noise"});
+    REQUIRE(drawn.ok());
+    CHECK(drawn->at(0).equals(expected));
+  }
+  // The file holds it where people find it.
+  auto r = checkpoint::reader::open(dir.path + "/ckpt-2.h5");
+  REQUIRE(r.ok());
+  auto state = r->state("job:worker/replica:0/task:0/noise/generator");
+  REQUIRE(state.ok());
+  CHECK(state->shape() == tensor_shape({6}));
+}
