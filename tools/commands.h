@@ -25,6 +25,10 @@ int graph_command(const std::vector<std::string>& args, std::ostream& out, std::
 // what one holds.
 int checkpoint_command(const std::vector<std::string>& args, std::ostream& out, std::ostream& err);
 
+// troupe cert init DIR --cluster CLUSTER.pbtxt [--days N] | check --cluster CLUSTER.pbtxt:
+// test certificates for a cluster, and a check of its tasks' credentials.
+int cert_command(const std::vector<std::string>& args, std::ostream& out, std::ostream& err);
+
 // The file name a fetch is written to: every character outside [A-Za-z0-9._-] becomes '_'.
 std::string fetch_file_name(const std::string& fetch);
 

@@ -19,6 +19,8 @@ constexpr const char* k_usage =
     "                     Graphviz DOT of a graph, one box per device\n"
     "  checkpoint ls DIR | inspect PATH [--variable NAME]\n"
     "                     committed checkpoints of a directory; what one holds\n"
+    "  cert init DIR --cluster CLUSTER.pbtxt | check --cluster CLUSTER.pbtxt\n"
+    "                     a CA and per-task TLS certificates for a test cluster; a check\n"
     "  help               this text\n";
 }
 
@@ -34,6 +36,7 @@ int main(int argc, char** argv) {
   if (command == "run") return troupe::tools::run_command(args, std::cout, std::cerr);
   if (command == "graph") return troupe::tools::graph_command(args, std::cout, std::cerr);
   if (command == "checkpoint") return troupe::tools::checkpoint_command(args, std::cout, std::cerr);
+  if (command == "cert") return troupe::tools::cert_command(args, std::cout, std::cerr);
   if (command == "demo") return troupe::tools::demo_command(args, std::cout, std::cerr);
   std::cerr << "troupe: unknown command '" << command << "'\n" << k_usage;
   return 2;
