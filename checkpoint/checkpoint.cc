@@ -628,8 +628,9 @@ class whole_file_check {
   whole_file_check(const whole_file_check&) = delete;
   whole_file_check& operator=(const whole_file_check&) = delete;
 
+  // Waits for the check (once; later calls return the same).
   status finish() {
-    thread_.join();
+    if (thread_.joinable()) thread_.join();
     return outcome_;
   }
 

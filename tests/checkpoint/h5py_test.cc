@@ -1,7 +1,8 @@
 // A checkpoint read by Debian's h5py (python3-h5py, installed by tools/setup.sh), as
 // doc/checkpoints.md shows: every variable's whole value at variables/<name>, whatever the
 // sharding it was saved from, with its attributes; state under state/<name>. Skipped when
-// /usr/bin/python3 cannot import h5py.
+// /usr/bin/python3 cannot import h5py. Also a checkpoint rewritten by h5py in HDF5's 1.8
+// format (older troupes') restores, and damaged, is caught by its CRC-32C first.
 #include <unistd.h>
 
 #include <catch2/catch.hpp>
@@ -10,7 +11,11 @@
 #include <cstdlib>
 #include <filesystem>
 
+#include <google/protobuf/util/json_util.h>
+
 #include "checkpoint/checkpoint.h"
+#include "checkpoint/manifest.pb.h"
+#include "core/crc32c.h"
 #include "core/file.h"
 #include "tests/skip.h"
 
@@ -96,6 +101,87 @@ TEST_CASE("h5py reads a sharded checkpoint as the whole variables", "[checkpoint
   auto out = read_file(dir + "/out.txt");
   INFO((out.ok() ? *out : std::string("no output")));
   CHECK(rc == 0);
+  std::filesystem::remove_all(dir);
+}
+
+// Rewrites a checkpoint in HDF5's 1.8 format, as troupes before the 1.10 format wrote them
+// (superblock version 0, no metadata checksums).
+constexpr const char* k_downgrade = R"(
+import sys, h5py
+src = h5py.File(sys.argv[1], "r")
+dst = h5py.File(sys.argv[2], "w", libver="earliest")
+for k, v in src.attrs.items():
+    dst.attrs[k] = v
+for g in ("variables", "slots", "state"):
+    src.copy(src[g], dst, name=g)
+dst.close()
+print("ok")
+)";
+
+// Points the manifest entry of `path` at its size and CRC-32C now.
+void recommit(const std::string& dir, const std::string& path) {
+  auto text = read_file(dir + "/manifest.json");
+  REQUIRE(text.ok());
+  proto::manifest m;
+  REQUIRE(google::protobuf::util::JsonStringToMessage(*text, &m).ok());
+  auto bytes = read_file(path);
+  REQUIRE(bytes.ok());
+  for (auto& entry : *m.mutable_checkpoints()) {
+    if (dir + "/" + entry.file() != path) continue;
+    entry.set_bytes(static_cast<std::int64_t>(bytes->size()));
+    entry.set_crc32c(crc32c_extend(0, bytes->data(), bytes->size()));
+  }
+  std::string json;
+  REQUIRE(google::protobuf::util::MessageToJsonString(m, &json).ok());
+  const status written = write_file(dir + "/manifest.json", json);
+  INFO(written.message());
+  REQUIRE(written.ok());
+}
+
+TEST_CASE("a checkpoint in HDF5's 1.8 format restores; damaged, its CRC-32C finds it before HDF5 reads it",
+          "[checkpoint]") {
+  const std::string dir = (std::filesystem::temp_directory_path() / ("troupe_h5old_" + std::to_string(::getpid()))).string();
+  std::filesystem::remove_all(dir);
+  auto d = directory::open(dir);
+  REQUIRE(d.ok());
+  std::vector<float> values(600);
+  for (std::size_t i = 0; i < values.size(); ++i) values[i] = static_cast<float>(i);
+  const tensor first = tensor::from_vector<float>(values, {200, 3});
+  for (float& v : values) v = -v;
+  const tensor second = tensor::from_vector<float>(values, {200, 3});
+  REQUIRE(d->save({1, {{"w", dtype::float32, {200, 3}, {{{0, 0}, first}}}}, {{"position", tensor::scalar<std::int64_t>(1)}}}).ok());
+  auto saved = d->save({2, {{"w", dtype::float32, {200, 3}, {{{0, 0}, second}}}}, {{"position", tensor::scalar<std::int64_t>(4)}}});
+  REQUIRE(saved.ok());
+  const std::string old = dir + "/old.h5", script = dir + "/downgrade.py";
+  REQUIRE(write_file(script, k_downgrade).ok());
+  REQUIRE(std::system(("/usr/bin/python3 " + script + " " + saved->path + " " + old + " > /dev/null 2>&1").c_str()) == 0);
+  std::filesystem::rename(old, saved->path);
+  auto head = read_file(saved->path);
+  REQUIRE(head.ok());
+  REQUIRE(head->size() > 9);
+  CHECK((*head)[8] == 0);  // superblock version 0
+  recommit(dir, saved->path);
+
+  const restore_request request{{{"w", dtype::float32, {200, 3}, {0, 0}, {200, 3}}}, {"position"}};
+  std::vector<std::string> warnings;
+  auto restored = d->restore_latest(request, &warnings);
+  REQUIRE(restored.ok());
+  CHECK(restored->global_step == 2);
+  CHECK(restored->variables[0].equals(second));
+  CHECK(restored->state[0].scalar_value<std::int64_t>() == 4);
+  CHECK(warnings.empty());
+
+  // Damage in its metadata (past the superblock: object headers, the heap): without
+  // metadata checksums HDF5 might read it as it is, so the CRC-32C must find it first.
+  std::string damaged = *head;
+  for (std::size_t at = 200; at < 1200 && at < damaged.size(); ++at) damaged[at] = static_cast<char>(damaged[at] ^ 0x5a);
+  REQUIRE(write_file(saved->path, damaged).ok());
+  auto fallback = d->restore_latest(request, &warnings);
+  REQUIRE(fallback.ok());
+  CHECK(fallback->global_step == 1);
+  CHECK(fallback->variables[0].equals(first));
+  REQUIRE(warnings.size() == 1);
+  CHECK_THAT(warnings[0], Catch::Contains("ckpt-2.h5") && Catch::Contains("CRC-32C"));
   std::filesystem::remove_all(dir);
 }
 
