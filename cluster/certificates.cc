@@ -13,6 +13,7 @@
 #include <openssl/x509v3.h>
 
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <functional>
@@ -121,15 +122,34 @@ result<cert_ptr> new_certificate(EVP_PKEY* key, const std::string& common_name, 
   return cert;
 }
 
+cert_ptr parse_certificate(std::string_view pem) {
+  bio_ptr bio(BIO_new_mem_buf(pem.data(), static_cast<int>(pem.size())));
+  return cert_ptr(PEM_read_bio_X509(bio.get(), nullptr, nullptr, nullptr));
+}
+
 result<cert_ptr> read_certificate(const std::string& path, std::string_view what) {
   auto text = read_file(path);
   if (!text.ok()) return failed_precondition_error(what, " '", path, "' cannot be read: ", text.error().message());
-  bio_ptr bio(BIO_new_mem_buf(text->data(), static_cast<int>(text->size())));
-  cert_ptr cert(PEM_read_bio_X509(bio.get(), nullptr, nullptr, nullptr));
+  cert_ptr cert = parse_certificate(*text);
   if (cert == nullptr) {
     return failed_precondition_error(what, " '", path, "' is not a PEM certificate (", openssl_error(), ")");
   }
   return cert;
+}
+
+// Why `cert` does not verify against `ca` now (empty: it does).
+result<std::string> chain_problem(X509* ca, X509* cert) {
+  store_ptr store(X509_STORE_new());
+  store_ctx_ptr ctx(X509_STORE_CTX_new());
+  if (store == nullptr || ctx == nullptr || X509_STORE_add_cert(store.get(), ca) != 1 ||
+      X509_STORE_CTX_init(ctx.get(), store.get(), cert, nullptr) != 1) {
+    return internal_error("setting up certificate verification: ", openssl_error());
+  }
+  X509_STORE_CTX_set_purpose(ctx.get(), X509_PURPOSE_SSL_SERVER);
+  if (X509_verify_cert(ctx.get()) == 1) return std::string();
+  const int error = X509_STORE_CTX_get_error(ctx.get());
+  ERR_clear_error();
+  return std::string(X509_verify_cert_error_string(error));
 }
 
 result<key_ptr> read_key(const std::string& path) {
@@ -231,18 +251,11 @@ status check_task_credentials(const cluster_tls& tls, const task_address& task) 
     ERR_clear_error();
     return failed_precondition_error("key '", mine->key, "' is not the key of certificate '", mine->certificate, "'");
   }
-  store_ptr store(X509_STORE_new());
-  store_ctx_ptr ctx(X509_STORE_CTX_new());
-  if (store == nullptr || ctx == nullptr || X509_STORE_add_cert(store.get(), ca->get()) != 1 ||
-      X509_STORE_CTX_init(ctx.get(), store.get(), cert->get(), nullptr) != 1) {
-    return internal_error("setting up certificate verification: ", openssl_error());
-  }
-  X509_STORE_CTX_set_purpose(ctx.get(), X509_PURPOSE_SSL_SERVER);
-  if (X509_verify_cert(ctx.get()) != 1) {
-    const int error = X509_STORE_CTX_get_error(ctx.get());
-    ERR_clear_error();
+  auto problem = chain_problem(ca->get(), cert->get());
+  if (!problem.ok()) return problem.error();
+  if (!problem->empty()) {
     return failed_precondition_error("certificate '", mine->certificate, "' does not verify against the cluster's CA '",
-                                     tls.ca_certificate, "': ", X509_verify_cert_error_string(error));
+                                     tls.ca_certificate, "': ", *problem);
   }
   const std::string named = common_name_of(cert->get());
   if (named != task.task_name()) {
@@ -255,6 +268,67 @@ result<std::string> certificate_task_name(const std::string& certificate_path) {
   auto cert = read_certificate(certificate_path, "certificate");
   if (!cert.ok()) return cert.error();
   return common_name_of(cert->get());
+}
+
+std::string make_challenge() {
+  std::string out(32, '\0');
+  if (RAND_bytes(reinterpret_cast<unsigned char*>(out.data()), static_cast<int>(out.size())) != 1) {
+    // No randomness is no security: never go on with a predictable challenge.
+    std::abort();
+  }
+  return out;
+}
+
+result<identity_proof> prove_identity(const task_credentials& mine, std::string_view challenge) {
+  auto key = read_key(mine.key);
+  if (!key.ok()) return key.error();
+  auto pem = read_file(mine.certificate);
+  if (!pem.ok()) return failed_precondition_error("certificate '", mine.certificate, "' cannot be read: ", pem.error().message());
+  std::unique_ptr<EVP_MD_CTX, freer<EVP_MD_CTX, EVP_MD_CTX_free>> ctx(EVP_MD_CTX_new());
+  std::size_t size = 0;
+  if (ctx == nullptr || EVP_DigestSignInit(ctx.get(), nullptr, EVP_sha256(), nullptr, key->get()) != 1 ||
+      EVP_DigestSign(ctx.get(), nullptr, &size, reinterpret_cast<const unsigned char*>(challenge.data()), challenge.size()) != 1) {
+    return internal_error("signing with key '", mine.key, "': ", openssl_error());
+  }
+  identity_proof proof;
+  proof.certificate_pem = std::move(*pem);
+  proof.signature.resize(size);
+  if (EVP_DigestSign(ctx.get(), reinterpret_cast<unsigned char*>(proof.signature.data()), &size,
+                     reinterpret_cast<const unsigned char*>(challenge.data()), challenge.size()) != 1) {
+    return internal_error("signing with key '", mine.key, "': ", openssl_error());
+  }
+  proof.signature.resize(size);
+  return proof;
+}
+
+status check_identity(const cluster_tls& tls, const task_address& claimed, std::string_view challenge,
+                      const identity_proof& proof) {
+  auto refused = [&](const auto&... why) {
+    return unauthenticated_error("a peer claiming to be ", claimed.task_name(), " is refused: ", why...);
+  };
+  auto ca = read_certificate(tls.ca_certificate, "CA certificate");
+  if (!ca.ok()) return ca.error();
+  cert_ptr cert = parse_certificate(proof.certificate_pem);
+  if (cert == nullptr) {
+    ERR_clear_error();
+    return refused("its certificate is not PEM");
+  }
+  auto problem = chain_problem(ca->get(), cert.get());
+  if (!problem.ok()) return problem.error();
+  if (!problem->empty()) return refused("its certificate does not verify against the cluster's CA (", *problem, ")");
+  const std::string named = common_name_of(cert.get());
+  if (named != claimed.task_name()) return refused("its certificate names '", named, "'");
+  EVP_PKEY* key = X509_get0_pubkey(cert.get());
+  std::unique_ptr<EVP_MD_CTX, freer<EVP_MD_CTX, EVP_MD_CTX_free>> ctx(EVP_MD_CTX_new());
+  if (key == nullptr || ctx == nullptr || EVP_DigestVerifyInit(ctx.get(), nullptr, EVP_sha256(), nullptr, key) != 1) {
+    return internal_error("verifying a signature: ", openssl_error());
+  }
+  const int verified = EVP_DigestVerify(ctx.get(), reinterpret_cast<const unsigned char*>(proof.signature.data()),
+                                        proof.signature.size(), reinterpret_cast<const unsigned char*>(challenge.data()),
+                                        challenge.size());
+  ERR_clear_error();
+  if (verified != 1) return refused("its signature over the challenge was not made by its certificate's key");
+  return status();
 }
 
 }  // namespace troupe::cluster

@@ -39,4 +39,24 @@ status check_task_credentials(const cluster_tls& tls, const task_address& task);
 // The task a certificate names (its subject's common name).
 result<std::string> certificate_task_name(const std::string& certificate_path);
 
+// Proof of a peer's task identity at the application level (CAF 0.17's TLS checks only
+// the chain): the verifier sends a fresh challenge, the peer answers with its certificate
+// (PEM) and its signature over the challenge with its key (ECDSA, SHA-256), the verifier
+// checks both against the cluster's CA and the task the peer claims to be.
+//
+//   const std::string challenge = make_challenge();                          // verifier
+//   auto proof = prove_identity(*tls->of("ps", 0), challenge);               // peer
+//   TROUPE_RETURN_IF_ERROR(check_identity(*tls, claimed, challenge, *proof)); // verifier
+struct identity_proof {
+  std::string certificate_pem;
+  std::string signature;  // DER ECDSA signature over the challenge
+};
+// 32 random bytes.
+std::string make_challenge();
+result<identity_proof> prove_identity(const task_credentials& mine, std::string_view challenge);
+// UNAUTHENTICATED naming `claimed` and why: a certificate the CA did not sign or that names
+// another task, or a signature its key did not make over this challenge.
+status check_identity(const cluster_tls& tls, const task_address& claimed, std::string_view challenge,
+                      const identity_proof& proof);
+
 }  // namespace troupe::cluster

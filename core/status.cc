@@ -22,6 +22,7 @@ std::string_view code_name(code c) {
     case code::internal: return "INTERNAL";
     case code::unavailable: return "UNAVAILABLE";
     case code::data_loss: return "DATA_LOSS";
+    case code::unauthenticated: return "UNAUTHENTICATED";
   }
   return "UNKNOWN_CODE";
 }

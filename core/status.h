@@ -39,6 +39,7 @@ enum class code : int {
   internal = 13,
   unavailable = 14,
   data_loss = 15,
+  unauthenticated = 16,
 };
 
 std::string_view code_name(code c);
@@ -186,6 +187,10 @@ status unavailable_error(const Args&... args) {
 template <class... Args>
 status data_loss_error(const Args&... args) {
   return make_error(code::data_loss, args...);
+}
+template <class... Args>
+status unauthenticated_error(const Args&... args) {
+  return make_error(code::unauthenticated, args...);
 }
 
 // Holds a T or the status explaining why there is none. REQUIRES: the status is not ok.

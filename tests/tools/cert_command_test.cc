@@ -165,3 +165,49 @@ TEST_CASE("troupe cert init makes credentials that check; wrong ones are refused
   auto bad_days = cert({"init", dir.path + "/x", "--cluster", cluster_path, "--days", "0"});
   CHECK(bad_days.code == 2);
 }
+
+TEST_CASE("a task proves its identity by signing a challenge; an impostor is refused, naming why", "[cluster][tls]") {
+  temp_dir dir;
+  std::filesystem::create_directories(dir.path);
+  REQUIRE(write_file(dir.path + "/cluster.pbtxt", k_three_tasks).ok());
+  REQUIRE(cert({"init", dir.path + "/certs", "--cluster", dir.path + "/cluster.pbtxt"}).code == 0);
+  REQUIRE(cert({"init", dir.path + "/other", "--cluster", dir.path + "/cluster.pbtxt"}).code == 0);
+  auto c = cluster::cluster_file::load(dir.path + "/certs/cluster.pbtxt");
+  auto other = cluster::cluster_file::load(dir.path + "/other/cluster.pbtxt");
+  REQUIRE((c.ok() && other.ok()));
+  const cluster::cluster_tls& tls = *c->tls();
+  const cluster::task_address ps = *c->address("ps", 0), worker = *c->address("worker", 0);
+  const std::string challenge = cluster::make_challenge();
+  CHECK(challenge.size() == 32);
+  CHECK(challenge != cluster::make_challenge());
+
+  auto proof = cluster::prove_identity(*tls.of("ps", 0), challenge);
+  REQUIRE(proof.ok());
+  CHECK(cluster::check_identity(tls, ps, challenge, *proof).ok());
+
+  auto refusal = [&](const cluster::task_address& claimed, const std::string& with_challenge,
+                     const cluster::identity_proof& p) {
+    const status s = cluster::check_identity(tls, claimed, with_challenge, p);
+    CHECK(s.error_code() == code::unauthenticated);
+    CHECK_THAT(s.message(), Catch::Contains("claiming to be " + claimed.task_name()));
+    return s.message();
+  };
+  // ps-0's proof presented as worker-0's.
+  CHECK_THAT(refusal(worker, challenge, *proof), Catch::Contains("names '/job:ps/replica:0/task:0'"));
+  // A replayed proof: another challenge.
+  CHECK_THAT(refusal(ps, cluster::make_challenge(), *proof), Catch::Contains("not made by its certificate's key"));
+  // ps-0's certificate with worker-0's signature.
+  auto worker_proof = cluster::prove_identity(*tls.of("worker", 0), challenge);
+  REQUIRE(worker_proof.ok());
+  cluster::identity_proof mixed{proof->certificate_pem, worker_proof->signature};
+  CHECK_THAT(refusal(ps, challenge, mixed), Catch::Contains("not made by its certificate's key"));
+  // Credentials of another cluster's CA.
+  auto foreign = cluster::prove_identity(*other->tls()->of("ps", 0), challenge);
+  REQUIRE(foreign.ok());
+  CHECK_THAT(refusal(ps, challenge, *foreign), Catch::Contains("does not verify against the cluster's CA"));
+  // Garbage.
+  CHECK_THAT(refusal(ps, challenge, {"not a certificate", proof->signature}), Catch::Contains("not PEM"));
+  cluster::identity_proof truncated = *proof;
+  truncated.signature.resize(truncated.signature.size() / 2);
+  CHECK_THAT(refusal(ps, challenge, truncated), Catch::Contains("not made by its certificate's key"));
+}
