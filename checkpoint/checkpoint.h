@@ -18,16 +18,20 @@
 // position, random states) goes under `state/<name>`.
 //
 // The commit protocol (what makes a save atomic): HDF5 builds the file in memory (it never
-// writes files itself); through the file_system seam it is written under a temporary name,
-// fsynced and renamed to ckpt-<step>.h5; then DIR/manifest.json, the list of committed
-// checkpoints, is rewritten by write_durably. Its rename is the commit point: a crash, a full disk or an I/O error
-// before it leaves the previous manifest, which names only complete, fsynced files. Older
-// checkpoints beyond `keep` are deleted after the commit. Every dataset of rank >= 1 is
-// chunked with HDF5's Fletcher32 checksum, which HDF5 (and h5py) verify on every read;
-// scalars carry a CRC-32C attribute checked by troupe's reader. The manifest also records
-// each file's size and CRC-32C, which restore_latest and open_latest check before HDF5
-// reads the file (HDF5 is not robust to damaged metadata); they fall back past a damaged
-// checkpoint with a warning that names its file.
+// writes files itself) while each chunk goes, through the file_system seam, to its place in
+// a temporary file as soon as it is built; then HDF5's metadata; the file is fsynced and
+// renamed to ckpt-<step>.h5; then DIR/manifest.json, the list of committed checkpoints, is
+// rewritten by write_durably. Its rename is the commit point: a crash, a full disk or an
+// I/O error before it leaves the previous manifest, which names only complete, fsynced
+// files. Older checkpoints beyond `keep` are deleted after the commit.
+//
+// Checksums: files are in HDF5's 1.10 format, whose metadata HDF5 checksums; every dataset
+// of rank >= 1 is chunked with HDF5's Fletcher32 checksum, which HDF5 (and h5py) verify on
+// every read; scalars carry a CRC-32C attribute checked by troupe's reader, which reads
+// nothing else (see reader::open). The manifest also records each file's size and CRC-32C,
+// which restore_latest and open_latest check on a thread beside their reads (before HDF5
+// opens a file of the older 1.8 format, which has no metadata checksums); they fall back
+// past a damaged checkpoint with a warning that names its file.
 //
 // Memory: a directory keeps the buffer its last checkpoint was built in (about the size of
 // the checkpoint) for the next save.
@@ -188,7 +192,7 @@ class directory {
   result<reader> open_latest(std::vector<std::string>* warnings) const;
 
   // Reads `request` from the newest committed checkpoint that has it undamaged (every
-  // chunk read is checked; the file is read once). A damaged checkpoint (DATA_LOSS) is
+  // chunk read is checked, and the whole file's CRC-32C). A damaged checkpoint (DATA_LOSS) is
   // skipped with a warning naming it; a request the newest readable one cannot satisfy
   // (a missing variable, another dtype or shape) is an error naming the variable and the
   // file. All or nothing: on error no tensor is returned.
