@@ -1,8 +1,6 @@
 #include "cluster/certificates.h"
 
-#include <fcntl.h>
 #include <sys/stat.h>
-#include <unistd.h>
 
 #include <openssl/bio.h>
 #include <openssl/err.h>
@@ -53,24 +51,16 @@ result<std::string> pem_of(const std::function<int(BIO*)>& write) {
   return std::string(data, static_cast<std::size_t>(n));
 }
 
-// Writes `contents` to `path` with `mode` (the file is made afresh).
-status write_with_mode(const std::string& path, const std::string& contents, mode_t mode) {
-  ::unlink(path.c_str());
-  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, mode);
-  if (fd < 0) return permission_denied_error("cannot create '", path, "': ", std::strerror(errno));
-  std::size_t done = 0;
-  while (done < contents.size()) {
-    const ssize_t n = ::write(fd, contents.data() + done, contents.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) {
-      const int error = errno;
-      ::close(fd);
-      return data_loss_error("writing '", path, "': ", std::strerror(error));
-    }
-    done += static_cast<std::size_t>(n);
+// Writes a private key to `path`, readable by its owner only: the file is made mode 0600
+// before any of the key is in it.
+status write_private(const std::string& path, const std::string& contents) {
+  auto file = file_system::real().create(path);
+  if (!file.ok()) return file.error();
+  if (::chmod(path.c_str(), 0600) != 0) {
+    return permission_denied_error("cannot make '", path, "' private (chmod 0600): ", std::strerror(errno));
   }
-  if (::close(fd) != 0) return data_loss_error("closing '", path, "': ", std::strerror(errno));
-  return status();
+  TROUPE_RETURN_IF_ERROR((*file)->append(contents));
+  return (*file)->close();
 }
 
 key_ptr new_key() { return key_ptr(EVP_EC_gen("P-256")); }
@@ -200,8 +190,8 @@ result<made_certificates> make_test_certificates(const cluster_file& cluster, co
     auto key_pem = pem_of([&](BIO* b) { return PEM_write_bio_PrivateKey(b, key, nullptr, nullptr, 0, nullptr, nullptr); });
     if (!cert_pem.ok()) return cert_pem.error();
     if (!key_pem.ok()) return key_pem.error();
-    TROUPE_RETURN_IF_ERROR(write_with_mode(cert_path, *cert_pem, 0644));
-    TROUPE_RETURN_IF_ERROR(write_with_mode(key_path, *key_pem, 0600));
+    TROUPE_RETURN_IF_ERROR(write_file(cert_path, *cert_pem));
+    TROUPE_RETURN_IF_ERROR(write_private(key_path, *key_pem));
     out.files.push_back(cert_path);
     out.files.push_back(key_path);
     return status();
@@ -233,7 +223,7 @@ result<made_certificates> make_test_certificates(const cluster_file& cluster, co
   }
   text += tls;
   out.cluster_file = dir + "/cluster.pbtxt";
-  TROUPE_RETURN_IF_ERROR(write_with_mode(out.cluster_file, text, 0644));
+  TROUPE_RETURN_IF_ERROR(write_file(out.cluster_file, text));
   out.files.push_back(out.cluster_file);
   return out;
 }

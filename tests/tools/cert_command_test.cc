@@ -6,12 +6,12 @@
 
 #include <filesystem>
 #include <fstream>
-#include <sstream>
 
 #include "cluster/certificates.h"
 #include "cluster/cluster_file.h"
 #include "core/file.h"
 #include "tests/temp_dir.h"
+#include "tests/tools/command_run.h"
 #include "tools/commands.h"
 
 using namespace troupe;
@@ -31,16 +31,8 @@ std::string refusal(const std::string& text) {
   return c.error().message();
 }
 
-struct command_run {
-  int code;
-  std::string out;
-  std::string err;
-};
-
-command_run cert(std::vector<std::string> args) {
-  std::ostringstream out, err;
-  const int code = tools::cert_command(args, out, err);
-  return {code, out.str(), err.str()};
+troupe::testing::command_run cert(const std::vector<std::string>& args) {
+  return troupe::testing::run_command(tools::cert_command, args);
 }
 
 }  // namespace

@@ -4,25 +4,17 @@
 
 #include <catch2/catch.hpp>
 #include <filesystem>
-#include <sstream>
 
 #include "checkpoint/checkpoint.h"
+#include "tests/tools/command_run.h"
 #include "tools/commands.h"
 
 using namespace troupe;
 
 namespace {
 
-struct command_run {
-  int code;
-  std::string out;
-  std::string err;
-};
-
-command_run run_checkpoint(std::vector<std::string> args) {
-  std::ostringstream out, err;
-  const int code = tools::checkpoint_command(args, out, err);
-  return {code, out.str(), err.str()};
+troupe::testing::command_run run_checkpoint(const std::vector<std::string>& args) {
+  return troupe::testing::run_command(tools::checkpoint_command, args);
 }
 
 bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }

@@ -3,12 +3,12 @@
 #include <catch2/catch.hpp>
 
 #include <filesystem>
-#include <sstream>
 
 #include "core/file.h"
 #include "core/npy.h"
 #include "graph/graph_io.h"
 #include "graph/ops.h"
+#include "tests/tools/command_run.h"
 #include "tools/commands.h"
 
 using namespace troupe;
@@ -16,16 +16,8 @@ namespace fs = std::filesystem;
 
 namespace {
 
-struct eval_run {
-  int code;
-  std::string out;
-  std::string err;
-};
-
-eval_run eval(std::vector<std::string> args) {
-  std::ostringstream out, err;
-  int code = tools::eval_command(args, out, err);
-  return {code, out.str(), err.str()};
+troupe::testing::command_run eval(const std::vector<std::string>& args) {
+  return troupe::testing::run_command(tools::eval_command, args);
 }
 
 fs::path temp_dir() {
