@@ -352,33 +352,25 @@ status checkpoint_manager::add_pipelines(const graph::graph& g, const placement:
       p.values.push_back(name);
       added->push_back(std::move(v));
     };
-    if (has_saved_generator(n->op())) {
-      tf::NodeDef save = make_node(base + "/save", "RandomGeneratorSaveState", device);
-      tf::NodeDef restore = make_node(base + "/restore", "RandomGeneratorRestoreState", device, {base + "/value"});
+    const bool generator = has_saved_generator(n->op());
+    if (generator || n->op() == "IdxReader") {
+      // One int64 vector saved and restored by a pair of ops that find the resource by
+      // (container, shared_name) on its device; a generator's ops also carry its seeds,
+      // so that whichever runs first makes the same generator.
+      tf::NodeDef save = make_node(base + "/save", generator ? "RandomGeneratorSaveState" : "IdxReaderSaveState", device);
+      tf::NodeDef restore = make_node(base + "/restore", generator ? "RandomGeneratorRestoreState" : "IdxReaderRestoreState",
+                                      device, {base + "/value"});
       for (tf::NodeDef* op : {&save, &restore}) {
         (*op->mutable_attr())["container"] = graph::attr_value(container);
         (*op->mutable_attr())["shared_name"] = graph::attr_value(shared_name);
         for (const char* seed : {"seed", "seed2"}) {
           auto it = n->attr().find(seed);
-          if (it != n->attr().end()) (*op->mutable_attr())[seed] = it->second;
+          if (generator && it != n->attr().end()) (*op->mutable_attr())[seed] = it->second;
         }
       }
-      placeholder(base + "/value", dtype::int64, partial_shape({6}));
-      p.generator = true;
-      p.fields = {"generator"};
-      p.save = {save.name()};
-      p.restore = restore.name();
-      added->push_back(std::move(save));
-      added->push_back(std::move(restore));
-    } else if (n->op() == "IdxReader") {
-      tf::NodeDef save = make_node(base + "/save", "IdxReaderSaveState", device);
-      tf::NodeDef restore = make_node(base + "/restore", "IdxReaderRestoreState", device, {base + "/value"});
-      for (tf::NodeDef* op : {&save, &restore}) {
-        (*op->mutable_attr())["container"] = graph::attr_value(container);
-        (*op->mutable_attr())["shared_name"] = graph::attr_value(shared_name);
-      }
-      placeholder(base + "/value", dtype::int64, partial_shape({2}));
-      p.fields = {"cursor"};
+      placeholder(base + "/value", dtype::int64, partial_shape({generator ? 6 : 2}));
+      p.generator = generator;
+      p.fields = {generator ? "generator" : "cursor"};
       p.save = {save.name()};
       p.restore = restore.name();
       added->push_back(std::move(save));
