@@ -104,6 +104,12 @@ buffer* buffer::allocate(std::size_t bytes) {
   return new (block) buffer(static_cast<char*>(block) + k_alignment, bytes, cls, &account);
 }
 
+buffer* buffer::adopt(void* data, std::size_t bytes, external_memory* owner) {
+  // The header cannot live beside memory the host may not touch: it is a block of its own.
+  return new (::operator new(sizeof(buffer), std::align_val_t{k_alignment}))
+      buffer(data, bytes, k_num_classes, nullptr, owner);
+}
+
 void prefault(void* data, std::size_t bytes) {
 #ifdef MADV_POPULATE_WRITE
   const std::uintptr_t page = 4096;
@@ -119,6 +125,13 @@ void prefault(void* data, std::size_t bytes) {
 void buffer::unref() const {
   if (refs_.fetch_sub(1, std::memory_order_acq_rel) != 1) return;
   if (destroy_ != nullptr) destroy_(data_, size_);
+  if (owner_ != nullptr) {
+    owner_->release(data_, size_);
+    void* header = const_cast<buffer*>(this);
+    this->~buffer();
+    ::operator delete(header, std::align_val_t{k_alignment});
+    return;
+  }
   auto& c = the_cache();
   std::size_t cls = class_;
   memory_account* account = account_;

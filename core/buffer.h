@@ -21,6 +21,17 @@ namespace troupe {
 
 class memory_account;
 
+// Memory that another allocator owns (a GPU's device memory, say), lent to a buffer by
+// buffer::adopt. The owner outlives every buffer over its memory.
+class external_memory {
+ public:
+  virtual ~external_memory() = default;
+  // Called once, when the last reference to a buffer over [data, data + bytes) goes.
+  virtual void release(void* data, std::size_t bytes) noexcept = 0;
+  // False for memory the host's processors cannot read (a GPU's).
+  virtual bool host_accessible() const = 0;
+};
+
 // Maps the pages of [data, data + bytes) writable now, in one call (MADV_POPULATE_WRITE),
 // instead of one page fault per page as they are first written: about twice as fast for
 // fresh memory on these machines (0.5 s against 0.9 s per GB). For memory about to be
@@ -36,7 +47,14 @@ class buffer {
   // no memory.
   static buffer* allocate(std::size_t bytes);
 
+  // A buffer over `bytes` bytes at `data` that `owner` allocated, with a reference count
+  // of one; owner->release(data, bytes) when the last reference goes. Not charged to any
+  // memory account (the owner accounts for its memory).
+  static buffer* adopt(void* data, std::size_t bytes, external_memory* owner);
+
   void* data() const { return data_; }
+  // False when the bytes are in a device's memory: the host may not touch them.
+  bool host_accessible() const { return owner_ == nullptr || owner_->host_accessible(); }
   std::size_t size() const { return size_; }
 
   void ref() const { refs_.fetch_add(1, std::memory_order_relaxed); }
@@ -53,14 +71,16 @@ class buffer {
   buffer& operator=(const buffer&) = delete;
 
  private:
-  buffer(void* data, std::size_t size, std::size_t capacity_class, memory_account* account)
-      : data_(data), size_(size), class_(capacity_class), account_(account) {}
+  buffer(void* data, std::size_t size, std::size_t capacity_class, memory_account* account,
+         external_memory* owner = nullptr)
+      : data_(data), size_(size), class_(capacity_class), account_(account), owner_(owner) {}
   ~buffer() = default;
 
   void* data_;
   std::size_t size_;
   std::size_t class_;
   memory_account* account_;
+  external_memory* owner_;  // null: the header and the data are one block of the cache's
   destroy_fn destroy_ = nullptr;
   mutable std::atomic<std::int64_t> refs_{1};
 };

@@ -74,6 +74,7 @@ std::string tensor::debug_string(int max_entries) const {
   if (dtype_ == dtype::resource) return "resource [] {" + resource_value().debug_string() + "}";
   std::ostringstream out;
   out << dtype_name(dtype_) << " " << shape_.to_string() << " {";
+  if (!on_host()) return out.str() + "in device memory}";
   std::int64_t n = std::min<std::int64_t>(num_elements(), max_entries);
   visit_dtype(dtype_, [&]<class T>() {
     for (std::int64_t i = 0; i < n; ++i) {
@@ -94,6 +95,7 @@ std::string tensor::debug_string(int max_entries) const {
 bool tensor::equals(const tensor& other) const {
   if (initialized() != other.initialized()) return false;
   if (!initialized()) return true;
+  if (!on_host() || !other.on_host()) return false;
   if (dtype_ == dtype::resource || other.dtype_ == dtype::resource) {
     return dtype_ == other.dtype_ && resource_value().target == other.resource_value().target &&
            resource_value().name == other.resource_value().name;

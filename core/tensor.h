@@ -33,6 +33,10 @@ class tensor {
   tensor() = default;
   // Allocates an uninitialized tensor. REQUIRES: dtype_size(type) > 0.
   tensor(dtype type, tensor_shape shape);
+  // A tensor over `adopted`'s bytes, taking over the caller's reference (buffer::adopt:
+  // a device's memory). REQUIRES: adopted->size() >= the shape's size in bytes.
+  tensor(dtype type, tensor_shape shape, buffer* adopted)
+      : dtype_(type), shape_(std::move(shape)), buffer_(adopted), data_(adopted->data()) {}
   ~tensor() { release(); }
 
   tensor(const tensor& other) noexcept
@@ -100,6 +104,9 @@ class tensor {
   }
 
   void* raw_data() const { return data_; }
+  // False for a tensor in a device's memory (a GPU's): only that device's kernels and
+  // copies may touch its bytes.
+  bool on_host() const { return buffer_ == nullptr || buffer_->host_accessible(); }
   template <class T>
   T* data() const {
     assert(dtype_of<T> == dtype_);
@@ -117,7 +124,7 @@ class tensor {
 
   // The same bytes seen with another shape. REQUIRES: same number of elements.
   tensor reshaped(tensor_shape shape) const;
-  // A tensor with its own copy of the bytes.
+  // A tensor with its own copy of the bytes. REQUIRES: on_host().
   tensor deep_copy() const;
 
   bool shares_buffer_with(const tensor& other) const {
@@ -136,7 +143,7 @@ class tensor {
   // "float [2,3] {1, 2, 3, 4, 5, 6}" with at most `max_entries` values.
   std::string debug_string(int max_entries = 16) const;
 
-  // Element-wise equality of dtype, shape and bytes.
+  // Element-wise equality of dtype, shape and bytes; false when either is not on_host().
   bool equals(const tensor& other) const;
 
  private:

@@ -1,6 +1,30 @@
 #include "kernels/device.h"
 
+#ifdef TROUPE_HAS_CUDA
+#include "kernels/cuda/gpu_device.h"
+#endif
+
 namespace troupe::kernels {
+
+int visible_gpus() {
+#ifdef TROUPE_HAS_CUDA
+  return gpu::device_count();
+#else
+  return 0;
+#endif
+}
+
+result<std::unique_ptr<device>> make_accelerator(const std::string& name, const std::string& type, int index) {
+  if (type != "GPU") return unimplemented_error("cannot make ", name, ": troupe has no devices of type ", type);
+#ifdef TROUPE_HAS_CUDA
+  auto gpu = gpu::gpu_device::create(name, index);
+  if (!gpu.ok()) return gpu.error();
+  return std::unique_ptr<device>(std::move(*gpu));
+#else
+  return unimplemented_error("cannot make ", name, ": this troupe was built without CUDA (TROUPE_CUDA=OFF, or no nvcc ",
+                             "was found when it was configured; doc/gpu.md)");
+#endif
+}
 
 result<std::shared_ptr<resource>> resource_manager::lookup_or_create(const std::string& container,
                                                                      const std::string& name,

@@ -23,6 +23,7 @@
 #include "core/memory.h"
 #include "core/resource.h"
 #include "core/status.h"
+#include "core/tensor.h"
 
 namespace troupe::kernels {
 
@@ -48,6 +49,25 @@ class resource_manager {
   std::map<std::pair<std::string, std::string>, std::shared_ptr<resource>> resources_;
 };
 
+// What the runtime needs of a device whose memory the host cannot read (a GPU): copies
+// in both directions that never block the caller, and completion of queued work. The
+// executor copies a host tensor in when a kernel of such a device takes it in device
+// memory, and Send kernels copy device tensors out before they leave the device.
+// kernels/cuda/gpu_device.h implements it; tests use a fake over host memory.
+class accelerator {
+ public:
+  virtual ~accelerator() = default;
+  // A device copy of host tensor `host`, usable by the device's kernels enqueued from now
+  // on (the copy may still be running). Throws allocation_error when it does not fit.
+  virtual result<tensor> to_device(const tensor& host) = 0;
+  // Copies device tensor `t` to a new host tensor after the device's work enqueued so
+  // far, and calls done with it (or the error) on a thread of the device's: done must be
+  // cheap. A host tensor is passed through at once.
+  virtual void to_host(const tensor& t, std::function<void(result<tensor>)> done) = 0;
+  // Calls done once everything enqueued so far has run, with the device's error if any.
+  virtual void when_done(std::function<void(status)> done) = 0;
+};
+
 class device {
  public:
   explicit device(std::string name, std::string type = "CPU")
@@ -60,6 +80,8 @@ class device {
   const std::string& name() const { return name_; }
   const std::string& type() const { return type_; }
   resource_manager& resources() { return resources_; }
+  // The device's accelerator (a GPU's streams and memory), or null for a CPU device.
+  virtual kernels::accelerator* accelerator() { return nullptr; }
 
   // The account the device's kernels allocate from (core/memory.h): the executor makes
   // it current around each kernel. Null: the process's.
@@ -76,5 +98,13 @@ class device {
   resource_manager resources_;
   account_ref memory_;
 };
+
+// The device behind a non-CPU device of the runtime, whose accelerator() holds its
+// streams and memory: for type "GPU", GPU number `index` of this machine
+// (kernels/cuda/gpu_device.h). Errors: a troupe built without CUDA, no such GPU, another
+// type; each names the device.
+result<std::unique_ptr<device>> make_accelerator(const std::string& name, const std::string& type, int index);
+// How many GPUs make_accelerator can make: 0 without CUDA, a driver or a GPU.
+int visible_gpus();
 
 }  // namespace troupe::kernels

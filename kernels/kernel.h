@@ -178,6 +178,13 @@ class op_kernel {
   const std::string& name() const { return name_; }
   const std::string& op() const { return *op_; }
 
+  // Where the kernel reads input i: host memory (every CPU kernel, and a GPU kernel's
+  // shape and axis inputs), the device's memory (a GPU kernel's data), or either (Send,
+  // Identity). On a device with an accelerator the executor copies a host tensor in for a
+  // `device` input; a device tensor reaching a `host` input is an error.
+  enum class memory { host, device, any };
+  virtual memory input_memory(int i) const { return memory::host; }
+
  private:
   std::string name_;
   const std::string* op_;  // the op schema's name (schemas live as long as their registry)

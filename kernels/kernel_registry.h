@@ -65,13 +65,22 @@ class kernel_registry {
   std::map<std::string, std::vector<registration>, std::less<>> kernels_;
 };
 
-// Registers `Kernel<T>` for op on CPU for each T in List, constrained on attribute `attr`.
+namespace detail {
+template <template <class> class Kernel, class... Ts>
+void add_typed_kernels(kernel_registry& registry, const std::string& op, const std::string& attr,
+                       const std::string& device, type_list<Ts...>) {
+  (registry.add(op, device, {{attr, dtype_of<Ts>}}, make_kernel<Kernel<Ts>>), ...);
+}
+}  // namespace detail
+
+// Registers `Kernel<T>` for op on `device` for each T in List, constrained on attribute
+// `attr`. (No generic lambda here: GCC 12 gives a lambda inside this template weak
+// linkage even when Kernel is in an anonymous namespace, so two files with kernels of the
+// same name would register one file's kernels twice.)
 template <template <class> class Kernel, class List>
 void add_typed_kernels(kernel_registry& registry, const std::string& op,
                        const std::string& attr = "T", const std::string& device = "CPU") {
-  for_each_type<List>([&]<class T>() {
-    registry.add(op, device, {{attr, dtype_of<T>}}, make_kernel<Kernel<T>>);
-  });
+  detail::add_typed_kernels<Kernel>(registry, op, attr, device, List{});
 }
 
 }  // namespace troupe::kernels

@@ -10,35 +10,39 @@ compute_pool& default_compute_pool() {
   return *pool;
 }
 
-result<std::vector<tensor>> run_kernel(tf::NodeDef node, const std::vector<tensor>& inputs,
-                                       compute_pool* pool, const graph::op_registry& ops,
-                                       const kernel_registry& kernels) {
+result<checked_node> check_node(tf::NodeDef node, const std::vector<tensor>& inputs,
+                                const graph::op_registry& ops) {
   if (node.name().empty()) node.set_name(node.op());
   auto op = ops.lookup(node.op());
   if (!op.ok()) return op.error().with_context(str_cat("node '", node.name(), "'"));
   TROUPE_RETURN_IF_ERROR(graph::add_defaults_and_validate_attrs(**op, &node));
-  std::vector<dtype> input_types, output_types;
-  TROUPE_RETURN_IF_ERROR(graph::input_output_types(**op, node, &input_types, &output_types));
-  if (input_types.size() != inputs.size()) {
+  checked_node checked;
+  TROUPE_RETURN_IF_ERROR(graph::input_output_types(**op, node, &checked.input_types, &checked.output_types));
+  if (checked.input_types.size() != inputs.size()) {
     return invalid_argument_error("node '", node.name(), "' (", node.op(), ") takes ",
-                                  input_types.size(), " inputs but was given ", inputs.size());
+                                  checked.input_types.size(), " inputs but was given ", inputs.size());
   }
   for (std::size_t i = 0; i < inputs.size(); ++i) {
-    if (input_types[i] != inputs[i].type()) {
+    if (checked.input_types[i] != inputs[i].type()) {
       return invalid_argument_error("node '", node.name(), "' (", node.op(), ") input ", i,
-                                    " must be ", dtype_name(input_types[i]), " but is ",
+                                    " must be ", dtype_name(checked.input_types[i]), " but is ",
                                     dtype_name(inputs[i].type()));
     }
   }
-  auto kernel = kernels.create("CPU", node, **op, input_types, output_types);
-  if (!kernel.ok()) return kernel.error();
+  checked.op = *op;
+  checked.node = std::move(node);
+  return checked;
+}
+
+result<std::vector<tensor>> compute_once(op_kernel& kernel, const checked_node& node,
+                                         const std::vector<tensor>& inputs, compute_pool* pool) {
   cancellation_manager cancellation;
   step_info step;
   step.pool = pool != nullptr ? pool : &default_compute_pool();
   step.cancellation = &cancellation;
-  std::vector<tensor> outputs(output_types.size());
-  kernel_context ctx(inputs, outputs, output_types, step);
-  if ((*kernel)->is_async()) {
+  std::vector<tensor> outputs(node.output_types.size());
+  kernel_context ctx(inputs, outputs, node.output_types, step);
+  if (kernel.is_async()) {
     std::mutex mutex;
     std::condition_variable cv;
     bool done = false;
@@ -47,7 +51,7 @@ result<std::vector<tensor>> run_kernel(tf::NodeDef node, const std::vector<tenso
       done = true;
       cv.notify_all();
     };
-    status thrown = catch_exceptions([&] { static_cast<async_op_kernel&>(**kernel).compute_async(ctx, finish); });
+    status thrown = catch_exceptions([&] { static_cast<async_op_kernel&>(kernel).compute_async(ctx, finish); });
     if (!thrown.ok()) {
       ctx.fail(std::move(thrown));
       finish();
@@ -55,17 +59,27 @@ result<std::vector<tensor>> run_kernel(tf::NodeDef node, const std::vector<tenso
     std::unique_lock<std::mutex> lock(mutex);
     cv.wait(lock, [&] { return done; });
   } else {
-    status thrown = catch_exceptions([&] { (*kernel)->compute(ctx); });
+    status thrown = catch_exceptions([&] { kernel.compute(ctx); });
     if (!thrown.ok()) ctx.fail(std::move(thrown));
   }
-  if (!ctx.ok()) return ctx.get_status().with_context(str_cat("node '", node.name(), "' (", node.op(), ")"));
+  const std::string& name = node.node.name();
+  if (!ctx.ok()) return ctx.get_status().with_context(str_cat("node '", name, "' (", node.node.op(), ")"));
   for (std::size_t i = 0; i < outputs.size(); ++i) {
     if (!outputs[i].initialized()) {
-      return internal_error("kernel for node '", node.name(), "' (", node.op(),
-                            ") did not set output ", i);
+      return internal_error("kernel for node '", name, "' (", node.node.op(), ") did not set output ", i);
     }
   }
   return outputs;
+}
+
+result<std::vector<tensor>> run_kernel(tf::NodeDef node, const std::vector<tensor>& inputs,
+                                       compute_pool* pool, const graph::op_registry& ops,
+                                       const kernel_registry& kernels) {
+  auto checked = check_node(std::move(node), inputs, ops);
+  if (!checked.ok()) return checked.error();
+  auto kernel = kernels.create("CPU", checked->node, *checked->op, checked->input_types, checked->output_types);
+  if (!kernel.ok()) return kernel.error();
+  return compute_once(**kernel, *checked, inputs, pool);
 }
 
 }  // namespace troupe::kernels

@@ -21,6 +21,21 @@ namespace troupe::kernels {
 // The pool used when none is given (default_num_threads() threads, built on first use).
 compute_pool& default_compute_pool();
 
+// A node ready to instantiate: defaults added, attributes validated, its dtypes checked
+// against `inputs`. Errors name the node.
+struct checked_node {
+  tf::NodeDef node;
+  const graph::op_def* op = nullptr;
+  std::vector<dtype> input_types, output_types;
+};
+result<checked_node> check_node(tf::NodeDef node, const std::vector<tensor>& inputs,
+                                const graph::op_registry& ops = graph::op_registry::builtin());
+
+// Runs `kernel` (made for `node`) once on `inputs` and waits for it (an asynchronous one
+// too). Errors: the kernel's, naming the node; an output it did not set.
+result<std::vector<tensor>> compute_once(op_kernel& kernel, const checked_node& node,
+                                         const std::vector<tensor>& inputs, compute_pool* pool = nullptr);
+
 result<std::vector<tensor>> run_kernel(tf::NodeDef node, const std::vector<tensor>& inputs,
                                        compute_pool* pool = nullptr,
                                        const graph::op_registry& ops = graph::op_registry::builtin(),

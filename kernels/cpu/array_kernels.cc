@@ -49,9 +49,9 @@ std::int64_t product(const std::vector<std::int64_t>& dims, std::size_t begin, s
 // Registers one factory under `op` for every T of DataTypes, constrained on `type_attr`.
 template <class DataTypes>
 void add_for_types(kernel_registry& registry, const std::string& op, const std::string& type_attr,
-                   const kernel_factory& factory) {
+                   const kernel_factory& factory, const std::string& device = "CPU") {
   for_each_type<DataTypes>([&]<class T>() {
-    registry.add(op, "CPU", {{type_attr, dtype_of<T>}}, factory);
+    registry.add(op, device, {{type_attr, dtype_of<T>}}, factory);
   });
 }
 
@@ -60,10 +60,10 @@ void add_for_types(kernel_registry& registry, const std::string& op, const std::
 template <class DataTypes, class Factory>
 void add_for_types_and_index(kernel_registry& registry, const std::string& op,
                              const std::string& type_attr, const std::string& index_attr,
-                             Factory&& factory_for_index) {
+                             Factory&& factory_for_index, const std::string& device = "CPU") {
   for_each_type<DataTypes>([&]<class T>() {
     for_each_type<index_types>([&]<class Index>() {
-      registry.add(op, "CPU", {{type_attr, dtype_of<T>}, {index_attr, dtype_of<Index>}},
+      registry.add(op, device, {{type_attr, dtype_of<T>}, {index_attr, dtype_of<Index>}},
                    factory_for_index.template operator()<T, Index>());
     });
   });
@@ -135,6 +135,7 @@ class identity_kernel final : public op_kernel {
     for (int i = 0; i < ctx.num_inputs(); ++i) ctx.set_output(i, ctx.input(i));
   }
   double estimated_ns(std::span<const tensor>) const override { return 0; }
+  memory input_memory(int) const override { return memory::any; }  // passes tensors through
 };
 
 class no_op_kernel final : public op_kernel {
@@ -150,6 +151,8 @@ class no_op_kernel final : public op_kernel {
 class reshape_kernel final : public op_kernel {
  public:
   explicit reshape_kernel(kernel_construction& c) : op_kernel(c) {}
+  // The data is not read (any device's memory); the shape is.
+  memory input_memory(int i) const override { return i == 0 ? memory::any : memory::host; }
 
   void compute(kernel_context& ctx) override {
     const tensor& input = ctx.input(0);
@@ -218,6 +221,7 @@ class reshape_kernel final : public op_kernel {
 class expand_dims_kernel final : public op_kernel {
  public:
   explicit expand_dims_kernel(kernel_construction& c) : op_kernel(c) {}
+  memory input_memory(int i) const override { return i == 0 ? memory::any : memory::host; }
 
   void compute(kernel_context& ctx) override {
     const tensor& input = ctx.input(0);
@@ -248,6 +252,7 @@ class squeeze_kernel final : public op_kernel {
   explicit squeeze_kernel(kernel_construction& c) : op_kernel(c) {
     c.get_attr("squeeze_dims", &squeeze_dims_);
   }
+  memory input_memory(int) const override { return memory::any; }
 
   void compute(kernel_context& ctx) override {
     const tensor& input = ctx.input(0);
@@ -300,6 +305,7 @@ template <class Out>
 class shape_kernel final : public op_kernel {
  public:
   explicit shape_kernel(kernel_construction& c) : op_kernel(c) {}
+  memory input_memory(int) const override { return memory::any; }  // reads only the shape
   void compute(kernel_context& ctx) override {
     const tensor& input = ctx.input(0);
     tensor& out = ctx.allocate_output(0, tensor_shape{input.rank()});
@@ -315,6 +321,7 @@ template <class Out>
 class size_kernel final : public op_kernel {
  public:
   explicit size_kernel(kernel_construction& c) : op_kernel(c) {}
+  memory input_memory(int) const override { return memory::any; }  // reads only the shape
   void compute(kernel_context& ctx) override {
     const tensor& input = ctx.input(0);
     tensor& out = ctx.allocate_output(0, tensor_shape{});
@@ -326,6 +333,7 @@ class size_kernel final : public op_kernel {
 class rank_kernel final : public op_kernel {
  public:
   explicit rank_kernel(kernel_construction& c) : op_kernel(c) {}
+  memory input_memory(int) const override { return memory::any; }  // reads only the shape
   void compute(kernel_context& ctx) override {
     ctx.set_output(0, tensor::scalar<std::int32_t>(ctx.input(0).rank()));
   }
@@ -698,6 +706,16 @@ void register_array_kernels(kernel_registry& registry) {
   add_for_types_and_index<all_numeric_types>(registry, "ExpandDims", "T", "Tdim",
                                              untyped(make_kernel<expand_dims_kernel>));
   add_for_types<all_numeric_types>(registry, "Squeeze", "T", make_kernel<squeeze_kernel>);
+  // The same kernels on GPU devices: they move no data, only shapes and references.
+  add_for_types<all_numeric_types>(registry, "Identity", "T", make_kernel<identity_kernel>, "GPU");
+  add_for_types<all_numeric_types>(registry, "StopGradient", "T", make_kernel<identity_kernel>, "GPU");
+  registry.add("IdentityN", "GPU", {}, make_kernel<identity_kernel>);
+  registry.add("NoOp", "GPU", {}, make_kernel<no_op_kernel>);
+  add_for_types_and_index<all_numeric_types>(registry, "Reshape", "T", "Tshape",
+                                             untyped(make_kernel<reshape_kernel>), "GPU");
+  add_for_types_and_index<all_numeric_types>(registry, "ExpandDims", "T", "Tdim",
+                                             untyped(make_kernel<expand_dims_kernel>), "GPU");
+  add_for_types<all_numeric_types>(registry, "Squeeze", "T", make_kernel<squeeze_kernel>, "GPU");
 
   add_for_types_and_index<all_numeric_types>(
       registry, "Shape", "T", "out_type",
@@ -706,6 +724,18 @@ void register_array_kernels(kernel_registry& registry) {
       registry, "Size", "T", "out_type",
       []<class T, class Out>() -> kernel_factory { return make_kernel<size_kernel<Out>>; });
   add_for_types<all_numeric_types>(registry, "Rank", "T", make_kernel<rank_kernel>);
+  // On GPUs, a Const answers in host memory: a kernel that reads it on the device gets a
+  // copy at each step (the executor's), one that reads shapes gets it as it is; and the
+  // partitioner's control-edge constants run on any device.
+  add_for_types<all_numeric_types>(registry, "Const", "dtype", make_kernel<const_kernel>, "GPU");
+  // On GPUs too, answering in host memory (what reads shapes wants them there).
+  add_for_types_and_index<all_numeric_types>(
+      registry, "Shape", "T", "out_type",
+      []<class T, class Out>() -> kernel_factory { return make_kernel<shape_kernel<Out>>; }, "GPU");
+  add_for_types_and_index<all_numeric_types>(
+      registry, "Size", "T", "out_type",
+      []<class T, class Out>() -> kernel_factory { return make_kernel<size_kernel<Out>>; }, "GPU");
+  add_for_types<all_numeric_types>(registry, "Rank", "T", make_kernel<rank_kernel>, "GPU");
 
   add_for_types_and_index<all_numeric_types>(
       registry, "Fill", "T", "index_type",

@@ -184,7 +184,7 @@ class generator_restore_kernel final : public op_kernel {
   void compute(kernel_context& ctx) override {
     const tensor& state = ctx.input(0);
     philox::words w{};
-    bool valid = state.type() == dtype::int64 && state.rank() == 1 && state.num_elements() == w.size();
+    bool valid = state.type() == dtype::int64 && state.rank() == 1 && state.num_elements() == static_cast<std::int64_t>(w.size());
     for (std::size_t i = 0; valid && i < w.size(); ++i) {
       const std::int64_t v = state.flat<std::int64_t>()[i];
       valid = v >= 0 && v <= 0xffffffffLL;
