@@ -1,0 +1,141 @@
+#include "tests/gpu/consistency.h"
+
+#include <catch2/catch.hpp>
+#include <cmath>
+#include <memory>
+
+#include "graph/attr.h"
+#include "kernels/cuda/gpu_device.h"
+#include "kernels/cuda/gpu_runner.h"
+#include "kernels/kernel_runner.h"
+
+namespace troupe::testing {
+
+namespace {
+
+kernels::gpu::gpu_device& gpu0() {
+  static std::unique_ptr<kernels::gpu::gpu_device> device = [] {
+    auto d = kernels::gpu::gpu_device::create("/job:localhost/replica:0/task:0/device:GPU:0", 0);
+    if (!d.ok()) FAIL("cannot make the GPU device: " << d.error().to_string());
+    return std::move(*d);
+  }();
+  return *device;
+}
+
+// Every element as a double (booleans and integers exactly).
+std::vector<double> values_of(const tensor& t) {
+  std::vector<double> v;
+  v.reserve(static_cast<std::size_t>(t.num_elements()));
+  visit_dtype(t.type(), [&]<class T>() {
+    for (T x : t.flat<T>()) v.push_back(static_cast<double>(x));
+  });
+  return v;
+}
+
+}  // namespace
+
+tf::NodeDef node(const std::string& op, std::initializer_list<std::pair<std::string, tf::AttrValue>> attrs) {
+  tf::NodeDef n;
+  n.set_name(op);
+  n.set_op(op);
+  for (const auto& [name, value] : attrs) (*n.mutable_attr())[name] = value;
+  return n;
+}
+
+tensor consistency_rng::uniform(dtype type, tensor_shape shape, double lo, double hi) {
+  tensor t(type, std::move(shape));
+  visit_dtype(type, [&]<class T>() {
+    if constexpr (std::is_same_v<T, bool>) {
+      std::bernoulli_distribution d(0.5);
+      for (T& x : t.flat<T>()) x = d(engine_);
+    } else if constexpr (std::is_floating_point_v<T>) {
+      std::uniform_real_distribution<double> d(lo, hi);
+      for (T& x : t.flat<T>()) x = static_cast<T>(d(engine_));
+    } else if constexpr (std::is_integral_v<T>) {
+      std::uniform_int_distribution<std::int64_t> d(static_cast<std::int64_t>(lo), static_cast<std::int64_t>(hi));
+      for (T& x : t.flat<T>()) x = static_cast<T>(d(engine_));
+    } else {
+      std::uniform_real_distribution<float> d(static_cast<float>(lo), static_cast<float>(hi));
+      for (T& x : t.flat<T>()) x = static_cast<T>(d(engine_));
+    }
+  });
+  return t;
+}
+
+void check_consistency(const consistency_case& c) {
+  INFO("case: " << c.name);
+  // Both sides get their own copies: a kernel may reuse an input's buffer.
+  std::vector<tensor> cpu_inputs, gpu_inputs;
+  for (const tensor& t : c.inputs) {
+    cpu_inputs.push_back(t.deep_copy());
+    gpu_inputs.push_back(t.deep_copy());
+  }
+  // Failures are recorded and the case left (FAIL_CHECK), so one run shows every case that
+  // disagrees.
+  auto cpu = kernels::run_kernel(c.node, cpu_inputs);
+  if (!cpu.ok()) {
+    FAIL_CHECK("the CPU kernel failed: " << cpu.error().to_string());
+    return;
+  }
+  auto gpu = kernels::gpu::run_gpu_kernel(gpu0(), c.node, gpu_inputs);
+  if (!gpu.ok()) {
+    FAIL_CHECK("the GPU kernel failed: " << gpu.error().to_string());
+    return;
+  }
+  REQUIRE(gpu->size() == cpu->size());
+  for (std::size_t o = 0; o < cpu->size(); ++o) {
+    const tensor& want = (*cpu)[o];
+    const tensor& got = (*gpu)[o];
+    INFO("output " << o << ": CPU " << want.debug_string(8) << ", GPU " << got.debug_string(8));
+    if (got.type() != want.type() || got.shape() != want.shape()) {
+      FAIL_CHECK("dtype or shape differ");
+      return;
+    }
+    if (want.type() == dtype::resource || want.type() == dtype::string) continue;
+    std::vector<double> w = values_of(want), g = values_of(got);
+    std::size_t worst = 0;
+    double worst_excess = 0;
+    std::size_t failures = 0;
+    for (std::size_t i = 0; i < w.size(); ++i) {
+      bool ok;
+      double excess = 0;
+      if (std::isnan(w[i]) || std::isnan(g[i])) {
+        ok = std::isnan(w[i]) && std::isnan(g[i]);
+        excess = ok ? 0 : INFINITY;
+      } else if (std::isinf(w[i]) || std::isinf(g[i])) {
+        ok = w[i] == g[i];
+        excess = ok ? 0 : INFINITY;
+      } else {
+        const double allowed = c.tol.atol + c.tol.rtol * std::fabs(w[i]);
+        const double error = std::fabs(g[i] - w[i]);
+        ok = error <= allowed;
+        excess = error - allowed;
+      }
+      if (!ok) {
+        ++failures;
+        if (excess > worst_excess || failures == 1) {
+          worst = i;
+          worst_excess = excess;
+        }
+      }
+    }
+    if (failures > 0) {
+      FAIL_CHECK(failures << " of " << w.size() << " elements differ beyond rtol " << c.tol.rtol << ", atol "
+                    << c.tol.atol << "; worst at flat index " << worst << ": CPU " << w[worst] << ", GPU "
+                    << g[worst]);
+    }
+  }
+}
+
+void check_gpu_error(const consistency_case& c, const std::string& message) {
+  INFO("case: " << c.name);
+  auto gpu = kernels::gpu::run_gpu_kernel(gpu0(), c.node, c.inputs);
+  if (gpu.ok()) {
+    FAIL_CHECK("the GPU kernel did not fail");
+    return;
+  }
+  INFO("error: " << gpu.error().to_string());
+  CHECK(gpu.error().to_string().find(message) != std::string::npos);
+}
+
+}  // namespace troupe::testing
