@@ -33,6 +33,14 @@ result<std::shared_ptr<cluster>> cluster::create(cluster_options options) {
   c->config_->set("logger.verbosity", caf::atom("quiet"));
   c->system_ = std::make_unique<caf::actor_system>(*c->config_);
   c->directory_ = std::make_shared<device_directory>();
+  for (const placement::device_name& d : o.spec.devices()) {
+    if (*d.type == "CPU") continue;
+    const std::string full = placement::to_string(d);
+    auto made = o.make_accelerator ? o.make_accelerator(full, *d.type, *d.id)
+                                   : kernels::make_accelerator(full, *d.type, *d.id);
+    if (!made.ok()) return made.error();
+    c->accelerators_.emplace(full, std::shared_ptr<kernels::device>(std::move(*made)));
+  }
   for (const std::string& full : o.spec.device_names()) {
     c->device_names_.push_back(full);
     c->devices_.emplace(full, c->start_device(full));
@@ -54,7 +62,10 @@ void send_exit(const caf::actor& dest, caf::error reason) {
 
 std::unique_ptr<runtime_device> cluster::start_device(const std::string& full) {
   std::string task = full.substr(0, full.find("/device:"));
-  auto dev = std::make_unique<runtime_device>(full, task, *system_, *pool_);
+  auto accelerator = accelerators_.find(full);
+  const std::string type = full.substr(full.find("/device:") + 8, full.rfind(':') - full.find("/device:") - 8);
+  auto dev = std::make_unique<runtime_device>(full, type, task, *system_, *pool_,
+                                              accelerator == accelerators_.end() ? nullptr : accelerator->second);
   dev->set_tracer(options_.tracer);
   dev->set_sync_watcher(options_.sync_watcher);
   dev->set_memory_limit(options_.memory_limit);

@@ -51,6 +51,10 @@ struct cluster_options {
   // it fails its step with RESOURCE_EXHAUSTED naming the node, the shape and the bytes.
   // 0: TROUPE_MEMORY_LIMIT, else 80% of physical memory.
   std::int64_t memory_limit = 0;
+  // Makes the device behind each device of the spec that is not a CPU (a GPU's streams
+  // and memory) from its full name, type and index. Empty: kernels::make_accelerator.
+  std::function<result<std::unique_ptr<kernels::device>>(const std::string& name, const std::string& type, int index)>
+      make_accelerator;
 };
 
 class cluster {
@@ -129,6 +133,8 @@ class cluster {
                          const std::function<void(const std::string&, std::unique_ptr<runtime_device>&)>& fn);
 
   std::map<std::string, std::unique_ptr<runtime_device>, std::less<>> devices_;
+  // The accelerators of non-CPU devices, by device name, made once (restarts keep them).
+  std::map<std::string, std::shared_ptr<kernels::device>, std::less<>> accelerators_;
   std::shared_ptr<device_directory> directory_;
   mutable std::mutex tasks_mutex_;  // guards devices_ entries and the two below across restarts
   std::vector<std::unique_ptr<runtime_device>> retired_;  // earlier incarnations

@@ -156,6 +156,7 @@ caf::behavior device_behavior(device_actor* self, device_options options) {
         auto& st = self->state;
         caf::actor_addr owner = owner_of_request();
         spec.device = st.options.device;
+        spec.device_type = st.options.device->type();
         spec.tracer = st.options.device->tracer();
         spec.trace_task = st.options.device->task();
         spec.trace_device = st.options.device->short_name();

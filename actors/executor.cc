@@ -38,6 +38,10 @@ struct executable::plan {
     bool async = false;
     bool estimate_on_inputs = false;  // else fixed_ns is the kernel's estimate
     double fixed_ns = 0;
+    // On a device with an accelerator: where the kernel reads each input (empty when
+    // every input is `any`), so that host tensors are copied in and device tensors never
+    // reach a kernel that reads the host's memory.
+    std::vector<kernels::op_kernel::memory> input_memory;
   };
   std::vector<node> nodes;
   std::vector<edge> edges;
@@ -129,6 +133,13 @@ result<std::shared_ptr<const executable>> executable::create(
     if (!kernel.ok()) return kernel.error();
     pn.kernel = std::move(*kernel);
     pn.async = pn.kernel->is_async();
+    if (spec.device != nullptr && spec.device->accelerator() != nullptr) {
+      for (int i = 0; i < static_cast<int>(n.inputs.size()); ++i) pn.input_memory.push_back(pn.kernel->input_memory(i));
+      if (std::all_of(pn.input_memory.begin(), pn.input_memory.end(),
+                      [](auto m) { return m == kernels::op_kernel::memory::any; })) {
+        pn.input_memory.clear();
+      }
+    }
     pn.estimate_on_inputs = pn.kernel->estimate_depends_on_inputs();
     if (!pn.estimate_on_inputs) pn.fixed_ns = pn.kernel->estimated_ns({});
     pn.input_offset = p.total_inputs;
@@ -282,9 +293,74 @@ struct executor_access {
     auto done = std::move(s->done);
     if (s->aborted.load(std::memory_order_acquire)) {
       done(s->error);
-    } else {
-      done(std::move(s->fetches));
+      return;
     }
+    kernels::accelerator* acc = s->exec->spec_.device != nullptr ? s->exec->spec_.device->accelerator() : nullptr;
+    std::vector<std::size_t> on_device;
+    for (std::size_t f = 0; f < s->fetches.size(); ++f) {
+      if (!s->fetches[f].on_host()) on_device.push_back(f);
+    }
+    if (acc == nullptr) {
+      done(std::move(s->fetches));
+      return;
+    }
+    if (on_device.empty()) {
+      // The step is done when the work it queued on the device has run (and its errors,
+      // which the device reports late, are the step's).
+      acc->when_done([done = std::move(done), fetches = std::move(s->fetches)](status st) mutable {
+        if (st.ok()) done(std::move(fetches));
+        else done(st);
+      });
+      return;
+    }
+    // Fetches leave the device in host memory: copied out after the step's device work
+    // (and each copy reports the device's errors).
+    struct copies {
+      std::vector<tensor> fetches;
+      executable::done_callback done;
+      std::atomic<int> left;
+      std::mutex mutex;
+      status error;
+    };
+    auto c = std::make_shared<copies>();
+    c->fetches = std::move(s->fetches);
+    c->done = std::move(done);
+    c->left.store(static_cast<int>(on_device.size()));
+    for (std::size_t f : on_device) {
+      acc->to_host(c->fetches[f], [c, f](result<tensor> r) {
+        if (r.ok()) {
+          c->fetches[f] = std::move(*r);
+        } else {
+          std::lock_guard<std::mutex> lock(c->mutex);
+          if (c->error.ok()) c->error = r.error().with_context(str_cat("copying fetch ", f, " to the host"));
+        }
+        if (c->left.fetch_sub(1, std::memory_order_acq_rel) != 1) return;
+        if (c->error.ok()) c->done(std::move(c->fetches));
+        else c->done(c->error);
+      });
+    }
+  }
+
+  // Copies host inputs of node `n` to its device where the kernel reads device memory;
+  // an error for a device tensor at an input the kernel reads on the host.
+  static status place_inputs(const std::shared_ptr<step>& s, const plan::node& n) {
+    kernels::accelerator* acc = s->exec->spec_.device->accelerator();
+    for (int i = 0; i < n.num_inputs; ++i) {
+      tensor& t = s->inputs[static_cast<std::size_t>(n.input_offset + i)];
+      const auto want = n.input_memory[static_cast<std::size_t>(i)];
+      if (!t.initialized() || want == kernels::op_kernel::memory::any) continue;
+      if (want == kernels::op_kernel::memory::device && t.on_host()) {
+        result<tensor> copy = internal_error("not copied");
+        status thrown = kernels::catch_exceptions([&] { copy = acc->to_device(t); });  // allocation_error
+        status copied = thrown.ok() ? copy.to_status() : thrown;
+        if (!copied.ok()) return copied.with_context(str_cat("copying input ", i, " to ", s->exec->spec_.device->name()));
+        t = std::move(*copy);
+      } else if (want == kernels::op_kernel::memory::host && !t.on_host()) {
+        return internal_error("input ", i, " is in the memory of ", s->exec->spec_.device->name(),
+                              " but the kernel reads it on the host (its producer should run on a CPU)");
+      }
+    }
+    return status();
   }
 
   // The estimated time of node `index`, whose inputs are all present.
@@ -412,6 +488,13 @@ struct executor_access {
       if (s->aborted.load(std::memory_order_acquire)) {
         complete(s, index, status(), output_data, ready);
         continue;
+      }
+      if (!n.input_memory.empty()) {
+        status placed = place_inputs(s, n);
+        if (!placed.ok()) {
+          complete(s, index, placed, output_data, ready);
+          continue;
+        }
       }
       std::span<const tensor> inputs(s->inputs.data() + n.input_offset, static_cast<std::size_t>(n.num_inputs));
       std::span<tensor> outputs(output_data, static_cast<std::size_t>(n.num_outputs));

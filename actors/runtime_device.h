@@ -59,8 +59,17 @@ class device_directory {
 
 class runtime_device final : public kernels::device {
  public:
-  runtime_device(std::string name, std::string task, caf::actor_system& system, compute_pool& pool)
-      : kernels::device(std::move(name)), task_(std::move(task)), system_(system), pool_(pool) {}
+  // A device of type `type` ("CPU", "GPU"); a device that is not a CPU runs its kernels
+  // on `accelerator` (kernels::make_accelerator), which it shares with its earlier and
+  // later incarnations (a restarted task finds its GPU as it was).
+  runtime_device(std::string name, std::string type, std::string task, caf::actor_system& system, compute_pool& pool,
+                 std::shared_ptr<kernels::device> accelerator = nullptr)
+      : kernels::device(std::move(name), std::move(type)), task_(std::move(task)), system_(system), pool_(pool),
+        accelerator_(std::move(accelerator)) {}
+
+  kernels::accelerator* accelerator() override {
+    return accelerator_ == nullptr ? nullptr : accelerator_->accelerator();
+  }
 
   // The runtime_device behind a kernel's device pointer, or null (outside the runtime).
   static runtime_device* from(kernels::device* d) { return dynamic_cast<runtime_device*>(d); }
@@ -160,6 +169,7 @@ class runtime_device final : public kernels::device {
   std::string task_;
   caf::actor_system& system_;
   compute_pool& pool_;
+  std::shared_ptr<kernels::device> accelerator_;
   caf::actor self_;
   std::shared_ptr<const device_directory> directory_;
   step_tracer* tracer_ = nullptr;

@@ -1,5 +1,6 @@
 // Kernels of _Send and _Recv. A _Send posts its tensor to the destination device's actor
-// (one message, the buffer shared, never copied in one process) and finishes at once; a
+// (one message, the buffer shared, never copied in one process) and finishes at once (on
+// a GPU, once its tensor is copied to the host); a
 // _Recv asks its own device's rendezvous for the tensor (directly when it runs inside
 // that device's actor, by message otherwise: actors/rendezvous.h) and finishes when it
 // is there, or fails when the step is aborted.
@@ -44,9 +45,12 @@ std::optional<transfer_end> read_transfer_end(kernel_construction& c) {
   return transfer_end{std::make_shared<const transfer_key>(std::move(key)), dev};
 }
 
-class send_kernel final : public kernels::op_kernel {
+// What a _Send does once its tensor is in host memory: posts it to the destination
+// device's actor (or loses or delays it as an injected link fault says).
+class sender {
  public:
-  explicit send_kernel(kernel_construction& c) : op_kernel(c) {
+  // Records the error in `c` when the transfer's attributes or its destination are bad.
+  explicit sender(kernel_construction& c) {
     auto end = read_transfer_end(c);
     if (!end) return;
     key_ = std::move(end->key);
@@ -57,31 +61,69 @@ class send_kernel final : public kernels::op_kernel {
                              "' in the cluster"));
     }
   }
-  double estimated_ns(std::span<const tensor>) const override { return 0; }
-  void compute(kernel_context& ctx) override {
+
+  status post(std::int64_t step, const tensor& t) const {
     if (auto* tracer = device_->tracer()) {
-      tracer->transfer_sent(key_->printed(), ctx.step().step_id, device_->task(), device_->short_name(),
-                            step_tracer::clock::now());
+      tracer->transfer_sent(key_->printed(), step, device_->task(), device_->short_name(), step_tracer::clock::now());
     }
     bool dropped = false;
     if (auto fault = device_->link_fault_to(key_->key().recv_device, &dropped)) {
       if (dropped) {
-        ctx.fail(unavailable_error("the transfer '", key_->printed(), "' to ", key_->key().recv_device,
-                                   " was lost (drop_messages fault)"));
-        return;
+        return unavailable_error("the transfer '", key_->printed(), "' to ", key_->key().recv_device,
+                                 " was lost (drop_messages fault)");
       }
       if (fault->delay.count() > 0) {
-        caf::delayed_anon_send(destination_, fault->delay, rv_send_atom::value, ctx.step().step_id, key_, ctx.input(0));
-        return;
+        caf::delayed_anon_send(destination_, fault->delay, rv_send_atom::value, step, key_, t);
+        return status();
       }
     }
-    caf::anon_send(destination_, rv_send_atom::value, ctx.step().step_id, key_, ctx.input(0));
+    caf::anon_send(destination_, rv_send_atom::value, step, key_, t);
+    return status();
   }
+  runtime_device* device() const { return device_; }
 
  private:
   transfer_key_ptr key_;
   runtime_device* device_ = nullptr;
   caf::actor destination_;
+};
+
+class send_kernel final : public kernels::op_kernel {
+ public:
+  explicit send_kernel(kernel_construction& c) : op_kernel(c), sender_(c) {}
+  double estimated_ns(std::span<const tensor>) const override { return 0; }
+  void compute(kernel_context& ctx) override {
+    status s = sender_.post(ctx.step().step_id, ctx.input(0));
+    if (!s.ok()) ctx.fail(std::move(s));
+  }
+
+ private:
+  sender sender_;
+};
+
+// A _Send on a device with an accelerator (a GPU): a tensor in the device's memory is
+// copied to the host after the device's queued work (the executor's thread does not wait),
+// then posted; tensors leave a device in host memory.
+class device_send_kernel final : public kernels::async_op_kernel {
+ public:
+  explicit device_send_kernel(kernel_construction& c) : async_op_kernel(c), sender_(c) {
+    if (c.construction_status().ok() && sender_.device()->accelerator() == nullptr) {
+      c.fail(failed_precondition_error("_Send '", c.node().name(), "' on ", sender_.device()->name(),
+                                       ": the device has no accelerator"));
+    }
+  }
+  memory input_memory(int) const override { return memory::any; }
+  void compute_async(kernel_context& ctx, done_callback done) override {
+    const std::int64_t step = ctx.step().step_id;
+    sender_.device()->accelerator()->to_host(ctx.input(0), [this, &ctx, step, done = std::move(done)](result<tensor> r) {
+      status s = r.ok() ? sender_.post(step, *r) : r.error();
+      if (!s.ok()) ctx.fail(std::move(s));
+      done();
+    });
+  }
+
+ private:
+  sender sender_;
 };
 
 // How many _Recvs may answer each other directly on one thread (a Recv whose tensor is
@@ -146,6 +188,10 @@ class recv_kernel final : public kernels::async_op_kernel {
 void register_sendrecv_kernels(kernels::kernel_registry& registry) {
   registry.add("_Send", "CPU", {}, kernels::make_kernel<send_kernel>);
   registry.add("_Recv", "CPU", {}, kernels::make_kernel<recv_kernel>);
+  // On GPUs: a Recv hands on the host tensor it gets (the executor copies it in for a
+  // kernel that reads device memory).
+  registry.add("_Send", "GPU", {}, kernels::make_kernel<device_send_kernel>);
+  registry.add("_Recv", "GPU", {}, kernels::make_kernel<recv_kernel>);
 }
 
 }  // namespace troupe::actors

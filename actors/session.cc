@@ -197,10 +197,20 @@ result<placement::step_spec> resolve_step(const graph::graph& g, const run_reque
 
 std::string default_device_of(const cluster& c, const session_options& o) {
   if (!o.default_device.empty()) return o.default_device;
+  std::string chosen = c.device_names().front();
   for (const auto& name : c.device_names()) {
-    if (name.starts_with("/job:worker/")) return name;
+    if (name.starts_with("/job:worker/")) {
+      chosen = name;
+      break;
+    }
   }
-  return c.device_names().front();
+  // When that task has a GPU, the default is the task: the placer then prefers its GPU
+  // for nodes that have a GPU kernel, as TensorFlow does.
+  const std::string task = chosen.substr(0, chosen.find("/device:"));
+  for (const auto& name : c.device_names()) {
+    if (name.starts_with(task + "/device:GPU:")) return task;
+  }
+  return chosen;
 }
 
 result<placement::placement> place_graph(const plan_context& c) {
@@ -648,6 +658,13 @@ result<std::unique_ptr<session>> session::create(std::shared_ptr<const graph::gr
   p->owner = options.cluster;
   if (p->owner == nullptr) {
     cluster_options co;
+    const int gpus = options.gpus >= 0 ? options.gpus : kernels::visible_gpus();
+    if (gpus > 0) {
+      auto spec = placement::cluster_spec::create(
+          {placement::job_spec{"localhost", {placement::task_spec{{{"CPU", 1}, {"GPU", gpus}}}}}});
+      if (!spec.ok()) return spec.error();
+      co.spec = std::move(*spec);
+    }
     co.compute_threads = options.compute_threads;
     co.actor_threads = options.actor_threads;
     co.memory_limit = options.memory_limit;

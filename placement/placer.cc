@@ -288,13 +288,23 @@ class placer {
 
   // Rule 4.
   device_name choose(const std::vector<device_name>& found, const device_name& request) const {
+    // The first match's task, and on it TensorFlow's order of device types: a GPU
+    // before a CPU, else the order of `devices`.
+    auto priority = [](const device_name& d) { return *d.type == "GPU" ? 2 : *d.type == "CPU" ? 1 : 0; };
+    auto best_on_task_of = [&](const device_name& first, const device_name& preferred) {
+      const device_name* best = &first;
+      for (const auto& d : found) {
+        if (matches(preferred, d) && matches(task_of(first), d) && priority(d) > priority(*best)) best = &d;
+      }
+      return *best;
+    };
     for (const device_name& preferred :
          {fill_missing(request, default_), fill_missing(request, task_of(default_))}) {
       for (const auto& d : found) {
-        if (matches(preferred, d)) return d;
+        if (matches(preferred, d)) return best_on_task_of(d, preferred);
       }
     }
-    return found.front();
+    return best_on_task_of(found.front(), device_name{});
   }
 
   result<device_name> place_group(std::span<const int> members) {

@@ -25,7 +25,8 @@
 //  4. Choice. The default device fills the request's missing fields and is a
 //     preference, not a constraint: the first candidate (in the order of `devices`)
 //     matching the filled request wins, else the first matching the default's task,
-//     else the first candidate.
+//     else the first candidate; within the winner's task, a GPU that also matches goes
+//     before a CPU (TensorFlow's order of device types).
 // Errors are invalid_argument and name the nodes, their requests, and for a group how
 // its members came to be colocated. The result depends only on the inputs
 // (deterministic). Pure functions; the graph is only read.

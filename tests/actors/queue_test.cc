@@ -720,7 +720,7 @@ TEST_CASE("queue ops run as kernels in an executable on a runtime device", "[act
   actors::ensure_runtime_kernels();  // register_queue_kernels into builtin(), once per process
   compute_pool pool(2);  // outlives the actor system (queues may copy on it)
   caf::actor_system sys{test_config()};
-  actors::runtime_device dev("/job:localhost/replica:0/task:0/device:CPU:0", "/job:localhost/replica:0/task:0", sys,
+  actors::runtime_device dev("/job:localhost/replica:0/task:0/device:CPU:0", "CPU", "/job:localhost/replica:0/task:0", sys,
                              pool);
   queue_graph qg = build_queue_graph();
   auto enqueue = qg.prepare(&dev, {"q", "enqueue"}, {"x"}, {});

@@ -353,6 +353,13 @@ TEST_CASE("the placer honours explicit, partial and default devices", "[placemen
   CHECK(p.device("gpu") == k_worker0_gpu);
   CHECK(p.device("free") == k_worker0);
 
+  // A default naming only the task: on it a GPU goes before a CPU (TensorFlow's order),
+  // for the nodes that have a GPU kernel.
+  auto t = place_ok(root, with_default("/job:worker/replica:0/task:0"), relu_on_gpu);
+  CHECK(t.device("free") == k_worker0_gpu);
+  CHECK(t.device("x") == k_worker0);
+  CHECK(t.device("legacy") == k_worker1);  // an explicit CPU stays a CPU
+
   // Without a default, an unconstrained node takes the first device that can run it.
   auto q = place_ok(root, {}, relu_on_gpu);
   CHECK(q.device("x") == k_ps0);
