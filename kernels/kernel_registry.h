@@ -71,6 +71,16 @@ void add_typed_kernels(kernel_registry& registry, const std::string& op, const s
                        const std::string& device, type_list<Ts...>) {
   (registry.add(op, device, {{attr, dtype_of<Ts>}}, make_kernel<Kernel<Ts>>), ...);
 }
+template <template <class> class Kernel, class T, class... Indices>
+void add_indexed_kernels(kernel_registry& registry, const std::string& op, const std::string& device,
+                         type_list<Indices...>) {
+  (registry.add(op, device, {{"T", dtype_of<T>}, {"Tidx", dtype_of<Indices>}}, make_kernel<Kernel<T>>), ...);
+}
+template <template <class> class Kernel, class... Ts>
+void add_reduction_kernels(kernel_registry& registry, const std::string& op, const std::string& device,
+                           type_list<Ts...>) {
+  (add_indexed_kernels<Kernel, Ts>(registry, op, device, index_types{}), ...);
+}
 }  // namespace detail
 
 // Registers `Kernel<T>` for op on `device` for each T in List, constrained on attribute
@@ -81,6 +91,13 @@ template <template <class> class Kernel, class List>
 void add_typed_kernels(kernel_registry& registry, const std::string& op,
                        const std::string& attr = "T", const std::string& device = "CPU") {
   detail::add_typed_kernels<Kernel>(registry, op, attr, device, List{});
+}
+
+// Registers `Kernel<T>` for a reduction op on `device` for each T in List and each index
+// dtype of its axes operand (attributes T and Tidx).
+template <template <class> class Kernel, class List>
+void add_reduction_kernels(kernel_registry& registry, const std::string& op, const std::string& device) {
+  detail::add_reduction_kernels<Kernel>(registry, op, device, List{});
 }
 
 }  // namespace troupe::kernels

@@ -18,6 +18,7 @@
 
 #include "graph/ops/index_ops.h"
 #include "kernels/kernel_registry.h"
+#include "kernels/shape_checks.h"
 
 namespace troupe::kernels {
 
@@ -82,22 +83,6 @@ void fill_bytes(tensor& t, const void* value) {
   for (std::int64_t i = 0; i < t.num_elements(); ++i) {
     std::memcpy(dst + static_cast<std::size_t>(i) * element, value, element);
   }
-}
-
-// An axis operand in [-rank, rank), made non-negative; -1 after failing ctx.
-std::int64_t read_axis(kernel_context& ctx, const char* op, const tensor& axis_value, int rank) {
-  if (axis_value.num_elements() != 1) {
-    ctx.fail_invalid_argument(op, ": the axis must be a scalar, not ", axis_value.shape());
-    return -1;
-  }
-  std::int64_t axis = index_values(axis_value)[0];
-  std::int64_t a = axis < 0 ? axis + rank : axis;
-  if (a < 0 || a >= rank) {
-    ctx.fail_invalid_argument(op, ": axis ", axis, " is out of range for rank ", rank, " (valid: [",
-                              -rank, ", ", rank, "))");
-    return -1;
-  }
-  return a;
 }
 
 // ---------------------------------------------------------------------------------------
@@ -399,8 +384,9 @@ class split_kernel final : public op_kernel {
 
   void compute(kernel_context& ctx) override {
     const tensor& value = ctx.input(1);
-    std::int64_t axis = read_axis(ctx, "Split", ctx.input(0), value.rank());
-    if (axis < 0) return;
+    auto checked = axis_operand("Split", ctx.input(0), value.rank());
+    if (!checked.ok()) return ctx.fail(checked.error());
+    const std::int64_t axis = *checked;
     std::int64_t along = value.dim(static_cast<int>(axis));
     if (along % num_split_ != 0) {
       ctx.fail_invalid_argument("Split: dimension ", axis, " of value ", value.shape(), " (", along,
@@ -421,8 +407,9 @@ class split_v_kernel final : public op_kernel {
   void compute(kernel_context& ctx) override {
     const tensor& value = ctx.input(0);
     const tensor& size_splits = ctx.input(1);
-    std::int64_t axis = read_axis(ctx, "SplitV", ctx.input(2), value.rank());
-    if (axis < 0) return;
+    auto checked = axis_operand("SplitV", ctx.input(2), value.rank());
+    if (!checked.ok()) return ctx.fail(checked.error());
+    const std::int64_t axis = *checked;
     std::vector<std::int64_t> sizes = index_values(size_splits);
     if (size_splits.rank() != 1 || static_cast<int>(sizes.size()) != ctx.num_outputs()) {
       ctx.fail_invalid_argument("SplitV: size_splits ", size_splits.debug_string(), " must be a vector of ",
@@ -459,37 +446,25 @@ class split_v_kernel final : public op_kernel {
 class gather_kernel final : public op_kernel {
  public:
   explicit gather_kernel(kernel_construction& c) : op_kernel(c) {
-    std::int64_t batch_dims = 0;
-    if (c.get_attr("batch_dims", &batch_dims) && batch_dims != 0) {
-      c.fail(invalid_argument_error("GatherV2: batch_dims ", batch_dims, " is not supported (only 0)"));
-    }
+    if (status s = check_gather_attrs(c.node()); !s.ok()) c.fail(std::move(s));
   }
 
   void compute(kernel_context& ctx) override {
     const tensor& params = ctx.input(0);
     const tensor& indices = ctx.input(1);
-    if (params.rank() == 0) {
-      ctx.fail_invalid_argument("GatherV2: params must have rank >= 1, not a scalar");
-      return;
-    }
-    std::int64_t axis = read_axis(ctx, "GatherV2", ctx.input(2), params.rank());
-    if (axis < 0) return;
-    const std::vector<std::int64_t>& dims = params.shape().dims();
-    const auto a = static_cast<std::size_t>(axis);
-    const std::int64_t outer = product(dims, 0, a), rows = dims[a], inner = product(dims, a + 1, dims.size());
+    auto g = gather_geometry_of(params.shape(), indices.shape(), ctx.input(2));
+    if (!g.ok()) return ctx.fail(g.error());
+    const std::int64_t outer = g->outer, rows = g->rows, inner = g->inner;
     std::vector<std::int64_t> index = index_values(indices);
     for (std::size_t j = 0; j < index.size(); ++j) {
       if (index[j] < 0 || index[j] >= rows) {
         ctx.fail_invalid_argument("GatherV2: indices", position_in(indices.shape(), static_cast<std::int64_t>(j)),
                                   " = ", index[j], " is not in [0, ", rows, ") (params shape ", params.shape(),
-                                  ", axis ", axis, ")");
+                                  ", axis ", g->axis, ")");
         return;
       }
     }
-    std::vector<std::int64_t> out_dims(dims.begin(), dims.begin() + axis);
-    out_dims.insert(out_dims.end(), indices.shape().dims().begin(), indices.shape().dims().end());
-    out_dims.insert(out_dims.end(), dims.begin() + axis + 1, dims.end());
-    tensor& out = ctx.allocate_output(0, tensor_shape(out_dims));
+    tensor& out = ctx.allocate_output(0, g->output);
     const std::size_t chunk = static_cast<std::size_t>(inner) * dtype_size(params.type());
     if (chunk == 0) return;
     const char* src = static_cast<const char*>(params.raw_data());
@@ -516,24 +491,12 @@ class unsorted_segment_sum_kernel final : public op_kernel {
   void compute(kernel_context& ctx) override {
     const tensor& data = ctx.input(0);
     const tensor& ids = ctx.input(1);
-    const tensor& num_value = ctx.input(2);
-    if (num_value.num_elements() != 1) {
-      ctx.fail_invalid_argument("UnsortedSegmentSum: num_segments must be a scalar, not ", num_value.shape());
-      return;
-    }
-    const std::int64_t num = index_values(num_value)[0];
-    bool prefix = ids.rank() <= data.rank();
-    for (int i = 0; prefix && i < ids.rank(); ++i) prefix = ids.dim(i) == data.dim(i);
-    if (!prefix || num < 0) {
-      ctx.fail_invalid_argument("UnsortedSegmentSum: segment_ids ", ids.shape(), " must be a prefix of data's shape ",
-                                data.shape(), " and num_segments (", num, ") non-negative");
-      return;
-    }
-    std::vector<std::int64_t> out_dims{num};
-    out_dims.insert(out_dims.end(), data.shape().dims().begin() + ids.rank(), data.shape().dims().end());
-    tensor& out = ctx.allocate_output(0, tensor_shape(out_dims));
+    auto g = unsorted_segment_sum_geometry(data.shape(), ids.shape(), ctx.input(2));
+    if (!g.ok()) return ctx.fail(g.error());
+    const std::int64_t num = g->num_segments;
+    tensor& out = ctx.allocate_output(0, g->output);
     fill_bytes(out, nullptr);
-    const std::int64_t inner = product(out_dims, 1, out_dims.size());
+    const std::int64_t inner = product(g->output.dims(), 1, g->output.dims().size());
     std::vector<std::int64_t> segment = index_values(ids);
     const T* src = data.data<T>();
     T* dst = out.data<T>();
@@ -665,23 +628,10 @@ class one_hot_kernel final : public op_kernel {
     const tensor& depth_value = ctx.input(1);
     const tensor& on = ctx.input(2);
     const tensor& off = ctx.input(3);
-    if (depth_value.rank() != 0 || on.rank() != 0 || off.rank() != 0) {
-      ctx.fail_invalid_argument("OneHot: depth, on_value and off_value must be scalars, but have shapes ",
-                                depth_value.shape(), ", ", on.shape(), " and ", off.shape());
-      return;
-    }
-    const std::int64_t depth = depth_value.data<std::int32_t>()[0];
-    const int rank = indices.rank();
-    if (depth < 0 || axis_ < -1 || axis_ > rank) {
-      ctx.fail_invalid_argument("OneHot: depth (", depth, ") must be non-negative and axis (", axis_,
-                                ") -1 or in [0, ", rank, "]");
-      return;
-    }
-    const std::size_t axis = axis_ == -1 ? static_cast<std::size_t>(rank) : static_cast<std::size_t>(axis_);
-    std::vector<std::int64_t> dims = indices.shape().dims();
-    const std::int64_t prefix = product(dims, 0, axis), suffix = product(dims, axis, dims.size());
-    dims.insert(dims.begin() + static_cast<std::ptrdiff_t>(axis), depth);
-    tensor& out = ctx.allocate_output(0, tensor_shape(dims));
+    auto g = one_hot_geometry_of(indices.shape(), depth_value, on, off, axis_);
+    if (!g.ok()) return ctx.fail(g.error());
+    const std::int64_t depth = g->depth, prefix = g->prefix, suffix = g->suffix;
+    tensor& out = ctx.allocate_output(0, g->output);
     std::vector<std::int64_t> index(static_cast<std::size_t>(indices.num_elements()));
     visit_dtype<type_list<std::uint8_t, std::int8_t, std::int32_t, std::int64_t>>(indices.type(), [&]<class I>() {
       const I* in = indices.data<I>();

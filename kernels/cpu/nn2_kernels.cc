@@ -24,6 +24,7 @@
 
 #include "kernels/cpu/broadcast.h"
 #include "kernels/kernel_registry.h"
+#include "kernels/shape_checks.h"
 
 namespace troupe::kernels {
 
@@ -537,76 +538,16 @@ class lrn_grad_kernel final : public lrn_kernel_base {
 
 // --- FusedBatchNormV3 and its gradient -----------------------------------------------------
 
-// The [outer, channels, inner] view of x: channels last (NHWC, NDHWC: inner = 1) or in
-// dimension 1 (NCHW, NCDHW).
-struct channel_layout {
-  std::int64_t outer = 1;
-  std::int64_t channels = 1;
-  std::int64_t inner = 1;
-  std::int64_t per_channel() const { return outer * inner; }
-  // Calls f(index, channel) for every element, in memory order.
-  template <class F>
-  void for_each(F&& f) const {
-    std::int64_t i = 0;
-    for (std::int64_t o = 0; o < outer; ++o) {
-      for (std::int64_t c = 0; c < channels; ++c) {
-        for (std::int64_t k = 0; k < inner; ++k) f(i++, c);
-      }
-    }
-  }
-};
-
+// The attributes, the operand checks and x's [outer, channels, inner] layout are the GPU
+// kernels' too (kernels/shape_checks.h).
 class batch_norm_kernel_base : public op_kernel {
  public:
   explicit batch_norm_kernel_base(kernel_construction& c) : op_kernel(c) {
-    std::string format;
-    if (!c.get_attr("epsilon", &epsilon_) || !c.get_attr("is_training", &is_training_) ||
-        !c.get_attr("data_format", &format)) {
-      return;
-    }
-    if (format == "NHWC" || format == "NCHW") {
-      rank_ = 4;
-    } else if (format == "NDHWC" || format == "NCDHW") {
-      rank_ = 5;
-    } else {
-      c.fail(invalid_argument_error("data_format must be 'NHWC', 'NCHW', 'NDHWC' or 'NCDHW', not '",
-                                    format, "'"));
-      return;
-    }
-    channels_first_ = format[1] == 'C';
-    format_ = format;
+    if (status s = read_batch_norm_options(c.node(), &options_); !s.ok()) c.fail(std::move(s));
   }
 
  protected:
-  // The layout of x, or an error naming the expected rank.
-  result<channel_layout> layout_of(const tensor& x) const {
-    if (x.rank() != rank_) {
-      return invalid_argument_error(op(), " x must be ", rank_, "-dimensional (", format_,
-                                    "), but is ", x.shape());
-    }
-    int channel_dim = channels_first_ ? 1 : rank_ - 1;
-    channel_layout l;
-    for (int i = 0; i < rank_; ++i) {
-      if (i < channel_dim) l.outer *= x.dim(i);
-      else if (i == channel_dim) l.channels = x.dim(i);
-      else l.inner *= x.dim(i);
-    }
-    return l;
-  }
-
-  static status require_vector(const tensor& t, const char* name, std::int64_t channels) {
-    if (t.rank() != 1 || t.dim(0) != channels) {
-      return invalid_argument_error(name, " must be a vector of ", channels,
-                                    " elements (the channels of x), but is ", t.shape());
-    }
-    return status();
-  }
-
-  float epsilon_ = 1e-4f;
-  bool is_training_ = true;
-  bool channels_first_ = false;
-  int rank_ = 4;
-  std::string format_ = "NHWC";
+  batch_norm_options options_;
 };
 
 // Outputs: y, batch_mean, batch_variance, reserve_space_1 (the mean used), reserve_space_2
@@ -621,22 +562,17 @@ class fused_batch_norm_kernel final : public batch_norm_kernel_base {
 
   void compute(kernel_context& ctx) override {
     const tensor& x = ctx.input(0);
-    auto layout = layout_of(x);
-    if (!layout.ok()) return ctx.fail(layout.error());
-    const channel_layout l = *layout;
-    const std::int64_t channels = l.channels;
     const tensor& scale = ctx.input(1);
     const tensor& offset = ctx.input(2);
     const tensor& mean_in = ctx.input(3);
     const tensor& variance_in = ctx.input(4);
-    status s = require_vector(scale, "scale", channels);
-    if (s.ok()) s = require_vector(offset, "offset", channels);
     // In training with exponential_avg_factor 1 the running statistics are not read and
     // may be empty.
-    bool reads_statistics = !is_training_ || exponential_avg_factor_ != 1.0f;
-    if (s.ok() && reads_statistics) s = require_vector(mean_in, "mean", channels);
-    if (s.ok() && reads_statistics) s = require_vector(variance_in, "variance", channels);
-    if (!s.ok()) return ctx.fail(std::move(s));
+    const bool reads_statistics = !options_.is_training || exponential_avg_factor_ != 1.0f;
+    auto layout = batch_norm_layout(op(), options_, x, scale, offset, mean_in, variance_in, reads_statistics);
+    if (!layout.ok()) return ctx.fail(layout.error());
+    const channel_layout l = *layout;
+    const std::int64_t channels = l.channels;
 
     tensor& y = ctx.allocate_output(0, x.shape());
     tensor_shape vector{channels};
@@ -649,7 +585,7 @@ class fused_batch_norm_kernel final : public batch_norm_kernel_base {
     std::vector<double> mean(static_cast<std::size_t>(channels));
     std::vector<double> variance(static_cast<std::size_t>(channels));
     const T* x_data = x.data<T>();
-    if (is_training_) {
+    if (options_.is_training) {
       const std::int64_t n = l.per_channel();
       if (n == 0) {
         std::fill(mean.begin(), mean.end(), std::numeric_limits<double>::quiet_NaN());
@@ -698,7 +634,7 @@ class fused_batch_norm_kernel final : public batch_norm_kernel_base {
     for (std::int64_t c = 0; c < channels; ++c) {
       auto u = static_cast<std::size_t>(c);
       multiplier[u] = static_cast<double>(scale.data<U>()[c]) /
-                      std::sqrt(variance[u] + static_cast<double>(epsilon_));
+                      std::sqrt(variance[u] + static_cast<double>(options_.epsilon));
       shift[u] = static_cast<double>(offset.data<U>()[c]) - mean[u] * multiplier[u];
     }
     T* y_data = y.data<T>();
@@ -733,21 +669,13 @@ class fused_batch_norm_grad_kernel final : public batch_norm_kernel_base {
   void compute(kernel_context& ctx) override {
     const tensor& dy = ctx.input(0);
     const tensor& x = ctx.input(1);
-    auto layout = layout_of(x);
-    if (!layout.ok()) return ctx.fail(layout.error());
-    if (dy.shape() != x.shape()) {
-      return ctx.fail_invalid_argument("y_backprop ", dy.shape(), " must have the shape of x ",
-                                       x.shape());
-    }
-    const channel_layout l = *layout;
-    const std::int64_t channels = l.channels;
     const tensor& scale = ctx.input(2);
     const tensor& mean_in = ctx.input(3);
     const tensor& variance_in = ctx.input(4);
-    status s = require_vector(scale, "scale", channels);
-    if (s.ok()) s = require_vector(mean_in, "reserve_space_1", channels);
-    if (s.ok()) s = require_vector(variance_in, "reserve_space_2", channels);
-    if (!s.ok()) return ctx.fail(std::move(s));
+    auto layout = batch_norm_grad_layout(op(), options_, dy, x, scale, mean_in, variance_in);
+    if (!layout.ok()) return ctx.fail(layout.error());
+    const channel_layout l = *layout;
+    const std::int64_t channels = l.channels;
 
     tensor& dx = ctx.allocate_output(0, x.shape());
     tensor_shape vector{channels};
@@ -761,7 +689,7 @@ class fused_batch_norm_grad_kernel final : public batch_norm_kernel_base {
     for (std::size_t c = 0; c < size; ++c) {
       mean[c] = static_cast<double>(mean_in.data<U>()[c]);
       inv_std[c] = 1.0 / std::sqrt(static_cast<double>(variance_in.data<U>()[c]) +
-                                   static_cast<double>(epsilon_));
+                                   static_cast<double>(options_.epsilon));
     }
     const T* dy_data = dy.data<T>();
     const T* x_data = x.data<T>();
@@ -781,7 +709,7 @@ class fused_batch_norm_grad_kernel final : public batch_norm_kernel_base {
       auto u = static_cast<std::size_t>(c);
       double k = static_cast<double>(scale.data<U>()[c]) * inv_std[u];
       double g = static_cast<double>(dy_data[i]);
-      if (is_training_) {
+      if (options_.is_training) {
         double xhat = (static_cast<double>(x_data[i]) - mean[u]) * inv_std[u];
         g -= (sum_dy[u] + xhat * sum_dy_xhat[u]) / n;
       }

@@ -15,6 +15,7 @@
 
 #include "core/tensor_eigen.h"
 #include "kernels/kernel_registry.h"
+#include "kernels/shape_checks.h"
 
 namespace troupe::kernels {
 
@@ -27,14 +28,6 @@ using const_row_array = Eigen::Map<const Eigen::Array<T, Eigen::Dynamic, 1>>;
 
 // ~ nanoseconds per element of exp-heavy row work, for parallel_for.
 constexpr double k_softmax_ns_per_element = 2.0;
-
-// The [batch, channels, spatial] view of a BiasAdd value: NHWC puts channels last
-// (spatial = 1), NCHW puts them in dimension 1.
-struct bias_layout {
-  std::int64_t batch = 1;
-  std::int64_t channels = 1;
-  std::int64_t spatial = 1;
-};
 
 // Channels-last rows in periods: `rows` rows of `channels` values cover `values` values.
 // With few channels a period is lcm(channels, 16) values, whole vectors of 16 floats (or 8
@@ -50,26 +43,10 @@ inline channel_period period_of(std::int64_t channels) {
   return channel_period{values / channels, values};
 }
 
-bias_layout layout_of(const tensor_shape& shape, bool nchw) {
-  bias_layout l;
-  int channel_dim = nchw ? 1 : shape.rank() - 1;
-  for (int i = 0; i < shape.rank(); ++i) {
-    if (i < channel_dim) l.batch *= shape.dim(i);
-    else if (i == channel_dim) l.channels = shape.dim(i);
-    else l.spatial *= shape.dim(i);
-  }
-  return l;
-}
-
 class bias_kernel_base : public op_kernel {
  public:
   explicit bias_kernel_base(kernel_construction& c) : op_kernel(c) {
-    std::string format;
-    if (!c.get_attr("data_format", &format)) return;
-    if (format != "NHWC" && format != "NCHW") {
-      c.fail(invalid_argument_error("data_format must be 'NHWC' or 'NCHW', not '", format, "'"));
-    }
-    nchw_ = format == "NCHW";
+    if (status s = read_bias_format(c.node(), &nchw_); !s.ok()) c.fail(std::move(s));
   }
 
  protected:
@@ -84,17 +61,9 @@ class bias_add_kernel final : public bias_kernel_base {
   void compute(kernel_context& ctx) override {
     const tensor& value = ctx.input(0);
     const tensor& bias = ctx.input(1);
-    if (value.rank() < 2) {
-      ctx.fail(invalid_argument_error("BiasAdd value must have rank >= 2, but is ", value.shape()));
-      return;
-    }
-    bias_layout l = layout_of(value.shape(), nchw_);
-    if (bias.rank() != 1 || bias.dim(0) != l.channels) {
-      ctx.fail(invalid_argument_error("BiasAdd bias ", bias.shape(), " must be a vector of ",
-                                      l.channels, " elements, the channel dimension of value ",
-                                      value.shape(), nchw_ ? " (NCHW)" : " (NHWC)"));
-      return;
-    }
+    auto layout = bias_add_layout(value.shape(), bias.shape(), nchw_);
+    if (!layout.ok()) return ctx.fail(layout.error());
+    const bias_layout l = *layout;
     tensor& output = ctx.forward_input_or_allocate_output(0, 0, value.shape());
     const T* in = value.data<T>();
     const T* b = bias.data<T>();
@@ -137,12 +106,9 @@ class bias_add_grad_kernel final : public bias_kernel_base {
 
   void compute(kernel_context& ctx) override {
     const tensor& grad = ctx.input(0);
-    if (grad.rank() < 2) {
-      ctx.fail(invalid_argument_error("BiasAddGrad out_backprop must have rank >= 2, but is ",
-                                      grad.shape()));
-      return;
-    }
-    bias_layout l = layout_of(grad.shape(), nchw_);
+    auto layout = bias_add_grad_layout(grad.shape(), nchw_);
+    if (!layout.ok()) return ctx.fail(layout.error());
+    const bias_layout l = *layout;
     tensor& output = ctx.allocate_output(0, tensor_shape{l.channels});
     T* out = output.data<T>();
     std::fill_n(out, l.channels, T(0));
@@ -268,28 +234,9 @@ class softmax_xent_kernel final : public op_kernel {
   void compute(kernel_context& ctx) override {
     const tensor& features = ctx.input(0);
     const tensor& labels = ctx.input(1);
-    // Broadcast the two shapes (each of rank <= 2) to [batch, classes].
-    auto bad = [&] {
-      ctx.fail(invalid_argument_error("features ", features.shape(), " and labels ",
-                                      labels.shape(), " must broadcast to a [batch, classes] matrix"));
-    };
-    if (features.rank() > 2 || labels.rank() > 2 || std::max(features.rank(), labels.rank()) < 2) {
-      bad();
-      return;
-    }
-    std::int64_t dims[2];
-    for (int i = 0; i < 2; ++i) {
-      int fi = features.rank() - 2 + i;
-      int li = labels.rank() - 2 + i;
-      std::int64_t f = fi >= 0 ? features.dim(fi) : 1;
-      std::int64_t l = li >= 0 ? labels.dim(li) : 1;
-      if (f != l && f != 1 && l != 1) {
-        bad();
-        return;
-      }
-      dims[i] = f == 1 ? l : f;
-    }
-    std::int64_t batch = dims[0], classes = dims[1];
+    auto geometry = softmax_xent_geometry(features.shape(), labels.shape());
+    if (!geometry.ok()) return ctx.fail(geometry.error());
+    const std::int64_t batch = geometry->batch, classes = geometry->classes;
     tensor& loss = ctx.allocate_output(0, tensor_shape{batch});
     tensor& backprop = ctx.allocate_output(1, tensor_shape{batch, classes});
     if (batch == 0) return;
@@ -328,13 +275,9 @@ class sparse_softmax_xent_kernel final : public op_kernel {
   void compute(kernel_context& ctx) override {
     const tensor& features = ctx.input(0);
     const tensor& labels = ctx.input(1);
-    if (features.rank() != 2 || labels.rank() != 1 || labels.dim(0) != features.dim(0)) {
-      ctx.fail(invalid_argument_error("features must be [batch, classes] and labels [batch], but "
-                                      "features are ", features.shape(), " and labels ",
-                                      labels.shape()));
-      return;
-    }
-    std::int64_t batch = features.dim(0), classes = features.dim(1);
+    auto geometry = sparse_softmax_xent_geometry(features.shape(), labels.shape());
+    if (!geometry.ok()) return ctx.fail(geometry.error());
+    const std::int64_t batch = geometry->batch, classes = geometry->classes;
     const Label* y = labels.data<Label>();
     for (std::int64_t i = 0; i < batch; ++i) {
       if (y[i] < 0 || static_cast<std::int64_t>(y[i]) >= classes) {

@@ -330,37 +330,15 @@ class pool_kernel_base : public op_kernel {
   // The geometry for an input of `shape` (in data_format); false after failing ctx.
   bool make_geometry(kernel_context& ctx, const tensor_shape& shape, std::string_view what,
                      window_geometry* g) const {
-    if (shape.rank() != 4) {
-      ctx.fail_invalid_argument(what, " must be 4-D (", format(), ") but is ", shape);
-      return false;
-    }
-    tensor_shape nhwc = to_nhwc_shape(shape, options_.nchw);
-    status s = make_window_geometry(nhwc.dim(0), nhwc.dim(1), nhwc.dim(2), nhwc.dim(3),
-                                    options_.window_h, options_.window_w, options_, g);
-    if (!s.ok()) {
-      ctx.fail_invalid_argument(what, " ", shape, " (", format(), "), ksize ", options_.window_h,
-                                "x", options_.window_w, ", ", options_.describe(), ": ",
-                                s.message());
-      return false;
-    }
-    return true;
+    return succeeded(ctx, pool_geometry(options_, shape, what, g));
   }
 
-  tensor_shape output_shape(const window_geometry& g) const {
-    return from_nhwc_shape(tensor_shape{g.batch, g.out_h, g.out_w, g.channels}, options_.nchw);
-  }
+  tensor_shape output_shape(const window_geometry& g) const { return pooled_shape(options_, g); }
 
   // Checks a gradient-side operand has the pooled output's shape.
   bool check_pooled_shape(kernel_context& ctx, const window_geometry& g, std::string_view what,
                           const tensor_shape& got) const {
-    tensor_shape want = output_shape(g);
-    if (got != want) {
-      ctx.fail_invalid_argument(what, " ", got, " must have the pooled output's shape ", want,
-                                " (", format(), ", ksize ", options_.window_h, "x",
-                                options_.window_w, ", ", options_.describe(), ")");
-      return false;
-    }
-    return true;
+    return succeeded(ctx, kernels::check_pooled_shape(options_, g, what, got));
   }
 
   // Runs `body(nhwc_out)` into `out`, through an NHWC scratch tensor when NCHW.
@@ -375,9 +353,14 @@ class pool_kernel_base : public op_kernel {
     transpose_images<T>(scratch.data<T>(), out.data<T>(), nhwc, false, pool);
   }
 
-  const char* format() const { return options_.nchw ? "NCHW" : "NHWC"; }
-
   window_options options_;
+
+ private:
+  static bool succeeded(kernel_context& ctx, status s) {
+    if (s.ok()) return true;
+    ctx.fail(std::move(s));
+    return false;
+  }
 };
 
 template <class T>

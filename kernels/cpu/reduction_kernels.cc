@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "kernels/kernel_registry.h"
+#include "kernels/shape_checks.h"
 
 namespace troupe::kernels {
 
@@ -199,54 +200,6 @@ void reduce_pass(const In* in, typename R::acc* out, std::int64_t outer, std::in
   }
 }
 
-// ---- Axes. ----
-
-// The normalized, validated axes held by `axes_tensor` for an input of shape `shape`,
-// as a per-dimension flag.
-result<std::vector<bool>> reduced_dimensions(const tensor& axes_tensor, const tensor_shape& shape,
-                                             const char* what) {
-  if (axes_tensor.rank() > 1) {
-    return invalid_argument_error(what, " must be a scalar or a vector, not ", axes_tensor.shape());
-  }
-  std::vector<std::int64_t> axes;
-  visit_dtype<index_types>(axes_tensor.type(), [&]<class I>() {
-    for (I a : axes_tensor.flat<I>()) axes.push_back(static_cast<std::int64_t>(a));
-  });
-  int rank = shape.rank();
-  std::vector<bool> reduced(static_cast<std::size_t>(rank), false);
-  for (std::int64_t axis : axes) {
-    if (axis < -rank || axis >= rank) {
-      return invalid_argument_error("reduction axis ", axis, " is out of range for input ",
-                                    shape, " (valid: [", -rank, ", ", rank, "))");
-    }
-    std::size_t a = static_cast<std::size_t>(axis < 0 ? axis + rank : axis);
-    if (reduced[a]) {
-      return invalid_argument_error("reduction axes contain dimension ", a, " twice (input ",
-                                    shape, ")");
-    }
-    reduced[a] = true;
-  }
-  return reduced;
-}
-
-struct dim_group {
-  std::int64_t size;
-  bool reduced;
-};
-
-// Drops size-1 dimensions and merges neighbours with the same flag.
-std::vector<dim_group> collapse(const tensor_shape& shape, const std::vector<bool>& reduced) {
-  std::vector<dim_group> groups;
-  for (int i = 0; i < shape.rank(); ++i) {
-    std::int64_t size = shape.dim(i);
-    bool r = reduced[static_cast<std::size_t>(i)];
-    if (size == 1) continue;
-    if (!groups.empty() && groups.back().reduced == r) groups.back().size *= size;
-    else groups.push_back({size, r});
-  }
-  return groups;
-}
-
 // ---- Sum, Mean, Max, Min, Prod. ----
 
 template <class T, template <class> class Reducer>
@@ -261,28 +214,15 @@ class reduction_kernel final : public op_kernel {
 
   void compute(kernel_context& ctx) override {
     const tensor& input = ctx.input(0);
-    auto reduced = reduced_dimensions(ctx.input(1), input.shape(), "reduction_indices");
-    if (!reduced.ok()) {
-      ctx.fail(reduced.error());
+    auto geometry = reduction_geometry_of(input.shape(), ctx.input(1), keep_dims_);
+    if (!geometry.ok()) return ctx.fail(geometry.error());
+    const std::int64_t count = geometry->count;
+    std::vector<dim_group> groups = std::move(geometry->groups);
+    if (geometry->reduced_groups == 0) {  // nothing to combine: every output is one input
+      ctx.set_output(0, input.reshaped(geometry->output));
       return;
     }
-    tensor_shape out_shape;
-    std::int64_t count = 1;
-    for (int i = 0; i < input.rank(); ++i) {
-      if (!(*reduced)[static_cast<std::size_t>(i)]) out_shape.add_dim(input.dim(i));
-      else {
-        count *= input.dim(i);
-        if (keep_dims_) out_shape.add_dim(1);
-      }
-    }
-    std::vector<dim_group> groups = collapse(input.shape(), *reduced);
-    bool any_reduced = std::any_of(groups.begin(), groups.end(),
-                                   [](const dim_group& g) { return g.reduced; });
-    if (!any_reduced) {  // nothing to combine: every output is one input
-      ctx.set_output(0, input.reshaped(out_shape));
-      return;
-    }
-    tensor& output = ctx.allocate_output(0, out_shape);
+    tensor& output = ctx.allocate_output(0, geometry->output);
     std::int64_t out_size = output.num_elements();
     if (out_size == 0) return;
     T* out = output.data<T>();
@@ -359,43 +299,17 @@ class arg_reduction_kernel final : public op_kernel {
 
   void compute(kernel_context& ctx) override {
     const tensor& input = ctx.input(0);
-    const tensor& dimension = ctx.input(1);
-    if (dimension.rank() != 0) {
-      ctx.fail(invalid_argument_error("dimension must be a scalar, not ", dimension.shape()));
-      return;
-    }
-    int rank = input.rank();
-    std::int64_t axis = 0;
-    visit_dtype<index_types>(dimension.type(), [&]<class I>() {
-      axis = static_cast<std::int64_t>(dimension.scalar_value<I>());
-    });
-    if (rank == 0 || axis < -rank || axis >= rank) {
-      ctx.fail(invalid_argument_error("dimension ", axis, " is out of range for input ",
-                                      input.shape(), " (valid: [", -rank, ", ", rank, "))"));
-      return;
-    }
-    if (axis < 0) axis += rank;
-    int a = static_cast<int>(axis);
-    std::int64_t reduce = input.dim(a);
-    if (reduce == 0) {
-      ctx.fail(invalid_argument_error("cannot take ", op(), " over empty dimension ", a,
-                                      " of input ", input.shape()));
-      return;
-    }
-    tensor_shape out_shape = input.shape();
-    out_shape.remove_dim(a);
-    std::int64_t outer = 1, inner = 1;
-    for (int i = 0; i < a; ++i) outer *= input.dim(i);
-    for (int i = a + 1; i < rank; ++i) inner *= input.dim(i);
-    tensor& output = ctx.allocate_output(0, out_shape);
+    auto g = arg_reduction_geometry_of(op(), input.shape(), ctx.input(1));
+    if (!g.ok()) return ctx.fail(g.error());
+    tensor& output = ctx.allocate_output(0, g->output);
     if (output.num_elements() == 0) return;
-    if (ctx.output_type(0) == dtype::int32 && reduce > std::numeric_limits<std::int32_t>::max()) {
-      ctx.fail(invalid_argument_error("dimension ", a, " of input ", input.shape(),
+    if (ctx.output_type(0) == dtype::int32 && g->reduce > std::numeric_limits<std::int32_t>::max()) {
+      ctx.fail(invalid_argument_error("dimension ", g->axis, " of input ", input.shape(),
                                       " is too long for an int32 output_type"));
       return;
     }
     visit_dtype<index_types>(ctx.output_type(0), [&]<class I>() {
-      run<I>(input.data<T>(), output.data<I>(), outer, reduce, inner, ctx.pool());
+      run<I>(input.data<T>(), output.data<I>(), g->outer, g->reduce, g->inner, ctx.pool());
     });
   }
 
@@ -447,26 +361,16 @@ using arg_max_kernel = arg_reduction_kernel<T, true>;
 template <class T>
 using arg_min_kernel = arg_reduction_kernel<T, false>;
 
-// Registers Kernel<T> for every (T, Tidx) pair.
-template <template <class> class Kernel>
-void add_reduction_kernels(kernel_registry& registry, const std::string& op) {
-  for_each_type<reduction_types>([&]<class T>() {
-    for_each_type<index_types>([&]<class I>() {
-      registry.add(op, "CPU", {{"T", dtype_of<T>}, {"Tidx", dtype_of<I>}}, make_kernel<Kernel<T>>);
-    });
-  });
-}
-
 }  // namespace
 
 void register_reduction_kernels(kernel_registry& registry) {
-  add_reduction_kernels<sum_kernel>(registry, "Sum");
-  add_reduction_kernels<mean_kernel>(registry, "Mean");
-  add_reduction_kernels<max_kernel>(registry, "Max");
-  add_reduction_kernels<min_kernel>(registry, "Min");
-  add_reduction_kernels<prod_kernel>(registry, "Prod");
-  add_reduction_kernels<arg_max_kernel>(registry, "ArgMax");
-  add_reduction_kernels<arg_min_kernel>(registry, "ArgMin");
+  add_reduction_kernels<sum_kernel, reduction_types>(registry, "Sum", "CPU");
+  add_reduction_kernels<mean_kernel, reduction_types>(registry, "Mean", "CPU");
+  add_reduction_kernels<max_kernel, reduction_types>(registry, "Max", "CPU");
+  add_reduction_kernels<min_kernel, reduction_types>(registry, "Min", "CPU");
+  add_reduction_kernels<prod_kernel, reduction_types>(registry, "Prod", "CPU");
+  add_reduction_kernels<arg_max_kernel, reduction_types>(registry, "ArgMax", "CPU");
+  add_reduction_kernels<arg_min_kernel, reduction_types>(registry, "ArgMin", "CPU");
 }
 
 }  // namespace troupe::kernels

@@ -226,6 +226,42 @@ inline tensor_shape from_nhwc_shape(const tensor_shape& s, bool nchw) {
   return nchw ? tensor_shape{s.dim(0), s.dim(3), s.dim(1), s.dim(2)} : s;
 }
 
+// ---- Pooling (the CPU and GPU kernels' checks) ----
+
+inline const char* format_name(const window_options& o) { return o.nchw ? "NCHW" : "NHWC"; }
+
+// The geometry of pooling an input of `shape` (in o's data_format) with o's ksize; errors
+// name the operand as `what`.
+inline status pool_geometry(const window_options& o, const tensor_shape& shape, std::string_view what,
+                            window_geometry* g) {
+  if (shape.rank() != 4) {
+    return invalid_argument_error(what, " must be 4-D (", format_name(o), ") but is ", shape);
+  }
+  tensor_shape nhwc = to_nhwc_shape(shape, o.nchw);
+  status s = make_window_geometry(nhwc.dim(0), nhwc.dim(1), nhwc.dim(2), nhwc.dim(3), o.window_h, o.window_w, o, g);
+  if (!s.ok()) {
+    return invalid_argument_error(what, " ", shape, " (", format_name(o), "), ksize ", o.window_h, "x", o.window_w,
+                                  ", ", o.describe(), ": ", s.message());
+  }
+  return status();
+}
+
+// The pooled output's shape, in o's data_format.
+inline tensor_shape pooled_shape(const window_options& o, const window_geometry& g) {
+  return from_nhwc_shape(tensor_shape{g.batch, g.out_h, g.out_w, g.channels}, o.nchw);
+}
+
+// A gradient-side operand `what` must have the pooled output's shape.
+inline status check_pooled_shape(const window_options& o, const window_geometry& g, std::string_view what,
+                                 const tensor_shape& got) {
+  tensor_shape want = pooled_shape(o, g);
+  if (got != want) {
+    return invalid_argument_error(what, " ", got, " must have the pooled output's shape ", want, " (", format_name(o),
+                                  ", ksize ", o.window_h, "x", o.window_w, ", ", o.describe(), ")");
+  }
+  return status();
+}
+
 // dst[n, h, w, c] = src[n, c, h, w] (to_nhwc) or the reverse, split over the pool by image.
 template <class T>
 void transpose_images(const T* src, T* dst, const tensor_shape& nhwc, bool to_nhwc,

@@ -69,6 +69,7 @@
 #include "kernels/cuda/gpu_cudnn_launch.h"
 #include "kernels/cuda/gpu_kernel.h"
 #include "kernels/kernel_registry.h"
+#include "kernels/shape_checks.h"
 
 namespace troupe::kernels {
 
@@ -787,18 +788,7 @@ class pool_kernel_base : public cudnn_kernel {
  protected:
   // The geometry for an input of `shape` (in data_format); false after failing ctx.
   bool make_geometry(kernel_context& ctx, const tensor_shape& shape, std::string_view what, window_geometry* g) const {
-    if (shape.rank() != 4) {
-      ctx.fail_invalid_argument(what, " must be 4-D (", format(), ") but is ", shape);
-      return false;
-    }
-    tensor_shape nhwc = to_nhwc_shape(shape, options_.nchw);
-    status s = make_window_geometry(nhwc.dim(0), nhwc.dim(1), nhwc.dim(2), nhwc.dim(3), options_.window_h,
-                                    options_.window_w, options_, g);
-    if (!s.ok()) {
-      ctx.fail_invalid_argument(what, " ", shape, " (", format(), "), ksize ", options_.window_h, "x",
-                                options_.window_w, ", ", options_.describe(), ": ", s.message());
-      return false;
-    }
+    if (!check(ctx, pool_geometry(options_, shape, what, g))) return false;
     const std::int64_t largest =
         std::max({padded_input(*g, true).elements(), g->batch * g->channels * g->out_h * g->out_w, options_.window_h,
                   options_.window_w, options_.stride_h, options_.stride_w});
@@ -810,23 +800,13 @@ class pool_kernel_base : public cudnn_kernel {
     return true;
   }
 
-  tensor_shape output_shape(const window_geometry& g) const {
-    return from_nhwc_shape(tensor_shape{g.batch, g.out_h, g.out_w, g.channels}, options_.nchw);
-  }
+  tensor_shape output_shape(const window_geometry& g) const { return pooled_shape(options_, g); }
 
   // Checks a gradient-side operand has the pooled output's shape.
   bool check_pooled_shape(kernel_context& ctx, const window_geometry& g, std::string_view what,
                           const tensor_shape& got) const {
-    tensor_shape want = output_shape(g);
-    if (got != want) {
-      ctx.fail_invalid_argument(what, " ", got, " must have the pooled output's shape ", want, " (", format(),
-                                ", ksize ", options_.window_h, "x", options_.window_w, ", ", options_.describe(), ")");
-      return false;
-    }
-    return true;
+    return check(ctx, kernels::check_pooled_shape(options_, g, what, got));
   }
-
-  const char* format() const { return options_.nchw ? "NCHW" : "NHWC"; }
 
   // Enqueues y = pool(x) (dy null) or dx = the gradient for dy (x: max pooling's input,
   // null for average pooling) into `out`, in the caller's layout if cuDNN can.
@@ -1120,59 +1100,19 @@ class lrn_grad_kernel final : public lrn_kernel_base<T> {
 
 // --- FusedBatchNormV3 and its gradient ------------------------------------------------------
 
-// The [outer, channels, inner] view of x: channels last (inner = 1) or in dimension 1.
-struct channel_layout {
-  std::int64_t outer = 1, channels = 1, inner = 1;
-  std::int64_t per_channel() const { return outer * inner; }
-};
-
+// The attributes, the operand checks and x's [outer, channels, inner] layout are the CPU
+// kernels' (kernels/shape_checks.h); cuDNN adds a limit on x's size.
 template <class T>
 class batch_norm_kernel_base : public cudnn_kernel {
  public:
   explicit batch_norm_kernel_base(kernel_construction& c) : cudnn_kernel(c) {
-    std::string format;
-    if (!c.get_attr("epsilon", &epsilon_) || !c.get_attr("is_training", &is_training_) ||
-        !c.get_attr("data_format", &format)) {
-      return;
-    }
-    if (format == "NHWC" || format == "NCHW") {
-      rank_ = 4;
-    } else if (format == "NDHWC" || format == "NCDHW") {
-      rank_ = 5;
-    } else {
-      c.fail(invalid_argument_error("data_format must be 'NHWC', 'NCHW', 'NDHWC' or 'NCDHW', not '", format, "'"));
-      return;
-    }
-    channels_first_ = format[1] == 'C';
-    format_ = format;
+    if (status s = read_batch_norm_options(c.node(), &options_); !s.ok()) c.fail(std::move(s));
   }
 
  protected:
-  // The layout of x, or an error naming the expected rank (or cuDNN's limit).
-  result<channel_layout> layout_of(const tensor& x) const {
-    if (x.rank() != rank_) {
-      return invalid_argument_error(op(), " x must be ", rank_, "-dimensional (", format_, "), but is ", x.shape());
-    }
+  status within_cudnn(const tensor& x) const {
     if (x.num_elements() > k_max_cudnn_elements) {
       return unimplemented_error(op(), " of x ", x.shape(), ": more elements than cuDNN's 32-bit sizes reach");
-    }
-    const int channel_dim = channels_first_ ? 1 : rank_ - 1;
-    channel_layout l;
-    for (int i = 0; i < rank_; ++i) {
-      if (i < channel_dim)
-        l.outer *= x.dim(i);
-      else if (i == channel_dim)
-        l.channels = x.dim(i);
-      else
-        l.inner *= x.dim(i);
-    }
-    return l;
-  }
-
-  static status require_vector(const tensor& t, const char* name, std::int64_t channels) {
-    if (t.rank() != 1 || t.dim(0) != channels) {
-      return invalid_argument_error(name, " must be a vector of ", channels, " elements (the channels of x), but is ",
-                                    t.shape());
     }
     return status();
   }
@@ -1186,13 +1126,9 @@ class batch_norm_kernel_base : public cudnn_kernel {
                         "cudnnDeriveBNTensorDescriptor");
   }
 
-  double epsilon() const { return static_cast<double>(epsilon_); }
+  double epsilon() const { return static_cast<double>(options_.epsilon); }
 
-  float epsilon_ = 1e-4f;
-  bool is_training_ = true;
-  bool channels_first_ = false;
-  int rank_ = 4;
-  std::string format_ = "NHWC";
+  batch_norm_options options_;
 };
 
 // Outputs: y, batch_mean, batch_variance, reserve_space_1 (the mean used), reserve_space_2
@@ -1207,17 +1143,14 @@ class fused_batch_norm_kernel final : public batch_norm_kernel_base<T> {
   void compute(kernel_context& ctx) override {
     if (!this->begin(ctx)) return;
     const tensor& x = ctx.input(0);
-    auto layout = this->layout_of(x);
-    if (!layout.ok()) return ctx.fail(layout.error());
-    const std::int64_t channels = layout->channels;
     // In training with exponential_avg_factor 1 the running statistics are not read and
     // may be empty.
-    const bool reads_statistics = !this->is_training_ || exponential_avg_factor_ != 1.0f;
-    status s = this->require_vector(ctx.input(1), "scale", channels);
-    if (s.ok()) s = this->require_vector(ctx.input(2), "offset", channels);
-    if (s.ok() && reads_statistics) s = this->require_vector(ctx.input(3), "mean", channels);
-    if (s.ok() && reads_statistics) s = this->require_vector(ctx.input(4), "variance", channels);
-    if (!s.ok()) return ctx.fail(std::move(s));
+    const bool reads_statistics = !this->options_.is_training || exponential_avg_factor_ != 1.0f;
+    auto layout = batch_norm_layout(this->op(), this->options_, x, ctx.input(1), ctx.input(2), ctx.input(3),
+                                    ctx.input(4), reads_statistics);
+    if (!layout.ok()) return ctx.fail(layout.error());
+    if (status s = this->within_cudnn(x); !s.ok()) return ctx.fail(std::move(s));
+    const std::int64_t channels = layout->channels;
 
     outputs out;
     out.y = this->allocate_output(ctx, 0, x.shape()).template data<T>();
@@ -1227,7 +1160,7 @@ class fused_batch_norm_kernel final : public batch_norm_kernel_base<T> {
     tensor& reserve_3 = this->allocate_output(ctx, 5, tensor_shape{});
     if (!this->check(ctx, this->zero(reserve_3.raw_data(), reserve_3.byte_size()))) return;
     if (channels == 0) return;
-    this->check(ctx, this->is_training_ ? train(ctx, *layout, out) : infer(ctx, *layout, out));
+    this->check(ctx, this->options_.is_training ? train(ctx, *layout, out) : infer(ctx, *layout, out));
   }
 
  private:
@@ -1298,16 +1231,10 @@ class fused_batch_norm_grad_kernel final : public batch_norm_kernel_base<T> {
     if (!this->begin(ctx)) return;
     const tensor& dy = ctx.input(0);
     const tensor& x = ctx.input(1);
-    auto layout = this->layout_of(x);
+    auto layout = batch_norm_grad_layout(this->op(), this->options_, dy, x, ctx.input(2), ctx.input(3), ctx.input(4));
     if (!layout.ok()) return ctx.fail(layout.error());
-    if (dy.shape() != x.shape()) {
-      return ctx.fail_invalid_argument("y_backprop ", dy.shape(), " must have the shape of x ", x.shape());
-    }
+    if (status s = this->within_cudnn(x); !s.ok()) return ctx.fail(std::move(s));
     const channel_layout l = *layout;
-    status s = this->require_vector(ctx.input(2), "scale", l.channels);
-    if (s.ok()) s = this->require_vector(ctx.input(3), "reserve_space_1", l.channels);
-    if (s.ok()) s = this->require_vector(ctx.input(4), "reserve_space_2", l.channels);
-    if (!s.ok()) return ctx.fail(std::move(s));
 
     tensor& dx = this->allocate_output(ctx, 0, x.shape());
     tensor& dscale = this->allocate_output(ctx, 1, tensor_shape{l.channels});
@@ -1343,7 +1270,7 @@ class fused_batch_norm_grad_kernel final : public batch_norm_kernel_base<T> {
                                           ctx.input(3).data<T>(), inv_std.data<T>()),
           "cudnnBatchNormalizationBackward"));
     }
-    if (this->is_training_) return status();
+    if (this->options_.is_training) return status();
     gpu::launch_batch_norm_inference_grad<T>(dy, scale, variance, this->epsilon(), l.outer, l.channels, l.inner, dx,
                                              this->stream());
     return cuda_status(cudaGetLastError(), "launching the inference-mode input gradient");

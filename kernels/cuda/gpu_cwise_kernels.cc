@@ -24,6 +24,7 @@
 #include "kernels/cuda/gpu_cwise_launch.h"
 #include "kernels/cuda/gpu_kernel.h"
 #include "kernels/kernel_registry.h"
+#include "kernels/shape_checks.h"
 
 namespace troupe::kernels {
 
@@ -400,38 +401,10 @@ class add_n_kernel final : public gpu_kernel {
 
 // --- BiasAdd, BiasAddGrad ------------------------------------------------------------------
 
-// The [batch, channels, spatial] view of a BiasAdd value: NHWC puts channels last
-// (spatial = 1), NCHW puts them in dimension 1.
-struct bias_layout {
-  std::int64_t batch = 1;
-  std::int64_t channels = 1;
-  std::int64_t spatial = 1;
-};
-
-bias_layout layout_of(const tensor_shape& shape, bool nchw) {
-  bias_layout l;
-  const int channel_dim = nchw ? 1 : shape.rank() - 1;
-  for (int i = 0; i < shape.rank(); ++i) {
-    if (i < channel_dim) {
-      l.batch *= shape.dim(i);
-    } else if (i == channel_dim) {
-      l.channels = shape.dim(i);
-    } else {
-      l.spatial *= shape.dim(i);
-    }
-  }
-  return l;
-}
-
 class bias_kernel_base : public gpu_kernel {
  public:
   explicit bias_kernel_base(kernel_construction& c) : gpu_kernel(c) {
-    std::string format;
-    if (!c.get_attr("data_format", &format)) return;
-    if (format != "NHWC" && format != "NCHW") {
-      c.fail(invalid_argument_error("data_format must be 'NHWC' or 'NCHW', not '", format, "'"));
-    }
-    nchw_ = format == "NCHW";
+    if (status s = read_bias_format(c.node(), &nchw_); !s.ok()) c.fail(std::move(s));
   }
 
  protected:
@@ -448,15 +421,9 @@ class bias_add_kernel final : public bias_kernel_base {
     if (!begin(ctx)) return;
     const tensor& value = ctx.input(0);
     const tensor& bias = ctx.input(1);
-    if (value.rank() < 2) {
-      return ctx.fail(invalid_argument_error("BiasAdd value must have rank >= 2, but is ", value.shape()));
-    }
-    const bias_layout l = layout_of(value.shape(), nchw_);
-    if (bias.rank() != 1 || bias.dim(0) != l.channels) {
-      return ctx.fail(invalid_argument_error("BiasAdd bias ", bias.shape(), " must be a vector of ", l.channels,
-                                             " elements, the channel dimension of value ", value.shape(),
-                                             nchw_ ? " (NCHW)" : " (NHWC)"));
-    }
+    auto layout = bias_add_layout(value.shape(), bias.shape(), nchw_);
+    if (!layout.ok()) return ctx.fail(layout.error());
+    const bias_layout l = *layout;
     tensor& out = allocate_output(ctx, 0, value.shape());
     if (out.num_elements() == 0) return;
     // Three dimensions never exceed k_max_broadcast_rank: collapse always succeeds.
@@ -476,11 +443,9 @@ class bias_add_grad_kernel final : public bias_kernel_base {
   void compute(kernel_context& ctx) override {
     if (!begin(ctx)) return;
     const tensor& grad = ctx.input(0);
-    if (grad.rank() < 2) {
-      return ctx.fail(
-          invalid_argument_error("BiasAddGrad out_backprop must have rank >= 2, but is ", grad.shape()));
-    }
-    const bias_layout l = layout_of(grad.shape(), nchw_);
+    auto layout = bias_add_grad_layout(grad.shape(), nchw_);
+    if (!layout.ok()) return ctx.fail(layout.error());
+    const bias_layout l = *layout;
     tensor& out = allocate_output(ctx, 0, tensor_shape{l.channels});
     if (l.channels == 0) return;
     // Partial sums of a split reduction live until the work queued on the stream is done

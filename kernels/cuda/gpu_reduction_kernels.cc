@@ -30,6 +30,7 @@
 #include "kernels/cuda/gpu_kernel.h"
 #include "kernels/cuda/gpu_reduction_launch.h"
 #include "kernels/kernel_registry.h"
+#include "kernels/shape_checks.h"
 
 namespace troupe::kernels {
 
@@ -58,46 +59,6 @@ index_kind index_kind_of(dtype type) {
 
 // ---- Sum, Mean, Max, Min, Prod ----
 
-// The normalized, validated axes held by `axes_tensor` for an input of shape `shape`, as a
-// per-dimension flag (the CPU kernel's rules and messages).
-result<std::vector<bool>> reduced_dimensions(const tensor& axes_tensor, const tensor_shape& shape) {
-  if (axes_tensor.rank() > 1) {
-    return invalid_argument_error("reduction_indices must be a scalar or a vector, not ", axes_tensor.shape());
-  }
-  const int rank = shape.rank();
-  std::vector<bool> reduced(static_cast<std::size_t>(rank), false);
-  for (std::int64_t axis : index_values(axes_tensor)) {
-    if (axis < -rank || axis >= rank) {
-      return invalid_argument_error("reduction axis ", axis, " is out of range for input ", shape, " (valid: [",
-                                    -rank, ", ", rank, "))");
-    }
-    const auto a = static_cast<std::size_t>(axis < 0 ? axis + rank : axis);
-    if (reduced[a]) {
-      return invalid_argument_error("reduction axes contain dimension ", a, " twice (input ", shape, ")");
-    }
-    reduced[a] = true;
-  }
-  return reduced;
-}
-
-struct dim_group {
-  std::int64_t size;
-  bool reduced;
-};
-
-// Drops size-1 dimensions and merges neighbours with the same flag.
-std::vector<dim_group> collapse(const tensor_shape& shape, const std::vector<bool>& reduced) {
-  std::vector<dim_group> groups;
-  for (int i = 0; i < shape.rank(); ++i) {
-    const std::int64_t size = shape.dim(i);
-    const bool r = reduced[static_cast<std::size_t>(i)];
-    if (size == 1) continue;
-    if (!groups.empty() && groups.back().reduced == r) groups.back().size *= size;
-    else groups.push_back({size, r});
-  }
-  return groups;
-}
-
 template <class T, reduce_kind Kind>
 class reduction_kernel final : public gpu_kernel {
  public:
@@ -108,24 +69,16 @@ class reduction_kernel final : public gpu_kernel {
 
   void compute(kernel_context& ctx) override {
     const tensor& input = ctx.input(0);
-    auto reduced = reduced_dimensions(ctx.input(1), input.shape());
-    if (!reduced.ok()) {
-      ctx.fail(reduced.error());
-      return;
-    }
-    tensor_shape out_shape;
-    for (int i = 0; i < input.rank(); ++i) {
-      if (!(*reduced)[static_cast<std::size_t>(i)]) out_shape.add_dim(input.dim(i));
-      else if (keep_dims_) out_shape.add_dim(1);
-    }
-    const std::vector<dim_group> groups = collapse(input.shape(), *reduced);
-    const auto reduced_groups = std::count_if(groups.begin(), groups.end(), [](const dim_group& g) { return g.reduced; });
+    auto geometry = reduction_geometry_of(input.shape(), ctx.input(1), keep_dims_);
+    if (!geometry.ok()) return ctx.fail(geometry.error());
+    const std::vector<dim_group>& groups = geometry->groups;
+    const std::int64_t reduced_groups = geometry->reduced_groups;
     if (reduced_groups == 0) {  // nothing to combine: every output is one input
-      ctx.set_output(0, input.reshaped(out_shape));
+      ctx.set_output(0, input.reshaped(geometry->output));
       return;
     }
     if (!begin(ctx)) return;
-    tensor& output = allocate_output(ctx, 0, out_shape);
+    tensor& output = allocate_output(ctx, 0, geometry->output);
     const std::int64_t out_size = output.num_elements();
     if (out_size == 0) return;
 
@@ -188,40 +141,19 @@ class arg_reduction_kernel final : public gpu_kernel {
 
   void compute(kernel_context& ctx) override {
     const tensor& input = ctx.input(0);
-    const tensor& dimension = ctx.input(1);
-    if (dimension.rank() != 0) {
-      ctx.fail(invalid_argument_error("dimension must be a scalar, not ", dimension.shape()));
-      return;
-    }
-    const int rank = input.rank();
-    std::int64_t axis = index_values(dimension)[0];
-    if (rank == 0 || axis < -rank || axis >= rank) {
-      ctx.fail(invalid_argument_error("dimension ", axis, " is out of range for input ", input.shape(), " (valid: [",
-                                      -rank, ", ", rank, "))"));
-      return;
-    }
-    if (axis < 0) axis += rank;
-    const int a = static_cast<int>(axis);
-    const std::int64_t reduce = input.dim(a);
-    if (reduce == 0) {
-      ctx.fail(invalid_argument_error("cannot take ", op(), " over empty dimension ", a, " of input ", input.shape()));
-      return;
-    }
-    tensor_shape out_shape = input.shape();
-    out_shape.remove_dim(a);
-    const std::vector<std::int64_t>& dims = input.shape().dims();
-    const std::int64_t outer = product(dims, 0, a), inner = product(dims, a + 1, dims.size());
+    auto g = arg_reduction_geometry_of(op(), input.shape(), ctx.input(1));
+    if (!g.ok()) return ctx.fail(g.error());
     if (!begin(ctx)) return;
-    tensor& output = allocate_output(ctx, 0, out_shape);
+    tensor& output = allocate_output(ctx, 0, g->output);
     if (output.num_elements() == 0) return;
     const bool index64 = ctx.output_type(0) == dtype::int64;
-    if (!index64 && reduce > std::numeric_limits<std::int32_t>::max()) {
-      ctx.fail(invalid_argument_error("dimension ", a, " of input ", input.shape(),
+    if (!index64 && g->reduce > std::numeric_limits<std::int32_t>::max()) {
+      ctx.fail(invalid_argument_error("dimension ", g->axis, " of input ", input.shape(),
                                       " is too long for an int32 output_type"));
       return;
     }
     const gpu::reduce_plan plan =
-        gpu::plan_reduction<T>(Kind, outer, reduce, inner, gpu().properties().multiProcessorCount);
+        gpu::plan_reduction<T>(Kind, g->outer, g->reduce, g->inner, gpu().properties().multiProcessorCount);
     tensor scratch;
     if (plan.scratch_bytes > 0) {
       scratch = allocate_temp(dtype::uint8, tensor_shape{static_cast<std::int64_t>(plan.scratch_bytes)});
@@ -315,26 +247,9 @@ class softmax_xent_kernel final : public gpu_kernel {
   void compute(kernel_context& ctx) override {
     const tensor& features = ctx.input(0);
     const tensor& labels = ctx.input(1);
-    // Broadcast the two shapes (each of rank <= 2) to [batch, classes].
-    auto bad = [&] {
-      ctx.fail(invalid_argument_error("features ", features.shape(), " and labels ", labels.shape(),
-                                      " must broadcast to a [batch, classes] matrix"));
-    };
-    if (features.rank() > 2 || labels.rank() > 2 || std::max(features.rank(), labels.rank()) < 2) {
-      bad();
-      return;
-    }
-    std::int64_t dims[2];
-    for (int i = 0; i < 2; ++i) {
-      const int fi = features.rank() - 2 + i, li = labels.rank() - 2 + i;
-      const std::int64_t f = fi >= 0 ? features.dim(fi) : 1, l = li >= 0 ? labels.dim(li) : 1;
-      if (f != l && f != 1 && l != 1) {
-        bad();
-        return;
-      }
-      dims[i] = f == 1 ? l : f;
-    }
-    const std::int64_t batch = dims[0], classes = dims[1];
+    auto g = softmax_xent_geometry(features.shape(), labels.shape());
+    if (!g.ok()) return ctx.fail(g.error());
+    const std::int64_t batch = g->batch, classes = g->classes;
     if (!begin(ctx)) return;
     tensor& loss = allocate_output(ctx, 0, tensor_shape{batch});
     tensor& backprop = allocate_output(ctx, 1, tensor_shape{batch, classes});
@@ -357,12 +272,9 @@ class sparse_softmax_xent_kernel final : public gpu_kernel {
   void compute(kernel_context& ctx) override {
     const tensor& features = ctx.input(0);
     const tensor& labels = ctx.input(1);
-    if (features.rank() != 2 || labels.rank() != 1 || labels.dim(0) != features.dim(0)) {
-      ctx.fail(invalid_argument_error("features must be [batch, classes] and labels [batch], but features are ",
-                                      features.shape(), " and labels ", labels.shape()));
-      return;
-    }
-    const std::int64_t batch = features.dim(0), classes = features.dim(1);
+    auto g = sparse_softmax_xent_geometry(features.shape(), labels.shape());
+    if (!g.ok()) return ctx.fail(g.error());
+    const std::int64_t batch = g->batch, classes = g->classes;
     if (!begin(ctx)) return;
     tensor& loss = allocate_output(ctx, 0, tensor_shape{batch});
     tensor& backprop = allocate_output(ctx, 1, tensor_shape{batch, classes});
@@ -376,58 +288,30 @@ class sparse_softmax_xent_kernel final : public gpu_kernel {
 
 // ---- GatherV2, UnsortedSegmentSum, OneHot ----
 
-// An axis operand in [-rank, rank), made non-negative; -1 after failing ctx.
-std::int64_t read_axis(kernel_context& ctx, const char* op, const tensor& axis_value, int rank) {
-  if (axis_value.num_elements() != 1) {
-    ctx.fail_invalid_argument(op, ": the axis must be a scalar, not ", axis_value.shape());
-    return -1;
-  }
-  const std::int64_t axis = index_values(axis_value)[0];
-  const std::int64_t a = axis < 0 ? axis + rank : axis;
-  if (a < 0 || a >= rank) {
-    ctx.fail_invalid_argument(op, ": axis ", axis, " is out of range for rank ", rank, " (valid: [", -rank, ", ",
-                              rank, "))");
-    return -1;
-  }
-  return a;
-}
-
 // Rows of params are moved as units of the widest power of two (at most 16 bytes) that
 // divides the row's bytes and params' address, whatever the dtype.
 class gather_kernel final : public gpu_kernel {
  public:
   explicit gather_kernel(kernel_construction& c) : gpu_kernel(c) {
     declare_host_memory_input(2);
-    std::int64_t batch_dims = 0;
-    if (c.get_attr("batch_dims", &batch_dims) && batch_dims != 0) {
-      c.fail(invalid_argument_error("GatherV2: batch_dims ", batch_dims, " is not supported (only 0)"));
-    }
+    if (status s = check_gather_attrs(c.node()); !s.ok()) c.fail(std::move(s));
   }
 
   void compute(kernel_context& ctx) override {
     const tensor& params = ctx.input(0);
     const tensor& indices = ctx.input(1);
-    if (params.rank() == 0) {
-      ctx.fail_invalid_argument("GatherV2: params must have rank >= 1, not a scalar");
-      return;
-    }
-    const std::int64_t axis = read_axis(ctx, "GatherV2", ctx.input(2), params.rank());
-    if (axis < 0) return;
-    const std::vector<std::int64_t>& dims = params.shape().dims();
-    const auto a = static_cast<std::size_t>(axis);
-    const std::int64_t outer = product(dims, 0, a), rows = dims[a], inner = product(dims, a + 1, dims.size());
-    std::vector<std::int64_t> out_dims(dims.begin(), dims.begin() + axis);
-    out_dims.insert(out_dims.end(), indices.shape().dims().begin(), indices.shape().dims().end());
-    out_dims.insert(out_dims.end(), dims.begin() + axis + 1, dims.end());
+    auto g = gather_geometry_of(params.shape(), indices.shape(), ctx.input(2));
+    if (!g.ok()) return ctx.fail(g.error());
     if (!begin(ctx)) return;
-    tensor& out = allocate_output(ctx, 0, tensor_shape(out_dims));
+    tensor& out = allocate_output(ctx, 0, g->output);
     if (out.num_elements() == 0) return;
-    const auto row_bytes = static_cast<std::size_t>(inner) * dtype_size(params.type());
+    const auto row_bytes = static_cast<std::size_t>(g->inner) * dtype_size(params.type());
     const auto address = reinterpret_cast<std::uintptr_t>(params.raw_data());  // a view may start anywhere
     std::size_t unit = 16;
     while (row_bytes % unit != 0 || address % unit != 0) unit /= 2;
     gpu::launch_gather(params.raw_data(), indices.raw_data(), index_kind_of(indices.type()), out.raw_data(), unit,
-                       outer, rows, indices.num_elements(), static_cast<std::int64_t>(row_bytes / unit), stream());
+                       g->outer, g->rows, indices.num_elements(), static_cast<std::int64_t>(row_bytes / unit),
+                       stream());
     check_launch(ctx, "GatherV2");
   }
 };
@@ -440,23 +324,12 @@ class unsorted_segment_sum_kernel final : public gpu_kernel {
   void compute(kernel_context& ctx) override {
     const tensor& data = ctx.input(0);
     const tensor& ids = ctx.input(1);
-    const tensor& num_value = ctx.input(2);
-    if (num_value.num_elements() != 1) {
-      ctx.fail_invalid_argument("UnsortedSegmentSum: num_segments must be a scalar, not ", num_value.shape());
-      return;
-    }
-    const std::int64_t num = index_values(num_value)[0];
-    bool prefix = ids.rank() <= data.rank();
-    for (int i = 0; prefix && i < ids.rank(); ++i) prefix = ids.dim(i) == data.dim(i);
-    if (!prefix || num < 0) {
-      ctx.fail_invalid_argument("UnsortedSegmentSum: segment_ids ", ids.shape(), " must be a prefix of data's shape ",
-                                data.shape(), " and num_segments (", num, ") non-negative");
-      return;
-    }
-    std::vector<std::int64_t> out_dims{num};
-    out_dims.insert(out_dims.end(), data.shape().dims().begin() + ids.rank(), data.shape().dims().end());
+    auto g = unsorted_segment_sum_geometry(data.shape(), ids.shape(), ctx.input(2));
+    if (!g.ok()) return ctx.fail(g.error());
+    const std::vector<std::int64_t>& out_dims = g->output.dims();
+    const std::int64_t num = g->num_segments;
     if (!begin(ctx)) return;
-    tensor& out = allocate_output(ctx, 0, tensor_shape(out_dims));
+    tensor& out = allocate_output(ctx, 0, g->output);
     if (out.num_elements() > 0 &&
         !check(ctx, cudaMemsetAsync(out.raw_data(), 0, out.byte_size(), stream()), "UnsortedSegmentSum: zeroing")) {
       return;
@@ -484,31 +357,17 @@ class one_hot_kernel final : public gpu_kernel {
     const tensor& depth_value = ctx.input(1);
     const tensor& on = ctx.input(2);
     const tensor& off = ctx.input(3);
-    if (depth_value.rank() != 0 || on.rank() != 0 || off.rank() != 0) {
-      ctx.fail_invalid_argument("OneHot: depth, on_value and off_value must be scalars, but have shapes ",
-                                depth_value.shape(), ", ", on.shape(), " and ", off.shape());
-      return;
-    }
-    const std::int64_t depth = depth_value.data<std::int32_t>()[0];
-    const int rank = indices.rank();
-    if (depth < 0 || axis_ < -1 || axis_ > rank) {
-      ctx.fail_invalid_argument("OneHot: depth (", depth, ") must be non-negative and axis (", axis_,
-                                ") -1 or in [0, ", rank, "]");
-      return;
-    }
-    const std::size_t axis = axis_ == -1 ? static_cast<std::size_t>(rank) : static_cast<std::size_t>(axis_);
-    std::vector<std::int64_t> dims = indices.shape().dims();
-    const std::int64_t prefix = product(dims, 0, axis), suffix = product(dims, axis, dims.size());
-    dims.insert(dims.begin() + static_cast<std::ptrdiff_t>(axis), depth);
+    auto g = one_hot_geometry_of(indices.shape(), depth_value, on, off, axis_);
+    if (!g.ok()) return ctx.fail(g.error());
     if (!begin(ctx)) return;
-    tensor& out = allocate_output(ctx, 0, tensor_shape(dims));
+    tensor& out = allocate_output(ctx, 0, g->output);
     if (out.num_elements() == 0) return;
     const std::size_t element = dtype_size(out.type());
     std::uint64_t on_bits = 0, off_bits = 0;  // the values' bytes, low bytes first (little-endian)
     std::memcpy(&on_bits, on.raw_data(), element);
     std::memcpy(&off_bits, off.raw_data(), element);
-    gpu::launch_one_hot(indices.raw_data(), index_kind_of(indices.type()), out.raw_data(), element, prefix, depth,
-                        suffix, on_bits, off_bits, stream());
+    gpu::launch_one_hot(indices.raw_data(), index_kind_of(indices.type()), out.raw_data(), element, g->prefix,
+                        g->depth, g->suffix, on_bits, off_bits, stream());
     check_launch(ctx, "OneHot");
   }
 
@@ -516,26 +375,16 @@ class one_hot_kernel final : public gpu_kernel {
   std::int64_t axis_ = -1;
 };
 
-// Registers Kernel<T> for Sum-like ops for every (T, Tidx) pair.
-template <template <class> class Kernel>
-void add_reduction_kernels(kernel_registry& registry, const std::string& op) {
-  for_each_type<gpu_reduction_types>([&]<class T>() {
-    for_each_type<index_types>([&]<class I>() {
-      registry.add(op, "GPU", {{"T", dtype_of<T>}, {"Tidx", dtype_of<I>}}, make_kernel<Kernel<T>>);
-    });
-  });
-}
-
 }  // namespace
 
 void register_gpu_reduction_kernels(kernel_registry& registry) {
-  add_reduction_kernels<sum_kernel>(registry, "Sum");
-  add_reduction_kernels<mean_kernel>(registry, "Mean");
-  add_reduction_kernels<max_kernel>(registry, "Max");
-  add_reduction_kernels<min_kernel>(registry, "Min");
-  add_reduction_kernels<prod_kernel>(registry, "Prod");
-  add_reduction_kernels<arg_max_kernel>(registry, "ArgMax");
-  add_reduction_kernels<arg_min_kernel>(registry, "ArgMin");
+  add_reduction_kernels<sum_kernel, gpu_reduction_types>(registry, "Sum", "GPU");
+  add_reduction_kernels<mean_kernel, gpu_reduction_types>(registry, "Mean", "GPU");
+  add_reduction_kernels<max_kernel, gpu_reduction_types>(registry, "Max", "GPU");
+  add_reduction_kernels<min_kernel, gpu_reduction_types>(registry, "Min", "GPU");
+  add_reduction_kernels<prod_kernel, gpu_reduction_types>(registry, "Prod", "GPU");
+  add_reduction_kernels<arg_max_kernel, gpu_reduction_types>(registry, "ArgMax", "GPU");
+  add_reduction_kernels<arg_min_kernel, gpu_reduction_types>(registry, "ArgMin", "GPU");
   add_typed_kernels<softmax, float_types>(registry, "Softmax", "T", "GPU");
   add_typed_kernels<log_softmax, float_types>(registry, "LogSoftmax", "T", "GPU");
   add_typed_kernels<softmax_xent_kernel, float_types>(registry, "SoftmaxCrossEntropyWithLogits", "T", "GPU");
