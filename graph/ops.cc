@@ -62,6 +62,9 @@ output matmul(const scope& s, output a, output b, bool transpose_a, bool transpo
   return s.add("MatMul", {a, b}, {{"transpose_a", attr_value(transpose_a)},
                                   {"transpose_b", attr_value(transpose_b)}}).out();
 }
+output batch_matmul(const scope& s, output x, output y, bool adj_x, bool adj_y) {
+  return s.add("BatchMatMulV2", {x, y}, {{"adj_x", attr_value(adj_x)}, {"adj_y", attr_value(adj_y)}}).out();
+}
 output bias_add(const scope& s, output value, output bias) { return binary(s, "BiasAdd", value, bias); }
 output softmax(const scope& s, output logits) { return unary(s, "Softmax", logits); }
 output log_softmax(const scope& s, output logits) { return unary(s, "LogSoftmax", logits); }

@@ -60,6 +60,8 @@ output select(const scope& s, output condition, output x, output y);  // SelectV
 // Linear algebra and neural-network ops.
 output matmul(const scope& s, output a, output b, bool transpose_a = false,
               bool transpose_b = false);
+// BatchMatMulV2: op(x) op(y) over the innermost two dimensions, batch dimensions broadcast.
+output batch_matmul(const scope& s, output x, output y, bool adj_x = false, bool adj_y = false);
 output bias_add(const scope& s, output value, output bias);
 output softmax(const scope& s, output logits);
 output log_softmax(const scope& s, output logits);

@@ -55,6 +55,72 @@ status matmul_shape(shape_context& ctx) {
   return status();
 }
 
+// BatchMatMulV2 (batch dimensions broadcast) and BatchMatMul (they must agree):
+// [..., m, k] x [..., k, n] -> [batch..., m, n], each operand adjointed on request.
+status batch_matmul_shape(shape_context& ctx, bool broadcast) {
+  bool adj_x = false, adj_y = false;
+  TROUPE_RETURN_IF_ERROR(ctx.get_attr("adj_x", &adj_x));
+  TROUPE_RETURN_IF_ERROR(ctx.get_attr("adj_y", &adj_y));
+  const partial_shape& x = ctx.input(0);
+  const partial_shape& y = ctx.input(1);
+  if ((x.known_rank() && x.rank() < 2) || (y.known_rank() && y.rank() < 2)) {
+    return ctx.error("BatchMatMul needs tensors of rank 2 or more, but x is ", x.to_string(), " and y is ",
+                     y.to_string());
+  }
+  if (!x.known_rank() || !y.known_rank()) {
+    ctx.set_output(0, partial_shape());
+    return status();
+  }
+  const std::int64_t m = x.dim(x.rank() - (adj_x ? 1 : 2)), k_x = x.dim(x.rank() - (adj_x ? 2 : 1));
+  const std::int64_t k_y = y.dim(y.rank() - (adj_y ? 1 : 2)), n = y.dim(y.rank() - (adj_y ? 2 : 1));
+  std::int64_t k;
+  if (!merge_dim(k_x, k_y, &k)) {
+    return ctx.error("matrix size-incompatible: x ", x.to_string(), adj_x ? " (adjoint)" : "",
+                     " has inner dimension ", k_x, " but y ", y.to_string(), adj_y ? " (adjoint)" : "",
+                     " has inner dimension ", k_y);
+  }
+  partial_shape xb(std::vector<std::int64_t>(x.dims().begin(), x.dims().end() - 2));
+  partial_shape yb(std::vector<std::int64_t>(y.dims().begin(), y.dims().end() - 2));
+  if (!broadcast && xb.rank() != yb.rank()) {
+    return ctx.error("batch dimensions differ: x ", x.to_string(), " and y ", y.to_string());
+  }
+  auto batch = broadcast_shapes(xb, yb);
+  if (!batch.ok()) return ctx.error("batch dimensions do not broadcast: ", batch.error().message());
+  std::vector<std::int64_t> out = batch->dims();
+  out.push_back(m);
+  out.push_back(n);
+  ctx.set_output(0, partial_shape(out));
+  return status();
+}
+
+// TensorFlow's gradient of BatchMatMulV2, summed over the batch dimensions a side was
+// broadcast along.
+status batch_matmul_grad(const gradient_context& ctx, std::vector<output>* dx) {
+  bool ax = false, ay = false;
+  TROUPE_RETURN_IF_ERROR(get_attr(ctx.forward.def, "adj_x", &ax));
+  TROUPE_RETURN_IF_ERROR(get_attr(ctx.forward.def, "adj_y", &ay));
+  const scope& s = ctx.s;
+  const output& x = ctx.inputs[0];
+  const output& y = ctx.inputs[1];
+  const output& dz = ctx.grad_outputs[0];
+  output gx, gy;
+  if (!ax && !ay) {
+    gx = ops::batch_matmul(s, dz, y, false, true);
+    gy = ops::batch_matmul(s, x, dz, true, false);
+  } else if (!ax && ay) {
+    gx = ops::batch_matmul(s, dz, y, false, false);
+    gy = ops::batch_matmul(s, dz, x, true, false);
+  } else if (ax && !ay) {
+    gx = ops::batch_matmul(s, y, dz, false, true);
+    gy = ops::batch_matmul(s, x, dz, false, false);
+  } else {
+    gx = ops::batch_matmul(s, y, dz, true, true);
+    gy = ops::batch_matmul(s, dz, x, true, true);
+  }
+  *dx = {sum_to_shape_of(s, gx, x), sum_to_shape_of(s, gy, y)};
+  return status();
+}
+
 // The channel dimension of a BiasAdd value of rank `rank`.
 int bias_channel_dim(const std::string& data_format, int rank) {
   return data_format == "NCHW" ? 1 : rank - 1;
@@ -260,6 +326,18 @@ void register_nn_ops(op_registry& registry) {
                              .attr("T: {float, double, int32, int64}")
                              .shape_fn(matmul_shape)
                              .gradient(matmul_grad));
+
+  for (bool v2 : {true, false}) {
+    add_builtin_op(registry, op_schema(v2 ? "BatchMatMulV2" : "BatchMatMul")
+                               .input("x: T")
+                               .input("y: T")
+                               .output("output: T")
+                               .attr("T: {float, double, int32, int64}")
+                               .attr("adj_x: bool = false")
+                               .attr("adj_y: bool = false")
+                               .shape_fn([v2](shape_context& ctx) { return batch_matmul_shape(ctx, v2); })
+                               .gradient(batch_matmul_grad));
+  }
 
   add_builtin_op(registry,
                op_schema("BiasAdd")

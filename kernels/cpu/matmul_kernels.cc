@@ -27,6 +27,7 @@
 #include "kernels/cpu/fastest.h"
 #include "kernels/cpu/gemm_backend.h"
 #include "kernels/cpu/onednn.h"
+#include "kernels/batch_matmul.h"
 #include "kernels/kernel_registry.h"
 
 namespace troupe::kernels {
@@ -196,11 +197,67 @@ class matmul_kernel final : public op_kernel {
   bool transpose_b_ = false;
 };
 
+// BatchMatMulV2 (batch dimensions broadcast) and BatchMatMul (they must be equal): one
+// Eigen product per output matrix, the matrices spread over the pool.
+template <class T, bool Broadcast>
+class batch_matmul_kernel final : public op_kernel {
+ public:
+  explicit batch_matmul_kernel(kernel_construction& c) : op_kernel(c) {
+    c.get_attrs("adj_x", &adj_x_, "adj_y", &adj_y_);
+  }
+
+  void compute(kernel_context& ctx) override {
+    const tensor& x = ctx.input(0);
+    const tensor& y = ctx.input(1);
+    auto g = batch_matmul_geometry(x.shape(), y.shape(), adj_x_, adj_y_, Broadcast);
+    if (!g.ok()) {
+      ctx.fail(g.error());
+      return;
+    }
+    tensor& out = ctx.allocate_output(0, g->output);
+    if (out.num_elements() == 0) return;
+    using matrix = Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+    const std::int64_t m = g->m, n = g->n, k = g->k;
+    const T* xd = x.data<T>();
+    const T* yd = y.data<T>();
+    T* od = out.data<T>();
+    auto multiply = [&](std::int64_t b) {
+      Eigen::Map<matrix> o(od + b * m * n, m, n);
+      if (k == 0) {
+        o.setZero();
+        return;
+      }
+      Eigen::Map<const matrix> xm(xd + g->x_batch[static_cast<std::size_t>(b)] * m * k, adj_x_ ? k : m, adj_x_ ? m : k);
+      Eigen::Map<const matrix> ym(yd + g->y_batch[static_cast<std::size_t>(b)] * k * n, adj_y_ ? n : k, adj_y_ ? k : n);
+      if (adj_x_ && adj_y_) o.noalias() = xm.transpose() * ym.transpose();
+      else if (adj_x_) o.noalias() = xm.transpose() * ym;
+      else if (adj_y_) o.noalias() = xm * ym.transpose();
+      else o.noalias() = xm * ym;
+    };
+    const double ns_per_madd = std::is_floating_point_v<T> ? 0.02 : 1.0;
+    ctx.pool().parallel_for(g->batches, static_cast<double>(m * n * k) * ns_per_madd,
+                            [&](std::int64_t begin, std::int64_t end) {
+                              for (std::int64_t b = begin; b < end; ++b) multiply(b);
+                            });
+  }
+
+ private:
+  bool adj_x_ = false;
+  bool adj_y_ = false;
+};
+
+template <class T>
+using batch_matmul_v2_kernel = batch_matmul_kernel<T, true>;
+template <class T>
+using batch_matmul_v1_kernel = batch_matmul_kernel<T, false>;
+
 }  // namespace
 
 void register_matmul_kernels(kernel_registry& registry) {
-  add_typed_kernels<matmul_kernel, type_list<float, double, std::int32_t, std::int64_t>>(
-      registry, "MatMul");
+  using types = type_list<float, double, std::int32_t, std::int64_t>;
+  add_typed_kernels<matmul_kernel, types>(registry, "MatMul");
+  add_typed_kernels<batch_matmul_v2_kernel, types>(registry, "BatchMatMulV2");
+  add_typed_kernels<batch_matmul_v1_kernel, types>(registry, "BatchMatMul");
 }
 
 }  // namespace troupe::kernels

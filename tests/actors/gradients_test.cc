@@ -170,6 +170,16 @@ std::vector<gradient_case> gradient_cases() {
       {"MatMul transpose_a", {{3, 2}, {3, 4}}, [](const scope& s, const v& x) { return ops::matmul(s, x[0], x[1], true, false); }},
       {"MatMul transpose_b", {{2, 3}, {4, 3}}, [](const scope& s, const v& x) { return ops::matmul(s, x[0], x[1], false, true); }},
       {"MatMul transpose_a transpose_b", {{3, 2}, {4, 3}}, [](const scope& s, const v& x) { return ops::matmul(s, x[0], x[1], true, true); }},
+      {"BatchMatMulV2", {{2, 2, 3}, {2, 3, 4}}, [](const scope& s, const v& x) { return ops::batch_matmul(s, x[0], x[1]); }},
+      {"BatchMatMulV2 adj_x adj_y", {{2, 3, 2}, {2, 4, 3}}, [](const scope& s, const v& x) {
+         return ops::batch_matmul(s, x[0], x[1], true, true);
+       }},
+      {"BatchMatMulV2 adj_y, x broadcast [3,2] x [2,1,4,2]", {{2, 3}, {2, 1, 4, 3}}, [](const scope& s, const v& x) {
+         return ops::batch_matmul(s, x[0], x[1], false, true);
+       }},
+      {"BatchMatMulV2 adj_x, batches [2,1] x [3]", {{2, 1, 3, 2}, {3, 3, 4}}, [](const scope& s, const v& x) {
+         return ops::batch_matmul(s, x[0], x[1], true, false);
+       }},
       {"BiasAdd NHWC", {{2, 3}, {3}}, [](const scope& s, const v& x) { return ops::bias_add(s, x[0], x[1]); }},
       {"BiasAdd NCHW", {{2, 3, 2}, {3}}, [](const scope& s, const v& x) {
          return s.add("BiasAdd", {x[0], x[1]}, {{"data_format", graph::attr_value("NCHW")}}).out();

@@ -18,11 +18,15 @@ const skip_when no_gpu([]() -> std::optional<std::string> {
 
 // One function per tests/gpu/*_cases.cc file.
 void matmul_cases();
+void batch_matmul_cases();
 void cudnn_cases();
 void cwise_cases();
 void reduction_cases();
 
-TEST_CASE("GPU MatMul and BatchMatMul agree with the CPU", "[gpu][matmul]") { matmul_cases(); }
+TEST_CASE("GPU MatMul and BatchMatMul agree with the CPU", "[gpu][matmul]") {
+  matmul_cases();
+  batch_matmul_cases();
+}
 TEST_CASE("GPU convolutions, pooling, LRN and batch norm agree with the CPU", "[gpu][cudnn]") { cudnn_cases(); }
 TEST_CASE("GPU element-wise kernels agree with the CPU", "[gpu][cwise]") { cwise_cases(); }
 TEST_CASE("GPU reductions, softmax, cross-entropies, gathers agree with the CPU", "[gpu][reduction]") {

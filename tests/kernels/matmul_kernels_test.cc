@@ -208,3 +208,106 @@ TEST_CASE("MatMul shape function") {
 
 }  // namespace
 }  // namespace troupe
+
+namespace troupe {
+
+namespace {
+
+tf::NodeDef batch_matmul_node(const char* op, dtype type, bool adj_x, bool adj_y) {
+  tf::NodeDef node;
+  node.set_name("bmm");
+  node.set_op(op);
+  (*node.mutable_attr())["T"] = graph::attr_value(type);
+  (*node.mutable_attr())["adj_x"] = graph::attr_value(adj_x);
+  (*node.mutable_attr())["adj_y"] = graph::attr_value(adj_y);
+  return node;
+}
+
+// Matrix `index` (row-major over the batch dimensions) of t, as a 2-D tensor.
+template <class T>
+tensor matrix_at(const tensor& t, std::int64_t index) {
+  const std::int64_t rows = t.dim(t.rank() - 2), cols = t.dim(t.rank() - 1);
+  tensor out(dtype_of<T>, {rows, cols});
+  std::copy_n(t.data<T>() + index * rows * cols, rows * cols, out.data<T>());
+  return out;
+}
+
+// Which matrix of an operand with batch dimensions `dims` (aligned on the right) the
+// output's batch multi-index `at` reads: broadcast dimensions (size 1) read index 0.
+std::int64_t operand_matrix(const std::vector<std::int64_t>& dims, const std::vector<std::int64_t>& at) {
+  std::int64_t index = 0;
+  const std::size_t skip = at.size() - dims.size();
+  for (std::size_t d = 0; d < dims.size(); ++d) index = index * dims[d] + (dims[d] == 1 ? 0 : at[skip + d]);
+  return index;
+}
+
+template <class T>
+void check_batch_case(std::mt19937& rng, const tensor_shape& xs, const tensor_shape& ys, bool adj_x, bool adj_y) {
+  tensor x = random_tensor<T>(xs, rng), y = random_tensor<T>(ys, rng);
+  INFO("dtype " << dtype_name(dtype_of<T>) << ", x " << xs << (adj_x ? "^T" : "") << ", y " << ys
+                << (adj_y ? "^T" : ""));
+  auto out = kernels::run_kernel(batch_matmul_node("BatchMatMulV2", dtype_of<T>, adj_x, adj_y), {x, y});
+  REQUIRE(out.ok());
+  const tensor& z = (*out)[0];
+  std::vector<std::int64_t> xb(xs.dims().begin(), xs.dims().end() - 2), yb(ys.dims().begin(), ys.dims().end() - 2);
+  std::vector<std::int64_t> zb(z.shape().dims().begin(), z.shape().dims().end() - 2);
+  std::int64_t batches = 1;
+  for (std::int64_t d : zb) batches *= d;
+  std::vector<std::int64_t> at(zb.size(), 0);
+  for (std::int64_t b = 0; b < batches; ++b) {
+    INFO("output matrix " << b);
+    check_product<T>(matrix_at<T>(x, operand_matrix(xb, at)), matrix_at<T>(y, operand_matrix(yb, at)), adj_x, adj_y,
+                     matrix_at<T>(z, b));
+    for (int d = static_cast<int>(zb.size()) - 1; d >= 0; --d) {
+      if (++at[static_cast<std::size_t>(d)] < zb[static_cast<std::size_t>(d)]) break;
+      at[static_cast<std::size_t>(d)] = 0;
+    }
+  }
+}
+
+}  // namespace
+
+TEST_CASE("BatchMatMulV2 matches per-matrix products, with broadcast batch dimensions and adjoints") {
+  std::mt19937 rng(42);
+  struct shapes {
+    tensor_shape x, y;  // without adjoints: [..., m, k] and [..., k, n]
+  };
+  const shapes cases[] = {{{2, 3, 4}, {2, 4, 5}}, {{3, 4}, {2, 4, 5}}, {{2, 1, 3, 4}, {3, 4, 2}},
+                          {{1, 3, 4}, {5, 4, 2}}, {{2, 3, 0}, {2, 0, 4}}, {{0, 3, 4}, {4, 2}}};
+  for_each_type<matmul_types>([&]<class T>() {
+    for (const shapes& c : cases) {
+      for (bool adj_x : {false, true}) {
+        for (bool adj_y : {false, true}) {
+          auto swap_last = [](tensor_shape s) {
+            std::vector<std::int64_t> d = s.dims();
+            std::swap(d[d.size() - 1], d[d.size() - 2]);
+            return tensor_shape(d);
+          };
+          check_batch_case<T>(rng, adj_x ? swap_last(c.x) : c.x, adj_y ? swap_last(c.y) : c.y, adj_x, adj_y);
+        }
+      }
+    }
+  });
+}
+
+TEST_CASE("BatchMatMul errors name the shapes; version 1 does not broadcast") {
+  auto run = [](const char* op, tensor_shape xs, tensor_shape ys) {
+    return kernels::run_kernel(batch_matmul_node(op, dtype::float32, false, false),
+                               {tensor::zeros(dtype::float32, xs), tensor::zeros(dtype::float32, ys)});
+  };
+  auto inner = run("BatchMatMulV2", {2, 3, 4}, {2, 5, 6});
+  REQUIRE_FALSE(inner.ok());
+  CHECK_THAT(inner.error().message(), Catch::Contains("matrix size-incompatible") && Catch::Contains("[2,3,4]"));
+  auto batch = run("BatchMatMulV2", {2, 3, 4}, {3, 4, 6});
+  REQUIRE_FALSE(batch.ok());
+  CHECK_THAT(batch.error().message(), Catch::Contains("do not broadcast"));
+  auto rank = run("BatchMatMulV2", {4}, {4, 6});
+  REQUIRE_FALSE(rank.ok());
+  CHECK_THAT(rank.error().message(), Catch::Contains("rank 2 or more"));
+  auto v1 = run("BatchMatMul", {1, 3, 4}, {2, 4, 6});
+  REQUIRE_FALSE(v1.ok());
+  CHECK_THAT(v1.error().message(), Catch::Contains("batch dimensions differ"));
+  REQUIRE(run("BatchMatMul", {2, 3, 4}, {2, 4, 6}).ok());
+}
+
+}  // namespace troupe
