@@ -62,6 +62,18 @@ echo "== bench_checkpoint"
   || { cat "$out/checkpoint.log" >&2; exit 1; }
 grep -q '"restore_s"' "$out/checkpoint.json" || { echo "smoke: bench_checkpoint wrote no restore" >&2; exit 1; }
 
+# bench_gpu exists where troupe was built with CUDA; without a GPU it says so and exits 77.
+if [ -x "$bin/bench_gpu" ]; then
+  echo "== bench_gpu"
+  status=0
+  "$bin/bench_gpu" --smoke --repeats=2 >"$out/gpu.json" 2>"$out/gpu.log" || status=$?
+  case "$status" in
+    0) grep -q '"executor"' "$out/gpu.json" || { echo "smoke: bench_gpu wrote no executor figure" >&2; exit 1; } ;;
+    77) echo "   skipped: $(cat "$out/gpu.json")" ;;
+    *) cat "$out/gpu.log" >&2; echo "smoke: bench_gpu failed" >&2; exit 1 ;;
+  esac
+fi
+
 # The report builder reads what the programs wrote (no peers here; plots only when
 # matplotlib is installed).
 if command -v python3 >/dev/null; then

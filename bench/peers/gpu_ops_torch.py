@@ -63,6 +63,17 @@ def kernels():
     return out
 
 
+def set_tf32(on):
+    torch.backends.cuda.matmul.allow_tf32 = on
+    torch.backends.cudnn.allow_tf32 = on
+    # Newer PyTorch has per-backend precision settings as well; set them too, so that
+    # "float32" means IEEE float32 arithmetic. (On 2026-12-04 PyTorch 2.11's float32
+    # convolutions, with only the flags above set, ran faster than float32 arithmetic can.)
+    for backend in (getattr(torch.backends.cudnn, "conv", None), getattr(torch.backends.cuda, "matmul", None)):
+        if backend is not None and hasattr(backend, "fp32_precision"):
+            backend.fp32_precision = "tf32" if on else "ieee"
+
+
 def neg_chain_us_per_op(n=1000, repeats=20):
     """Eager PyTorch's cost per op: n one-element negations in a row, then a synchronize."""
     x = torch.ones(1, device="cuda")
@@ -83,8 +94,7 @@ def main():
     torch.backends.cudnn.benchmark = True
     results = {}
     for mode in ("float32", "tf32"):
-        torch.backends.cuda.matmul.allow_tf32 = mode == "tf32"
-        torch.backends.cudnn.allow_tf32 = mode == "tf32"
+        set_tf32(mode == "tf32")
         results[mode] = kernels()
     print(json.dumps({
         "torch": torch.__version__,
