@@ -54,7 +54,7 @@ struct cluster_options {
   // Makes the device behind each device of the spec that is not a CPU (a GPU's streams
   // and memory) from its full name, type and index. Empty: kernels::make_accelerator.
   std::function<result<std::unique_ptr<kernels::device>>(const std::string& name, const std::string& type, int index)>
-      make_accelerator;
+      make_accelerator = nullptr;
 };
 
 class cluster {
