@@ -61,10 +61,10 @@ void send_exit(const caf::actor& dest, caf::error reason) {
 }  // namespace
 
 std::unique_ptr<runtime_device> cluster::start_device(const std::string& full) {
-  std::string task = full.substr(0, full.find("/device:"));
+  // The spec's own device names always parse.
+  const placement::device_name name = *placement::parse_full_device_name(full, "a device of the cluster spec");
   auto accelerator = accelerators_.find(full);
-  const std::string type = full.substr(full.find("/device:") + 8, full.rfind(':') - full.find("/device:") - 8);
-  auto dev = std::make_unique<runtime_device>(full, type, task, *system_, *pool_,
+  auto dev = std::make_unique<runtime_device>(full, *name.type, placement::task_prefix(name), *system_, *pool_,
                                               accelerator == accelerators_.end() ? nullptr : accelerator->second);
   dev->set_tracer(options_.tracer);
   dev->set_sync_watcher(options_.sync_watcher);

@@ -10,6 +10,7 @@
 // TensorFlow's math_grad.py and nn_grad.py; BiasAddGrad has none yet (no second order).
 #include <cstdio>
 #include <cstdlib>
+#include <utility>
 
 #include "graph/gradients.h"
 #include "graph/op_registry.h"
@@ -93,31 +94,28 @@ status batch_matmul_shape(shape_context& ctx, bool broadcast) {
   return status();
 }
 
+// The gradients of a product z = op_a(a) op_b(b) (op: transposed when ta / tb) with
+// respect to a and b, built with `product(s, x, y, tx, ty)` (MatMul or BatchMatMulV2):
+// TensorFlow's table of the four cases.
+template <class Product>
+std::pair<output, output> product_grads(const scope& s, const Product& product, bool ta, bool tb, const output& a,
+                                        const output& b, const output& dz) {
+  if (!ta && !tb) return {product(s, dz, b, false, true), product(s, a, dz, true, false)};
+  if (!ta && tb) return {product(s, dz, b, false, false), product(s, dz, a, true, false)};
+  if (ta && !tb) return {product(s, b, dz, false, true), product(s, a, dz, false, false)};
+  return {product(s, b, dz, true, true), product(s, dz, a, true, true)};
+}
+
 // TensorFlow's gradient of BatchMatMulV2, summed over the batch dimensions a side was
 // broadcast along.
 status batch_matmul_grad(const gradient_context& ctx, std::vector<output>* dx) {
   bool ax = false, ay = false;
   TROUPE_RETURN_IF_ERROR(get_attr(ctx.forward.def, "adj_x", &ax));
   TROUPE_RETURN_IF_ERROR(get_attr(ctx.forward.def, "adj_y", &ay));
-  const scope& s = ctx.s;
   const output& x = ctx.inputs[0];
   const output& y = ctx.inputs[1];
-  const output& dz = ctx.grad_outputs[0];
-  output gx, gy;
-  if (!ax && !ay) {
-    gx = ops::batch_matmul(s, dz, y, false, true);
-    gy = ops::batch_matmul(s, x, dz, true, false);
-  } else if (!ax && ay) {
-    gx = ops::batch_matmul(s, dz, y, false, false);
-    gy = ops::batch_matmul(s, dz, x, true, false);
-  } else if (ax && !ay) {
-    gx = ops::batch_matmul(s, y, dz, false, true);
-    gy = ops::batch_matmul(s, x, dz, false, false);
-  } else {
-    gx = ops::batch_matmul(s, y, dz, true, true);
-    gy = ops::batch_matmul(s, dz, x, true, true);
-  }
-  *dx = {sum_to_shape_of(s, gx, x), sum_to_shape_of(s, gy, y)};
+  auto [gx, gy] = product_grads(ctx.s, ops::batch_matmul, ax, ay, x, y, ctx.grad_outputs[0]);
+  *dx = {sum_to_shape_of(ctx.s, gx, x), sum_to_shape_of(ctx.s, gy, y)};
   return status();
 }
 
@@ -213,19 +211,8 @@ status matmul_grad(const gradient_context& ctx, grads dx) {
   bool ta = false, tb = false;
   TROUPE_RETURN_IF_ERROR(get_attr(ctx.forward.def, "transpose_a", &ta));
   TROUPE_RETURN_IF_ERROR(get_attr(ctx.forward.def, "transpose_b", &tb));
-  const scope& s = ctx.s;
-  const output& a = ctx.inputs[0];
-  const output& b = ctx.inputs[1];
-  const output& dy = ctx.grad_outputs[0];
-  if (!ta && !tb) {
-    *dx = {ops::matmul(s, dy, b, false, true), ops::matmul(s, a, dy, true, false)};
-  } else if (!ta && tb) {
-    *dx = {ops::matmul(s, dy, b, false, false), ops::matmul(s, dy, a, true, false)};
-  } else if (ta && !tb) {
-    *dx = {ops::matmul(s, b, dy, false, true), ops::matmul(s, a, dy, false, false)};
-  } else {
-    *dx = {ops::matmul(s, b, dy, true, true), ops::matmul(s, dy, a, true, true)};
-  }
+  auto [da, db] = product_grads(ctx.s, ops::matmul, ta, tb, ctx.inputs[0], ctx.inputs[1], ctx.grad_outputs[0]);
+  *dx = {da, db};
   return status();
 }
 

@@ -27,7 +27,7 @@
 #include "kernels/cpu/fastest.h"
 #include "kernels/cpu/gemm_backend.h"
 #include "kernels/cpu/onednn.h"
-#include "kernels/batch_matmul.h"
+#include "kernels/shape_checks.h"
 #include "kernels/kernel_registry.h"
 
 namespace troupe::kernels {
@@ -133,22 +133,12 @@ class matmul_kernel final : public op_kernel {
   void compute(kernel_context& ctx) override {
     const tensor& a = ctx.input(0);
     const tensor& b = ctx.input(1);
-    if (a.rank() != 2 || b.rank() != 2) {
-      ctx.fail(invalid_argument_error("MatMul needs matrices, but a is ", a.shape(), " and b is ",
-                                      b.shape()));
+    auto g = matmul_geometry_of(a.shape(), b.shape(), transpose_a_, transpose_b_);
+    if (!g.ok()) {
+      ctx.fail(g.error());
       return;
     }
-    std::int64_t m = a.dim(transpose_a_ ? 1 : 0);
-    std::int64_t k = a.dim(transpose_a_ ? 0 : 1);
-    std::int64_t k_b = b.dim(transpose_b_ ? 1 : 0);
-    std::int64_t n = b.dim(transpose_b_ ? 0 : 1);
-    if (k != k_b) {
-      ctx.fail(invalid_argument_error(
-          "matrix size-incompatible: a ", a.shape(), transpose_a_ ? " (transposed)" : "",
-          " has inner dimension ", k, " but b ", b.shape(), transpose_b_ ? " (transposed)" : "",
-          " has inner dimension ", k_b));
-      return;
-    }
+    const std::int64_t m = g->m, n = g->n, k = g->k;
     constexpr std::int64_t k_blas_max = std::numeric_limits<blasint>::max();
     if (std::is_floating_point_v<T> &&
         (m > k_blas_max || n > k_blas_max || k > k_blas_max || a.dim(1) > k_blas_max ||
