@@ -10,7 +10,8 @@
 // its chunks go to the file; then the rest, fsync, rename, commit) of a later checkpoint
 // of the model (first_save_s: its first, which also pays for fresh memory to build the
 // file in); restore is restore_latest of every variable onto the same sharding (every
-// checksum checked, the whole file's CRC too); restore_verify_s is open_latest alone
+// checksum checked, the whole file's CRC too; first_restore_s: the first round's, which
+// also pays the first touch of the memory restored into); restore_verify_s is open_latest alone
 // (verifies the whole file, as `inspect DIR` does). Before each read the file's pages are
 // dropped from the page cache (posix_fadvise), so reads come from the disk as a restarted
 // task's would. The disk's speed drifts, so `--rounds` rounds each measure everything
@@ -149,11 +150,11 @@ int run(std::int64_t megabytes, const std::string& parent, int shards, int round
   std::printf(
       "{\"megabytes\": %lld, \"shards\": %d, \"file_bytes\": %lld, \"raw_write_s\": %.3f, \"raw_write_mb_s\": %.0f, "
       "\"first_save_s\": %.3f, \"save_s\": %.3f, \"save_mb_s\": %.0f, \"save_over_raw_write\": %.2f, \"raw_read_s\": %.3f, "
-      "\"raw_read_mb_s\": %.0f, \"restore_s\": %.3f, \"restore_verify_s\": %.3f, \"restore_mb_s\": %.0f, "
+      "\"raw_read_mb_s\": %.0f, \"first_restore_s\": %.3f, \"restore_s\": %.3f, \"restore_verify_s\": %.3f, \"restore_mb_s\": %.0f, "
       "\"restore_over_raw_read\": %.2f, \"rounds\": %d}\n",
       static_cast<long long>(megabytes), shards, static_cast<long long>(file_bytes), median(raw_write), mb / median(raw_write),
       first_save, median(save), mb / median(save), median(raw_write) / median(save), median(raw_read),
-      mb / median(raw_read), median(restore), median(verify), mb / median(restore), median(raw_read) / median(restore),
+      mb / median(raw_read), restore.front(), median(restore), median(verify), mb / median(restore), median(raw_read) / median(restore),
       rounds);
   std::fprintf(stderr, "rounds (s): raw_write %s save %s raw_read %s restore %s verify %s\n", list(raw_write).c_str(),
                list(save).c_str(), list(raw_read).c_str(), list(restore).c_str(), list(verify).c_str());

@@ -8,13 +8,16 @@
 #include <cerrno>
 #include <chrono>
 #include <cstring>
+#include <deque>
 #include <fstream>
 #include <map>
+#include <mutex>
 #include <set>
 #include <thread>
 
 #include <fcntl.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "checkpoint/hdf5.h"
@@ -23,6 +26,21 @@
 #include "core/crc32c.h"
 
 namespace troupe::checkpoint {
+
+// A run of a checkpoint file a reader has read and checksummed.
+struct file_piece {
+  std::int64_t offset = 0;
+  std::int64_t length = 0;
+  std::uint32_t crc = 0;  // CRC-32C of its bytes
+};
+
+// What the reads of one restore have checksummed, so that the whole-file check reads only
+// the rest of the file (every byte is read once).
+struct read_log {
+  std::mutex mutex;
+  std::vector<file_piece> pieces;
+};
+
 namespace {
 
 using hdf5::handle;
@@ -284,8 +302,6 @@ status write_chunks(hid_t dataset, const std::string& path, const tensor_shape& 
   }
 }
 
-enum class direct_read { done, damaged, not_possible };
-
 // Whether the box (chunk_start, chunk_extent) lies inside the box (start, dims) and is one
 // run of its row-major memory (ones, then any extent, then whole dimensions); its offset
 // there in elements into *offset.
@@ -317,81 +333,167 @@ bool read_exactly(int fd, void* to, std::size_t bytes, std::int64_t at) {
   return true;
 }
 
-// Reads the box at `start` of `out`'s shape from a dataset troupe wrote (chunked, Fletcher32
-// its only filter, every chunk stored whole) chunk by chunk from the file `fd` at the
-// addresses HDF5's chunk index gives, checking each checksum, instead of through HDF5's
-// chunk cache: a chunk that is one run of `out` is read straight into it, others through a
-// buffer. Anything else (another layout or filter, a chunk missing or stored otherwise) is
-// not_possible, and the caller reads through HDF5.
-direct_read read_chunks_directly(hid_t dataset, int fd, const tensor_shape& shape, std::size_t element,
-                                 const std::vector<std::int64_t>& start, const tensor& out) {
+// The box of one dataset a read fills: what its chunks' reads share.
+struct box_target {
+  std::string what;  // "variable 'w'": errors name it
+  std::vector<std::int64_t> chunk_shape;
+  std::vector<std::int64_t> start;  // of the box in the dataset
+  std::vector<std::int64_t> dims;   // of the box
+  std::size_t element = 0;
+  unsigned char* out = nullptr;     // the box's memory, row-major
+};
+
+// One chunk to read from the file: at `address`, `bytes` of data and their Fletcher32.
+struct chunk_read {
+  const box_target* target = nullptr;
+  std::int64_t address = 0;
+  std::size_t bytes = 0;
+  std::vector<std::int64_t> chunk_start;
+  unsigned char* direct = nullptr;  // where in the box it goes whole; null: through a buffer
+};
+
+// Plans the reads of the box `target` from a dataset troupe wrote (chunked, Fletcher32 its
+// only filter, every chunk stored whole) at the addresses HDF5's chunk index gives. False
+// for anything else (another layout or filter, a chunk missing or stored otherwise): the
+// caller reads through HDF5.
+bool plan_chunk_reads(hid_t dataset, const tensor_shape& shape, box_target& target, std::vector<chunk_read>* reads) {
   const int rank = shape.rank();
-  if (rank == 0 || fd < 0) return direct_read::not_possible;
+  if (rank == 0) return false;
   handle create_props(H5Dget_create_plist(dataset));
-  if (H5Pget_layout(create_props.get()) != H5D_CHUNKED || H5Pget_nfilters(create_props.get()) != 1) {
-    return direct_read::not_possible;
-  }
+  if (H5Pget_layout(create_props.get()) != H5D_CHUNKED || H5Pget_nfilters(create_props.get()) != 1) return false;
   unsigned flags = 0;
   std::size_t values = 0;
   unsigned filter_config = 0;
   if (H5Pget_filter2(create_props.get(), 0, &flags, &values, nullptr, 0, nullptr, &filter_config) != H5Z_FILTER_FLETCHER32) {
-    return direct_read::not_possible;
+    return false;
   }
   std::vector<hsize_t> chunk(static_cast<std::size_t>(rank));
-  if (H5Pget_chunk(create_props.get(), rank, chunk.data()) != rank) return direct_read::not_possible;
-  std::vector<std::int64_t> chunk_shape(chunk.begin(), chunk.end());
-  std::size_t chunk_bytes = element;
+  if (H5Pget_chunk(create_props.get(), rank, chunk.data()) != rank) return false;
+  target.chunk_shape.assign(chunk.begin(), chunk.end());
+  std::size_t chunk_bytes = target.element;
   std::vector<std::int64_t> first(static_cast<std::size_t>(rank)), last(static_cast<std::size_t>(rank));
   for (std::size_t d = 0; d < static_cast<std::size_t>(rank); ++d) {
-    if (chunk_shape[d] <= 0) return direct_read::not_possible;
+    if (target.chunk_shape[d] <= 0) return false;
     chunk_bytes *= chunk[d];
-    first[d] = start[d] / chunk_shape[d];
-    last[d] = (start[d] + out.shape().dims()[d] - 1) / chunk_shape[d];
+    first[d] = target.start[d] / target.chunk_shape[d];
+    last[d] = (target.start[d] + target.dims[d] - 1) / target.chunk_shape[d];
   }
-  std::vector<unsigned char> buffer;
-  auto* const out_bytes = static_cast<unsigned char*>(out.raw_data());
-  std::vector<std::int64_t> index = first, chunk_start(static_cast<std::size_t>(rank));
-  std::vector<std::int64_t> from_start(static_cast<std::size_t>(rank)), to_start(static_cast<std::size_t>(rank)),
-      extent(static_cast<std::size_t>(rank));
+  const std::size_t planned = reads->size();
+  std::vector<std::int64_t> index = first;
   for (;;) {
-    for (std::size_t d = 0; d < static_cast<std::size_t>(rank); ++d) chunk_start[d] = index[d] * chunk_shape[d];
-    const auto offset = hsize_dims(chunk_start);
+    chunk_read r;
+    r.target = &target;
+    r.bytes = chunk_bytes;
+    r.chunk_start.resize(static_cast<std::size_t>(rank));
+    for (std::size_t d = 0; d < static_cast<std::size_t>(rank); ++d) r.chunk_start[d] = index[d] * target.chunk_shape[d];
+    const auto offset = hsize_dims(r.chunk_start);
     unsigned mask = 0;
     haddr_t address = HADDR_UNDEF;
     hsize_t stored = 0;
     if (H5Dget_chunk_info_by_coord(dataset, offset.data(), &mask, &address, &stored) < 0 || address == HADDR_UNDEF ||
         stored != chunk_bytes + 4 || mask != 0) {
       H5Eclear2(H5E_DEFAULT);
-      return direct_read::not_possible;
+      reads->resize(planned);
+      return false;
     }
+    r.address = static_cast<std::int64_t>(address);
     std::int64_t at = 0;
-    unsigned char* data = nullptr;
-    if (contiguous_inside(chunk_start, chunk_shape, start, out.shape().dims(), &at)) {
-      data = out_bytes + static_cast<std::size_t>(at) * element;
-    } else {
-      buffer.resize(chunk_bytes);
-      data = buffer.data();
+    if (contiguous_inside(r.chunk_start, target.chunk_shape, target.start, target.dims, &at)) {
+      r.direct = target.out + static_cast<std::size_t>(at) * target.element;
     }
-    std::uint32_t sum = 0;
-    if (!read_exactly(fd, data, chunk_bytes, static_cast<std::int64_t>(address)) ||
-        !read_exactly(fd, &sum, 4, static_cast<std::int64_t>(address + chunk_bytes))) {
-      return direct_read::damaged;  // the file ends inside a chunk
-    }
-    const std::uint32_t expected = fletcher32(data, chunk_bytes);
-    // HDF5 accepts the checksum in either byte order (files of its versions before 1.6.3).
-    if (sum != expected && __builtin_bswap32(sum) != expected) return direct_read::damaged;
-    if (data == buffer.data()) {
-      // Every chunk visited overlaps the box.
-      overlap(chunk_start, chunk_shape, start, out.shape().dims(), &from_start, &to_start, &extent);
-      copy_box(buffer.data(), chunk_shape, from_start, out_bytes, out.shape().dims(), to_start, extent, element);
-    }
+    reads->push_back(std::move(r));
     int d = rank - 1;
     while (d >= 0 && ++index[static_cast<std::size_t>(d)] > last[static_cast<std::size_t>(d)]) {
       index[static_cast<std::size_t>(d)] = first[static_cast<std::size_t>(d)];
       --d;
     }
-    if (d < 0) return direct_read::done;
+    if (d < 0) return true;
   }
+}
+
+// Reads one planned chunk and checks its Fletcher32; the CRC-32C of the file's bytes it
+// read (the chunk and its checksum) into *piece. False: damaged (a checksum that does not
+// match, or a file that ends inside the chunk).
+bool read_chunk(int fd, const chunk_read& r, std::vector<unsigned char>& buffer, file_piece* piece) {
+  unsigned char* data = r.direct;
+  if (data == nullptr) {
+    buffer.resize(r.bytes);
+    data = buffer.data();
+  } else {
+    prefault(data, r.bytes);  // fresh memory mapped at once costs less than page by page
+  }
+  std::uint32_t sum = 0;
+  if (!read_exactly(fd, data, r.bytes, r.address) ||
+      !read_exactly(fd, &sum, 4, r.address + static_cast<std::int64_t>(r.bytes))) {
+    return false;
+  }
+  const std::uint32_t expected = fletcher32(data, r.bytes);
+  // HDF5 accepts the checksum in either byte order (files of its versions before 1.6.3).
+  if (sum != expected && __builtin_bswap32(sum) != expected) return false;
+  *piece = {r.address, static_cast<std::int64_t>(r.bytes) + 4, crc32c_extend(crc32c_extend(0, data, r.bytes), &sum, 4)};
+  if (data == buffer.data()) {
+    // Every chunk planned overlaps the box.
+    const box_target& t = *r.target;
+    const std::size_t rank = t.dims.size();
+    std::vector<std::int64_t> from_start(rank), to_start(rank), extent(rank);
+    overlap(r.chunk_start, t.chunk_shape, t.start, t.dims, &from_start, &to_start, &extent);
+    copy_box(buffer.data(), t.chunk_shape, from_start, t.out, t.dims, to_start, extent, t.element);
+  }
+  return true;
+}
+
+// Runs planned chunk reads from the file `fd` (of `path`), on several threads when there is
+// enough to read: each takes a run of the file in address order through a descriptor of
+// its own (its own readahead). Records what each read in `log` (when given). A damaged
+// chunk is DATA_LOSS naming its variable and the file.
+status run_chunk_reads(const std::string& path, int fd, std::vector<chunk_read>& reads, read_log* log) {
+  std::sort(reads.begin(), reads.end(), [](const chunk_read& a, const chunk_read& b) { return a.address < b.address; });
+  std::size_t total = 0;
+  for (const chunk_read& r : reads) total += r.bytes;
+  constexpr std::size_t k_bytes_per_thread = 32 << 20;
+  const std::size_t threads = std::clamp<std::size_t>(
+      std::min<std::size_t>(std::max(1u, std::thread::hardware_concurrency()), 4), 1,
+      std::max<std::size_t>(1, std::min(reads.size(), total / k_bytes_per_thread)));
+  std::vector<std::size_t> bounds{0};  // reads [bounds[i], bounds[i+1]) for thread i
+  for (std::size_t i = 0, done = 0; i < reads.size() && bounds.size() < threads; ++i) {
+    done += reads[i].bytes;
+    if (done >= total * bounds.size() / threads) bounds.push_back(i + 1);
+  }
+  bounds.push_back(reads.size());
+  std::vector<std::size_t> damaged(bounds.size() - 1, reads.size());
+  std::vector<std::vector<file_piece>> pieces(bounds.size() - 1);
+  auto work = [&](std::size_t part) {
+    // A descriptor of its own for each thread's readahead; HDF5's own for one thread.
+    int own = -1;
+    if (bounds.size() > 2) own = ::open(str_cat("/proc/self/fd/", fd).c_str(), O_RDONLY | O_CLOEXEC);
+    const int use = own >= 0 ? own : fd;
+    if (own >= 0) ::posix_fadvise(own, 0, 0, POSIX_FADV_SEQUENTIAL);
+    std::vector<unsigned char> buffer;
+    for (std::size_t i = bounds[part]; i < bounds[part + 1]; ++i) {
+      file_piece piece;
+      if (!read_chunk(use, reads[i], buffer, &piece)) {
+        damaged[part] = i;
+        break;
+      }
+      pieces[part].push_back(piece);
+    }
+    if (own >= 0) ::close(own);
+  };
+  std::vector<std::thread> helpers;
+  for (std::size_t part = 1; part + 1 < bounds.size(); ++part) helpers.emplace_back(work, part);
+  work(0);
+  for (std::thread& t : helpers) t.join();
+  if (log != nullptr) {
+    std::lock_guard<std::mutex> lock(log->mutex);
+    for (auto& part : pieces) log->pieces.insert(log->pieces.end(), part.begin(), part.end());
+  }
+  for (std::size_t i : damaged) {
+    if (i < reads.size()) {
+      return data_loss_error(reads[i].target->what, " in checkpoint '", path,
+                             "' is damaged: a chunk's Fletcher32 checksum does not match");
+    }
+  }
+  return status();
 }
 
 // Writes one dataset (`path`, e.g. "variables/dense/kernel") of `shape` from `slices`.
@@ -613,67 +715,53 @@ status write_file_of(const snapshot& s, const std::string& path, file_system& fs
   return (*file)->close();
 }
 
-// The file a manifest entry names has the size and CRC-32C the entry records. The file is
-// read start to end on a thread of its own while the caller reads what it needs through
-// HDF5: that thread is the reads' readahead (they find the pages in the page cache), so the
-// whole-file check costs next to no time of its own. finish() joins it and says what it
-// found; a check dropped unfinished stops at its next piece.
-class whole_file_check {
- public:
-  explicit whole_file_check(const committed& c) : entry_(c), thread_([this] { outcome_ = run(); }) {}
-  ~whole_file_check() {
-    stop_ = true;
-    if (thread_.joinable()) thread_.join();
+// The file a manifest entry names has the size and CRC-32C the entry records. `pieces` are
+// runs of it already read and checksummed (by the restore's chunk reads); only the rest
+// is read here, and the CRC-32C of each run joins in order (crc32c_combine).
+status check_whole_file(const committed& c, std::vector<file_piece> pieces) {
+  const int fd = ::open(c.path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return data_loss_error("checkpoint '", c.path, "' cannot be opened: ", std::strerror(errno));
+  struct closer {
+    int fd;
+    ~closer() { ::close(fd); }
+  } close_at_end{fd};
+  struct stat info {};
+  if (::fstat(fd, &info) != 0) return data_loss_error("checkpoint '", c.path, "' cannot be read: ", std::strerror(errno));
+  const std::int64_t size = info.st_size;
+  if (size != c.bytes) {
+    return data_loss_error("checkpoint '", c.path, "' has ", size, " bytes, its manifest entry ", c.bytes, " (truncated?)");
   }
-  whole_file_check(const whole_file_check&) = delete;
-  whole_file_check& operator=(const whole_file_check&) = delete;
-
-  // Waits for the check (once; later calls return the same).
-  status finish() {
-    if (thread_.joinable()) thread_.join();
-    return outcome_;
-  }
-
- private:
-  status run() {
-    const int fd = ::open(entry_.path.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return data_loss_error("checkpoint '", entry_.path, "' cannot be opened: ", std::strerror(errno));
-    ::posix_fadvise(fd, 0, 0, POSIX_FADV_SEQUENTIAL);
-    std::vector<char> piece(8 << 20);
-    std::uint32_t crc = 0;
-    std::int64_t total = 0;
-    for (;;) {
-      if (stop_) {
-        ::close(fd);
-        return cancelled_error("checking checkpoint '", entry_.path, "' stopped");
-      }
-      const ssize_t n = ::read(fd, piece.data(), piece.size());
+  std::sort(pieces.begin(), pieces.end(), [](const file_piece& a, const file_piece& b) { return a.offset < b.offset; });
+  ::posix_fadvise(fd, 0, 0, POSIX_FADV_SEQUENTIAL);
+  std::vector<char> buffer;
+  std::uint32_t crc = 0;
+  std::int64_t at = 0;
+  auto read_up_to = [&](std::int64_t end) -> status {
+    while (at < end) {
+      buffer.resize(static_cast<std::size_t>(std::min<std::int64_t>(8 << 20, end - at)));
+      const ssize_t n = ::pread(fd, buffer.data(), buffer.size(), at);
       if (n < 0 && errno == EINTR) continue;
-      if (n < 0) {
-        const int error = errno;
-        ::close(fd);
-        return data_loss_error("checkpoint '", entry_.path, "' cannot be read: ", std::strerror(error));
-      }
-      if (n == 0) break;
-      crc = crc32c_extend(crc, piece.data(), static_cast<std::size_t>(n));
-      total += n;
-    }
-    ::close(fd);
-    if (total != entry_.bytes) {
-      return data_loss_error("checkpoint '", entry_.path, "' has ", total, " bytes, its manifest entry ", entry_.bytes,
-                             " (truncated?)");
-    }
-    if (crc != entry_.crc32c) {
-      return data_loss_error("checkpoint '", entry_.path, "' does not match the CRC-32C of its manifest entry");
+      if (n < 0) return data_loss_error("checkpoint '", c.path, "' cannot be read: ", std::strerror(errno));
+      if (n == 0) return data_loss_error("checkpoint '", c.path, "' ends at ", at, ", not at ", c.bytes, " (truncated?)");
+      crc = crc32c_extend(crc, buffer.data(), static_cast<std::size_t>(n));
+      at += n;
     }
     return status();
+  };
+  for (const file_piece& p : pieces) {
+    // A run read twice (a chunk two slices share) or overlapping what is counted is skipped:
+    // the bytes after `at` are read as the gap before the next run.
+    if (p.offset < at || p.offset + p.length > size) continue;
+    TROUPE_RETURN_IF_ERROR(read_up_to(p.offset));
+    crc = crc32c_combine(crc, p.crc, static_cast<std::uint64_t>(p.length));
+    at = p.offset + p.length;
   }
-
-  const committed entry_;
-  std::atomic<bool> stop_{false};
-  status outcome_;
-  std::thread thread_;  // last: starts once the rest is built
-};
+  TROUPE_RETURN_IF_ERROR(read_up_to(size));
+  if (crc != c.crc32c) {
+    return data_loss_error("checkpoint '", c.path, "' does not match the CRC-32C of its manifest entry");
+  }
+  return status();
+}
 
 // The size check alone, before HDF5 opens the file (a truncated file must not reach it).
 status check_committed_size(const committed& c) {
@@ -695,20 +783,28 @@ bool metadata_checksummed(const std::string& path) {
   return std::memcmp(head, "\x89HDF\r\n\x1a\n", 8) == 0 && static_cast<unsigned char>(head[8]) >= 2;
 }
 
-// Runs `read` (HDF5 reads of the file `c` names) beside the whole-file check (after it,
-// for a file whose metadata HDF5 does not checksum); the read's own error first, then
-// the check's.
+// Runs `read` (given a log for reader::open: reads of the file `c` names) and checks the
+// whole file with what it read (before it, for a file whose metadata HDF5 does not
+// checksum); the read's own error first, then the check's.
 template <typename T, typename Read>
 result<T> read_checked(const committed& c, Read&& read) {
   TROUPE_RETURN_IF_ERROR(check_committed_size(c));
-  whole_file_check check(c);
-  if (!metadata_checksummed(c.path)) TROUPE_RETURN_IF_ERROR(check.finish());
-  result<T> out = read();
-  // A read that found damage needs no more; any other outcome waits for the check (a
-  // damaged file is DATA_LOSS, and the caller tries an older checkpoint, whatever else
-  // went wrong reading it).
+  if (!metadata_checksummed(c.path)) {
+    TROUPE_RETURN_IF_ERROR(check_whole_file(c, {}));
+    return read(std::shared_ptr<read_log>());
+  }
+  auto log = std::make_shared<read_log>();
+  result<T> out = read(log);
+  // A read that found damage needs no more; any other outcome is checked (a damaged file
+  // is DATA_LOSS, and the caller tries an older checkpoint, whatever else went wrong
+  // reading it).
   if (!out.ok() && out.error().error_code() == code::data_loss) return out;
-  TROUPE_RETURN_IF_ERROR(check.finish());
+  std::vector<file_piece> pieces;
+  {
+    std::lock_guard<std::mutex> lock(log->mutex);
+    pieces = std::move(log->pieces);
+  }
+  TROUPE_RETURN_IF_ERROR(check_whole_file(c, std::move(pieces)));
   return out;
 }
 
@@ -726,6 +822,7 @@ struct reader::impl {
   std::string path;
   handle file;
   int fd = -1;  // HDF5's own descriptor of the file, for direct chunk reads; -1: none
+  std::shared_ptr<read_log> log;  // where direct reads record what they checksummed; may be null
   std::int64_t global_step = 0;
   std::vector<variable_info> variables;
   std::vector<std::string> state_names;
@@ -739,6 +836,17 @@ struct reader::impl {
   // The box at `start` of out's shape into `out` (of the dataset's dtype).
   status read_into(const std::string& dataset_path, const std::string& what, const tensor_shape& shape,
                    const std::vector<std::int64_t>& start, tensor& out) const;
+
+  struct box_request {
+    std::string dataset_path;
+    std::string what;
+    tensor_shape shape;  // the dataset's
+    std::vector<std::int64_t> start;
+    tensor* out;  // of the box's extent and the dataset's dtype
+  };
+  // Every box, or the first error.
+  status read_boxes(const std::vector<box_request>& boxes) const;
+  status read_through_hdf5(const box_request& box) const;
 };
 
 namespace {
@@ -794,11 +902,14 @@ result<variable_info> describe(hid_t file, const std::string& dataset_path, cons
 
 }  // namespace
 
-result<reader> reader::open(const std::string& path) {
+result<reader> reader::open(const std::string& path) { return open(path, nullptr); }
+
+result<reader> reader::open(const std::string& path, std::shared_ptr<read_log> log) {
   hdf5::quiet();
   auto data_loss = [&](const std::string& why) { return data_loss_error("checkpoint '", path, "': ", why); };
   auto impl = std::make_unique<reader::impl>();
   impl->path = path;
+  impl->log = std::move(log);
   if (H5Fis_hdf5(path.c_str()) <= 0) {
     return data_loss(str_cat("not a readable HDF5 file (", hdf5::last_error(), ")"));
   }
@@ -893,50 +1004,76 @@ result<tensor> reader::impl::read_box(const std::string& dataset_path, const std
 
 status reader::impl::read_into(const std::string& dataset_path, const std::string& what, const tensor_shape& shape,
                                const std::vector<std::int64_t>& start, tensor& out) const {
+  std::vector<box_request> boxes{{dataset_path, what, shape, start, &out}};
+  return read_boxes(boxes);
+}
+
+status reader::impl::read_boxes(const std::vector<box_request>& boxes) const {
   hdf5::quiet();
-  const dtype type = out.type();
-  const tensor_shape& extent = out.shape();
-  const int rank = shape.rank();
-  if (static_cast<int>(start.size()) != rank || extent.rank() != rank) {
-    return invalid_argument_error(what, " has rank ", rank, " in checkpoint '", path, "', not ", extent.rank());
-  }
-  for (int d = 0; d < rank; ++d) {
-    const std::int64_t begin = start[static_cast<std::size_t>(d)];
-    if (begin < 0 || extent.dim(d) < 0 || begin + extent.dim(d) > shape.dim(d)) {
-      return invalid_argument_error(what, ": slice [", begin, ", ", begin + extent.dim(d), ") at dimension ", d,
-                                    " is outside its shape ", shape.to_string(), " in checkpoint '", path, "'");
+  for (const box_request& box : boxes) {
+    const tensor_shape& extent = box.out->shape();
+    const int rank = box.shape.rank();
+    if (static_cast<int>(box.start.size()) != rank || extent.rank() != rank) {
+      return invalid_argument_error(box.what, " has rank ", rank, " in checkpoint '", path, "', not ", extent.rank());
+    }
+    for (int d = 0; d < rank; ++d) {
+      const std::int64_t begin = box.start[static_cast<std::size_t>(d)];
+      if (begin < 0 || extent.dim(d) < 0 || begin + extent.dim(d) > box.shape.dim(d)) {
+        return invalid_argument_error(box.what, ": slice [", begin, ", ", begin + extent.dim(d), ") at dimension ", d,
+                                      " is outside its shape ", box.shape.to_string(), " in checkpoint '", path, "'");
+      }
     }
   }
-  auto type_or = hdf5::type_of(type);
+  // The chunks of every box read together (on several threads when there is enough), the
+  // boxes of datasets stored otherwise through HDF5.
+  std::deque<box_target> targets;  // chunk reads point at their target
+  std::vector<chunk_read> reads;
+  std::vector<const box_request*> through_hdf5;
+  for (const box_request& box : boxes) {
+    if (box.out->num_elements() == 0) continue;
+    if (fd >= 0) {
+      auto dataset = hdf5::check(H5Dopen2(file.get(), box.dataset_path.c_str(), H5P_DEFAULT), code::data_loss,
+                                 str_cat("opening ", box.dataset_path));
+      if (!dataset.ok()) return fail_context(dataset.error());
+      targets.push_back({box.what, {}, box.start, box.out->shape().dims(), dtype_size(box.out->type()),
+                         static_cast<unsigned char*>(box.out->raw_data())});
+      if (plan_chunk_reads(dataset->get(), box.shape, targets.back(), &reads)) continue;
+      targets.pop_back();
+    }
+    through_hdf5.push_back(&box);
+  }
+  TROUPE_RETURN_IF_ERROR(run_chunk_reads(path, fd, reads, log.get()));
+  for (const box_request* box : through_hdf5) TROUPE_RETURN_IF_ERROR(read_through_hdf5(*box));
+  return status();
+}
+
+status reader::impl::read_through_hdf5(const box_request& box) const {
+  tensor& out = *box.out;
+  auto type_or = hdf5::type_of(out.type());
   if (!type_or.ok()) return type_or.error();
   const handle h5type = std::move(*type_or);
-  if (out.num_elements() == 0) return status();
-  auto dataset_or = hdf5::check(H5Dopen2(file.get(), dataset_path.c_str(), H5P_DEFAULT), code::data_loss,
-                                str_cat("opening ", dataset_path));
+  auto dataset_or = hdf5::check(H5Dopen2(file.get(), box.dataset_path.c_str(), H5P_DEFAULT), code::data_loss,
+                                str_cat("opening ", box.dataset_path));
   if (!dataset_or.ok()) return fail_context(dataset_or.error());
   const handle dataset = std::move(*dataset_or);
-  const direct_read direct = read_chunks_directly(dataset.get(), this->fd, shape, dtype_size(type), start, out);
-  if (direct == direct_read::done) return status();
-  if (direct == direct_read::damaged) {
-    return data_loss_error(what, " in checkpoint '", path, "' is damaged: a chunk's Fletcher32 checksum does not match");
-  }
+  const int rank = box.shape.rank();
   handle file_space(H5Dget_space(dataset.get()));
   handle memory_space;
   if (rank == 0) {
     memory_space = handle(H5Screate(H5S_SCALAR));
   } else {
-    const auto begin = hsize_dims(start);
-    const auto count = hsize_dims(extent.dims());
+    const auto begin = hsize_dims(box.start);
+    const auto count = hsize_dims(out.shape().dims());
     H5Sselect_hyperslab(file_space.get(), H5S_SELECT_SET, begin.data(), nullptr, count.data(), nullptr);
     memory_space = handle(H5Screate_simple(rank, count.data(), nullptr));
   }
   if (H5Dread(dataset.get(), h5type.get(), memory_space.get(), file_space.get(), H5P_DEFAULT, out.raw_data()) < 0) {
-    return data_loss_error(what, " in checkpoint '", path, "' is damaged: ", hdf5::last_error());
+    return data_loss_error(box.what, " in checkpoint '", path, "' is damaged: ", hdf5::last_error());
   }
   if (hdf5::has_attribute(dataset.get(), "crc32c")) {
     auto expected = hdf5::read_uint32_attribute(dataset.get(), "crc32c");
     if (!expected.ok() || *expected != crc32c_extend(0, out.raw_data(), out.byte_size())) {
-      return data_loss_error(what, " in checkpoint '", path, "' is damaged: its CRC-32C does not match");
+      return data_loss_error(box.what, " in checkpoint '", path, "' is damaged: its CRC-32C does not match");
     }
   }
   return status();
@@ -1002,10 +1139,10 @@ status reader::verify() const {
 }
 
 result<std::vector<tensor>> read_all(const reader& from, const std::vector<slice_request>& requests) {
-  // Every request checked and its memory taken (and mapped at once: prefault) before the
-  // first read.
+  // Every request checked and its memory taken before the first read.
   std::vector<tensor> out;
   out.reserve(requests.size());
+  std::vector<reader::impl::box_request> boxes;
   for (const slice_request& r : requests) {
     const variable_info* info = from.find(r.name);
     if (info == nullptr) return not_found_error("checkpoint '", from.path(), "' has no variable '", r.name, "'");
@@ -1018,10 +1155,11 @@ result<std::vector<tensor>> read_all(const reader& from, const std::vector<slice
     if (!value.ok()) return value.error();
     out.push_back(std::move(*value));
   }
-  for (tensor& t : out) prefault(t.raw_data(), t.byte_size());
   for (std::size_t i = 0; i < requests.size(); ++i) {
-    TROUPE_RETURN_IF_ERROR(from.read_into(requests[i].name, requests[i].start, out[i]));
+    const slice_request& r = requests[i];
+    boxes.push_back({from.find(r.name)->dataset, str_cat("variable '", r.name, "'"), r.shape, r.start, &out[i]});
   }
+  TROUPE_RETURN_IF_ERROR(from.impl_->read_boxes(boxes));
   return out;
 }
 
@@ -1141,8 +1279,8 @@ result<reader> directory::open_latest(std::vector<std::string>* warnings) const 
   if (!entries.ok()) return entries.error();
   if (entries->empty()) return not_found_error("no committed checkpoint in '", path_, "'");
   for (const committed& c : *entries) {
-    auto opened = read_checked<reader>(c, [&]() -> result<reader> {
-      auto r = reader::open(c.path);
+    auto opened = read_checked<reader>(c, [&](std::shared_ptr<read_log> log) -> result<reader> {
+      auto r = reader::open(c.path, std::move(log));
       if (!r.ok()) return r;
       TROUPE_RETURN_IF_ERROR(r->verify());
       return r;
@@ -1161,8 +1299,8 @@ result<restored> directory::restore_latest(const restore_request& request, std::
   if (!entries.ok()) return entries.error();
   if (entries->empty()) return not_found_error("no committed checkpoint in '", path_, "'");
   for (const committed& c : *entries) {
-    auto attempt = read_checked<restored>(c, [&]() -> result<restored> {
-      auto opened = reader::open(c.path);
+    auto attempt = read_checked<restored>(c, [&](std::shared_ptr<read_log> log) -> result<restored> {
+      auto opened = reader::open(c.path, std::move(log));
       if (!opened.ok()) return opened.error();
       restored out;
       out.global_step = opened->global_step();

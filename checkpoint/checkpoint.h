@@ -96,6 +96,9 @@ struct variable_info {
 };
 
 // One checkpoint file, open for reading. Reads are checked against the file's checksums.
+struct read_log;  // internal: what a reader has read and checksummed
+struct slice_request;
+
 class reader {
  public:
   // Errors (DATA_LOSS) name the file: missing, truncated, not HDF5, not a troupe checkpoint.
@@ -105,6 +108,9 @@ class reader {
   // error, not a crash. Files of older troupes (the HDF5 1.8 format) have no metadata
   // checksums: directory checks their whole-file CRC-32C before opening them.
   static result<reader> open(const std::string& path);
+  // The same, recording in `log` the runs of the file its chunk reads checksum (a
+  // directory's whole-file check then reads only the rest).
+  static result<reader> open(const std::string& path, std::shared_ptr<read_log> log);
   ~reader();
   reader(reader&&) noexcept;
   reader& operator=(reader&&) noexcept;
@@ -127,6 +133,7 @@ class reader {
 
  private:
   struct impl;
+  friend result<std::vector<tensor>> read_all(const reader& from, const std::vector<slice_request>& requests);
   explicit reader(std::unique_ptr<impl> impl);
   std::unique_ptr<impl> impl_;
 };

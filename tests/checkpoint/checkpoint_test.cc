@@ -584,6 +584,75 @@ TEST_CASE("restore_latest reads once, falls back past damage, and stops at a mis
   CHECK(mismatch.error().message().find("'w'") != std::string::npos);
 }
 
+// Flips one byte of the first occurrence of `text` in the file; false when absent.
+bool flip_text(const std::string& path, const std::string& text) {
+  auto bytes = read_file(path);
+  if (!bytes.ok()) return false;
+  const std::size_t at = bytes->find(text);
+  if (at == std::string::npos) return false;
+  std::fstream file(path, std::ios::in | std::ios::out | std::ios::binary);
+  file.seekp(static_cast<std::streamoff>(at + 1));
+  file.put(static_cast<char>((*bytes)[at + 1] ^ 0x20));
+  return static_cast<bool>(file);
+}
+
+TEST_CASE("a large restore reads on several threads, checks the whole file once, and falls back past damage",
+          "[checkpoint]") {
+  // 2 x 48 MB: enough for every reading thread. Boxes cut across chunks (rows at 2000 and
+  // 4000, chunks of 512 rows) and along columns, so that chunks go both straight into the
+  // output and through a buffer.
+  temp_dir dir;
+  auto d = directory::open(dir.path);
+  const tensor a = iota_tensor(dtype::float32, {6000, 2048}, 3);
+  const tensor b = iota_tensor(dtype::float32, {6000, 2048}, 4);
+  REQUIRE(d->save({1, {sharded("a", a, 2), sharded("b", b, 1)}, {}}).ok());
+  REQUIRE(d->save({2, {sharded("a", b, 3), sharded("b", a, 2)}, {}}).ok());
+  const restore_request request{{{"a", dtype::float32, {6000, 2048}, {0, 0}, {2000, 2048}},
+                                 {"a", dtype::float32, {6000, 2048}, {2000, 0}, {4000, 2048}},
+                                 {"b", dtype::float32, {6000, 2048}, {0, 1000}, {6000, 1048}},
+                                 {"b", dtype::float32, {6000, 2048}, {0, 0}, {6000, 1000}}},
+                                {}};
+  std::vector<std::string> warnings;
+  auto newest = d->restore_latest(request, &warnings);
+  REQUIRE(newest.ok());
+  CHECK(warnings.empty());
+  CHECK(newest->global_step == 2);
+  CHECK(newest->variables[0].equals(box_of(b, {0, 0}, {2000, 2048})));
+  CHECK(newest->variables[1].equals(box_of(b, {2000, 0}, {4000, 2048})));
+  CHECK(newest->variables[2].equals(box_of(a, {0, 1000}, {6000, 1048})));
+  CHECK(newest->variables[3].equals(box_of(a, {0, 0}, {6000, 1000})));
+  newest = restored();
+  // Damage no checksum of HDF5's covers (the text attribute kept for people): only the
+  // whole-file CRC-32C, put together from the chunks' and the rest's, finds it.
+  const std::string path = dir.path + "/ckpt-2.h5";
+  REQUIRE(flip_text(path, "troupe-checkpoint"));
+  auto older = d->restore_latest(request, &warnings);
+  REQUIRE(older.ok());
+  CHECK(older->global_step == 1);
+  CHECK(older->variables[2].equals(box_of(b, {0, 1000}, {6000, 1048})));
+  REQUIRE(warnings.size() == 1);
+  CHECK(warnings[0].find("ckpt-2.h5") != std::string::npos);
+  CHECK(warnings[0].find("CRC-32C") != std::string::npos);
+  // A chunk damaged in the last quarter of the file (the second reading thread's part).
+  warnings.clear();
+  older = restored();
+  const std::string first_path = dir.path + "/ckpt-1.h5";
+  {
+    const auto size = fs::file_size(first_path);
+    std::fstream file(first_path, std::ios::in | std::ios::out | std::ios::binary);
+    file.seekg(static_cast<std::streamoff>(size * 3 / 4));
+    const int c = file.get();
+    file.seekp(static_cast<std::streamoff>(size * 3 / 4));
+    file.put(static_cast<char>(c ^ 1));
+  }
+  auto none = d->restore_latest(request, &warnings);
+  REQUIRE_FALSE(none.ok());
+  CHECK(none.error().error_code() == code::data_loss);
+  REQUIRE(warnings.size() == 2);
+  CHECK(warnings[1].find("ckpt-1.h5") != std::string::npos);
+  CHECK(warnings[1].find("Fletcher32") != std::string::npos);
+}
+
 TEST_CASE("a damaged manifest is an error naming it; an empty directory has no checkpoint", "[checkpoint]") {
   temp_dir dir;
   auto d = directory::open(dir.path);

@@ -60,6 +60,42 @@ TEST_CASE("CRC-32C matches the standard check values, in one piece or many", "[c
   }
 }
 
+TEST_CASE("CRC-32C of large buffers (three streams) and of pieces combined", "[core]") {
+  // Large enough for the three-stream path several times over, and an odd length; pieces
+  // under 48 KB take the one-stream path, so the two paths check each other.
+  std::string data(1000003, '\0');
+  std::uint32_t x = 12345;
+  for (char& c : data) {
+    x = x * 1664525u + 1013904223u;
+    c = static_cast<char>(x >> 24);
+  }
+  std::uint32_t stepwise = 0;
+  for (std::size_t at = 0; at < data.size(); at += 40000) {
+    stepwise = crc32c_extend(stepwise, data.data() + at, std::min<std::size_t>(40000, data.size() - at));
+  }
+  const std::uint32_t whole = crc32c_extend(0, data.data(), data.size());
+  CHECK(whole == stepwise);
+  std::string zeros(3 * 16384 * 4 + 5, '\0');
+  std::uint32_t zeros_stepwise = 0;
+  for (std::size_t at = 0; at < zeros.size(); at += 1000) {
+    zeros_stepwise = crc32c_extend(zeros_stepwise, zeros.data() + at, std::min<std::size_t>(1000, zeros.size() - at));
+  }
+  CHECK(crc32c_extend(0, zeros.data(), zeros.size()) == zeros_stepwise);
+  // Combined: any cut, empty pieces included.
+  for (std::size_t cut : {std::size_t{0}, std::size_t{1}, std::size_t{4096}, std::size_t{500000}, data.size() - 3,
+                          data.size()}) {
+    const std::uint32_t first = crc32c_extend(0, data.data(), cut);
+    const std::uint32_t second = crc32c_extend(0, data.data() + cut, data.size() - cut);
+    CHECK(crc32c_combine(first, second, data.size() - cut) == whole);
+  }
+  CHECK(crc32c_combine(crc32c_extend(0, "1234", 4), crc32c_extend(0, "56789", 5), 5) == 0xe3069283u);
+  CHECK(crc32c_combine(0xe3069283u, crc32c_extend(0, "", 0), 0) == 0xe3069283u);
+  // A changed byte changes the combination.
+  const std::uint32_t first = crc32c_extend(0, data.data(), 500000);
+  CHECK(crc32c_combine(first ^ 1u, crc32c_extend(0, data.data() + 500000, data.size() - 500000),
+                       data.size() - 500000) != whole);
+}
+
 TEST_CASE("result holds a value or an error", "[core]") {
   result<int> good = 5;
   REQUIRE(good.ok());
