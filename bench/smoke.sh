@@ -61,6 +61,10 @@ echo "== bench_checkpoint"
 "$bin/bench_checkpoint" --megabytes=8 >"$out/checkpoint.json" 2>"$out/checkpoint.log" \
   || { cat "$out/checkpoint.log" >&2; exit 1; }
 grep -q '"restore_s"' "$out/checkpoint.json" || { echo "smoke: bench_checkpoint wrote no restore" >&2; exit 1; }
+echo "== bench_transport"
+"$bin/bench_transport" --megabytes=16 --rounds=1 --slow_sends=2 >"$out/transport.json" 2>"$out/transport.log" \
+  || { cat "$out/transport.log" >&2; exit 1; }
+grep -q '"link_over_raw_64_mb"' "$out/transport.json" || { echo "smoke: bench_transport wrote no ratio" >&2; exit 1; }
 
 # bench_gpu exists where troupe was built with CUDA; without a GPU it says so and exits 77.
 if [ -x "$bin/bench_gpu" ]; then

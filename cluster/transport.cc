@@ -1,0 +1,705 @@
+#include "cluster/transport.h"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <bit>
+#include <cerrno>
+#include <condition_variable>
+#include <cstring>
+#include <deque>
+#include <iostream>
+#include <mutex>
+#include <optional>
+#include <thread>
+#include <vector>
+
+namespace troupe::cluster {
+namespace {
+
+static_assert(std::endian::native == std::endian::little, "the wire is little-endian");
+
+using clock_type = std::chrono::steady_clock;
+
+constexpr std::uint32_t k_magic = 0x4c505254;  // "TRPL"
+constexpr std::uint64_t k_max_small_body = 1 << 20;  // any frame but a chunk
+constexpr std::size_t k_max_rank = 64;
+
+enum class frame_kind : std::uint8_t { hello = 1, refuse = 2, tensor_begin = 3, chunk = 4, ack = 5, heartbeat = 6, goodbye = 7 };
+
+struct frame_header {
+  std::uint32_t magic = k_magic;
+  std::uint8_t kind = 0;
+  std::uint8_t reserved[3] = {};
+  std::uint64_t length = 0;  // of the body
+};
+static_assert(sizeof(frame_header) == 16);
+
+// A body being built: little-endian integers and length-prefixed strings.
+struct body_writer {
+  std::string bytes;
+  template <typename T>
+  void put(T value) {
+    bytes.append(reinterpret_cast<const char*>(&value), sizeof value);
+  }
+  void put_string(const std::string& s) {
+    put(static_cast<std::uint32_t>(s.size()));
+    bytes += s;
+  }
+};
+
+// A body being read; every read checks the length (a short body is a broken frame).
+struct body_reader {
+  std::string_view bytes;
+  bool ok = true;
+  template <typename T>
+  T get() {
+    T value{};
+    if (bytes.size() < sizeof value) {
+      ok = false;
+      return value;
+    }
+    std::memcpy(&value, bytes.data(), sizeof value);
+    bytes.remove_prefix(sizeof value);
+    return value;
+  }
+  std::string get_string() {
+    const auto n = get<std::uint32_t>();
+    if (!ok || bytes.size() < n) {
+      ok = false;
+      return {};
+    }
+    std::string s(bytes.substr(0, n));
+    bytes.remove_prefix(n);
+    return s;
+  }
+};
+
+int millis(std::chrono::milliseconds d) { return static_cast<int>(std::max<std::int64_t>(0, d.count())); }
+
+// Waits until `fd` is ready for `events` or `deadline` passes: 1 ready, 0 timed out, -1 error.
+int wait_for(int fd, short events, clock_type::time_point deadline) {
+  for (;;) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - clock_type::now());
+    pollfd p{fd, events, 0};
+    const int n = ::poll(&p, 1, millis(left) + (left.count() > 0 ? 1 : 0));
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return -1;
+    if (n == 0) return clock_type::now() >= deadline ? 0 : wait_for(fd, events, deadline);
+    return 1;
+  }
+}
+
+// Writes every byte of the pieces (no SIGPIPE); false with errno when the socket fails.
+bool write_all(int fd, iovec* pieces, int count) {
+  while (count > 0) {
+    msghdr m{};
+    m.msg_iov = pieces;
+    m.msg_iovlen = static_cast<std::size_t>(count);
+    const ssize_t n = ::sendmsg(fd, &m, MSG_NOSIGNAL);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return false;
+    auto left = static_cast<std::size_t>(n);
+    while (count > 0 && left >= pieces->iov_len) {
+      left -= pieces->iov_len;
+      ++pieces;
+      --count;
+    }
+    if (count > 0) {
+      pieces->iov_base = static_cast<char*>(pieces->iov_base) + left;
+      pieces->iov_len -= left;
+    }
+  }
+  return true;
+}
+
+bool write_frame(int fd, frame_kind kind, std::string_view body) {
+  frame_header h;
+  h.kind = static_cast<std::uint8_t>(kind);
+  h.length = body.size();
+  iovec pieces[2] = {{&h, sizeof h}, {const_cast<char*>(body.data()), body.size()}};
+  return write_all(fd, pieces, body.empty() ? 1 : 2);
+}
+
+// Reads exactly `bytes`, each wait for data at most `timeout`. Errors name `peer`.
+status read_exactly(int fd, void* to, std::size_t bytes, std::chrono::milliseconds timeout, const std::string& peer) {
+  auto* p = static_cast<char*>(to);
+  while (bytes > 0) {
+    const int ready = wait_for(fd, POLLIN, clock_type::now() + timeout);
+    if (ready == 0) {
+      return unavailable_error("task ", peer, " sent nothing for ", timeout.count(), " ms (frozen, or the network is cut)");
+    }
+    const ssize_t n = ready < 0 ? -1 : ::recv(fd, p, bytes, 0);
+    if (n < 0 && errno == EINTR) continue;
+    if (n == 0) return unavailable_error("task ", peer, " closed the connection");
+    if (n < 0) return unavailable_error("the connection to task ", peer, " failed: ", std::strerror(errno));
+    p += n;
+    bytes -= static_cast<std::size_t>(n);
+  }
+  return status();
+}
+
+struct frame {
+  frame_kind kind{};
+  std::uint64_t length = 0;
+};
+
+result<frame> read_header(int fd, std::chrono::milliseconds timeout, const std::string& peer) {
+  frame_header h;
+  TROUPE_RETURN_IF_ERROR(read_exactly(fd, &h, sizeof h, timeout, peer));
+  if (h.magic != k_magic || h.kind < 1 || h.kind > 7) {
+    return unavailable_error("task ", peer, " sent something that is not a troupe link frame");
+  }
+  const auto kind = static_cast<frame_kind>(h.kind);
+  if (kind != frame_kind::chunk && h.length > k_max_small_body) {
+    return unavailable_error("task ", peer, " sent a frame of ", h.length, " bytes where at most ", k_max_small_body,
+                             " are expected");
+  }
+  return frame{kind, h.length};
+}
+
+result<std::string> read_body(int fd, const frame& f, std::chrono::milliseconds timeout, const std::string& peer) {
+  std::string body(static_cast<std::size_t>(f.length), '\0');
+  TROUPE_RETURN_IF_ERROR(read_exactly(fd, body.data(), body.size(), timeout, peer));
+  return body;
+}
+
+void set_socket_options(int fd) {
+  int one = 1;
+  ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+}
+
+// The addresses of host:port (numeric or by name).
+result<addrinfo*> resolve(const std::string& host, int port, bool passive) {
+  if (port < 0 || port > 65535) return invalid_argument_error("port ", port, " is outside 0-65535");
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  if (passive) hints.ai_flags = AI_PASSIVE;
+  addrinfo* found = nullptr;
+  const int e = ::getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &found);
+  if (e != 0) return invalid_argument_error("cannot resolve '", host, "': ", ::gai_strerror(e));
+  return found;
+}
+
+std::string hello_body(const link_options& o, const std::string& to) {
+  body_writer w;
+  w.put(k_wire_version);
+  w.put_string(o.local_task);
+  w.put_string(o.cluster_id);
+  w.put_string(to);
+  return w.bytes;
+}
+
+struct hello {
+  std::uint32_t version = 0;
+  std::string from, cluster_id, to;
+};
+
+result<hello> parse_hello(const std::string& body, const std::string& where) {
+  body_reader r{body};
+  hello h;
+  h.version = r.get<std::uint32_t>();
+  h.from = r.get_string();
+  h.cluster_id = r.get_string();
+  h.to = r.get_string();
+  if (!r.ok) return unavailable_error(where, " sent a damaged hello");
+  return h;
+}
+
+// Why a hello cannot be accepted by `o`'s end, or empty.
+std::string mismatch(const hello& h, const link_options& o, const std::string& expected_from) {
+  if (h.version != k_wire_version) {
+    return str_cat("task ", h.from, " speaks wire version ", h.version, ", this troupe ", k_wire_version,
+                   " (another troupe version)");
+  }
+  if (h.cluster_id != o.cluster_id) {
+    return str_cat("task ", h.from, " belongs to cluster '", h.cluster_id, "', not '", o.cluster_id, "'");
+  }
+  if (h.to != o.local_task) return str_cat("task ", h.from, " meant to reach task ", h.to, ", but this is ", o.local_task);
+  if (!expected_from.empty() && h.from != expected_from) {
+    return str_cat("task ", expected_from, " was expected but ", h.from, " answered");
+  }
+  return {};
+}
+
+struct outgoing {
+  std::string key;
+  tensor value;
+  std::function<void(const status&)> done;
+};
+
+}  // namespace
+
+// --- the link ---------------------------------------------------------------------------
+
+struct tensor_link::impl {
+  int fd = -1;
+  link_options options;
+  std::string peer;
+  handlers on;
+
+  mutable std::mutex mutex;
+  std::condition_variable wake;  // the writer's
+  std::deque<outgoing> queue;
+  std::int64_t queued = 0;
+  std::int64_t unacknowledged = 0;
+  std::uint64_t acks_to_send = 0;  // bytes received and handed on, not yet acknowledged
+  bool closing = false;
+  status failed;  // first failure
+  bool failure_told = false;
+
+  std::thread reader, writer;
+  std::atomic<bool> stopping{false};
+
+  ~impl() {
+    if (fd >= 0) ::close(fd);
+  }
+
+  // Records the first failure, wakes both threads and tells the handler (unless closing).
+  void fail(const status& why) {
+    bool tell = false;
+    {
+      std::lock_guard<std::mutex> lock(mutex);
+      if (failed.ok()) failed = why;
+      tell = !failure_told && !stopping;
+      failure_told = true;
+    }
+    ::shutdown(fd, SHUT_RDWR);
+    wake.notify_all();
+    if (tell && on.failure) on.failure(why);
+  }
+
+  void read_loop();
+  void write_loop();
+  status write_tensor(outgoing& item);
+  status write_pending_small_frames(clock_type::time_point* last_write);
+};
+
+void tensor_link::impl::read_loop() {
+  tensor current;
+  std::string current_key;
+  std::uint64_t filled = 0, total = 0;
+  bool in_tensor = false;
+  for (;;) {
+    auto f = read_header(fd, options.peer_timeout, peer);
+    if (!f.ok()) return fail(f.error());
+    switch (f->kind) {
+      case frame_kind::heartbeat:
+        if (f->length != 0) return fail(unavailable_error("task ", peer, " sent a damaged heartbeat"));
+        break;
+      case frame_kind::goodbye:
+        return fail(unavailable_error("task ", peer, " closed the link"));
+      case frame_kind::ack: {
+        auto body = read_body(fd, *f, options.peer_timeout, peer);
+        if (!body.ok()) return fail(body.error());
+        body_reader r{*body};
+        const auto bytes = r.get<std::uint64_t>();
+        if (!r.ok) return fail(unavailable_error("task ", peer, " sent a damaged acknowledgement"));
+        {
+          std::lock_guard<std::mutex> lock(mutex);
+          unacknowledged -= static_cast<std::int64_t>(bytes);
+        }
+        wake.notify_all();
+        break;
+      }
+      case frame_kind::tensor_begin: {
+        if (in_tensor) return fail(unavailable_error("task ", peer, " began a tensor inside another"));
+        auto body = read_body(fd, *f, options.peer_timeout, peer);
+        if (!body.ok()) return fail(body.error());
+        body_reader r{*body};
+        current_key = r.get_string();
+        const auto type = static_cast<dtype>(r.get<std::int32_t>());
+        const auto rank = r.get<std::uint32_t>();
+        std::vector<std::int64_t> dims;
+        for (std::uint32_t d = 0; r.ok && d < rank && d < k_max_rank; ++d) dims.push_back(r.get<std::int64_t>());
+        total = r.get<std::uint64_t>();
+        if (!r.ok || rank > k_max_rank || dtype_size(type) == 0) {
+          return fail(unavailable_error("task ", peer, " sent a damaged tensor header"));
+        }
+        auto shape = tensor_shape::make(std::move(dims));
+        if (!shape.ok() ||
+            static_cast<std::uint64_t>(shape->num_elements()) * dtype_size(type) != total) {
+          return fail(unavailable_error("task ", peer, " sent a tensor header whose shape and size disagree"));
+        }
+        try {
+          current = tensor(type, *shape);
+        } catch (const std::bad_alloc&) {
+          return fail(resource_exhausted_error("no memory for a tensor of ", total, " bytes from task ", peer));
+        }
+        filled = 0;
+        in_tensor = true;
+        break;
+      }
+      case frame_kind::chunk:
+        if (!in_tensor || filled + f->length > total) {
+          return fail(unavailable_error("task ", peer, " sent tensor bytes that belong to no tensor"));
+        }
+        if (auto s = read_exactly(fd, static_cast<char*>(current.raw_data()) + filled, f->length, options.peer_timeout, peer);
+            !s.ok()) {
+          return fail(s);
+        }
+        filled += f->length;
+        break;
+      default:
+        return fail(unavailable_error("task ", peer, " sent a frame out of place (", static_cast<int>(f->kind), ")"));
+    }
+    if (in_tensor && filled == total) {
+      in_tensor = false;
+      if (on.tensor) on.tensor(std::move(current_key), std::move(current));
+      current = tensor();
+      {
+        std::lock_guard<std::mutex> lock(mutex);
+        acks_to_send += total;
+      }
+      wake.notify_all();
+    }
+  }
+}
+
+status tensor_link::impl::write_pending_small_frames(clock_type::time_point* last_write) {
+  std::uint64_t acks = 0;
+  {
+    std::lock_guard<std::mutex> lock(mutex);
+    acks = acks_to_send;
+    acks_to_send = 0;
+  }
+  if (acks > 0) {
+    body_writer w;
+    w.put(acks);
+    if (!write_frame(fd, frame_kind::ack, w.bytes)) {
+      return unavailable_error("writing to task ", peer, " failed: ", std::strerror(errno));
+    }
+    *last_write = clock_type::now();
+  }
+  if (clock_type::now() - *last_write >= options.heartbeat) {
+    if (!write_frame(fd, frame_kind::heartbeat, {})) {
+      return unavailable_error("writing to task ", peer, " failed: ", std::strerror(errno));
+    }
+    *last_write = clock_type::now();
+  }
+  return status();
+}
+
+status tensor_link::impl::write_tensor(outgoing& item) {
+  const tensor& t = item.value;
+  body_writer w;
+  w.put_string(item.key);
+  w.put(static_cast<std::int32_t>(t.type()));
+  w.put(static_cast<std::uint32_t>(t.shape().rank()));
+  for (std::int64_t d : t.shape().dims()) w.put(d);
+  w.put(static_cast<std::uint64_t>(t.byte_size()));
+  if (!write_frame(fd, frame_kind::tensor_begin, w.bytes)) {
+    return unavailable_error("writing to task ", peer, " failed: ", std::strerror(errno));
+  }
+  auto last_write = clock_type::now();
+  const char* data = static_cast<const char*>(t.raw_data());
+  const std::size_t chunk = static_cast<std::size_t>(std::max<std::int64_t>(4096, options.chunk_bytes));
+  for (std::size_t at = 0; at < t.byte_size(); at += chunk) {
+    if (!write_frame(fd, frame_kind::chunk, std::string_view(data + at, std::min(chunk, t.byte_size() - at)))) {
+      return unavailable_error("writing to task ", peer, " failed: ", std::strerror(errno));
+    }
+    last_write = clock_type::now();
+    // Acknowledgements of what this end received go out between chunks.
+    TROUPE_RETURN_IF_ERROR(write_pending_small_frames(&last_write));
+  }
+  return status();
+}
+
+void tensor_link::impl::write_loop() {
+  auto last_write = clock_type::now();
+  std::unique_lock<std::mutex> lock(mutex);
+  for (;;) {
+    wake.wait_for(lock, options.heartbeat, [&] {
+      return !failed.ok() || closing || acks_to_send > 0 ||
+             (!queue.empty() && (unacknowledged == 0 || unacknowledged < options.window_bytes));
+    });
+    if (!failed.ok()) break;
+    if (closing) {
+      lock.unlock();
+      write_frame(fd, frame_kind::goodbye, {});
+      lock.lock();
+      break;
+    }
+    const bool may_send = !queue.empty() && (unacknowledged == 0 || unacknowledged < options.window_bytes);
+    std::optional<outgoing> item;
+    if (may_send) {
+      item = std::move(queue.front());
+      queue.pop_front();
+      queued -= static_cast<std::int64_t>(item->value.byte_size());
+      unacknowledged += static_cast<std::int64_t>(item->value.byte_size());
+    }
+    lock.unlock();
+    status s = write_pending_small_frames(&last_write);
+    if (s.ok() && item) {
+      s = write_tensor(*item);
+      last_write = clock_type::now();
+    }
+    if (item) {
+      auto done = std::move(item->done);
+      item.reset();  // the tensor's memory goes before its sender hears
+      if (done) done(s);
+    }
+    if (!s.ok()) {
+      fail(s);
+      lock.lock();
+      break;
+    }
+    lock.lock();
+  }
+  // Sends never written get the link's failure (CANCELLED when closed).
+  const status why = failed.ok() ? cancelled_error("the link to task ", peer, " was closed") : failed;
+  std::deque<outgoing> left;
+  left.swap(queue);
+  queued = 0;
+  lock.unlock();
+  for (outgoing& o : left) {
+    if (o.done) o.done(why);
+  }
+}
+
+tensor_link::tensor_link(std::unique_ptr<impl> impl) : impl_(std::move(impl)) {}
+
+tensor_link::~tensor_link() {
+  if (!impl_) return;
+  impl_->stopping = true;
+  {
+    std::lock_guard<std::mutex> lock(impl_->mutex);
+    impl_->closing = true;
+  }
+  impl_->wake.notify_all();
+  if (impl_->writer.joinable()) impl_->writer.join();
+  ::shutdown(impl_->fd, SHUT_RDWR);
+  if (impl_->reader.joinable()) impl_->reader.join();
+  // A link never started still owes its queued sends an answer.
+  std::deque<outgoing> left;
+  left.swap(impl_->queue);
+  for (outgoing& o : left) {
+    if (o.done) o.done(cancelled_error("the link to task ", impl_->peer, " was closed"));
+  }
+}
+
+void tensor_link::start(handlers h) {
+  impl_->on = std::move(h);
+  impl_->reader = std::thread([i = impl_.get()] { i->read_loop(); });
+  impl_->writer = std::thread([i = impl_.get()] { i->write_loop(); });
+}
+
+const std::string& tensor_link::peer() const { return impl_->peer; }
+
+void tensor_link::send(std::string key, tensor value, std::function<void(const status&)> done) {
+  status refused;
+  if (dtype_size(value.type()) == 0) {
+    refused = invalid_argument_error("a ", dtype_name(value.type()), " tensor cannot be sent to task ", impl_->peer,
+                                     " (only fixed-size element types cross processes)");
+  }
+  {
+    std::lock_guard<std::mutex> lock(impl_->mutex);
+    if (refused.ok() && !impl_->failed.ok()) refused = impl_->failed;
+    if (refused.ok() && impl_->closing) refused = cancelled_error("the link to task ", impl_->peer, " was closed");
+    if (refused.ok()) {
+      impl_->queued += static_cast<std::int64_t>(value.byte_size());
+      impl_->queue.push_back({std::move(key), std::move(value), std::move(done)});
+    }
+  }
+  if (!refused.ok()) {
+    if (done) done(refused);
+    return;
+  }
+  impl_->wake.notify_all();
+}
+
+std::int64_t tensor_link::unacknowledged_bytes() const {
+  std::lock_guard<std::mutex> lock(impl_->mutex);
+  return impl_->unacknowledged;
+}
+
+std::int64_t tensor_link::queued_bytes() const {
+  std::lock_guard<std::mutex> lock(impl_->mutex);
+  return impl_->queued;
+}
+
+status tensor_link::failure() const {
+  std::lock_guard<std::mutex> lock(impl_->mutex);
+  return impl_->failed;
+}
+
+result<std::unique_ptr<tensor_link>> tensor_link::connect(const std::string& host, int port, const std::string& peer,
+                                                          link_options options) {
+  const std::string where = str_cat(host, ":", port);
+  auto found = resolve(host, port, false);
+  if (!found.ok()) return found.error();
+  std::unique_ptr<addrinfo, decltype(&::freeaddrinfo)> addresses(*found, ::freeaddrinfo);
+  const auto deadline = clock_type::now() + options.connect_timeout;
+  status last = unavailable_error("no address for ", where);
+  for (addrinfo* a = addresses.get(); a != nullptr; a = a->ai_next) {
+    const int fd = ::socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK, a->ai_protocol);
+    if (fd < 0) {
+      last = unavailable_error("cannot make a socket for ", where, ": ", std::strerror(errno));
+      continue;
+    }
+    auto link = std::make_unique<impl>();
+    link->fd = fd;
+    link->options = options;
+    link->peer = peer;
+    if (::connect(fd, a->ai_addr, a->ai_addrlen) != 0 && errno != EINPROGRESS) {
+      last = unavailable_error("cannot reach task ", peer, " at ", where, ": ", std::strerror(errno));
+      continue;
+    }
+    const int ready = wait_for(fd, POLLOUT, deadline);
+    int error = 0;
+    socklen_t length = sizeof error;
+    if (ready == 0) {
+      return deadline_exceeded_error("task ", peer, " at ", where, " did not answer within ", options.connect_timeout.count(),
+                                     " ms");
+    }
+    if (ready < 0 || ::getsockopt(fd, SOL_SOCKET, SO_ERROR, &error, &length) != 0 || error != 0) {
+      last = unavailable_error("cannot reach task ", peer, " at ", where, ": ",
+                               std::strerror(error != 0 ? error : errno), error == ECONNREFUSED ? " (nothing listens there)" : "");
+      continue;
+    }
+    ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) & ~O_NONBLOCK);
+    set_socket_options(fd);
+    if (!write_frame(fd, frame_kind::hello, hello_body(options, peer))) {
+      return unavailable_error("cannot greet task ", peer, " at ", where, ": ", std::strerror(errno));
+    }
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - clock_type::now());
+    const std::string answerer = str_cat(peer, " at ", where);
+    auto f = read_header(fd, std::max(left, std::chrono::milliseconds(1)), answerer);
+    if (!f.ok()) {
+      if (f.error().message().find("sent nothing") != std::string::npos) {
+        return deadline_exceeded_error("task ", peer, " at ", where, " did not answer within ",
+                                       options.connect_timeout.count(), " ms");
+      }
+      return f.error();
+    }
+    auto body = read_body(fd, *f, std::max(left, std::chrono::milliseconds(1)), answerer);
+    if (!body.ok()) return body.error();
+    if (f->kind == frame_kind::refuse) {
+      return unavailable_error("task ", peer, " at ", where, " refused this link: ", *body);
+    }
+    if (f->kind != frame_kind::hello) return unavailable_error(where, " did not answer with a troupe hello");
+    auto h = parse_hello(*body, where);
+    if (!h.ok()) return h.error();
+    if (const std::string why = mismatch(*h, options, peer); !why.empty()) {
+      write_frame(fd, frame_kind::refuse, why);
+      return unavailable_error("refused the link to ", where, ": ", why);
+    }
+    return std::unique_ptr<tensor_link>(new tensor_link(std::move(link)));
+  }
+  return last;
+}
+
+// --- the listener -----------------------------------------------------------------------
+
+struct link_listener::impl {
+  int fd = -1;
+  int port = 0;
+  link_options options;
+  std::function<void(std::unique_ptr<tensor_link>)> accepted;
+  std::function<void(const status&)> refused;
+  std::atomic<bool> stopping{false};
+  std::thread thread;
+
+  ~impl() {
+    if (fd >= 0) ::close(fd);
+  }
+
+  void accept_loop() {
+    while (!stopping) {
+      pollfd p{fd, POLLIN, 0};
+      const int n = ::poll(&p, 1, 100);
+      if (n <= 0 || stopping) continue;
+      sockaddr_storage from{};
+      socklen_t length = sizeof from;
+      const int peer_fd = ::accept4(fd, reinterpret_cast<sockaddr*>(&from), &length, SOCK_CLOEXEC);
+      if (peer_fd < 0) continue;
+      greet(peer_fd, from);
+    }
+  }
+
+  // The hello of an accepted connection, within connect_timeout.
+  void greet(int peer_fd, const sockaddr_storage& from) {
+    char host[NI_MAXHOST] = "?", service[NI_MAXSERV] = "?";
+    ::getnameinfo(reinterpret_cast<const sockaddr*>(&from), sizeof from, host, sizeof host, service, sizeof service,
+                  NI_NUMERICHOST | NI_NUMERICSERV);
+    const std::string who = str_cat("a peer at ", host, ":", service);
+    set_socket_options(peer_fd);
+    auto refuse = [&](const status& why, bool tell_peer) {
+      if (tell_peer) write_frame(peer_fd, frame_kind::refuse, why.message());
+      ::close(peer_fd);
+      if (refused) {
+        refused(why);
+      } else {
+        std::cerr << "troupe: refused a link on port " << port << ": " << why.message() << "\n";
+      }
+    };
+    auto f = read_header(peer_fd, options.connect_timeout, who);
+    if (!f.ok()) return refuse(f.error(), false);
+    if (f->kind != frame_kind::hello) return refuse(unavailable_error(who, " did not open with a hello"), false);
+    auto body = read_body(peer_fd, *f, options.connect_timeout, who);
+    if (!body.ok()) return refuse(body.error(), false);
+    auto h = parse_hello(*body, who);
+    if (!h.ok()) return refuse(h.error(), false);
+    if (const std::string why = mismatch(*h, options, ""); !why.empty()) {
+      return refuse(unavailable_error(why, " (", who, ")"), true);
+    }
+    if (!write_frame(peer_fd, frame_kind::hello, hello_body(options, h->from))) {
+      return refuse(unavailable_error("answering ", who, " failed: ", std::strerror(errno)), false);
+    }
+    auto link = std::make_unique<tensor_link::impl>();
+    link->fd = peer_fd;
+    link->options = options;
+    link->peer = h->from;
+    accepted(std::unique_ptr<tensor_link>(new tensor_link(std::move(link))));
+  }
+};
+
+link_listener::link_listener(std::unique_ptr<impl> impl) : impl_(std::move(impl)) {}
+
+link_listener::~link_listener() {
+  impl_->stopping = true;
+  if (impl_->thread.joinable()) impl_->thread.join();
+}
+
+int link_listener::port() const { return impl_->port; }
+
+result<std::unique_ptr<link_listener>> link_listener::listen(const std::string& host, int port, link_options options,
+                                                             std::function<void(std::unique_ptr<tensor_link>)> accepted,
+                                                             std::function<void(const status&)> refused) {
+  auto found = resolve(host, port, true);
+  if (!found.ok()) return found.error();
+  std::unique_ptr<addrinfo, decltype(&::freeaddrinfo)> addresses(*found, ::freeaddrinfo);
+  auto l = std::make_unique<impl>();
+  l->options = std::move(options);
+  l->accepted = std::move(accepted);
+  l->refused = std::move(refused);
+  const addrinfo* a = addresses.get();
+  l->fd = ::socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol);
+  if (l->fd < 0) return unavailable_error("cannot make a socket for ", host, ":", port, ": ", std::strerror(errno));
+  int one = 1;
+  ::setsockopt(l->fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+  if (::bind(l->fd, a->ai_addr, a->ai_addrlen) != 0) {
+    const int error = errno;
+    return unavailable_error("cannot listen on ", host, ":", port, ": ", std::strerror(error),
+                             error == EADDRINUSE ? " (another process holds the port)" : "");
+  }
+  if (::listen(l->fd, 64) != 0) return unavailable_error("cannot listen on ", host, ":", port, ": ", std::strerror(errno));
+  sockaddr_storage bound{};
+  socklen_t length = sizeof bound;
+  ::getsockname(l->fd, reinterpret_cast<sockaddr*>(&bound), &length);
+  l->port = ntohs(bound.ss_family == AF_INET6 ? reinterpret_cast<sockaddr_in6*>(&bound)->sin6_port
+                                               : reinterpret_cast<sockaddr_in*>(&bound)->sin_port);
+  l->thread = std::thread([i = l.get()] { i->accept_loop(); });
+  return std::unique_ptr<link_listener>(new link_listener(std::move(l)));
+}
+
+}  // namespace troupe::cluster

@@ -1,0 +1,118 @@
+// transport: the bulk path for tensors between two processes of a real cluster.
+//
+// One TCP connection per pair of tasks carries tensors as raw bytes: the sender writes a
+// tensor's memory straight to the socket (no copy in user space), the receiver reads
+// straight into the memory of the tensor it hands on (one copy, the kernel's). Its reader
+// and writer are threads of the link's own, never CAF's: a link never blocks an actor.
+// Control messages (step starts, variable requests) do not travel here but over CAF's
+// middleman, on a connection of their own, so they never wait behind bulk transfers.
+//
+//   auto listener = link_listener::listen("127.0.0.1", 0, options, [&](std::unique_ptr<tensor_link> l) {...});
+//   auto link = tensor_link::connect("127.0.0.1", listener->port(), "/job:ps/replica:0/task:0", options);
+//   (*link)->start({.tensor = [](std::string key, tensor t) {...}, .failure = [](const status& s) {...}});
+//   (*link)->send("step 7;w:0", value, [](const status& s) {...});
+//
+// The wire (doc/cluster.md): frames of a 16-byte header (magic "TRPL", kind, body length)
+// and a body. A link opens with a hello each way (wire version, the sender's task, the
+// cluster's identity, the task it means to reach); a mismatch is refused with a refuse
+// frame whose reason both ends report. A tensor is a tensor_begin frame (key, dtype,
+// shape, bytes) and chunk frames of at most `chunk_bytes`; acknowledgements and
+// heartbeats may come between chunks. Credits: a sender starts no tensor while the bytes
+// it sent and the receiver has not acknowledged (after handing the tensor on) reach
+// `window_bytes`; sends beyond wait in order, each `done` runs when its bytes are written,
+// so a producer that waits for `done` holds at most a window of the link's memory.
+// Failure: heartbeats every `heartbeat` while idle; silence for `peer_timeout`, a closed
+// or reset connection, or a frame that makes no sense fail the link with UNAVAILABLE
+// naming the peer task: the failure handler runs once, and every send not yet written
+// gets the same status.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "core/status.h"
+#include "core/tensor.h"
+
+namespace troupe::cluster {
+
+struct link_options {
+  std::string local_task;  // this end's task ("/job:worker/replica:0/task:1"), sent in the hello
+  std::string cluster_id;  // the cluster's identity (a fingerprint of its file): both ends must agree
+  std::int64_t window_bytes = std::int64_t{64} << 20;
+  std::int64_t chunk_bytes = std::int64_t{4} << 20;
+  std::chrono::milliseconds heartbeat{100};
+  std::chrono::milliseconds peer_timeout{1000};
+  std::chrono::milliseconds connect_timeout{3000};
+};
+
+// The version of the wire format: both ends of a link must speak the same.
+inline constexpr std::uint32_t k_wire_version = 1;
+
+class tensor_link {
+ public:
+  struct handlers {
+    // A tensor received under its key, on the link's reader thread (keep it short: the
+    // next frames wait; the tensor is acknowledged when it returns).
+    std::function<void(std::string key, tensor value)> tensor;
+    // The link failed or the peer closed it; once, on a thread of the link.
+    std::function<void(const status&)> failure;
+  };
+
+  // Connects to host:port, where task `peer` must answer, within options.connect_timeout.
+  // Errors: UNAVAILABLE (nothing listens there, unreachable, refused by the peer: the
+  // reason given), DEADLINE_EXCEEDED (no answer in time), INVALID_ARGUMENT (bad address).
+  static result<std::unique_ptr<tensor_link>> connect(const std::string& host, int port, const std::string& peer,
+                                                      link_options options);
+  // Closes the link (the peer hears of it): sends not yet written get CANCELLED; no handler
+  // runs once it returns.
+  ~tensor_link();
+  tensor_link(const tensor_link&) = delete;
+  tensor_link& operator=(const tensor_link&) = delete;
+
+  // Starts reading (and the heartbeats); once, before the first send.
+  void start(handlers h);
+  const std::string& peer() const;
+  // Queues `value` for the peer under `key`; `done` runs once, on a thread of the link:
+  // OK when its bytes are written, else the link's failure (or CANCELLED when closed).
+  void send(std::string key, tensor value, std::function<void(const status&)> done);
+  // Bytes sent and not yet acknowledged by the peer; bytes queued and not yet sent.
+  std::int64_t unacknowledged_bytes() const;
+  std::int64_t queued_bytes() const;
+  // OK while the link is up, else why it failed.
+  status failure() const;
+
+  struct impl;  // internal
+
+ private:
+  explicit tensor_link(std::unique_ptr<impl> impl);
+  friend class link_listener;
+  std::unique_ptr<impl> impl_;
+};
+
+// A listening socket that turns each peer completing the hello into a link (not yet
+// started). Peers refused (another cluster or wire version, a hello naming another task,
+// not a troupe link at all) are told why, and `refused` hears of each (default: a line on
+// stderr).
+class link_listener {
+ public:
+  // Port 0: any free port (port() says which). Errors: INVALID_ARGUMENT (bad address),
+  // UNAVAILABLE (the port is in use, naming it).
+  static result<std::unique_ptr<link_listener>> listen(const std::string& host, int port, link_options options,
+                                                       std::function<void(std::unique_ptr<tensor_link>)> accepted,
+                                                       std::function<void(const status&)> refused = nullptr);
+  ~link_listener();  // stops accepting; links already accepted stay
+  link_listener(const link_listener&) = delete;
+  link_listener& operator=(const link_listener&) = delete;
+  int port() const;
+
+  struct impl;  // internal
+
+ private:
+  explicit link_listener(std::unique_ptr<impl> impl);
+  std::unique_ptr<impl> impl_;
+};
+
+}  // namespace troupe::cluster

@@ -1,0 +1,344 @@
+// The tensor links between processes (cluster/transport.h) as conversations: tensors both
+// ways, hellos refused, a silent or absent listener, a peer killed or frozen (separate
+// processes), a slow receiver holding its sender to the window, closes.
+#include "cluster/transport.h"
+
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <catch2/catch.hpp>
+#include <chrono>
+#include <condition_variable>
+#include <future>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+namespace troupe::cluster {
+namespace {
+
+using namespace std::chrono_literals;
+
+const std::string k_ps = "/job:ps/replica:0/task:0";
+const std::string k_worker = "/job:worker/replica:0/task:0";
+
+link_options options_for(const std::string& task) {
+  link_options o;
+  o.local_task = task;
+  o.cluster_id = "test-cluster";
+  o.heartbeat = 50ms;
+  o.peer_timeout = 500ms;
+  o.connect_timeout = 1000ms;
+  return o;
+}
+
+tensor counting(dtype type, tensor_shape shape, int seed) {
+  tensor t(type, std::move(shape));
+  auto* bytes = static_cast<unsigned char*>(t.raw_data());
+  for (std::size_t i = 0; i < t.byte_size(); ++i) bytes[i] = static_cast<unsigned char>((i * 31 + seed) & 0xff);
+  if (type == dtype::bool_) {
+    for (std::size_t i = 0; i < t.byte_size(); ++i) bytes[i] &= 1;
+  }
+  return t;
+}
+
+// What one end received, and its failure, with waits.
+struct inbox {
+  std::mutex mutex;
+  std::condition_variable changed;
+  std::vector<std::pair<std::string, tensor>> tensors;
+  std::vector<status> failures;
+
+  tensor_link::handlers handlers() {
+    return {[this](std::string key, tensor value) {
+              std::lock_guard<std::mutex> lock(mutex);
+              tensors.emplace_back(std::move(key), std::move(value));
+              changed.notify_all();
+            },
+            [this](const status& s) {
+              std::lock_guard<std::mutex> lock(mutex);
+              failures.push_back(s);
+              changed.notify_all();
+            }};
+  }
+  bool wait_tensors(std::size_t n, std::chrono::milliseconds limit = 10s) {
+    std::unique_lock<std::mutex> lock(mutex);
+    return changed.wait_for(lock, limit, [&] { return tensors.size() >= n; });
+  }
+  bool wait_failure(std::chrono::milliseconds limit = 10s) {
+    std::unique_lock<std::mutex> lock(mutex);
+    return changed.wait_for(lock, limit, [&] { return !failures.empty(); });
+  }
+};
+
+// A listener whose first accepted link is kept.
+struct server {
+  std::mutex mutex;
+  std::condition_variable changed;
+  std::unique_ptr<tensor_link> link;
+  std::vector<status> refusals;
+  std::unique_ptr<link_listener> listener;
+
+  explicit server(link_options o, int port = 0) {
+    auto l = link_listener::listen(
+        "127.0.0.1", port, std::move(o),
+        [this](std::unique_ptr<tensor_link> accepted) {
+          std::lock_guard<std::mutex> lock(mutex);
+          link = std::move(accepted);
+          changed.notify_all();
+        },
+        [this](const status& s) {
+          std::lock_guard<std::mutex> lock(mutex);
+          refusals.push_back(s);
+          changed.notify_all();
+        });
+    REQUIRE(l.ok());
+    listener = std::move(*l);
+  }
+  tensor_link* wait_link() {
+    std::unique_lock<std::mutex> lock(mutex);
+    changed.wait_for(lock, 10s, [&] { return link != nullptr; });
+    return link.get();
+  }
+  bool wait_refusal() {
+    std::unique_lock<std::mutex> lock(mutex);
+    return changed.wait_for(lock, 10s, [&] { return !refusals.empty(); });
+  }
+};
+
+TEST_CASE("tensors of every fixed-size type and shape cross a link whole and in order, both ways", "[cluster][transport]") {
+  link_options ps_options = options_for(k_ps);
+  ps_options.chunk_bytes = 1 << 20;  // the 9 MB tensor goes in 9 chunks
+  server ps(ps_options);
+  auto worker = tensor_link::connect("127.0.0.1", ps.listener->port(), k_ps, options_for(k_worker));
+  REQUIRE(worker.ok());
+  tensor_link* ps_link = ps.wait_link();
+  REQUIRE(ps_link != nullptr);
+  CHECK(ps_link->peer() == k_worker);
+  CHECK((*worker)->peer() == k_ps);
+  inbox at_ps, at_worker;
+  ps_link->start(at_ps.handlers());
+  (*worker)->start(at_worker.handlers());
+
+  const std::vector<tensor> values{counting(dtype::float32, {3, 4}, 1),       counting(dtype::int64, {}, 2),
+                                   counting(dtype::float64, {0, 5}, 3),       counting(dtype::uint8, {9, 1 << 20}, 4),
+                                   counting(dtype::bool_, {17}, 5),           counting(dtype::int8, {2, 3, 4, 5}, 6),
+                                   counting(dtype::complex64, {3}, 7),        counting(dtype::float16, {1, 1, 1}, 8)};
+  std::atomic<int> written{0};
+  for (std::size_t i = 0; i < values.size(); ++i) {
+    (*worker)->send(str_cat("w", i), values[i], [&](const status& s) {
+      CHECK(s.ok());
+      ++written;
+    });
+    ps_link->send(str_cat("p", i), values[values.size() - 1 - i], [](const status& s) { CHECK(s.ok()); });
+  }
+  REQUIRE(at_ps.wait_tensors(values.size()));
+  REQUIRE(at_worker.wait_tensors(values.size()));
+  for (std::size_t i = 0; i < values.size(); ++i) {
+    INFO("tensor " << i);
+    CHECK(at_ps.tensors[i].first == str_cat("w", i));
+    CHECK(at_ps.tensors[i].second.equals(values[i]));
+    CHECK(at_worker.tensors[i].first == str_cat("p", i));
+    CHECK(at_worker.tensors[i].second.equals(values[values.size() - 1 - i]));
+  }
+  for (int i = 0; i < 100 && written < static_cast<int>(values.size()); ++i) std::this_thread::sleep_for(10ms);
+  CHECK(written == static_cast<int>(values.size()));
+  // Everything acknowledged in the end.
+  for (int i = 0; i < 100 && (*worker)->unacknowledged_bytes() != 0; ++i) std::this_thread::sleep_for(10ms);
+  CHECK((*worker)->unacknowledged_bytes() == 0);
+  CHECK((*worker)->queued_bytes() == 0);
+  // A string tensor cannot cross: refused at once, naming the type.
+  status refused;
+  (*worker)->send("s", tensor(dtype::string, {2}), [&](const status& s) { refused = s; });
+  CHECK(refused.error_code() == code::invalid_argument);
+  CHECK(refused.message().find("string") != std::string::npos);
+  // Closing one end: the other hears of it, with the task's name.
+  worker->reset();
+  REQUIRE(at_ps.wait_failure());
+  CHECK(at_ps.failures[0].error_code() == code::unavailable);
+  CHECK(at_ps.failures[0].message().find(k_worker) != std::string::npos);
+  status after;
+  ps_link->send("late", values[0], [&](const status& s) { after = s; });
+  CHECK(after.error_code() == code::unavailable);
+  CHECK(at_worker.failures.empty());  // a closing end hears nothing of its own close
+}
+
+TEST_CASE("hellos from another cluster, for another task or not troupe's are refused, and both ends say why",
+          "[cluster][transport]") {
+  server ps(options_for(k_ps));
+  const int port = ps.listener->port();
+  SECTION("another cluster") {
+    link_options other = options_for(k_worker);
+    other.cluster_id = "other-cluster";
+    auto link = tensor_link::connect("127.0.0.1", port, k_ps, other);
+    REQUIRE_FALSE(link.ok());
+    CHECK(link.error().error_code() == code::unavailable);
+    CHECK(link.error().message().find("other-cluster") != std::string::npos);
+    CHECK(link.error().message().find("test-cluster") != std::string::npos);
+    REQUIRE(ps.wait_refusal());
+    CHECK(ps.refusals[0].message().find("other-cluster") != std::string::npos);
+  }
+  SECTION("a task that is not there") {
+    const std::string other_ps = "/job:ps/replica:0/task:1";
+    auto link = tensor_link::connect("127.0.0.1", port, other_ps, options_for(k_worker));
+    REQUIRE_FALSE(link.ok());
+    CHECK(link.error().message().find("meant to reach task " + other_ps) != std::string::npos);
+    REQUIRE(ps.wait_refusal());
+  }
+  SECTION("not a troupe link") {
+    const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_port = htons(static_cast<std::uint16_t>(port));
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    REQUIRE(::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0);
+    const char request[] = "GET / HTTP/1.0\r\n\r\n";
+    REQUIRE(::write(fd, request, sizeof request - 1) == static_cast<ssize_t>(sizeof request - 1));
+    REQUIRE(ps.wait_refusal());
+    CHECK(ps.refusals[0].message().find("not a troupe link frame") != std::string::npos);
+    ::close(fd);
+  }
+  // The listener still serves a good peer afterwards.
+  auto good = tensor_link::connect("127.0.0.1", port, k_ps, options_for(k_worker));
+  CHECK(good.ok());
+}
+
+TEST_CASE("no listener, a silent listener and a port in use are clear errors in time", "[cluster][transport]") {
+  // A port that was free a moment ago: nothing listens.
+  int free_port = 0;
+  {
+    server probe(options_for(k_ps));
+    free_port = probe.listener->port();
+  }
+  auto start = std::chrono::steady_clock::now();
+  auto none = tensor_link::connect("127.0.0.1", free_port, k_ps, options_for(k_worker));
+  REQUIRE_FALSE(none.ok());
+  CHECK(none.error().error_code() == code::unavailable);
+  CHECK(none.error().message().find("127.0.0.1:" + std::to_string(free_port)) != std::string::npos);
+  CHECK(none.error().message().find(k_ps) != std::string::npos);
+  // A socket that listens but never answers (the kernel completes the connection).
+  const int silent = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  REQUIRE(::bind(silent, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0);
+  REQUIRE(::listen(silent, 4) == 0);
+  socklen_t length = sizeof a;
+  ::getsockname(silent, reinterpret_cast<sockaddr*>(&a), &length);
+  start = std::chrono::steady_clock::now();
+  auto hung = tensor_link::connect("127.0.0.1", ntohs(a.sin_port), k_ps, options_for(k_worker));
+  const auto waited = std::chrono::steady_clock::now() - start;
+  REQUIRE_FALSE(hung.ok());
+  CHECK(hung.error().error_code() == code::deadline_exceeded);
+  CHECK(hung.error().message().find("did not answer within 1000 ms") != std::string::npos);
+  CHECK(waited < 3s);
+  ::close(silent);
+  // A port in use.
+  server first(options_for(k_ps));
+  auto second = link_listener::listen("127.0.0.1", first.listener->port(), options_for(k_ps), [](auto) {});
+  REQUIRE_FALSE(second.ok());
+  CHECK(second.error().error_code() == code::unavailable);
+  CHECK(second.error().message().find(std::to_string(first.listener->port())) != std::string::npos);
+  CHECK(second.error().message().find("in use") != std::string::npos);
+  // A bad address.
+  auto bad = tensor_link::connect("no such host.invalid", 1, k_ps, options_for(k_worker));
+  REQUIRE_FALSE(bad.ok());
+  CHECK(bad.error().error_code() == code::invalid_argument);
+}
+
+// A child process that connects to `port` as a worker, sends one tensor and waits to be
+// killed or stopped. Forked before this process starts threads of its own.
+pid_t start_peer_process(int port_pipe) {
+  const pid_t child = ::fork();
+  if (child != 0) return child;
+  int port = 0;
+  if (::read(port_pipe, &port, sizeof port) != sizeof port) ::_exit(2);
+  auto link = tensor_link::connect("127.0.0.1", port, k_ps, options_for(k_worker));
+  if (!link.ok()) ::_exit(3);
+  (*link)->start({[](std::string, tensor) {}, [](const status&) {}});
+  (*link)->send("hello", counting(dtype::float32, {4}, 1), [](const status&) {});
+  for (;;) ::pause();
+}
+
+TEST_CASE("a peer process killed or frozen fails the link within a second, naming its task", "[cluster][transport]") {
+  for (const int signal : {SIGKILL, SIGSTOP}) {
+    INFO("signal " << signal);
+    int pipe_ends[2];
+    REQUIRE(::pipe(pipe_ends) == 0);
+    const pid_t child = start_peer_process(pipe_ends[0]);
+    REQUIRE(child > 0);
+    server ps(options_for(k_ps));
+    const int port = ps.listener->port();
+    REQUIRE(::write(pipe_ends[1], &port, sizeof port) == sizeof port);
+    tensor_link* link = ps.wait_link();
+    REQUIRE(link != nullptr);
+    inbox at_ps;
+    link->start(at_ps.handlers());
+    REQUIRE(at_ps.wait_tensors(1));
+    // Sends still queued when the peer goes hear of it too.
+    std::promise<status> queued;
+    link->send("x", counting(dtype::float32, {1 << 20}, 2), [](const status&) {});
+    const auto start = std::chrono::steady_clock::now();
+    ::kill(child, signal);
+    REQUIRE(at_ps.wait_failure(5s));
+    const auto waited = std::chrono::steady_clock::now() - start;
+    CHECK(waited < 1s);
+    CHECK(at_ps.failures[0].error_code() == code::unavailable);
+    CHECK(at_ps.failures[0].message().find(k_worker) != std::string::npos);
+    link->send("y", counting(dtype::float32, {4}, 3), [&](const status& s) { queued.set_value(s); });
+    auto answer = queued.get_future();
+    REQUIRE(answer.wait_for(5s) == std::future_status::ready);
+    CHECK(answer.get().error_code() == code::unavailable);
+    ::kill(child, SIGKILL);
+    ::waitpid(child, nullptr, 0);
+    ::close(pipe_ends[0]);
+    ::close(pipe_ends[1]);
+  }
+}
+
+TEST_CASE("a slow receiver holds its sender to the window; all arrives once it reads on", "[cluster][transport]") {
+  server ps(options_for(k_ps));
+  link_options worker_options = options_for(k_worker);
+  worker_options.window_bytes = 3 << 20;
+  auto worker = tensor_link::connect("127.0.0.1", ps.listener->port(), k_ps, worker_options);
+  REQUIRE(worker.ok());
+  tensor_link* ps_link = ps.wait_link();
+  REQUIRE(ps_link != nullptr);
+  std::promise<void> release;
+  std::shared_future<void> released = release.get_future().share();
+  inbox at_ps;
+  auto handlers = at_ps.handlers();
+  auto keep = handlers.tensor;
+  handlers.tensor = [&, keep](std::string key, tensor value) {
+    released.wait();  // the receiver takes its time with the first tensor
+    keep(std::move(key), std::move(value));
+  };
+  ps_link->start(handlers);
+  (*worker)->start({[](std::string, tensor) {}, [](const status&) {}});
+  std::atomic<int> written{0};
+  for (int i = 0; i < 10; ++i) {
+    (*worker)->send(std::to_string(i), counting(dtype::uint8, {1 << 20}, i), [&](const status& s) {
+      CHECK(s.ok());
+      ++written;
+    });
+  }
+  std::this_thread::sleep_for(500ms);
+  // Nothing is acknowledged: at most a window is out, the rest waits in the queue (the
+  // heartbeats keep the link up meanwhile).
+  CHECK((*worker)->unacknowledged_bytes() <= worker_options.window_bytes);
+  CHECK(written <= 3);
+  CHECK((*worker)->queued_bytes() >= 7 << 20);
+  CHECK((*worker)->failure().ok());
+  release.set_value();
+  REQUIRE(at_ps.wait_tensors(10));
+  for (int i = 0; i < 10; ++i) CHECK(at_ps.tensors[static_cast<std::size_t>(i)].first == std::to_string(i));
+  for (int i = 0; i < 200 && written < 10; ++i) std::this_thread::sleep_for(10ms);
+  CHECK(written == 10);
+  CHECK(at_ps.failures.empty());
+}
+
+}  // namespace
+}  // namespace troupe::cluster
