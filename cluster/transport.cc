@@ -218,8 +218,8 @@ result<hello> parse_hello(const std::string& body, const std::string& where) {
 // Why a hello cannot be accepted by `o`'s end, or empty.
 std::string mismatch(const hello& h, const link_options& o, const std::string& expected_from) {
   if (h.version != k_wire_version) {
-    return str_cat("task ", h.from, " speaks wire version ", h.version, ", this troupe ", k_wire_version,
-                   " (another troupe version)");
+    return str_cat("task ", h.from, " speaks wire version ", std::to_string(h.version), ", this troupe ",
+                   std::to_string(k_wire_version), " (another troupe version)");
   }
   if (h.cluster_id != o.cluster_id) {
     return str_cat("task ", h.from, " belongs to cluster '", h.cluster_id, "', not '", o.cluster_id, "'");
@@ -254,6 +254,7 @@ struct tensor_link::impl {
   std::int64_t unacknowledged = 0;
   std::uint64_t acks_to_send = 0;  // bytes received and handed on, not yet acknowledged
   bool closing = false;
+  bool writing = false;  // the writer is inside a tensor
   status failed;  // first failure
   bool failure_told = false;
 
@@ -424,9 +425,10 @@ void tensor_link::impl::write_loop() {
     });
     if (!failed.ok()) break;
     if (closing) {
-      lock.unlock();
-      write_frame(fd, frame_kind::goodbye, {});
-      lock.lock();
+      // Best effort: a peer that reads nothing more does not hold the close up.
+      frame_header h;
+      h.kind = static_cast<std::uint8_t>(frame_kind::goodbye);
+      (void)::send(fd, &h, sizeof h, MSG_NOSIGNAL | MSG_DONTWAIT);
       break;
     }
     const bool may_send = !queue.empty() && (unacknowledged == 0 || unacknowledged < options.window_bytes);
@@ -436,6 +438,7 @@ void tensor_link::impl::write_loop() {
       queue.pop_front();
       queued -= static_cast<std::int64_t>(item->value.byte_size());
       unacknowledged += static_cast<std::int64_t>(item->value.byte_size());
+      writing = true;
     }
     lock.unlock();
     status s = write_pending_small_frames(&last_write);
@@ -444,6 +447,10 @@ void tensor_link::impl::write_loop() {
       last_write = clock_type::now();
     }
     if (item) {
+      {
+        std::lock_guard<std::mutex> written(mutex);
+        writing = false;
+      }
       auto done = std::move(item->done);
       item.reset();  // the tensor's memory goes before its sender hears
       if (done) done(s);
@@ -455,8 +462,8 @@ void tensor_link::impl::write_loop() {
     }
     lock.lock();
   }
-  // Sends never written get the link's failure (CANCELLED when closed).
-  const status why = failed.ok() ? cancelled_error("the link to task ", peer, " was closed") : failed;
+  // Sends never written get the link's failure, or CANCELLED when it was closed.
+  const status why = closing || failed.ok() ? cancelled_error("the link to task ", peer, " was closed") : failed;
   std::deque<outgoing> left;
   left.swap(queue);
   queued = 0;
@@ -471,10 +478,15 @@ tensor_link::tensor_link(std::unique_ptr<impl> impl) : impl_(std::move(impl)) {}
 tensor_link::~tensor_link() {
   if (!impl_) return;
   impl_->stopping = true;
+  bool busy = false;
   {
     std::lock_guard<std::mutex> lock(impl_->mutex);
     impl_->closing = true;
+    busy = impl_->writing;
   }
+  // A writer inside a tensor may wait on a peer that reads no more: cut the connection
+  // (the peer sees it closed); an idle one says goodbye and ends.
+  if (busy) ::shutdown(impl_->fd, SHUT_RDWR);
   impl_->wake.notify_all();
   if (impl_->writer.joinable()) impl_->writer.join();
   ::shutdown(impl_->fd, SHUT_RDWR);

@@ -188,6 +188,42 @@ TEST_CASE("hellos from another cluster, for another task or not troupe's are ref
     CHECK(link.error().message().find("meant to reach task " + other_ps) != std::string::npos);
     REQUIRE(ps.wait_refusal());
   }
+  SECTION("another wire version (another troupe)") {
+    // A hello as the wire format says (doc/cluster.md), but of version 99.
+    std::string body;
+    auto put_u32 = [&](std::uint32_t v) { body.append(reinterpret_cast<const char*>(&v), 4); };
+    auto put_string = [&](const std::string& text) {
+      put_u32(static_cast<std::uint32_t>(text.size()));
+      body += text;
+    };
+    put_u32(99);
+    put_string(k_worker);
+    put_string("test-cluster");
+    put_string(k_ps);
+    std::string frame;
+    const std::uint32_t magic = 0x4c505254;
+    const std::uint64_t length = body.size();
+    frame.append(reinterpret_cast<const char*>(&magic), 4);
+    frame += std::string("\x01\0\0\0", 4);
+    frame.append(reinterpret_cast<const char*>(&length), 8);
+    frame += body;
+    const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_port = htons(static_cast<std::uint16_t>(port));
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    REQUIRE(::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0);
+    REQUIRE(::write(fd, frame.data(), frame.size()) == static_cast<ssize_t>(frame.size()));
+    REQUIRE(ps.wait_refusal());
+    CHECK(ps.refusals[0].message().find("wire version 99") != std::string::npos);
+    // The peer is told why: a refuse frame (kind 2) naming the version.
+    char answer[512] = {};
+    const ssize_t got = ::read(fd, answer, sizeof answer);
+    REQUIRE(got > 16);
+    CHECK(answer[4] == 2);
+    CHECK(std::string(answer + 16, static_cast<std::size_t>(got - 16)).find("wire version 99") != std::string::npos);
+    ::close(fd);
+  }
   SECTION("not a troupe link") {
     const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
     sockaddr_in a{};
@@ -338,6 +374,35 @@ TEST_CASE("a slow receiver holds its sender to the window; all arrives once it r
   for (int i = 0; i < 200 && written < 10; ++i) std::this_thread::sleep_for(10ms);
   CHECK(written == 10);
   CHECK(at_ps.failures.empty());
+}
+
+TEST_CASE("closing a link whose writer waits on a receiver that reads no more returns at once", "[cluster][transport]") {
+  server ps(options_for(k_ps));
+  auto worker = tensor_link::connect("127.0.0.1", ps.listener->port(), k_ps, options_for(k_worker));
+  REQUIRE(worker.ok());
+  tensor_link* ps_link = ps.wait_link();
+  REQUIRE(ps_link != nullptr);
+  std::promise<void> release;
+  std::shared_future<void> released = release.get_future().share();
+  inbox at_ps;
+  auto handlers = at_ps.handlers();
+  handlers.tensor = [released](std::string, tensor) { released.wait(); };
+  ps_link->start(handlers);
+  (*worker)->start({[](std::string, tensor) {}, [](const status&) {}});
+  std::promise<status> big_written, queued_after;
+  (*worker)->send("small", counting(dtype::float32, {4}, 1), [](const status&) {});
+  // 64 MB: more than the socket buffers hold, so the writer waits inside it.
+  (*worker)->send("big", counting(dtype::uint8, {64 << 20}, 2), [&](const status& s) { big_written.set_value(s); });
+  (*worker)->send("after", counting(dtype::float32, {4}, 3), [&](const status& s) { queued_after.set_value(s); });
+  std::this_thread::sleep_for(300ms);
+  const auto start = std::chrono::steady_clock::now();
+  worker->reset();
+  CHECK(std::chrono::steady_clock::now() - start < 1s);
+  CHECK_FALSE(big_written.get_future().get().ok());
+  CHECK(queued_after.get_future().get().error_code() == code::cancelled);
+  release.set_value();
+  REQUIRE(at_ps.wait_failure());
+  CHECK(at_ps.failures[0].error_code() == code::unavailable);
 }
 
 }  // namespace
