@@ -10,7 +10,8 @@
 // answers "ping" with "pong" and "end" with "ended", and takes 20 ms over each "slow"
 // tensor. The parent sends `--megabytes` per size each way: raw (write(2) of one buffer
 // again and again, then a one-byte answer) and through a link (send() of one tensor again
-// and again, then "end" and its answer). Each round measures everything once, side by
+// and again, then "end" and its answer), also over mutual TLS (certificates made as
+// `troupe cert init` makes them). Each round measures everything once, side by
 // side; figures are medians. Prints one JSON object.
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -26,6 +27,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <future>
 #include <iostream>
@@ -34,6 +36,8 @@
 #include <thread>
 #include <vector>
 
+#include "cluster/certificates.h"
+#include "cluster/cluster_file.h"
 #include "cluster/transport.h"
 
 namespace troupe::bench {
@@ -55,10 +59,18 @@ double median(std::vector<double> v) {
   return v.empty() ? 0 : v.size() % 2 == 1 ? v[v.size() / 2] : (v[v.size() / 2 - 1] + v[v.size() / 2]) / 2;
 }
 
-link_options options_for(const std::string& task) {
+// Certificates as `troupe cert init` makes them, for the links over mutual TLS.
+std::string g_certificates;
+
+link_options options_for(const std::string& task, bool tls = false) {
   link_options o;
   o.local_task = task;
   o.cluster_id = "bench";
+  if (tls) {
+    const std::string stem = task == k_receiver ? "ps-0" : "worker-0";
+    o.tls = cluster::link_tls{g_certificates + "/ca.pem", g_certificates + "/" + stem + ".pem",
+                              g_certificates + "/" + stem + ".key"};
+  }
   return o;
 }
 
@@ -113,7 +125,7 @@ void raw_server(int listen_fd) {
   const int raw_port = ntohs(a.sin_port);
   std::mutex mutex;
   std::vector<std::unique_ptr<tensor_link>> links;
-  auto listener = link_listener::listen("127.0.0.1", 0, options_for(k_receiver), [&](std::unique_ptr<tensor_link> l) {
+  auto serve = [&](std::unique_ptr<tensor_link> l) {
     tensor_link* link = l.get();
     link->start({[link](std::string key, tensor value) {
                    if (key == "ping") link->send("pong", std::move(value), nullptr);
@@ -123,9 +135,11 @@ void raw_server(int listen_fd) {
                  [](const status&) {}});
     std::lock_guard<std::mutex> lock(mutex);
     links.push_back(std::move(l));
-  });
-  if (!listener.ok()) ::_exit(3);
-  const int ports[2] = {raw_port, (*listener)->port()};
+  };
+  auto listener = link_listener::listen("127.0.0.1", 0, options_for(k_receiver), serve);
+  auto tls_listener = link_listener::listen("127.0.0.1", 0, options_for(k_receiver, true), serve);
+  if (!listener.ok() || !tls_listener.ok()) ::_exit(3);
+  const int ports[3] = {raw_port, (*listener)->port(), (*tls_listener)->port()};
   if (::write(port_pipe, ports, sizeof ports) != sizeof ports) ::_exit(4);
   raw_server(raw);
   ::_exit(0);
@@ -190,11 +204,27 @@ std::int64_t rss_kb() {
 }
 
 int run(std::int64_t megabytes, int rounds, int slow_sends) {
+  // Certificates first (the receiver is forked before any thread starts).
+  g_certificates = (std::filesystem::temp_directory_path() / ("troupe_bench_transport_" + std::to_string(::getpid()))).string();
+  std::filesystem::remove_all(g_certificates);
+  {
+    auto cluster = cluster::cluster_file::parse(
+        "job { name: \"ps\" tasks { key: 0 value: \"localhost:1\" } }\n"
+        "job { name: \"worker\" tasks { key: 0 value: \"localhost:2\" } }",
+        g_certificates + ".pbtxt");
+    if (!cluster.ok() || !cluster::make_test_certificates(*cluster, g_certificates).ok()) {
+      std::cerr << "bench_transport: cannot make certificates in " << g_certificates << "\n";
+      return 1;
+    }
+  }
+  struct remover {
+    ~remover() { std::filesystem::remove_all(g_certificates); }
+  } remove_certificates;
   int pipe_ends[2];
   if (::pipe(pipe_ends) != 0) return 1;
   const pid_t child = ::fork();
   if (child == 0) receiver(pipe_ends[1]);
-  int ports[2] = {};
+  int ports[3] = {};
   if (::read(pipe_ends[0], ports, sizeof ports) != sizeof ports) {
     std::cerr << "bench_transport: the receiving process did not start\n";
     return 1;
@@ -216,23 +246,33 @@ int run(std::int64_t megabytes, int rounds, int slow_sends) {
   }
   (*data)->start(back.handlers());
   (*control)->start(control_back.handlers());
+  replies tls_back;
+  auto tls = tensor_link::connect("127.0.0.1", ports[2], k_receiver, options_for(k_sender, true));
+  if (!tls.ok()) {
+    std::cerr << "bench_transport: " << tls.error() << "\n";
+    return 1;
+  }
+  (*tls)->start(tls_back.handlers());
 
   const std::vector<std::uint64_t> sizes{1, 16, 64};
   std::string json = "{";
   for (std::uint64_t mb : sizes) {
     const std::uint64_t size = mb << 20;
     const std::uint64_t count = std::max<std::uint64_t>(4, static_cast<std::uint64_t>(megabytes) / mb);
-    std::vector<double> raw, link;
+    std::vector<double> raw, link, tls_link;
     for (int r = 0; r < rounds; ++r) {
       raw.push_back(raw_seconds(ports[0], size, count));
       link.push_back(link_seconds(**data, back, size, count));
+      tls_link.push_back(link_seconds(**tls, tls_back, size, count));
     }
     const double total_mb = static_cast<double>(count * mb);
-    char figures[256];
+    const auto m = static_cast<unsigned long long>(mb);
+    char figures[512];
     std::snprintf(figures, sizeof figures,
-                  "\"raw_%llu_mb_gb_s\": %.2f, \"link_%llu_mb_gb_s\": %.2f, \"link_over_raw_%llu_mb\": %.2f, ",
-                  static_cast<unsigned long long>(mb), total_mb / 1024 / median(raw), static_cast<unsigned long long>(mb),
-                  total_mb / 1024 / median(link), static_cast<unsigned long long>(mb), median(raw) / median(link));
+                  "\"raw_%llu_mb_gb_s\": %.2f, \"link_%llu_mb_gb_s\": %.2f, \"link_over_raw_%llu_mb\": %.2f, "
+                  "\"tls_link_%llu_mb_gb_s\": %.2f, \"tls_link_over_raw_%llu_mb\": %.2f, ",
+                  m, total_mb / 1024 / median(raw), m, total_mb / 1024 / median(link), m, median(raw) / median(link), m,
+                  total_mb / 1024 / median(tls_link), m, median(raw) / median(tls_link));
     json += figures;
     std::fprintf(stderr, "%llu MB x %llu: raw %s s, link %s s (per round)\n", static_cast<unsigned long long>(mb),
                  static_cast<unsigned long long>(count), [&] {

@@ -21,6 +21,15 @@
 
 namespace troupe::cluster {
 
+std::string openssl_error(std::string_view fallback) {
+  const unsigned long e = ERR_get_error();
+  ERR_clear_error();
+  if (e == 0) return std::string(fallback);
+  char text[256];
+  ERR_error_string_n(e, text, sizeof text);
+  return text;
+}
+
 namespace {
 
 template <class T, void (*Free)(T*)>
@@ -32,16 +41,6 @@ using cert_ptr = std::unique_ptr<X509, freer<X509, X509_free>>;
 using bio_ptr = std::unique_ptr<BIO, freer<BIO, BIO_free_all>>;
 using store_ptr = std::unique_ptr<X509_STORE, freer<X509_STORE, X509_STORE_free>>;
 using store_ctx_ptr = std::unique_ptr<X509_STORE_CTX, freer<X509_STORE_CTX, X509_STORE_CTX_free>>;
-
-// OpenSSL's last error, or `fallback` when it has none; clears its queue.
-std::string openssl_error(std::string_view fallback = "unknown OpenSSL error") {
-  const unsigned long e = ERR_get_error();
-  ERR_clear_error();
-  if (e == 0) return std::string(fallback);
-  char text[256];
-  ERR_error_string_n(e, text, sizeof text);
-  return text;
-}
 
 result<std::string> pem_of(const std::function<int(BIO*)>& write) {
   bio_ptr bio(BIO_new(BIO_s_mem()));

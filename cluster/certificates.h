@@ -13,6 +13,7 @@
 #pragma once
 
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "cluster/cluster_file.h"
@@ -35,6 +36,10 @@ result<made_certificates> make_test_certificates(const cluster_file& cluster, co
 // the task's certificate and key), the key the certificate's, the certificate signed by
 // the CA and valid now, and naming the task. Errors name the file and what is wrong.
 status check_task_credentials(const cluster_tls& tls, const task_address& task);
+
+// OpenSSL's last error as text, or `fallback` when it has none; clears its error queue
+// (for every user of OpenSSL in cluster/).
+std::string openssl_error(std::string_view fallback = "unknown OpenSSL error");
 
 // The task a certificate names (its subject's common name).
 result<std::string> certificate_task_name(const std::string& certificate_path);

@@ -5,7 +5,11 @@
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <openssl/err.h>
+#include <openssl/ssl.h>
+#include <openssl/x509.h>
 #include <poll.h>
+#include <signal.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -21,6 +25,8 @@
 #include <optional>
 #include <thread>
 #include <vector>
+
+#include "cluster/certificates.h"
 
 namespace troupe::cluster {
 namespace {
@@ -83,66 +89,251 @@ struct body_reader {
   }
 };
 
-int millis(std::chrono::milliseconds d) { return static_cast<int>(std::max<std::int64_t>(0, d.count())); }
-
-// Waits until `fd` is ready for `events` or `deadline` passes: 1 ready, 0 timed out, -1 error.
+// Waits until `fd` is ready for `events` or `deadline` passes (time_point::max(): no
+// deadline): 1 ready, 0 timed out, -1 error.
 int wait_for(int fd, short events, clock_type::time_point deadline) {
   for (;;) {
-    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - clock_type::now());
+    int timeout = -1;
+    if (deadline != clock_type::time_point::max()) {
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - clock_type::now());
+      if (left.count() <= 0) return 0;
+      timeout = static_cast<int>(std::min<std::int64_t>(left.count() + 1, 3600 * 1000));
+    }
     pollfd p{fd, events, 0};
-    const int n = ::poll(&p, 1, millis(left) + (left.count() > 0 ? 1 : 0));
+    const int n = ::poll(&p, 1, timeout);
     if (n < 0 && errno == EINTR) continue;
     if (n < 0) return -1;
-    if (n == 0) return clock_type::now() >= deadline ? 0 : wait_for(fd, events, deadline);
+    if (n == 0) continue;  // the loop's check says whether the deadline passed
     return 1;
   }
 }
 
-// Writes every byte of the pieces (no SIGPIPE); false with errno when the socket fails.
-bool write_all(int fd, iovec* pieces, int count) {
-  while (count > 0) {
-    msghdr m{};
-    m.msg_iov = pieces;
-    m.msg_iovlen = static_cast<std::size_t>(count);
-    const ssize_t n = ::sendmsg(fd, &m, MSG_NOSIGNAL);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) return false;
-    auto left = static_cast<std::size_t>(n);
-    while (count > 0 && left >= pieces->iov_len) {
-      left -= pieces->iov_len;
-      ++pieces;
-      --count;
-    }
-    if (count > 0) {
-      pieces->iov_base = static_cast<char*>(pieces->iov_base) + left;
-      pieces->iov_len -= left;
-    }
-  }
-  return true;
+// OpenSSL writes to its socket with write(2), which raises SIGPIPE when the peer has gone:
+// while one lives, SIGPIPE is blocked on this thread, and one raised meanwhile is taken
+// back before the thread's mask is restored (the failed write reports the error).
+// A link's own threads block SIGPIPE for good (block_sigpipe_for_this_thread) and need no
+// guard.
+thread_local bool t_sigpipe_blocked = false;
+
+void block_sigpipe_for_this_thread() {
+  sigset_t pipe_only;
+  sigemptyset(&pipe_only);
+  sigaddset(&pipe_only, SIGPIPE);
+  pthread_sigmask(SIG_BLOCK, &pipe_only, nullptr);
+  t_sigpipe_blocked = true;
 }
 
-bool write_frame(int fd, frame_kind kind, std::string_view body) {
+class sigpipe_guard {
+ public:
+  sigpipe_guard() : active_(!t_sigpipe_blocked) {
+    if (!active_) return;
+    sigset_t pipe_only;
+    sigemptyset(&pipe_only);
+    sigaddset(&pipe_only, SIGPIPE);
+    pthread_sigmask(SIG_BLOCK, &pipe_only, &old_);
+  }
+  ~sigpipe_guard() {
+    if (!active_) return;
+    sigset_t pending;
+    sigpending(&pending);
+    if (sigismember(&pending, SIGPIPE) == 1 && sigismember(&old_, SIGPIPE) == 0) {
+      sigset_t pipe_only;
+      sigemptyset(&pipe_only);
+      sigaddset(&pipe_only, SIGPIPE);
+      const timespec now{0, 0};
+      while (sigtimedwait(&pipe_only, nullptr, &now) == -1 && errno == EINTR) {
+      }
+    }
+    pthread_sigmask(SIG_SETMASK, &old_, nullptr);
+  }
+  sigpipe_guard(const sigpipe_guard&) = delete;
+  sigpipe_guard& operator=(const sigpipe_guard&) = delete;
+
+ private:
+  bool active_;
+  sigset_t old_;
+};
+
+// One end of a TCP connection, plain or TLS. The socket is non-blocking and every wait is
+// a poll, so that a reader and a writer thread can share it: OpenSSL calls on the one SSL
+// object are made one at a time (ssl_mutex), and none of them waits.
+struct connection {
+  int fd = -1;
+  SSL* ssl = nullptr;  // null: plain TCP
+  std::mutex ssl_mutex;
+
+  ~connection() {
+    if (ssl != nullptr) SSL_free(ssl);
+    if (fd >= 0) ::close(fd);
+  }
+
+  enum class outcome { progress, closed, failed, want_read, want_write };
+
+  // One attempt to move bytes; *why says what failed.
+  outcome read_some(void* to, std::size_t n, std::size_t* got, std::string* why) {
+    if (ssl == nullptr) {
+      for (;;) {
+        const ssize_t r = ::recv(fd, to, n, 0);
+        if (r > 0) return *got = static_cast<std::size_t>(r), outcome::progress;
+        if (r == 0) return outcome::closed;
+        if (errno == EINTR) continue;
+        if (errno == EAGAIN || errno == EWOULDBLOCK) return outcome::want_read;
+        *why = std::strerror(errno);
+        return outcome::failed;
+      }
+    }
+    std::lock_guard<std::mutex> lock(ssl_mutex);
+    const sigpipe_guard no_sigpipe;
+    ERR_clear_error();
+    errno = 0;
+    if (SSL_read_ex(ssl, to, n, got) == 1) return outcome::progress;
+    return tls_outcome(SSL_get_error(ssl, 0), why);
+  }
+
+  outcome write_some(const void* from, std::size_t n, std::size_t* put, std::string* why) {
+    if (ssl == nullptr) {
+      for (;;) {
+        const ssize_t r = ::send(fd, from, n, MSG_NOSIGNAL);
+        if (r >= 0) return *put = static_cast<std::size_t>(r), outcome::progress;
+        if (errno == EINTR) continue;
+        if (errno == EAGAIN || errno == EWOULDBLOCK) return outcome::want_write;
+        *why = std::strerror(errno);
+        return outcome::failed;
+      }
+    }
+    std::lock_guard<std::mutex> lock(ssl_mutex);
+    const sigpipe_guard no_sigpipe;
+    ERR_clear_error();
+    errno = 0;
+    if (SSL_write_ex(ssl, from, n, put) == 1) return outcome::progress;
+    return tls_outcome(SSL_get_error(ssl, 0), why);
+  }
+
+  // SSL_get_error's answer (under ssl_mutex) as an outcome.
+  outcome tls_outcome(int error, std::string* why) {
+    switch (error) {
+      case SSL_ERROR_WANT_READ:
+        return outcome::want_read;
+      case SSL_ERROR_WANT_WRITE:
+        return outcome::want_write;
+      case SSL_ERROR_ZERO_RETURN:
+        return outcome::closed;
+      case SSL_ERROR_SYSCALL:
+        if (errno == 0) return outcome::closed;  // the peer went without a TLS goodbye
+        *why = std::strerror(errno);
+        return outcome::failed;
+      default:
+        *why = openssl_error("TLS error");
+        return outcome::failed;
+    }
+  }
+};
+
+// Writes every byte of the pieces; an error naming `peer` when the connection fails.
+status write_all(connection& c, iovec* pieces, int count, const std::string& peer) {
+  std::string why;
+  while (count > 0) {
+    if (pieces->iov_len == 0) {
+      ++pieces;
+      --count;
+      continue;
+    }
+    std::size_t put = 0;
+    connection::outcome o;
+    if (c.ssl == nullptr && count > 1) {
+      // Plain TCP gathers the pieces in one call.
+      msghdr m{};
+      m.msg_iov = pieces;
+      m.msg_iovlen = static_cast<std::size_t>(count);
+      const ssize_t n = ::sendmsg(c.fd, &m, MSG_NOSIGNAL);
+      if (n >= 0) {
+        put = static_cast<std::size_t>(n);
+        o = connection::outcome::progress;
+      } else if (errno == EINTR) {
+        continue;
+      } else if (errno == EAGAIN || errno == EWOULDBLOCK) {
+        o = connection::outcome::want_write;
+      } else {
+        why = std::strerror(errno);
+        o = connection::outcome::failed;
+      }
+    } else {
+      o = c.write_some(pieces->iov_base, pieces->iov_len, &put, &why);
+    }
+    switch (o) {
+      case connection::outcome::progress:
+        while (count > 0 && put >= pieces->iov_len) {
+          put -= pieces->iov_len;
+          ++pieces;
+          --count;
+        }
+        if (count > 0) {
+          pieces->iov_base = static_cast<char*>(pieces->iov_base) + put;
+          pieces->iov_len -= put;
+        }
+        break;
+      case connection::outcome::want_write:
+      case connection::outcome::want_read: {
+        // No deadline: a peer that stops reading is found by the reader's timeout, which
+        // shuts the socket down and so ends this wait.
+        const short events = o == connection::outcome::want_write ? POLLOUT : POLLIN;
+        if (wait_for(c.fd, events, clock_type::time_point::max()) < 0) {
+          return unavailable_error("writing to task ", peer, " failed: ", std::strerror(errno));
+        }
+        break;
+      }
+      case connection::outcome::closed:
+        return unavailable_error("task ", peer, " closed the connection");
+      case connection::outcome::failed:
+        return unavailable_error("writing to task ", peer, " failed: ", why);
+    }
+  }
+  return status();
+}
+
+status write_frame(connection& c, frame_kind kind, std::string_view body, const std::string& peer) {
   frame_header h;
   h.kind = static_cast<std::uint8_t>(kind);
   h.length = body.size();
+  if (c.ssl != nullptr && body.size() <= 4096) {
+    // One TLS record for a small frame.
+    std::string whole(reinterpret_cast<const char*>(&h), sizeof h);
+    whole += body;
+    iovec piece{whole.data(), whole.size()};
+    return write_all(c, &piece, 1, peer);
+  }
   iovec pieces[2] = {{&h, sizeof h}, {const_cast<char*>(body.data()), body.size()}};
-  return write_all(fd, pieces, body.empty() ? 1 : 2);
+  return write_all(c, pieces, 2, peer);
 }
 
 // Reads exactly `bytes`, each wait for data at most `timeout`. Errors name `peer`.
-status read_exactly(int fd, void* to, std::size_t bytes, std::chrono::milliseconds timeout, const std::string& peer) {
+status read_exactly(connection& c, void* to, std::size_t bytes, std::chrono::milliseconds timeout,
+                    const std::string& peer) {
   auto* p = static_cast<char*>(to);
+  std::string why;
   while (bytes > 0) {
-    const int ready = wait_for(fd, POLLIN, clock_type::now() + timeout);
-    if (ready == 0) {
-      return unavailable_error("task ", peer, " sent nothing for ", timeout.count(), " ms (frozen, or the network is cut)");
+    std::size_t got = 0;
+    const auto o = c.read_some(p, bytes, &got, &why);
+    switch (o) {
+      case connection::outcome::progress:
+        p += got;
+        bytes -= got;
+        break;
+      case connection::outcome::want_read:
+      case connection::outcome::want_write: {
+        const int ready = wait_for(c.fd, o == connection::outcome::want_read ? POLLIN : POLLOUT, clock_type::now() + timeout);
+        if (ready == 0) {
+          return unavailable_error("task ", peer, " sent nothing for ", timeout.count(),
+                                   " ms (frozen, or the network is cut)");
+        }
+        if (ready < 0) return unavailable_error("the connection to task ", peer, " failed: ", std::strerror(errno));
+        break;
+      }
+      case connection::outcome::closed:
+        return unavailable_error("task ", peer, " closed the connection");
+      case connection::outcome::failed:
+        return unavailable_error("the connection to task ", peer, " failed: ", why);
     }
-    const ssize_t n = ready < 0 ? -1 : ::recv(fd, p, bytes, 0);
-    if (n < 0 && errno == EINTR) continue;
-    if (n == 0) return unavailable_error("task ", peer, " closed the connection");
-    if (n < 0) return unavailable_error("the connection to task ", peer, " failed: ", std::strerror(errno));
-    p += n;
-    bytes -= static_cast<std::size_t>(n);
   }
   return status();
 }
@@ -152,9 +343,9 @@ struct frame {
   std::uint64_t length = 0;
 };
 
-result<frame> read_header(int fd, std::chrono::milliseconds timeout, const std::string& peer) {
+result<frame> read_header(connection& c, std::chrono::milliseconds timeout, const std::string& peer) {
   frame_header h;
-  TROUPE_RETURN_IF_ERROR(read_exactly(fd, &h, sizeof h, timeout, peer));
+  TROUPE_RETURN_IF_ERROR(read_exactly(c, &h, sizeof h, timeout, peer));
   if (h.magic != k_magic || h.kind < 1 || h.kind > 7) {
     return unavailable_error("task ", peer, " sent something that is not a troupe link frame");
   }
@@ -166,10 +357,86 @@ result<frame> read_header(int fd, std::chrono::milliseconds timeout, const std::
   return frame{kind, h.length};
 }
 
-result<std::string> read_body(int fd, const frame& f, std::chrono::milliseconds timeout, const std::string& peer) {
+result<std::string> read_body(connection& c, const frame& f, std::chrono::milliseconds timeout, const std::string& peer) {
   std::string body(static_cast<std::size_t>(f.length), '\0');
-  TROUPE_RETURN_IF_ERROR(read_exactly(fd, body.data(), body.size(), timeout, peer));
+  TROUPE_RETURN_IF_ERROR(read_exactly(c, body.data(), body.size(), timeout, peer));
   return body;
+}
+
+// --- TLS --------------------------------------------------------------------------------
+
+using context_ptr = std::shared_ptr<SSL_CTX>;
+
+// The TLS context of one end: TLS 1.3, this task's certificate and key, the cluster's CA
+// as the only one trusted, the peer's certificate required. Errors name the file.
+result<context_ptr> make_tls_context(const link_tls& tls) {
+  context_ptr context(SSL_CTX_new(TLS_method()), SSL_CTX_free);
+  if (context == nullptr) return internal_error("cannot make a TLS context: ", openssl_error("no memory?"));
+  SSL_CTX_set_min_proto_version(context.get(), TLS1_3_VERSION);
+  SSL_CTX_set_mode(context.get(), SSL_MODE_ENABLE_PARTIAL_WRITE | SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER);
+  SSL_CTX_set_read_ahead(context.get(), 1);  // records read in bulk, not header then body
+  SSL_CTX_set_default_read_buffer_len(context.get(), 1 << 20);
+  SSL_CTX_set_ciphersuites(context.get(), "TLS_AES_128_GCM_SHA256:TLS_AES_256_GCM_SHA384:TLS_CHACHA20_POLY1305_SHA256");
+  if (SSL_CTX_load_verify_locations(context.get(), tls.ca_certificate.c_str(), nullptr) != 1) {
+    return invalid_argument_error("cannot read the CA certificate '", tls.ca_certificate, "': ", openssl_error("?"));
+  }
+  if (SSL_CTX_use_certificate_chain_file(context.get(), tls.certificate.c_str()) != 1) {
+    return invalid_argument_error("cannot read the certificate '", tls.certificate, "': ", openssl_error("?"));
+  }
+  if (SSL_CTX_use_PrivateKey_file(context.get(), tls.key.c_str(), SSL_FILETYPE_PEM) != 1) {
+    if (ERR_GET_REASON(ERR_peek_last_error()) == X509_R_KEY_VALUES_MISMATCH) {
+      ERR_clear_error();
+      return invalid_argument_error("the key '", tls.key, "' is not the key of the certificate '", tls.certificate, "'");
+    }
+    return invalid_argument_error("cannot read the key '", tls.key, "': ", openssl_error("?"));
+  }
+  if (SSL_CTX_check_private_key(context.get()) != 1) {
+    return invalid_argument_error("the key '", tls.key, "' is not the key of the certificate '", tls.certificate, "'");
+  }
+  SSL_CTX_set_verify(context.get(), SSL_VERIFY_PEER | SSL_VERIFY_FAIL_IF_NO_PEER_CERT, nullptr);
+  return context;
+}
+
+// The TLS handshake of `c` (client or server side) by `deadline`.
+status tls_handshake(connection& c, SSL_CTX* context, bool client, clock_type::time_point deadline,
+                     const std::string& who) {
+  c.ssl = SSL_new(context);
+  if (c.ssl == nullptr || SSL_set_fd(c.ssl, c.fd) != 1) {
+    return internal_error("cannot start TLS with ", who, ": ", openssl_error("?"));
+  }
+  for (;;) {
+    int error = 0;
+    {
+      std::lock_guard<std::mutex> lock(c.ssl_mutex);
+      const sigpipe_guard no_sigpipe;
+      ERR_clear_error();
+      errno = 0;
+      const int r = client ? SSL_connect(c.ssl) : SSL_accept(c.ssl);
+      if (r == 1) return status();
+      error = SSL_get_error(c.ssl, r);
+    }
+    if (error == SSL_ERROR_WANT_READ || error == SSL_ERROR_WANT_WRITE) {
+      const int ready = wait_for(c.fd, error == SSL_ERROR_WANT_READ ? POLLIN : POLLOUT, deadline);
+      if (ready == 0) return deadline_exceeded_error("the TLS handshake with ", who, " did not finish in time");
+      if (ready < 0) return unavailable_error("the TLS handshake with ", who, " failed: ", std::strerror(errno));
+      continue;
+    }
+    const std::string why = error == SSL_ERROR_SYSCALL && errno == 0 ? std::string("the peer closed the connection")
+                                                                      : openssl_error("TLS error");
+    return unavailable_error("the TLS handshake with ", who, " failed: ", why);
+  }
+}
+
+// The task the peer's certificate names (its subject's common name); empty without TLS.
+std::string certificate_task(connection& c) {
+  if (c.ssl == nullptr) return {};
+  std::lock_guard<std::mutex> lock(c.ssl_mutex);
+  X509* peer = SSL_get1_peer_certificate(c.ssl);
+  if (peer == nullptr) return {};
+  char name[256] = {};
+  const int n = X509_NAME_get_text_by_NID(X509_get_subject_name(peer), NID_commonName, name, sizeof name);
+  X509_free(peer);
+  return n > 0 ? std::string(name, static_cast<std::size_t>(n)) : std::string();
 }
 
 void set_socket_options(int fd) {
@@ -242,7 +509,7 @@ struct outgoing {
 // --- the link ---------------------------------------------------------------------------
 
 struct tensor_link::impl {
-  int fd = -1;
+  std::unique_ptr<connection> conn;
   link_options options;
   std::string peer;
   handlers on;
@@ -261,10 +528,6 @@ struct tensor_link::impl {
   std::thread reader, writer;
   std::atomic<bool> stopping{false};
 
-  ~impl() {
-    if (fd >= 0) ::close(fd);
-  }
-
   // Records the first failure, wakes both threads and tells the handler (unless closing).
   void fail(const status& why) {
     bool tell = false;
@@ -274,7 +537,7 @@ struct tensor_link::impl {
       tell = !failure_told && !stopping;
       failure_told = true;
     }
-    ::shutdown(fd, SHUT_RDWR);
+    ::shutdown(conn->fd, SHUT_RDWR);
     wake.notify_all();
     if (tell && on.failure) on.failure(why);
   }
@@ -291,7 +554,7 @@ void tensor_link::impl::read_loop() {
   std::uint64_t filled = 0, total = 0;
   bool in_tensor = false;
   for (;;) {
-    auto f = read_header(fd, options.peer_timeout, peer);
+    auto f = read_header(*conn, options.peer_timeout, peer);
     if (!f.ok()) return fail(f.error());
     switch (f->kind) {
       case frame_kind::heartbeat:
@@ -300,7 +563,7 @@ void tensor_link::impl::read_loop() {
       case frame_kind::goodbye:
         return fail(unavailable_error("task ", peer, " closed the link"));
       case frame_kind::ack: {
-        auto body = read_body(fd, *f, options.peer_timeout, peer);
+        auto body = read_body(*conn, *f, options.peer_timeout, peer);
         if (!body.ok()) return fail(body.error());
         body_reader r{*body};
         const auto bytes = r.get<std::uint64_t>();
@@ -314,7 +577,7 @@ void tensor_link::impl::read_loop() {
       }
       case frame_kind::tensor_begin: {
         if (in_tensor) return fail(unavailable_error("task ", peer, " began a tensor inside another"));
-        auto body = read_body(fd, *f, options.peer_timeout, peer);
+        auto body = read_body(*conn, *f, options.peer_timeout, peer);
         if (!body.ok()) return fail(body.error());
         body_reader r{*body};
         current_key = r.get_string();
@@ -344,7 +607,7 @@ void tensor_link::impl::read_loop() {
         if (!in_tensor || filled + f->length > total) {
           return fail(unavailable_error("task ", peer, " sent tensor bytes that belong to no tensor"));
         }
-        if (auto s = read_exactly(fd, static_cast<char*>(current.raw_data()) + filled, f->length, options.peer_timeout, peer);
+        if (auto s = read_exactly(*conn, static_cast<char*>(current.raw_data()) + filled, f->length, options.peer_timeout, peer);
             !s.ok()) {
           return fail(s);
         }
@@ -376,15 +639,11 @@ status tensor_link::impl::write_pending_small_frames(clock_type::time_point* las
   if (acks > 0) {
     body_writer w;
     w.put(acks);
-    if (!write_frame(fd, frame_kind::ack, w.bytes)) {
-      return unavailable_error("writing to task ", peer, " failed: ", std::strerror(errno));
-    }
+    TROUPE_RETURN_IF_ERROR(write_frame(*conn, frame_kind::ack, w.bytes, peer));
     *last_write = clock_type::now();
   }
   if (clock_type::now() - *last_write >= options.heartbeat) {
-    if (!write_frame(fd, frame_kind::heartbeat, {})) {
-      return unavailable_error("writing to task ", peer, " failed: ", std::strerror(errno));
-    }
+    TROUPE_RETURN_IF_ERROR(write_frame(*conn, frame_kind::heartbeat, {}, peer));
     *last_write = clock_type::now();
   }
   return status();
@@ -398,16 +657,13 @@ status tensor_link::impl::write_tensor(outgoing& item) {
   w.put(static_cast<std::uint32_t>(t.shape().rank()));
   for (std::int64_t d : t.shape().dims()) w.put(d);
   w.put(static_cast<std::uint64_t>(t.byte_size()));
-  if (!write_frame(fd, frame_kind::tensor_begin, w.bytes)) {
-    return unavailable_error("writing to task ", peer, " failed: ", std::strerror(errno));
-  }
+  TROUPE_RETURN_IF_ERROR(write_frame(*conn, frame_kind::tensor_begin, w.bytes, peer));
   auto last_write = clock_type::now();
   const char* data = static_cast<const char*>(t.raw_data());
   const std::size_t chunk = static_cast<std::size_t>(std::max<std::int64_t>(4096, options.chunk_bytes));
   for (std::size_t at = 0; at < t.byte_size(); at += chunk) {
-    if (!write_frame(fd, frame_kind::chunk, std::string_view(data + at, std::min(chunk, t.byte_size() - at)))) {
-      return unavailable_error("writing to task ", peer, " failed: ", std::strerror(errno));
-    }
+    TROUPE_RETURN_IF_ERROR(
+        write_frame(*conn, frame_kind::chunk, std::string_view(data + at, std::min(chunk, t.byte_size() - at)), peer));
     last_write = clock_type::now();
     // Acknowledgements of what this end received go out between chunks.
     TROUPE_RETURN_IF_ERROR(write_pending_small_frames(&last_write));
@@ -428,7 +684,9 @@ void tensor_link::impl::write_loop() {
       // Best effort: a peer that reads nothing more does not hold the close up.
       frame_header h;
       h.kind = static_cast<std::uint8_t>(frame_kind::goodbye);
-      (void)::send(fd, &h, sizeof h, MSG_NOSIGNAL | MSG_DONTWAIT);
+      std::size_t put = 0;
+      std::string why;
+      (void)conn->write_some(&h, sizeof h, &put, &why);
       break;
     }
     const bool may_send = !queue.empty() && (unacknowledged == 0 || unacknowledged < options.window_bytes);
@@ -486,10 +744,10 @@ tensor_link::~tensor_link() {
   }
   // A writer inside a tensor may wait on a peer that reads no more: cut the connection
   // (the peer sees it closed); an idle one says goodbye and ends.
-  if (busy) ::shutdown(impl_->fd, SHUT_RDWR);
+  if (busy) ::shutdown(impl_->conn->fd, SHUT_RDWR);
   impl_->wake.notify_all();
   if (impl_->writer.joinable()) impl_->writer.join();
-  ::shutdown(impl_->fd, SHUT_RDWR);
+  ::shutdown(impl_->conn->fd, SHUT_RDWR);
   if (impl_->reader.joinable()) impl_->reader.join();
   // A link never started still owes its queued sends an answer.
   std::deque<outgoing> left;
@@ -501,8 +759,14 @@ tensor_link::~tensor_link() {
 
 void tensor_link::start(handlers h) {
   impl_->on = std::move(h);
-  impl_->reader = std::thread([i = impl_.get()] { i->read_loop(); });
-  impl_->writer = std::thread([i = impl_.get()] { i->write_loop(); });
+  impl_->reader = std::thread([i = impl_.get()] {
+    block_sigpipe_for_this_thread();
+    i->read_loop();
+  });
+  impl_->writer = std::thread([i = impl_.get()] {
+    block_sigpipe_for_this_thread();
+    i->write_loop();
+  });
 }
 
 const std::string& tensor_link::peer() const { return impl_->peer; }
@@ -547,53 +811,54 @@ status tensor_link::failure() const {
 result<std::unique_ptr<tensor_link>> tensor_link::connect(const std::string& host, int port, const std::string& peer,
                                                           link_options options) {
   const std::string where = str_cat(host, ":", port);
+  context_ptr context;
+  if (options.tls) {
+    auto made = make_tls_context(*options.tls);
+    if (!made.ok()) return made.error();
+    context = std::move(*made);
+  }
   auto found = resolve(host, port, false);
   if (!found.ok()) return found.error();
   std::unique_ptr<addrinfo, decltype(&::freeaddrinfo)> addresses(*found, ::freeaddrinfo);
   const auto deadline = clock_type::now() + options.connect_timeout;
+  const std::string answerer = str_cat(peer, " at ", where);
+  auto too_late = [&] {
+    return deadline_exceeded_error("task ", peer, " at ", where, " did not answer within ", options.connect_timeout.count(),
+                                   " ms");
+  };
   status last = unavailable_error("no address for ", where);
   for (addrinfo* a = addresses.get(); a != nullptr; a = a->ai_next) {
-    const int fd = ::socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK, a->ai_protocol);
-    if (fd < 0) {
+    auto c = std::make_unique<connection>();
+    c->fd = ::socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK, a->ai_protocol);
+    if (c->fd < 0) {
       last = unavailable_error("cannot make a socket for ", where, ": ", std::strerror(errno));
       continue;
     }
-    auto link = std::make_unique<impl>();
-    link->fd = fd;
-    link->options = options;
-    link->peer = peer;
-    if (::connect(fd, a->ai_addr, a->ai_addrlen) != 0 && errno != EINPROGRESS) {
+    if (::connect(c->fd, a->ai_addr, a->ai_addrlen) != 0 && errno != EINPROGRESS) {
       last = unavailable_error("cannot reach task ", peer, " at ", where, ": ", std::strerror(errno));
       continue;
     }
-    const int ready = wait_for(fd, POLLOUT, deadline);
+    const int ready = wait_for(c->fd, POLLOUT, deadline);
     int error = 0;
     socklen_t length = sizeof error;
-    if (ready == 0) {
-      return deadline_exceeded_error("task ", peer, " at ", where, " did not answer within ", options.connect_timeout.count(),
-                                     " ms");
-    }
-    if (ready < 0 || ::getsockopt(fd, SOL_SOCKET, SO_ERROR, &error, &length) != 0 || error != 0) {
+    if (ready == 0) return too_late();
+    if (ready < 0 || ::getsockopt(c->fd, SOL_SOCKET, SO_ERROR, &error, &length) != 0 || error != 0) {
       last = unavailable_error("cannot reach task ", peer, " at ", where, ": ",
                                std::strerror(error != 0 ? error : errno), error == ECONNREFUSED ? " (nothing listens there)" : "");
       continue;
     }
-    ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) & ~O_NONBLOCK);
-    set_socket_options(fd);
-    if (!write_frame(fd, frame_kind::hello, hello_body(options, peer))) {
-      return unavailable_error("cannot greet task ", peer, " at ", where, ": ", std::strerror(errno));
-    }
-    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - clock_type::now());
-    const std::string answerer = str_cat(peer, " at ", where);
-    auto f = read_header(fd, std::max(left, std::chrono::milliseconds(1)), answerer);
-    if (!f.ok()) {
-      if (f.error().message().find("sent nothing") != std::string::npos) {
-        return deadline_exceeded_error("task ", peer, " at ", where, " did not answer within ",
-                                       options.connect_timeout.count(), " ms");
+    set_socket_options(c->fd);
+    if (context != nullptr) {
+      if (status s = tls_handshake(*c, context.get(), true, deadline, answerer); !s.ok()) {
+        return s.error_code() == code::deadline_exceeded ? too_late() : s;
       }
-      return f.error();
     }
-    auto body = read_body(fd, *f, std::max(left, std::chrono::milliseconds(1)), answerer);
+    TROUPE_RETURN_IF_ERROR(write_frame(*c, frame_kind::hello, hello_body(options, peer), answerer));
+    const auto left = std::max(std::chrono::duration_cast<std::chrono::milliseconds>(deadline - clock_type::now()),
+                               std::chrono::milliseconds(1));
+    auto f = read_header(*c, left, answerer);
+    if (!f.ok()) return f.error().message().find("sent nothing") != std::string::npos ? too_late() : f.error();
+    auto body = read_body(*c, *f, left, answerer);
     if (!body.ok()) return body.error();
     if (f->kind == frame_kind::refuse) {
       return unavailable_error("task ", peer, " at ", where, " refused this link: ", *body);
@@ -601,10 +866,18 @@ result<std::unique_ptr<tensor_link>> tensor_link::connect(const std::string& hos
     if (f->kind != frame_kind::hello) return unavailable_error(where, " did not answer with a troupe hello");
     auto h = parse_hello(*body, where);
     if (!h.ok()) return h.error();
-    if (const std::string why = mismatch(*h, options, peer); !why.empty()) {
-      write_frame(fd, frame_kind::refuse, why);
+    std::string why = mismatch(*h, options, peer);
+    if (why.empty() && context != nullptr && certificate_task(*c) != peer) {
+      why = str_cat("the certificate of the task answering at ", where, " names '", certificate_task(*c), "', not ", peer);
+    }
+    if (!why.empty()) {
+      (void)write_frame(*c, frame_kind::refuse, why, answerer);
       return unavailable_error("refused the link to ", where, ": ", why);
     }
+    auto link = std::make_unique<impl>();
+    link->conn = std::move(c);
+    link->options = std::move(options);
+    link->peer = peer;
     return std::unique_ptr<tensor_link>(new tensor_link(std::move(link)));
   }
   return last;
@@ -616,6 +889,7 @@ struct link_listener::impl {
   int fd = -1;
   int port = 0;
   link_options options;
+  context_ptr context;  // null: plain TCP
   std::function<void(std::unique_ptr<tensor_link>)> accepted;
   std::function<void(const status&)> refused;
   std::atomic<bool> stopping{false};
@@ -632,43 +906,51 @@ struct link_listener::impl {
       if (n <= 0 || stopping) continue;
       sockaddr_storage from{};
       socklen_t length = sizeof from;
-      const int peer_fd = ::accept4(fd, reinterpret_cast<sockaddr*>(&from), &length, SOCK_CLOEXEC);
+      const int peer_fd = ::accept4(fd, reinterpret_cast<sockaddr*>(&from), &length, SOCK_CLOEXEC | SOCK_NONBLOCK);
       if (peer_fd < 0) continue;
-      greet(peer_fd, from);
+      auto c = std::make_unique<connection>();
+      c->fd = peer_fd;
+      greet(std::move(c), from);
     }
   }
 
-  // The hello of an accepted connection, within connect_timeout.
-  void greet(int peer_fd, const sockaddr_storage& from) {
+  // The TLS handshake and hello of an accepted connection, within connect_timeout.
+  void greet(std::unique_ptr<connection> c, const sockaddr_storage& from) {
     char host[NI_MAXHOST] = "?", service[NI_MAXSERV] = "?";
     ::getnameinfo(reinterpret_cast<const sockaddr*>(&from), sizeof from, host, sizeof host, service, sizeof service,
                   NI_NUMERICHOST | NI_NUMERICSERV);
     const std::string who = str_cat("a peer at ", host, ":", service);
-    set_socket_options(peer_fd);
+    set_socket_options(c->fd);
     auto refuse = [&](const status& why, bool tell_peer) {
-      if (tell_peer) write_frame(peer_fd, frame_kind::refuse, why.message());
-      ::close(peer_fd);
+      if (tell_peer) (void)write_frame(*c, frame_kind::refuse, why.message(), who);
+      c.reset();
       if (refused) {
         refused(why);
       } else {
         std::cerr << "troupe: refused a link on port " << port << ": " << why.message() << "\n";
       }
     };
-    auto f = read_header(peer_fd, options.connect_timeout, who);
+    const auto deadline = clock_type::now() + options.connect_timeout;
+    if (context != nullptr) {
+      if (status s = tls_handshake(*c, context.get(), false, deadline, who); !s.ok()) return refuse(s, false);
+    }
+    auto f = read_header(*c, options.connect_timeout, who);
     if (!f.ok()) return refuse(f.error(), false);
     if (f->kind != frame_kind::hello) return refuse(unavailable_error(who, " did not open with a hello"), false);
-    auto body = read_body(peer_fd, *f, options.connect_timeout, who);
+    auto body = read_body(*c, *f, options.connect_timeout, who);
     if (!body.ok()) return refuse(body.error(), false);
     auto h = parse_hello(*body, who);
     if (!h.ok()) return refuse(h.error(), false);
-    if (const std::string why = mismatch(*h, options, ""); !why.empty()) {
-      return refuse(unavailable_error(why, " (", who, ")"), true);
+    std::string why = mismatch(*h, options, "");
+    if (why.empty() && context != nullptr && certificate_task(*c) != h->from) {
+      why = str_cat("task ", h->from, " presented a certificate naming '", certificate_task(*c), "'");
     }
-    if (!write_frame(peer_fd, frame_kind::hello, hello_body(options, h->from))) {
-      return refuse(unavailable_error("answering ", who, " failed: ", std::strerror(errno)), false);
+    if (!why.empty()) return refuse(unavailable_error(why, " (", who, ")"), true);
+    if (status s = write_frame(*c, frame_kind::hello, hello_body(options, h->from), who); !s.ok()) {
+      return refuse(s, false);
     }
     auto link = std::make_unique<tensor_link::impl>();
-    link->fd = peer_fd;
+    link->conn = std::move(c);
     link->options = options;
     link->peer = h->from;
     accepted(std::unique_ptr<tensor_link>(new tensor_link(std::move(link))));
@@ -691,6 +973,11 @@ result<std::unique_ptr<link_listener>> link_listener::listen(const std::string& 
   if (!found.ok()) return found.error();
   std::unique_ptr<addrinfo, decltype(&::freeaddrinfo)> addresses(*found, ::freeaddrinfo);
   auto l = std::make_unique<impl>();
+  if (options.tls) {
+    auto made = make_tls_context(*options.tls);
+    if (!made.ok()) return made.error();
+    l->context = std::move(*made);
+  }
   l->options = std::move(options);
   l->accepted = std::move(accepted);
   l->refused = std::move(refused);
@@ -710,7 +997,10 @@ result<std::unique_ptr<link_listener>> link_listener::listen(const std::string& 
   ::getsockname(l->fd, reinterpret_cast<sockaddr*>(&bound), &length);
   l->port = ntohs(bound.ss_family == AF_INET6 ? reinterpret_cast<sockaddr_in6*>(&bound)->sin6_port
                                                : reinterpret_cast<sockaddr_in*>(&bound)->sin_port);
-  l->thread = std::thread([i = l.get()] { i->accept_loop(); });
+  l->thread = std::thread([i = l.get()] {
+    block_sigpipe_for_this_thread();
+    i->accept_loop();
+  });
   return std::unique_ptr<link_listener>(new link_listener(std::move(l)));
 }
 

@@ -31,12 +31,23 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "core/status.h"
 #include "core/tensor.h"
 
 namespace troupe::cluster {
+
+// Mutual TLS on a link: this task's certificate and key, and the cluster's CA (paths; the
+// files `troupe cert init` makes). Each end presents its certificate, trusts only the CA,
+// and checks that the peer's certificate names (subject common name) the task its hello
+// claims, and on connect the task it meant to reach.
+struct link_tls {
+  std::string ca_certificate;
+  std::string certificate;
+  std::string key;
+};
 
 struct link_options {
   std::string local_task;  // this end's task ("/job:worker/replica:0/task:1"), sent in the hello
@@ -46,6 +57,7 @@ struct link_options {
   std::chrono::milliseconds heartbeat{100};
   std::chrono::milliseconds peer_timeout{1000};
   std::chrono::milliseconds connect_timeout{3000};
+  std::optional<link_tls> tls;  // none: plain TCP
 };
 
 // The version of the wire format: both ends of a link must speak the same.

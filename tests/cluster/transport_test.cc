@@ -2,6 +2,7 @@
 // ways, hellos refused, a silent or absent listener, a peer killed or frozen (separate
 // processes), a slow receiver holding its sender to the window, closes.
 #include "cluster/transport.h"
+#include "tests/cluster/link_server.h"
 
 #include <netinet/in.h>
 #include <signal.h>
@@ -21,6 +22,7 @@ namespace troupe::cluster {
 namespace {
 
 using namespace std::chrono_literals;
+using server = troupe::cluster::testing::link_server;
 
 const std::string k_ps = "/job:ps/replica:0/task:0";
 const std::string k_worker = "/job:worker/replica:0/task:0";
@@ -75,39 +77,6 @@ struct inbox {
 };
 
 // A listener whose first accepted link is kept.
-struct server {
-  std::mutex mutex;
-  std::condition_variable changed;
-  std::unique_ptr<tensor_link> link;
-  std::vector<status> refusals;
-  std::unique_ptr<link_listener> listener;
-
-  explicit server(link_options o, int port = 0) {
-    auto l = link_listener::listen(
-        "127.0.0.1", port, std::move(o),
-        [this](std::unique_ptr<tensor_link> accepted) {
-          std::lock_guard<std::mutex> lock(mutex);
-          link = std::move(accepted);
-          changed.notify_all();
-        },
-        [this](const status& s) {
-          std::lock_guard<std::mutex> lock(mutex);
-          refusals.push_back(s);
-          changed.notify_all();
-        });
-    REQUIRE(l.ok());
-    listener = std::move(*l);
-  }
-  tensor_link* wait_link() {
-    std::unique_lock<std::mutex> lock(mutex);
-    changed.wait_for(lock, 10s, [&] { return link != nullptr; });
-    return link.get();
-  }
-  bool wait_refusal() {
-    std::unique_lock<std::mutex> lock(mutex);
-    return changed.wait_for(lock, 10s, [&] { return !refusals.empty(); });
-  }
-};
 
 TEST_CASE("tensors of every fixed-size type and shape cross a link whole and in order, both ways", "[cluster][transport]") {
   link_options ps_options = options_for(k_ps);
@@ -178,15 +147,15 @@ TEST_CASE("hellos from another cluster, for another task or not troupe's are ref
     CHECK(link.error().error_code() == code::unavailable);
     CHECK(link.error().message().find("other-cluster") != std::string::npos);
     CHECK(link.error().message().find("test-cluster") != std::string::npos);
-    REQUIRE(ps.wait_refusal());
-    CHECK(ps.refusals[0].message().find("other-cluster") != std::string::npos);
+    REQUIRE_FALSE(ps.wait_refusal().empty());
+    CHECK(ps.wait_refusal().find("other-cluster") != std::string::npos);
   }
   SECTION("a task that is not there") {
     const std::string other_ps = "/job:ps/replica:0/task:1";
     auto link = tensor_link::connect("127.0.0.1", port, other_ps, options_for(k_worker));
     REQUIRE_FALSE(link.ok());
     CHECK(link.error().message().find("meant to reach task " + other_ps) != std::string::npos);
-    REQUIRE(ps.wait_refusal());
+    REQUIRE_FALSE(ps.wait_refusal().empty());
   }
   SECTION("another wire version (another troupe)") {
     // A hello as the wire format says (doc/cluster.md), but of version 99.
@@ -214,8 +183,8 @@ TEST_CASE("hellos from another cluster, for another task or not troupe's are ref
     a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
     REQUIRE(::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0);
     REQUIRE(::write(fd, frame.data(), frame.size()) == static_cast<ssize_t>(frame.size()));
-    REQUIRE(ps.wait_refusal());
-    CHECK(ps.refusals[0].message().find("wire version 99") != std::string::npos);
+    REQUIRE_FALSE(ps.wait_refusal().empty());
+    CHECK(ps.wait_refusal().find("wire version 99") != std::string::npos);
     // The peer is told why: a refuse frame (kind 2) naming the version.
     char answer[512] = {};
     const ssize_t got = ::read(fd, answer, sizeof answer);
@@ -233,8 +202,8 @@ TEST_CASE("hellos from another cluster, for another task or not troupe's are ref
     REQUIRE(::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0);
     const char request[] = "GET / HTTP/1.0\r\n\r\n";
     REQUIRE(::write(fd, request, sizeof request - 1) == static_cast<ssize_t>(sizeof request - 1));
-    REQUIRE(ps.wait_refusal());
-    CHECK(ps.refusals[0].message().find("not a troupe link frame") != std::string::npos);
+    REQUIRE_FALSE(ps.wait_refusal().empty());
+    CHECK(ps.wait_refusal().find("not a troupe link frame") != std::string::npos);
     ::close(fd);
   }
   // The listener still serves a good peer afterwards.
