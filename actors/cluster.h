@@ -55,6 +55,9 @@ struct cluster_options {
   // and memory) from its full name, type and index. Empty: kernels::make_accelerator.
   std::function<result<std::unique_ptr<kernels::device>>(const std::string& name, const std::string& type, int index)>
       make_accelerator = nullptr;
+  // Adjusts the actor system's configuration before the system starts (a task of a real
+  // cluster loads CAF's middleman and announces the wire types: cluster/remote_task.h).
+  std::function<void(caf::actor_system_config&)> configure_system = nullptr;
 };
 
 class cluster {

@@ -1,0 +1,462 @@
+#include "cluster/remote_task.h"
+
+#include <map>
+#include <memory>
+#include <set>
+#include <utility>
+
+#include "actors/device_actor.h"
+#include "actors/messages.h"
+#include "actors/rendezvous.h"
+#include "graph/graph.h"
+
+namespace troupe::cluster {
+namespace {
+
+using actors::abort_step_atom;
+using actors::forget_atom;
+using actors::prepare_atom;
+using actors::run_atom;
+using actors::stats_atom;
+using actors::to_caf_error;
+using actors::to_status;
+using actors::unprepare_atom;
+
+using built_atom = caf::atom_constant<caf::atom("rbuilt")>;
+
+// What crosses must be of fixed-size element types (tensor links and wire_tensor carry
+// raw bytes).
+status check_crossable(const std::vector<tensor>& values, std::string_view what, const std::string& task) {
+  for (std::size_t i = 0; i < values.size(); ++i) {
+    if (dtype_size(values[i].type()) == 0) {
+      return invalid_argument_error(what, " ", i, " is a ", dtype_name(values[i].type()), " tensor, which cannot cross to or from task ", task,
+                                    " (only fixed-size element types cross processes)");
+    }
+  }
+  return status();
+}
+
+std::vector<wire_tensor> to_wire(std::vector<tensor> values) {
+  std::vector<wire_tensor> out;
+  out.reserve(values.size());
+  for (tensor& t : values) out.push_back({std::move(t)});
+  return out;
+}
+
+std::vector<tensor> from_wire(std::vector<wire_tensor> values) {
+  std::vector<tensor> out;
+  out.reserve(values.size());
+  for (wire_tensor& t : values) out.push_back(std::move(t.value));
+  return out;
+}
+
+std::string endpoint_name(const graph::graph& g, const graph::endpoint& e) {
+  return str_cat(g.get(e.node).name(), ":", e.index);
+}
+
+// A partition as it crosses (the remote device's side).
+result<wire_spec> to_wire_spec(const actors::executable_spec& spec, const std::string& device) {
+  if (spec.graph == nullptr) return invalid_argument_error("a partition for ", device, " has no graph");
+  wire_spec w;
+  if (!spec.graph->to_graph_def().SerializeToString(&w.graph_def)) {
+    return internal_error("the partition for ", device, " cannot be serialized");
+  }
+  for (int id : spec.nodes) w.nodes.push_back(spec.graph->get(id).name());
+  for (const auto& e : spec.feeds) w.feeds.push_back(endpoint_name(*spec.graph, e));
+  for (const auto& e : spec.fetches) w.fetches.push_back(endpoint_name(*spec.graph, e));
+  w.device = device;
+  w.client = spec.client;
+  return w;
+}
+
+// And back (the service's side, on the compute pool). Errors name the device.
+result<actors::executable_spec> from_wire_spec(const wire_spec& w) {
+  auto where = [&](const status& s) { return s.with_context(str_cat("the partition for ", w.device)); };
+  tf::GraphDef def;
+  if (!def.ParseFromString(w.graph_def)) return invalid_argument_error("the partition for ", w.device, " is not a GraphDef");
+  auto g = graph::graph::from_graph_def(std::move(def));
+  if (!g.ok()) return where(g.error());
+  auto shared = std::make_shared<const graph::graph>(std::move(*g));
+  actors::executable_spec spec;
+  spec.graph = shared;
+  for (const std::string& name : w.nodes) {
+    const auto* n = shared->find(name);
+    if (n == nullptr) return invalid_argument_error("the partition for ", w.device, " has no node '", name, "'");
+    spec.nodes.push_back(n->id);
+  }
+  for (const std::string& f : w.feeds) {
+    auto e = shared->resolve(f);
+    if (!e.ok()) return where(e.error());
+    spec.feeds.push_back(*e);
+  }
+  for (const std::string& f : w.fetches) {
+    auto e = shared->resolve(f);
+    if (!e.ok()) return where(e.error());
+    spec.fetches.push_back(*e);
+  }
+  spec.client = w.client;
+  return spec;
+}
+
+// --- the task service -------------------------------------------------------------------
+
+// A partition built on the pool, back to the service (in-process only).
+struct built_partition {
+  caf::response_promise promise;
+  caf::actor device;
+  std::string device_name;
+  std::uint64_t token = 0;  // the service's
+  caf::actor_addr client;
+  result<actors::executable_spec> spec = internal_error("not built");
+};
+
+}  // namespace
+}  // namespace troupe::cluster
+
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(std::shared_ptr<troupe::cluster::built_partition>)
+
+namespace troupe::cluster {
+namespace {
+
+struct service_state {
+  task_service_options options;
+  std::uint64_t next_handle = 1;
+  std::uint64_t next_token = 1;
+  struct partition {
+    caf::actor device;
+    std::uint64_t device_handle = 0;
+    caf::actor_addr client;
+  };
+  std::map<std::uint64_t, partition> partitions;  // by the service's handle
+  std::map<std::pair<caf::actor_addr, std::uint64_t>, std::uint64_t> tokens;  // (client, its token) -> ours
+  std::set<caf::actor_addr> clients;  // monitored
+
+  caf::actor device_actor(const std::string& name) const { return options.cluster->device_actor(name); }
+};
+
+using service_actor = caf::stateful_actor<service_state>;
+
+void watch_client(service_actor* self, const caf::actor_addr& client) {
+  if (client && self->state.clients.insert(client).second) self->monitor(client);
+}
+
+caf::behavior task_service(service_actor* self, task_service_options options) {
+  self->state.options = std::move(options);
+  // A client that goes leaves no partitions behind.
+  self->set_down_handler([self](caf::down_msg& down) {
+    auto& st = self->state;
+    st.clients.erase(down.source);
+    for (auto it = st.partitions.begin(); it != st.partitions.end();) {
+      if (it->second.client == down.source) {
+        self->send(it->second.device, unprepare_atom::value, it->second.device_handle);
+        it = st.partitions.erase(it);
+      } else {
+        ++it;
+      }
+    }
+    for (auto it = st.tokens.begin(); it != st.tokens.end();) {
+      it = it->first.first == down.source ? st.tokens.erase(it) : std::next(it);
+    }
+  });
+  return {
+      [self](remote_hello_atom, std::uint32_t version, const std::string& cluster_id, const std::string& client,
+             const std::string& task) -> caf::result<std::string> {
+        const auto& o = self->state.options;
+        if (version != k_control_version) {
+          return to_caf_error(unavailable_error("task ", o.task, " speaks control version ", k_control_version, ", ",
+                                                client, " ", version, " (another troupe version)"));
+        }
+        if (cluster_id != o.cluster_id) {
+          return to_caf_error(unavailable_error("task ", o.task, " belongs to cluster '", o.cluster_id, "', not '",
+                                                cluster_id, "' (", client, ")"));
+        }
+        if (task != o.task) {
+          return to_caf_error(unavailable_error(client, " expected task ", task, " here, but this is task ", o.task));
+        }
+        return o.task;
+      },
+      [self](prepare_atom, std::uint64_t client_token, const wire_spec& w) -> caf::result<std::uint64_t> {
+        auto& st = self->state;
+        caf::actor device = st.device_actor(w.device);
+        if (!device) {
+          return to_caf_error(not_found_error("task ", st.options.task, " has no device ", w.device));
+        }
+        const caf::actor_addr client = caf::actor_cast<caf::actor_addr>(self->current_sender());
+        watch_client(self, client);
+        const std::uint64_t token = st.next_token++;
+        st.tokens[{client, client_token}] = token;
+        auto built = std::make_shared<built_partition>();
+        built->promise = self->make_response_promise();
+        built->device = device;
+        built->device_name = w.device;
+        built->token = token;
+        built->client = client;
+        // A GraphDef is parsed on the compute pool, never on a scheduler thread.
+        st.options.cluster->pool().schedule([me = caf::actor(self), built, w] {
+          built->spec = from_wire_spec(w);
+          caf::anon_send(me, built_atom::value, built);
+        });
+        return caf::delegated<std::uint64_t>();
+      },
+      [self](built_atom, const std::shared_ptr<built_partition>& built) {
+        if (!built->spec.ok()) {
+          built->promise.deliver(to_caf_error(built->spec.error()));
+          return;
+        }
+        self->request(built->device, caf::infinite, prepare_atom::value, built->token, std::move(*built->spec))
+            .then(
+                [self, built](std::uint64_t device_handle) {
+                  auto& st = self->state;
+                  const std::uint64_t handle = st.next_handle++;
+                  st.partitions[handle] = {built->device, device_handle, built->client};
+                  built->promise.deliver(handle);
+                },
+                [built](caf::error& e) { built->promise.deliver(std::move(e)); });
+      },
+      [self](unprepare_atom, std::uint64_t handle) {
+        auto& st = self->state;
+        auto it = st.partitions.find(handle);
+        if (it == st.partitions.end()) return;
+        self->send(it->second.device, unprepare_atom::value, it->second.device_handle);
+        st.partitions.erase(it);
+      },
+      [self](forget_atom, std::uint64_t client_token) {
+        auto& st = self->state;
+        const caf::actor_addr client = caf::actor_cast<caf::actor_addr>(self->current_sender());
+        auto it = st.tokens.find({client, client_token});
+        if (it == st.tokens.end()) return;
+        for (const auto& [name, actor] : st.options.cluster->directory()->entries()) {
+          if (st.options.cluster->find_device(name) != nullptr) self->send(actor, forget_atom::value, it->second);
+        }
+        st.tokens.erase(it);
+      },
+      [self](run_atom, std::uint64_t handle, std::int64_t step_id,
+             std::vector<wire_tensor>& feeds) -> caf::result<std::vector<wire_tensor>> {
+        auto& st = self->state;
+        auto it = st.partitions.find(handle);
+        if (it == st.partitions.end()) {
+          return to_caf_error(not_found_error("task ", st.options.task, " has no partition ", handle));
+        }
+        auto promise = self->make_response_promise<std::vector<wire_tensor>>();
+        const std::string task = st.options.task;
+        self->request(it->second.device, caf::infinite, run_atom::value, it->second.device_handle, step_id,
+                      from_wire(std::move(feeds)))
+            .then(
+                [promise, task](std::vector<tensor>& fetches) mutable {
+                  if (status s = check_crossable(fetches, "fetch", task); !s.ok()) {
+                    promise.deliver(to_caf_error(s));
+                    return;
+                  }
+                  promise.deliver(to_wire(std::move(fetches)));
+                },
+                [promise](caf::error& e) mutable { promise.deliver(std::move(e)); });
+        return caf::delegated<std::vector<wire_tensor>>();
+      },
+      [self](abort_step_atom, std::int64_t step_id, const caf::error& reason) {
+        auto& st = self->state;
+        for (const auto& [name, actor] : st.options.cluster->directory()->entries()) {
+          if (st.options.cluster->find_device(name) != nullptr) self->send(actor, abort_step_atom::value, step_id, reason);
+        }
+      },
+      [self](stats_atom, const std::string& device) -> caf::result<wire_stats> {
+        caf::actor actor = self->state.device_actor(device);
+        if (!actor) return to_caf_error(not_found_error("task ", self->state.options.task, " has no device ", device));
+        auto promise = self->make_response_promise<wire_stats>();
+        self->request(actor, std::chrono::seconds(10), stats_atom::value)
+            .then(
+                [promise](const actors::device_stats& s) mutable {
+                  promise.deliver(wire_stats{s.partitions, s.preparing, s.running_steps, s.rendezvous_entries,
+                                             s.rendezvous_bytes, s.memory_in_use});
+                },
+                [promise](caf::error& e) mutable { promise.deliver(std::move(e)); });
+        return caf::delegated<wire_stats>();
+      },
+  };
+}
+
+// --- the remote device ------------------------------------------------------------------
+
+struct remote_state {
+  remote_device_options options;
+  // Requests pending on the service, failed at once when it goes.
+  std::map<std::uint64_t, caf::response_promise> pending;
+  std::uint64_t next_pending = 1;
+  bool warned_transfers = false;
+
+  std::uint64_t park(caf::response_promise p) {
+    pending.emplace(next_pending, std::move(p));
+    return next_pending++;
+  }
+  // Delivers and forgets pending request `id` (nothing when it was failed already).
+  template <typename T>
+  void answer(std::uint64_t id, T&& value) {
+    auto it = pending.find(id);
+    if (it == pending.end()) return;
+    it->second.deliver(std::forward<T>(value));
+    pending.erase(it);
+  }
+};
+
+using remote_actor = caf::stateful_actor<remote_state>;
+
+// A remote request's error as the device protocol gives it: a timeout names the task.
+caf::error remote_error(const remote_device_options& o, const caf::error& e, std::string_view what) {
+  if (e == caf::sec::request_timeout) {
+    return to_caf_error(deadline_exceeded_error("task ", o.task, " did not answer ", what, " for ", o.device, " in time"));
+  }
+  return e;
+}
+
+caf::behavior remote_device(remote_actor* self, remote_device_options options) {
+  self->state.options = std::move(options);
+  self->monitor(self->state.options.service);
+  self->set_down_handler([self](caf::down_msg& down) {
+    if (down.source != self->state.options.service.address()) return;
+    const auto& o = self->state.options;
+    const caf::error why = to_caf_error(unavailable_error("task ", o.task, " (device ", o.device, ") is gone: ",
+                                                          to_status(down.reason).message()));
+    for (auto& [id, promise] : self->state.pending) promise.deliver(why);
+    self->state.pending.clear();
+    self->quit(why);
+  });
+  return {
+      [self](prepare_atom, std::uint64_t token, const actors::executable_spec& spec) -> caf::result<std::uint64_t> {
+        const auto& o = self->state.options;
+        auto w = to_wire_spec(spec, o.device);
+        if (!w.ok()) return to_caf_error(w.error());
+        const std::uint64_t id = self->state.park(self->make_response_promise());
+        self->request(o.service, o.request_timeout, prepare_atom::value, token, std::move(*w))
+            .then([self, id](std::uint64_t handle) { self->state.answer(id, handle); },
+                  [self, id](caf::error& e) { self->state.answer(id, remote_error(self->state.options, e, "a prepare")); });
+        return caf::delegated<std::uint64_t>();
+      },
+      [self](unprepare_atom a, std::uint64_t handle) { self->send(self->state.options.service, a, handle); },
+      [self](forget_atom a, std::uint64_t token) { self->send(self->state.options.service, a, token); },
+      [self](run_atom, std::uint64_t handle, std::int64_t step_id,
+             std::vector<tensor>& feeds) -> caf::result<std::vector<tensor>> {
+        const auto& o = self->state.options;
+        if (status s = check_crossable(feeds, "feed", o.task); !s.ok()) return to_caf_error(s);
+        const std::uint64_t id = self->state.park(self->make_response_promise());
+        self->request(o.service, o.step_timeout, run_atom::value, handle, step_id, to_wire(std::move(feeds)))
+            .then([self, id](std::vector<wire_tensor>& fetches) { self->state.answer(id, from_wire(std::move(fetches))); },
+                  [self, id](caf::error& e) { self->state.answer(id, remote_error(self->state.options, e, "a step")); });
+        return caf::delegated<std::vector<tensor>>();
+      },
+      [self](abort_step_atom a, std::int64_t step_id, const caf::error& reason) {
+        self->send(self->state.options.service, a, step_id, reason);
+      },
+      // A _Send's tensor for this device: transfers between processes go over tensor
+      // links, which the runtime does not route yet; the step fails there, with why.
+      [self](actors::rv_send_atom, std::int64_t step_id, const actors::transfer_key_ptr& key, const tensor&) {
+        const auto& o = self->state.options;
+        self->send(o.service, abort_step_atom::value, step_id,
+                   to_caf_error(unimplemented_error("tensor ", key->printed(), " of step ", step_id, " cannot reach ",
+                                                    o.device, " in another process yet (cross-process transfers)")));
+      },
+      [self](stats_atom) -> caf::result<actors::device_stats> {
+        const auto& o = self->state.options;
+        const std::uint64_t id = self->state.park(self->make_response_promise());
+        self->request(o.service, o.request_timeout, stats_atom::value, o.device)
+            .then(
+                [self, id](const wire_stats& s) {
+                  self->state.answer(id, actors::device_stats{s.partitions, s.preparing, s.running_steps,
+                                                              s.rendezvous_entries, s.rendezvous_bytes, s.memory_in_use});
+                },
+                [self, id](caf::error& e) { self->state.answer(id, remote_error(self->state.options, e, "stats")); });
+        return caf::delegated<actors::device_stats>();
+      },
+  };
+}
+
+}  // namespace
+
+caf::error save_wire_tensor(caf::serializer& f, const wire_tensor& x) {
+  const tensor& t = x.value;
+  if (dtype_size(t.type()) == 0) {
+    return caf::make_error(caf::sec::state_not_serializable, str_cat("a ", dtype_name(t.type()), " tensor cannot cross processes"));
+  }
+  auto type = static_cast<std::int32_t>(t.type());
+  std::vector<std::int64_t> dims = t.shape().dims();
+  auto bytes = static_cast<std::uint64_t>(t.byte_size());
+  if (auto e = f(type, dims, bytes)) return e;
+  if (bytes == 0) return caf::none;
+  return f.apply_raw(t.byte_size(), const_cast<void*>(t.raw_data()));
+}
+
+caf::error load_wire_tensor(caf::deserializer& f, wire_tensor& x) {
+  std::int32_t type = 0;
+  std::vector<std::int64_t> dims;
+  std::uint64_t bytes = 0;
+  if (auto e = f(type, dims, bytes)) return e;
+  const auto t = static_cast<dtype>(type);
+  const std::size_t element = dtype_size(t);
+  auto shape = tensor_shape::make(std::move(dims));
+  if (element == 0 || !shape.ok() || static_cast<std::uint64_t>(shape->num_elements()) > bytes / element ||
+      static_cast<std::uint64_t>(shape->num_elements()) * element != bytes) {
+    return caf::make_error(caf::sec::invalid_argument, "a tensor on the wire whose dtype, shape and size disagree");
+  }
+  try {
+    x.value = tensor(t, *shape);
+  } catch (const std::bad_alloc&) {
+    return caf::make_error(caf::sec::invalid_argument, str_cat("no memory for a tensor of ", bytes, " bytes from the wire"));
+  }
+  if (bytes == 0) return caf::none;
+  return f.apply_raw(static_cast<std::size_t>(bytes), x.value.raw_data());
+}
+
+void add_remote_task_support(caf::actor_system_config& config) {
+  config.load<caf::io::middleman>();
+  config.add_message_type<wire_tensor>("troupe::wire_tensor");
+  config.add_message_type<std::vector<wire_tensor>>("std::vector<troupe::wire_tensor>");
+  config.add_message_type<wire_spec>("troupe::wire_spec");
+  config.add_message_type<wire_stats>("troupe::wire_stats");
+  // A frozen peer is found by silence (CAF's heartbeats are off by default).
+  config.set("middleman.heartbeat-interval", caf::timespan(std::chrono::milliseconds(200)));
+  config.set("middleman.connection-timeout", caf::timespan(std::chrono::milliseconds(1000)));
+}
+
+caf::actor spawn_task_service(caf::actor_system& system, task_service_options options) {
+  return system.spawn(task_service, std::move(options));
+}
+
+caf::actor spawn_remote_device(caf::actor_system& system, remote_device_options options) {
+  return system.spawn<caf::detached>(remote_device, std::move(options));
+}
+
+result<caf::actor> connect_task_service(caf::actor_system& system, const std::string& host, int port,
+                                        const connect_options& options) {
+  const std::string where = str_cat(host, ":", port);
+  caf::scoped_actor self{system};
+  // remote_actor has no timeout: ask the middleman's actor to connect, with one.
+  caf::actor found;
+  status outcome = deadline_exceeded_error("task ", options.task, " at ", where, " did not answer within ",
+                                           options.timeout.count(), " ms");
+  self->request(system.middleman().actor_handle(), options.timeout, caf::connect_atom::value, host,
+                static_cast<std::uint16_t>(port))
+      .receive(
+          [&](const caf::node_id&, caf::strong_actor_ptr& actor, const std::set<std::string>&) {
+            found = caf::actor_cast<caf::actor>(actor);
+            outcome = found ? status() : unavailable_error("nothing is published at ", where, " (no task service)");
+          },
+          [&](caf::error& e) {
+            if (e != caf::sec::request_timeout) {
+              outcome = unavailable_error("cannot reach task ", options.task, " at ", where, ": ", system.render(e));
+            }
+          });
+  if (!outcome.ok()) return outcome;
+  std::string answered;
+  outcome = deadline_exceeded_error("task ", options.task, " at ", where, " did not answer the hello within ",
+                                    options.timeout.count(), " ms");
+  self->request(found, options.timeout, remote_hello_atom::value, k_control_version, options.cluster_id, options.client,
+                options.task)
+      .receive([&](std::string& task) { answered = std::move(task), outcome = status(); },
+               [&](caf::error& e) {
+                 if (e == caf::sec::request_timeout) return;
+                 const status s = to_status(e);
+                 outcome = unavailable_error("task ", options.task, " at ", where, " refused: ", s.message());
+               });
+  if (!outcome.ok()) return outcome;
+  return found;
+}
+
+}  // namespace troupe::cluster

@@ -1,0 +1,146 @@
+// remote_task: the control plane of a real cluster, over CAF's middleman. A task's process
+// publishes a task service; a process that uses the task's devices reaches each through a
+// remote device: an actor in its own process that speaks the device actor's protocol
+// (actors/device_actor.h: prepare, unprepare, forget, run, abort, stats) and forwards it
+// to the service, so that a session plans, prepares and runs steps on another process's
+// devices as on its own.
+//
+//   // the task's process (troupe server):
+//   cluster_options o;  o.configure_system = add_remote_task_support;  ...
+//   auto service = spawn_task_service(c->system(), {.cluster = c.get(), .task = "/job:ps/replica:0/task:0",
+//                                                   .cluster_id = id});
+//   c->system().middleman().publish(service, port, "127.0.0.1");
+//   // a process that uses it:
+//   auto service = connect_task_service(system, "127.0.0.1", port, {...});   // hello checked
+//   caf::actor device = spawn_remote_device(system, {.service = *service, .device = name});
+//
+// What crosses processes is serialized once, without per-element work: a partition as
+// its GraphDef and node names (never pointers), tensors as raw bytes (wire_tensor). Every
+// message type is announced on both sides (add_remote_task_support); CAF turns an
+// unannounced one into an empty message, which tests/cluster/remote_task_test.cc would
+// see. Tensors between devices of different processes travel over tensor links
+// (cluster/transport.h), not here; a remote device refuses them until the runtime routes
+// them (the next step of issue 16).
+//
+// Failure: the remote device monitors the service; when the service's process dies or
+// its connection breaks, every request pending on it fails with UNAVAILABLE naming the
+// task (within CAF's detection of the broken connection: milliseconds for a killed
+// process, the connection timeout for a frozen one), and the remote device exits with
+// that reason, so that sessions monitoring it fail their steps. Every remote request has a
+// finite timeout. The service monitors each client's remote devices and drops the
+// partitions of one that goes.
+#pragma once
+
+#include <caf/all.hpp>
+#include <caf/io/all.hpp>
+
+#include <chrono>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "actors/cluster.h"
+#include "core/status.h"
+#include "core/tensor.h"
+
+namespace troupe::cluster {
+
+// The version of the control plane's messages: a client and a service must agree.
+inline constexpr std::uint32_t k_control_version = 1;
+
+// A tensor on the wire: dtype, shape and raw bytes (read straight into a new tensor).
+struct wire_tensor {
+  tensor value;
+};
+
+// An executable_spec as it crosses processes: the partition's graph as a binary GraphDef,
+// its nodes, feeds and fetches by name ("node:index"), the device it is for.
+struct wire_spec {
+  std::string graph_def;
+  std::vector<std::string> nodes;
+  std::vector<std::string> feeds;
+  std::vector<std::string> fetches;
+  std::string device;
+  std::string client;
+};
+
+// actors::device_stats on the wire.
+struct wire_stats {
+  std::int64_t partitions = 0, preparing = 0, running_steps = 0, rendezvous_entries = 0, rendezvous_bytes = 0,
+               memory_in_use = 0;
+};
+
+using remote_hello_atom = caf::atom_constant<caf::atom("rhello")>;
+
+// Loads CAF's middleman and announces every message type of the control plane; for
+// cluster_options::configure_system and for any process that connects to a service.
+void add_remote_task_support(caf::actor_system_config& config);
+
+struct task_service_options {
+  actors::cluster* cluster = nullptr;  // hosts the task's devices; outlives the service
+  std::string task;                    // its canonical name, "/job:ps/replica:0/task:0"
+  std::string cluster_id;              // clients of another cluster are refused
+};
+
+// The service of one task's devices (spawn it in the cluster's actor system).
+caf::actor spawn_task_service(caf::actor_system& system, task_service_options options);
+
+struct connect_options {
+  std::string task;        // the task expected at the address
+  std::string cluster_id;  // must be the service's
+  std::string client;      // who connects (for the service's log and errors)
+  std::chrono::milliseconds timeout{3000};
+};
+
+// Connects to the service published at host:port and says hello, each within the timeout.
+// Errors: UNAVAILABLE (nothing there, another task, another cluster or version: the
+// service's reason), DEADLINE_EXCEEDED (no answer in time). Call it from a thread of your
+// own, never an actor's.
+result<caf::actor> connect_task_service(caf::actor_system& system, const std::string& host, int port,
+                                        const connect_options& options);
+
+struct remote_device_options {
+  caf::actor service;  // the task service of the device's task
+  std::string device;  // the device's complete name
+  std::string task;    // its task, for errors
+  std::chrono::milliseconds request_timeout{30000};  // prepare, stats
+  std::chrono::milliseconds step_timeout{3600000};   // run
+};
+
+// A local actor that speaks the device protocol for a device of another process (its own
+// thread: converting a partition is not a scheduler thread's work).
+caf::actor spawn_remote_device(caf::actor_system& system, remote_device_options options);
+
+}  // namespace troupe::cluster
+
+namespace troupe::cluster {
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, wire_spec& x) {
+  return f(caf::meta::type_name("wire_spec"), x.graph_def, x.nodes, x.feeds, x.fetches, x.device, x.client);
+}
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, wire_stats& x) {
+  return f(caf::meta::type_name("wire_stats"), x.partitions, x.preparing, x.running_steps, x.rendezvous_entries,
+           x.rendezvous_bytes, x.memory_in_use);
+}
+
+// Serializes the header with CAF and the bytes with one apply_raw (no per-element work);
+// reads the bytes straight into a new tensor. Other inspectors (to_string) see a summary.
+caf::error save_wire_tensor(caf::serializer& f, const wire_tensor& x);
+caf::error load_wire_tensor(caf::deserializer& f, wire_tensor& x);
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, wire_tensor& x) {
+  if constexpr (std::is_base_of_v<caf::serializer, Inspector>) {
+    return save_wire_tensor(f, x);
+  } else if constexpr (std::is_base_of_v<caf::deserializer, Inspector>) {
+    return load_wire_tensor(f, x);
+  } else {
+    std::string summary = str_cat(dtype_name(x.value.type()), " ", x.value.shape().to_string());
+    return f(caf::meta::type_name("wire_tensor"), summary);
+  }
+}
+
+}  // namespace troupe::cluster

@@ -1,0 +1,273 @@
+// The control plane across processes (cluster/remote_task.h) as conversations: a task's
+// process (forked) publishes its service; this process says hello, prepares partitions
+// and runs steps through a remote device speaking the device protocol, and sees the
+// task's death fail what waits on it. Also the wire types through CAF's serializers.
+#include "cluster/remote_task.h"
+
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <catch2/catch.hpp>
+#include <caf/binary_deserializer.hpp>
+#include <caf/binary_serializer.hpp>
+#include <algorithm>
+#include <chrono>
+#include <future>
+#include <thread>
+
+#include "actors/device_actor.h"
+#include "actors/messages.h"
+#include "graph/attr.h"
+#include "graph/builder.h"
+#include "graph/ops.h"
+
+namespace troupe::cluster {
+namespace {
+
+using namespace std::chrono_literals;
+
+const std::string k_task = "/job:ps/replica:0/task:0";
+const std::string k_device = "/job:ps/replica:0/task:0/device:CPU:0";
+const std::string k_cluster_id = "remote-test";
+
+// The task's process: a cluster of its one task and the service, published on a free
+// loopback port written to `port_pipe`; then it waits to be killed.
+pid_t start_task_process(int port_pipe) {
+  const pid_t child = ::fork();
+  if (child != 0) return child;
+  actors::cluster_options o;
+  auto spec = placement::cluster_spec::from_task_counts({{"ps", 1}});
+  if (!spec.ok()) ::_exit(2);
+  o.spec = *spec;
+  o.configure_system = add_remote_task_support;
+  auto c = actors::cluster::create(std::move(o));
+  if (!c.ok()) ::_exit(3);
+  caf::actor service = spawn_task_service((*c)->system(), {(*c).get(), k_task, k_cluster_id});
+  auto port = (*c)->system().middleman().publish(service, 0, "127.0.0.1");
+  if (!port) ::_exit(4);
+  const int p = *port;
+  if (::write(port_pipe, &p, sizeof p) != sizeof p) ::_exit(5);
+  for (;;) ::pause();
+}
+
+struct task_process {
+  pid_t pid = -1;
+  int port = 0;
+  task_process() {
+    int ends[2];
+    REQUIRE(::pipe(ends) == 0);
+    pid = start_task_process(ends[1]);
+    REQUIRE(pid > 0);
+    REQUIRE(::read(ends[0], &port, sizeof port) == sizeof port);
+    ::close(ends[0]);
+    ::close(ends[1]);
+  }
+  ~task_process() {
+    ::kill(pid, SIGKILL);
+    ::waitpid(pid, nullptr, 0);
+  }
+};
+
+// This process's actor system, as a client of tasks; the actors it spawns for a test are
+// told to exit before it goes (an actor system waits for its actors).
+struct client_system {
+  caf::actor_system_config config;
+  std::unique_ptr<caf::actor_system> system;
+  std::vector<caf::actor> spawned;
+  client_system() {
+    add_remote_task_support(config);
+    config.set("scheduler.policy", caf::atom("sharing"));
+    config.set("logger.verbosity", caf::atom("quiet"));
+    system = std::make_unique<caf::actor_system>(config);
+  }
+  ~client_system() {
+    for (const caf::actor& a : spawned) caf::anon_send_exit(a, caf::exit_reason::user_shutdown);
+  }
+  caf::actor remote_device(remote_device_options o) {
+    spawned.push_back(spawn_remote_device(*system, std::move(o)));
+    return spawned.back();
+  }
+};
+
+connect_options hello(const std::string& cluster_id = k_cluster_id, const std::string& task = k_task) {
+  return {task, cluster_id, "/job:worker/replica:0/task:0", 3000ms};
+}
+
+actors::executable_spec spec_of(const graph::scope& root, const std::vector<std::string>& feeds,
+                                const std::vector<std::string>& fetches) {
+  auto g = root.to_graph();
+  REQUIRE(g.ok());
+  auto shared = std::make_shared<const graph::graph>(std::move(*g));
+  actors::executable_spec spec;
+  spec.graph = shared;
+  for (const auto& f : feeds) spec.feeds.push_back(*shared->resolve(f));
+  // A step runs every node but the fed ones (as the session prunes).
+  for (int id = 0; id < shared->num_nodes(); ++id) {
+    if (std::none_of(spec.feeds.begin(), spec.feeds.end(), [&](const graph::endpoint& e) { return e.node == id; })) {
+      spec.nodes.push_back(id);
+    }
+  }
+  for (const auto& f : fetches) spec.fetches.push_back(*shared->resolve(f));
+  return spec;
+}
+
+// y = -x.
+actors::executable_spec negate_spec() {
+  auto root = graph::scope::new_root();
+  auto x = ops::placeholder(root.with_name("x"), dtype::float32);
+  ops::neg(root.with_name("y"), x);
+  return spec_of(root, {"x:0"}, {"y:0"});
+}
+
+// A step that waits in a dequeue from an empty queue.
+actors::executable_spec parked_spec() {
+  auto root = graph::scope::new_root();
+  const tf::AttrValue types = graph::attr_value(std::vector<dtype>{dtype::float32});
+  auto q = root.with_name("q").add("FIFOQueueV2", {},
+                                   {{"component_types", types},
+                                    {"shapes", graph::attr_value(std::vector<partial_shape>{partial_shape::scalar()})}});
+  root.with_name("dequeue").add("QueueDequeueV2", {q.out(0)}, {{"component_types", types}});
+  return spec_of(root, {}, {"dequeue:0"});
+}
+
+template <typename T>
+result<T> ask(caf::scoped_actor& self, const caf::actor& dest, caf::message m, std::chrono::milliseconds within = 10s) {
+  result<T> out = internal_error("no answer");
+  self->request(dest, within, std::move(m))
+      .receive([&](T& value) { out = std::move(value); }, [&](caf::error& e) { out = actors::to_status(e); });
+  return out;
+}
+
+TEST_CASE("the wire types cross CAF's serializers: tensors as raw bytes, specs, refusals of bad bytes",
+          "[cluster][remote]") {
+  client_system c;
+  for (const tensor& t : {tensor::scalar(2.5f), tensor(dtype::int64, {0, 3}), tensor(dtype::uint8, {3, 1 << 20}),
+                          tensor(dtype::bool_, {5})}) {
+    std::vector<char> bytes;
+    caf::binary_serializer sink(*c.system, bytes);
+    wire_tensor out{t};
+    REQUIRE_FALSE(inspect(sink, out));
+    CHECK(bytes.size() < t.byte_size() + 64);  // the bytes once, a small header
+    caf::binary_deserializer source(*c.system, bytes);
+    wire_tensor in;
+    REQUIRE_FALSE(inspect(source, in));
+    CHECK(in.value.equals(t));
+  }
+  // A header whose shape and size disagree is refused, not trusted.
+  std::vector<char> bytes;
+  caf::binary_serializer sink(*c.system, bytes);
+  std::int32_t type = static_cast<std::int32_t>(dtype::float32);
+  std::vector<std::int64_t> dims{1 << 30, 1 << 30};
+  std::uint64_t size = 16;
+  REQUIRE_FALSE(sink(type, dims, size));
+  caf::binary_deserializer source(*c.system, bytes);
+  wire_tensor in;
+  CHECK(inspect(source, in));
+  // A string tensor does not cross.
+  std::vector<char> ignored;
+  caf::binary_serializer strings(*c.system, ignored);
+  wire_tensor text{tensor(dtype::string, {1})};
+  CHECK(inspect(strings, text));
+}
+
+TEST_CASE("a remote device prepares and runs partitions on another process's device", "[cluster][remote]") {
+  task_process task;
+  client_system c;
+  auto service = connect_task_service(*c.system, "127.0.0.1", task.port, hello());
+  REQUIRE(service.ok());
+  caf::actor device = c.remote_device({*service, k_device, k_task});
+  caf::scoped_actor self{*c.system};
+
+  auto handle = ask<std::uint64_t>(self, device, caf::make_message(actors::prepare_atom::value, std::uint64_t{1}, negate_spec()));
+  INFO((handle.ok() ? std::string() : handle.error().message()));
+  REQUIRE(handle.ok());
+  for (int step = 1; step <= 3; ++step) {
+    tensor x(dtype::float32, {2, 2});
+    for (std::size_t i = 0; i < 4; ++i) x.flat<float>()[i] = static_cast<float>(step * 10 + static_cast<int>(i));
+    auto fetched = ask<std::vector<tensor>>(
+        self, device, caf::make_message(actors::run_atom::value, *handle, std::int64_t{step}, std::vector<tensor>{x}));
+    REQUIRE(fetched.ok());
+    REQUIRE(fetched->size() == 1);
+    for (std::size_t i = 0; i < 4; ++i) CHECK((*fetched)[0].flat<float>()[i] == -x.flat<float>()[i]);
+  }
+  auto stats = ask<actors::device_stats>(self, device, caf::make_message(actors::stats_atom::value));
+  REQUIRE(stats.ok());
+  CHECK(stats->partitions == 1);
+  // A feed of the wrong dtype: the device's own error, across.
+  auto wrong = ask<std::vector<tensor>>(
+      self, device,
+      caf::make_message(actors::run_atom::value, *handle, std::int64_t{9}, std::vector<tensor>{tensor::scalar(std::int32_t{1})}));
+  REQUIRE_FALSE(wrong.ok());
+  CHECK(wrong.error().error_code() == code::invalid_argument);
+  // Unprepared: the partition is gone there.
+  self->send(device, actors::unprepare_atom::value, *handle);
+  std::this_thread::sleep_for(200ms);
+  auto gone = ask<std::vector<tensor>>(
+      self, device, caf::make_message(actors::run_atom::value, *handle, std::int64_t{10}, std::vector<tensor>{}));
+  REQUIRE_FALSE(gone.ok());
+  CHECK(gone.error().error_code() == code::not_found);
+  // A device the task does not have.
+  caf::actor missing = c.remote_device({*service, k_task + "/device:CPU:7", k_task});
+  auto nowhere = ask<std::uint64_t>(self, missing, caf::make_message(actors::prepare_atom::value, std::uint64_t{2}, negate_spec()));
+  REQUIRE_FALSE(nowhere.ok());
+  CHECK(nowhere.error().error_code() == code::not_found);
+  CHECK(nowhere.error().message().find("CPU:7") != std::string::npos);
+}
+
+TEST_CASE("the task's process killed mid-step: the step fails at once with UNAVAILABLE naming the task",
+          "[cluster][remote]") {
+  auto task = std::make_unique<task_process>();
+  client_system c;
+  auto service = connect_task_service(*c.system, "127.0.0.1", task->port, hello());
+  REQUIRE(service.ok());
+  caf::actor device = c.remote_device({*service, k_device, k_task});
+  caf::scoped_actor self{*c.system};
+  self->monitor(device);
+  auto handle = ask<std::uint64_t>(self, device, caf::make_message(actors::prepare_atom::value, std::uint64_t{1}, parked_spec()));
+  REQUIRE(handle.ok());
+  // The step, asked from a thread of its own; it waits in its dequeue there.
+  auto step = std::async(std::launch::async, [&] {
+    caf::scoped_actor asker{*c.system};
+    return ask<std::vector<tensor>>(asker, device,
+                                    caf::make_message(actors::run_atom::value, *handle, std::int64_t{1}, std::vector<tensor>{}),
+                                    30s);
+  });
+  std::this_thread::sleep_for(300ms);
+  REQUIRE(step.wait_for(0s) == std::future_status::timeout);
+  const auto start = std::chrono::steady_clock::now();
+  task.reset();  // SIGKILL
+  REQUIRE(step.wait_for(5s) == std::future_status::ready);
+  const auto waited = std::chrono::steady_clock::now() - start;
+  auto outcome = step.get();
+  bool device_down = false;
+  self->receive([&](caf::down_msg& down) { device_down = down.source == device.address(); },
+                caf::after(std::chrono::seconds(5)) >> [] {});
+  REQUIRE_FALSE(outcome.ok());
+  CHECK(outcome.error().error_code() == code::unavailable);
+  CHECK(outcome.error().message().find(k_task) != std::string::npos);
+  CHECK(device_down);
+  CHECK(waited < 1s);
+}
+
+TEST_CASE("hellos to the wrong cluster, task or address are refused in time", "[cluster][remote]") {
+  task_process task;
+  client_system c;
+  auto other = connect_task_service(*c.system, "127.0.0.1", task.port, hello("another-cluster"));
+  REQUIRE_FALSE(other.ok());
+  CHECK(other.error().error_code() == code::unavailable);
+  CHECK(other.error().message().find("another-cluster") != std::string::npos);
+  CHECK(other.error().message().find(k_cluster_id) != std::string::npos);
+  auto wrong_task = connect_task_service(*c.system, "127.0.0.1", task.port, hello(k_cluster_id, "/job:ps/replica:0/task:1"));
+  REQUIRE_FALSE(wrong_task.ok());
+  CHECK(wrong_task.error().message().find("but this is task " + k_task) != std::string::npos);
+  // Nothing listens at a port just freed.
+  const auto start = std::chrono::steady_clock::now();
+  auto nothing = connect_task_service(*c.system, "127.0.0.1", 1, hello());
+  REQUIRE_FALSE(nothing.ok());
+  CHECK(nothing.error().error_code() == code::unavailable);
+  CHECK(std::chrono::steady_clock::now() - start < 4s);
+}
+
+}  // namespace
+}  // namespace troupe::cluster
