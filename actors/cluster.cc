@@ -42,9 +42,30 @@ result<std::shared_ptr<cluster>> cluster::create(cluster_options options) {
     if (!made.ok()) return made.error();
     c->accelerators_.emplace(full, std::shared_ptr<kernels::device>(std::move(*made)));
   }
+  if (o.hosted_tasks) {
+    for (const std::string& task : *o.hosted_tasks) {
+      if (c->canonical_task_of(task, o.spec).empty()) {
+        return invalid_argument_error("cluster_options.hosted_tasks names task '", task, "', which the cluster spec lacks");
+      }
+    }
+  }
   for (const std::string& full : o.spec.device_names()) {
     c->device_names_.push_back(full);
-    c->devices_.emplace(full, c->start_device(full));
+    const std::string task = full.substr(0, full.find("/device:"));
+    bool hosted = !o.hosted_tasks.has_value();
+    for (const std::string& t : o.hosted_tasks.value_or(std::vector<std::string>{})) {
+      hosted = hosted || c->canonical_task_of(t, o.spec) == task;
+    }
+    if (hosted) {
+      c->devices_.emplace(full, c->start_device(full));
+      continue;
+    }
+    if (!o.remote_device) {
+      return invalid_argument_error("device ", full, " is not hosted here and cluster_options.remote_device is not set");
+    }
+    auto stand_in = o.remote_device(*c->system_, full);
+    if (!stand_in.ok()) return stand_in.error();
+    c->directory_->set(full, std::move(*stand_in));
   }
   // Constructing the system and spawning into it tied this thread to the system's
   // shutdown (actors/spawn.h); untie it, so that any thread may destroy the cluster.
@@ -87,17 +108,29 @@ std::vector<std::string> cluster::task_names() const {
   return out;
 }
 
-std::string cluster::canonical_task(std::string_view task) const {
+std::string cluster::canonical_task(std::string_view task) const { return canonical_task_of(task, options_.spec); }
+
+std::string cluster::canonical_task_of(std::string_view task, const placement::cluster_spec& spec) {
   // "/job:ps/task:0" and "/job:ps/replica:0/task:0" name the same task.
   std::string wanted(task);
   if (wanted.find("/replica:") == std::string::npos) {
     auto at = wanted.find("/task:");
     if (at != std::string::npos) wanted.insert(at, "/replica:0");
   }
-  for (const auto& t : task_names()) {
-    if (t == wanted) return t;
+  for (const auto& full : spec.device_names()) {
+    if (full.substr(0, full.find("/device:")) == wanted) return wanted;
   }
   return "";
+}
+
+bool cluster::hosts(std::string_view task) const {
+  const std::string canonical = canonical_task(task);
+  if (canonical.empty()) return false;
+  std::lock_guard<std::mutex> lock(tasks_mutex_);
+  for (const auto& [name, dev] : devices_) {
+    if (name.substr(0, name.find("/device:")) == canonical) return true;
+  }
+  return false;
 }
 
 result<std::vector<std::string>> cluster::devices_of(std::string_view task) const {
@@ -114,6 +147,7 @@ status cluster::for_each_device(std::string_view task,
                                 const std::function<void(const std::string&, std::unique_ptr<runtime_device>&)>& fn) {
   auto devices = devices_of(task);
   if (!devices.ok()) return devices.error();
+  if (!hosts(task)) return failed_precondition_error("task '", task, "' runs in another process, not in this one");
   std::lock_guard<std::mutex> lock(tasks_mutex_);
   for (const auto& full : *devices) fn(full, devices_.find(full)->second);
   return status();

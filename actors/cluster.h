@@ -24,6 +24,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -55,6 +56,13 @@ struct cluster_options {
   // and memory) from its full name, type and index. Empty: kernels::make_accelerator.
   std::function<result<std::unique_ptr<kernels::device>>(const std::string& name, const std::string& type, int index)>
       make_accelerator = nullptr;
+  // The tasks this process hosts (their devices run here); none given: every task of the
+  // spec. The devices of the others are reached through `remote_device`.
+  std::optional<std::vector<std::string>> hosted_tasks;
+  // The actor that stands for a device of a task hosted elsewhere (a remote device,
+  // cluster/remote_task.h), from the actor system and the device's complete name; needed
+  // when some task is not hosted here. It joins the directory like a local device.
+  std::function<result<caf::actor>(caf::actor_system&, const std::string& device)> remote_device = nullptr;
   // Adjusts the actor system's configuration before the system starts (a task of a real
   // cluster loads CAF's middleman and announces the wire types: cluster/remote_task.h).
   std::function<void(caf::actor_system_config&)> configure_system = nullptr;
@@ -74,8 +82,10 @@ class cluster {
 
   // Complete device names, in the cluster spec's order.
   const std::vector<std::string>& device_names() const { return device_names_; }
-  // The device of that complete name, or null.
+  // The device of that complete name hosted here, or null.
   runtime_device* find_device(std::string_view name) const;
+  // Whether `task` ("/job:ps/task:0" or the full form) runs in this process.
+  bool hosts(std::string_view task) const;
   caf::actor device_actor(std::string_view name) const;
   // Every device's actor by complete name (shared: it outlives the cluster's handles).
   std::shared_ptr<const device_directory> directory() const { return directory_; }
@@ -128,6 +138,8 @@ class cluster {
   std::unique_ptr<caf::actor_system_config> config_;
   std::unique_ptr<caf::actor_system> system_;
   std::vector<std::string> device_names_;
+  // The canonical name of `task` in `spec`, or empty.
+  static std::string canonical_task_of(std::string_view task, const placement::cluster_spec& spec);
   // Spawns the actor of device `full` (a new incarnation) and enters it in the directory.
   std::unique_ptr<runtime_device> start_device(const std::string& full);
   // Calls fn(full name, current incarnation) for each device of `task`, under

@@ -1,6 +1,9 @@
 #include "cluster/remote_task.h"
 
+#include <atomic>
+#include <iostream>
 #include <map>
+#include <mutex>
 #include <memory>
 #include <set>
 #include <utility>
@@ -98,6 +101,108 @@ result<actors::executable_spec> from_wire_spec(const wire_spec& w) {
   return spec;
 }
 
+// --- transfers between processes ----------------------------------------------------------
+
+// A transfer's key on a tensor link: the step and the rendezvous key's fields, joined by a
+// character no device or tensor name holds.
+constexpr char k_separator = '\x1f';
+
+std::string transfer_wire_key(std::int64_t step_id, const placement::rendezvous_key& k) {
+  return str_cat(step_id, k_separator, k.send_device, k_separator, k.send_device_incarnation, k_separator, k.recv_device,
+                 k_separator, k.tensor_name);
+}
+
+bool parse_transfer_wire_key(std::string_view text, std::int64_t* step_id, placement::rendezvous_key* k) {
+  std::vector<std::string> parts;
+  std::size_t begin = 0;
+  for (;;) {
+    const std::size_t end = text.find(k_separator, begin);
+    parts.emplace_back(text.substr(begin, end == std::string_view::npos ? std::string_view::npos : end - begin));
+    if (end == std::string_view::npos) break;
+    begin = end + 1;
+  }
+  if (parts.size() != 5) return false;
+  try {
+    std::size_t used = 0;
+    *step_id = std::stoll(parts[0], &used);
+    if (used != parts[0].size()) return false;
+    k->send_device = parts[1];
+    k->send_device_incarnation = std::stoull(parts[2], &used);
+    if (used != parts[2].size()) return false;
+  } catch (const std::exception&) {
+    return false;
+  }
+  k->recv_device = parts[3];
+  k->tensor_name = parts[4];
+  return true;
+}
+
+}  // namespace
+
+struct transfer_hub::impl {
+  actors::cluster* cluster = nullptr;
+  std::unique_ptr<link_listener> listener;
+  std::mutex mutex;
+  std::vector<std::unique_ptr<tensor_link>> links;
+  std::atomic<std::int64_t> delivered{0}, refused{0};
+
+  // A tensor from another process: to the device it is for, as a local _Send posts it.
+  void arrived(const std::string& from, std::string key, tensor value) {
+    std::int64_t step_id = 0;
+    placement::rendezvous_key k;
+    if (!parse_transfer_wire_key(key, &step_id, &k)) {
+      ++refused;
+      std::cerr << "troupe: task " << from << " sent a tensor under a damaged transfer key; dropped\n";
+      return;
+    }
+    caf::actor device = cluster->device_actor(k.recv_device);
+    if (!device) {
+      ++refused;
+      std::cerr << "troupe: task " << from << " sent tensor " << k.tensor_name << " for device " << k.recv_device
+                << ", which this process does not host; dropped\n";
+      return;
+    }
+    auto transfer = std::make_shared<const actors::transfer_key>(std::move(k));
+    caf::anon_send(device, actors::rv_send_atom::value, step_id, actors::transfer_key_ptr(std::move(transfer)),
+                   std::move(value));
+    ++delivered;
+  }
+};
+
+transfer_hub::transfer_hub(std::unique_ptr<impl> impl) : impl_(std::move(impl)) {}
+transfer_hub::~transfer_hub() {
+  impl_->listener.reset();  // no link is accepted any more
+  std::vector<std::unique_ptr<tensor_link>> links;
+  {
+    std::lock_guard<std::mutex> lock(impl_->mutex);
+    links.swap(impl_->links);
+  }
+  links.clear();  // each joins its threads
+}
+int transfer_hub::port() const { return impl_->listener->port(); }
+std::int64_t transfer_hub::delivered() const { return impl_->delivered; }
+std::int64_t transfer_hub::refused() const { return impl_->refused; }
+
+result<std::unique_ptr<transfer_hub>> transfer_hub::start(actors::cluster& c, const std::string& host,
+                                                          link_options options) {
+  auto hub = std::make_unique<impl>();
+  hub->cluster = &c;
+  impl* h = hub.get();
+  auto listener = link_listener::listen(host, 0, std::move(options), [h](std::unique_ptr<tensor_link> link) {
+    tensor_link* l = link.get();
+    const std::string from = l->peer();
+    l->start({[h, from](std::string key, tensor value) { h->arrived(from, std::move(key), std::move(value)); },
+              [from](const status&) {}});  // the steps that needed it fail by their own timeouts and aborts
+    std::lock_guard<std::mutex> lock(h->mutex);
+    h->links.push_back(std::move(link));
+  });
+  if (!listener.ok()) return listener.error();
+  hub->listener = std::move(*listener);
+  return std::unique_ptr<transfer_hub>(new transfer_hub(std::move(hub)));
+}
+
+namespace {
+
 // --- the task service -------------------------------------------------------------------
 
 // A partition built on the pool, back to the service (in-process only).
@@ -160,7 +265,7 @@ caf::behavior task_service(service_actor* self, task_service_options options) {
   });
   return {
       [self](remote_hello_atom, std::uint32_t version, const std::string& cluster_id, const std::string& client,
-             const std::string& task) -> caf::result<std::string> {
+             const std::string& task) -> caf::result<std::string, std::uint16_t> {
         const auto& o = self->state.options;
         if (version != k_control_version) {
           return to_caf_error(unavailable_error("task ", o.task, " speaks control version ", k_control_version, ", ",
@@ -173,7 +278,7 @@ caf::behavior task_service(service_actor* self, task_service_options options) {
         if (task != o.task) {
           return to_caf_error(unavailable_error(client, " expected task ", task, " here, but this is task ", o.task));
         }
-        return o.task;
+        return caf::result<std::string, std::uint16_t>(o.task, static_cast<std::uint16_t>(o.link_port));
       },
       [self](prepare_atom, std::uint64_t client_token, const wire_spec& w) -> caf::result<std::uint64_t> {
         auto& st = self->state;
@@ -278,10 +383,11 @@ caf::behavior task_service(service_actor* self, task_service_options options) {
 
 struct remote_state {
   remote_device_options options;
+  caf::actor service;                // once connected
+  std::unique_ptr<tensor_link> link;  // to the task's transfer hub, once connected
   // Requests pending on the service, failed at once when it goes.
   std::map<std::uint64_t, caf::response_promise> pending;
   std::uint64_t next_pending = 1;
-  bool warned_transfers = false;
 
   std::uint64_t park(caf::response_promise p) {
     pending.emplace(next_pending, std::move(p));
@@ -302,61 +408,102 @@ using remote_actor = caf::stateful_actor<remote_state>;
 // A remote request's error as the device protocol gives it: a timeout names the task.
 caf::error remote_error(const remote_device_options& o, const caf::error& e, std::string_view what) {
   if (e == caf::sec::request_timeout) {
-    return to_caf_error(deadline_exceeded_error("task ", o.task, " did not answer ", what, " for ", o.device, " in time"));
+    return to_caf_error(
+        deadline_exceeded_error("task ", o.hello.task, " did not answer ", what, " for ", o.device, " in time"));
   }
   return e;
 }
 
+// Connects to the device's task (service and tensor link) unless connected; blocks this
+// actor's own thread (it is detached) for at most the connect timeouts.
+status ensure_connected(remote_actor* self) {
+  auto& st = self->state;
+  if (st.service) return status();
+  const auto& o = st.options;
+  auto connection = connect_task_service(self->home_system(), o.host, o.port, o.hello);
+  if (!connection.ok()) return connection.error();
+  if (connection->link_port > 0) {
+    auto link = tensor_link::connect(o.host, connection->link_port, o.hello.task, o.link);
+    if (!link.ok()) return link.error();
+    (*link)->start({[](std::string, tensor) {},  // this link only sends
+                    [](const status&) {}});      // a broken link fails the sends after it
+    st.link = std::move(*link);
+  }
+  st.service = connection->service;
+  self->monitor(st.service);
+  return status();
+}
+
 caf::behavior remote_device(remote_actor* self, remote_device_options options) {
   self->state.options = std::move(options);
-  self->monitor(self->state.options.service);
   self->set_down_handler([self](caf::down_msg& down) {
-    if (down.source != self->state.options.service.address()) return;
-    const auto& o = self->state.options;
-    const caf::error why = to_caf_error(unavailable_error("task ", o.task, " (device ", o.device, ") is gone: ",
-                                                          to_status(down.reason).message()));
-    for (auto& [id, promise] : self->state.pending) promise.deliver(why);
-    self->state.pending.clear();
+    auto& st = self->state;
+    if (!st.service || down.source != st.service.address()) return;
+    const auto& o = st.options;
+    const caf::error why = to_caf_error(unavailable_error("task ", o.hello.task, " (device ", o.device,
+                                                          ") is gone: ", to_status(down.reason).message()));
+    for (auto& [id, promise] : st.pending) promise.deliver(why);
+    st.pending.clear();
     self->quit(why);
   });
   return {
       [self](prepare_atom, std::uint64_t token, const actors::executable_spec& spec) -> caf::result<std::uint64_t> {
+        if (status s = ensure_connected(self); !s.ok()) return to_caf_error(s);
         const auto& o = self->state.options;
         auto w = to_wire_spec(spec, o.device);
         if (!w.ok()) return to_caf_error(w.error());
         const std::uint64_t id = self->state.park(self->make_response_promise());
-        self->request(o.service, o.request_timeout, prepare_atom::value, token, std::move(*w))
+        self->request(self->state.service, o.request_timeout, prepare_atom::value, token, std::move(*w))
             .then([self, id](std::uint64_t handle) { self->state.answer(id, handle); },
                   [self, id](caf::error& e) { self->state.answer(id, remote_error(self->state.options, e, "a prepare")); });
         return caf::delegated<std::uint64_t>();
       },
-      [self](unprepare_atom a, std::uint64_t handle) { self->send(self->state.options.service, a, handle); },
-      [self](forget_atom a, std::uint64_t token) { self->send(self->state.options.service, a, token); },
+      [self](unprepare_atom a, std::uint64_t handle) {
+        if (self->state.service) self->send(self->state.service, a, handle);
+      },
+      [self](forget_atom a, std::uint64_t token) {
+        if (self->state.service) self->send(self->state.service, a, token);
+      },
       [self](run_atom, std::uint64_t handle, std::int64_t step_id,
              std::vector<tensor>& feeds) -> caf::result<std::vector<tensor>> {
+        if (status s = ensure_connected(self); !s.ok()) return to_caf_error(s);
         const auto& o = self->state.options;
-        if (status s = check_crossable(feeds, "feed", o.task); !s.ok()) return to_caf_error(s);
+        if (status s = check_crossable(feeds, "feed", o.hello.task); !s.ok()) return to_caf_error(s);
         const std::uint64_t id = self->state.park(self->make_response_promise());
-        self->request(o.service, o.step_timeout, run_atom::value, handle, step_id, to_wire(std::move(feeds)))
+        self->request(self->state.service, o.step_timeout, run_atom::value, handle, step_id, to_wire(std::move(feeds)))
             .then([self, id](std::vector<wire_tensor>& fetches) { self->state.answer(id, from_wire(std::move(fetches))); },
                   [self, id](caf::error& e) { self->state.answer(id, remote_error(self->state.options, e, "a step")); });
         return caf::delegated<std::vector<tensor>>();
       },
       [self](abort_step_atom a, std::int64_t step_id, const caf::error& reason) {
-        self->send(self->state.options.service, a, step_id, reason);
+        if (self->state.service) self->send(self->state.service, a, step_id, reason);
       },
-      // A _Send's tensor for this device: transfers between processes go over tensor
-      // links, which the runtime does not route yet; the step fails there, with why.
-      [self](actors::rv_send_atom, std::int64_t step_id, const actors::transfer_key_ptr& key, const tensor&) {
-        const auto& o = self->state.options;
-        self->send(o.service, abort_step_atom::value, step_id,
-                   to_caf_error(unimplemented_error("tensor ", key->printed(), " of step ", step_id, " cannot reach ",
-                                                    o.device, " in another process yet (cross-process transfers)")));
+      // A _Send's tensor for this device: over the link to its task's transfer hub. A
+      // failure fails the step there (the tensor cannot arrive).
+      [self](actors::rv_send_atom, std::int64_t step_id, const actors::transfer_key_ptr& key, tensor& value) {
+        auto& st = self->state;
+        status s = ensure_connected(self);
+        if (s.ok() && st.link == nullptr) {
+          s = unimplemented_error("task ", st.options.hello.task, " takes no tensor links");
+        }
+        if (s.ok() && dtype_size(value.type()) == 0) {
+          s = invalid_argument_error("tensor ", key->printed(), " is a ", dtype_name(value.type()),
+                                     " tensor, which cannot cross processes");
+        }
+        if (!s.ok()) {
+          if (st.service) {
+            self->send(st.service, abort_step_atom::value, step_id,
+                       to_caf_error(s.with_context(str_cat("sending ", key->printed(), " of step ", step_id))));
+          }
+          return;
+        }
+        st.link->send(transfer_wire_key(step_id, key->key()), std::move(value), nullptr);
       },
       [self](stats_atom) -> caf::result<actors::device_stats> {
+        if (status s = ensure_connected(self); !s.ok()) return to_caf_error(s);
         const auto& o = self->state.options;
         const std::uint64_t id = self->state.park(self->make_response_promise());
-        self->request(o.service, o.request_timeout, stats_atom::value, o.device)
+        self->request(self->state.service, o.request_timeout, stats_atom::value, o.device)
             .then(
                 [self, id](const wire_stats& s) {
                   self->state.answer(id, actors::device_stats{s.partitions, s.preparing, s.running_steps,
@@ -423,8 +570,8 @@ caf::actor spawn_remote_device(caf::actor_system& system, remote_device_options 
   return system.spawn<caf::detached>(remote_device, std::move(options));
 }
 
-result<caf::actor> connect_task_service(caf::actor_system& system, const std::string& host, int port,
-                                        const connect_options& options) {
+result<task_connection> connect_task_service(caf::actor_system& system, const std::string& host, int port,
+                                             const connect_options& options) {
   const std::string where = str_cat(host, ":", port);
   caf::scoped_actor self{system};
   // remote_actor has no timeout: ask the middleman's actor to connect, with one.
@@ -444,19 +591,24 @@ result<caf::actor> connect_task_service(caf::actor_system& system, const std::st
             }
           });
   if (!outcome.ok()) return outcome;
-  std::string answered;
+  task_connection connection;
   outcome = deadline_exceeded_error("task ", options.task, " at ", where, " did not answer the hello within ",
                                     options.timeout.count(), " ms");
   self->request(found, options.timeout, remote_hello_atom::value, k_control_version, options.cluster_id, options.client,
                 options.task)
-      .receive([&](std::string& task) { answered = std::move(task), outcome = status(); },
+      .receive(
+          [&](std::string&, std::uint16_t link_port) {
+            connection.link_port = link_port;
+            outcome = status();
+          },
                [&](caf::error& e) {
                  if (e == caf::sec::request_timeout) return;
                  const status s = to_status(e);
                  outcome = unavailable_error("task ", options.task, " at ", where, " refused: ", s.message());
                });
   if (!outcome.ok()) return outcome;
-  return found;
+  connection.service = found;
+  return connection;
 }
 
 }  // namespace troupe::cluster

@@ -11,16 +11,18 @@
 //                                                   .cluster_id = id});
 //   c->system().middleman().publish(service, port, "127.0.0.1");
 //   // a process that uses it:
-//   auto service = connect_task_service(system, "127.0.0.1", port, {...});   // hello checked
-//   caf::actor device = spawn_remote_device(system, {.service = *service, .device = name});
+//   auto hub = transfer_hub::start(*c, "127.0.0.1", link);   // tensors from other processes
+//   ... spawn_task_service(c->system(), {..., .link_port = (*hub)->port()}) ...
+//   // a process that uses it (cluster_options::remote_device):
+//   caf::actor device = spawn_remote_device(system, {.device = name, .host = h, .port = p, ...});
 //
 // What crosses processes is serialized once, without per-element work: a partition as
 // its GraphDef and node names (never pointers), tensors as raw bytes (wire_tensor). Every
 // message type is announced on both sides (add_remote_task_support); CAF turns an
 // unannounced one into an empty message, which tests/cluster/remote_task_test.cc would
 // see. Tensors between devices of different processes travel over tensor links
-// (cluster/transport.h), not here; a remote device refuses them until the runtime routes
-// them (the next step of issue 16).
+// (cluster/transport.h): a _Send's tensor for a remote device goes over the remote
+// device's link to its task's transfer_hub, which posts it to the device it is for.
 //
 // Failure: the remote device monitors the service; when the service's process dies or
 // its connection breaks, every request pending on it fails with UNAVAILABLE naming the
@@ -40,6 +42,7 @@
 #include <vector>
 
 #include "actors/cluster.h"
+#include "cluster/transport.h"
 #include "core/status.h"
 #include "core/tensor.h"
 
@@ -76,10 +79,32 @@ using remote_hello_atom = caf::atom_constant<caf::atom("rhello")>;
 // cluster_options::configure_system and for any process that connects to a service.
 void add_remote_task_support(caf::actor_system_config& config);
 
+// The tensor links of a process's hosted tasks: a listener that accepts links from the
+// tasks of other processes and hands each tensor that arrives to the local device it is
+// for (as the rendezvous message a _Send of this process would post). Its port goes to
+// clients in the task service's hello.
+class transfer_hub {
+ public:
+  // Listens on host (any free port). `c` must outlive the hub.
+  static result<std::unique_ptr<transfer_hub>> start(actors::cluster& c, const std::string& host, link_options options);
+  ~transfer_hub();
+  int port() const;
+  // Tensors handed on, and tensors refused (a device not hosted here, a damaged key).
+  std::int64_t delivered() const;
+  std::int64_t refused() const;
+
+  struct impl;  // internal
+
+ private:
+  explicit transfer_hub(std::unique_ptr<impl> impl);
+  std::unique_ptr<impl> impl_;
+};
+
 struct task_service_options {
   actors::cluster* cluster = nullptr;  // hosts the task's devices; outlives the service
   std::string task;                    // its canonical name, "/job:ps/replica:0/task:0"
   std::string cluster_id;              // clients of another cluster are refused
+  int link_port = 0;                   // the task's transfer_hub, told in the hello
 };
 
 // The service of one task's devices (spawn it in the cluster's actor system).
@@ -92,23 +117,34 @@ struct connect_options {
   std::chrono::milliseconds timeout{3000};
 };
 
+// A task service reached and greeted.
+struct task_connection {
+  caf::actor service;
+  int link_port = 0;  // where its tensor links are accepted (0: none)
+};
+
 // Connects to the service published at host:port and says hello, each within the timeout.
 // Errors: UNAVAILABLE (nothing there, another task, another cluster or version: the
-// service's reason), DEADLINE_EXCEEDED (no answer in time). Call it from a thread of your
-// own, never an actor's.
-result<caf::actor> connect_task_service(caf::actor_system& system, const std::string& host, int port,
-                                        const connect_options& options);
+// service's reason), DEADLINE_EXCEEDED (no answer in time). Blocks: call it from a thread
+// of your own or a detached actor, never a scheduler thread.
+result<task_connection> connect_task_service(caf::actor_system& system, const std::string& host, int port,
+                                             const connect_options& options);
 
 struct remote_device_options {
-  caf::actor service;  // the task service of the device's task
   std::string device;  // the device's complete name
-  std::string task;    // its task, for errors
+  std::string host;    // where its task's service is published
+  int port = 0;
+  connect_options hello;  // hello.task: the device's task
+  link_options link;      // for the tensor link to the task (local_task: this process's)
   std::chrono::milliseconds request_timeout{30000};  // prepare, stats
   std::chrono::milliseconds step_timeout{3600000};   // run
 };
 
-// A local actor that speaks the device protocol for a device of another process (its own
-// thread: converting a partition is not a scheduler thread's work).
+// A local actor that speaks the device protocol for a device of another process, on a
+// thread of its own (converting a partition, connecting: not a scheduler thread's work).
+// It connects on its first message (the service and a tensor link), so that the tasks of
+// a cluster may start in any order; a connection that fails answers what waits with
+// UNAVAILABLE and is tried again on the next message.
 caf::actor spawn_remote_device(caf::actor_system& system, remote_device_options options);
 
 }  // namespace troupe::cluster

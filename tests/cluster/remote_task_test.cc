@@ -4,7 +4,9 @@
 // task's death fail what waits on it. Also the wire types through CAF's serializers.
 #include "cluster/remote_task.h"
 
+#include <netinet/in.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -14,10 +16,12 @@
 #include <algorithm>
 #include <chrono>
 #include <future>
+#include <map>
 #include <thread>
 
 #include "actors/device_actor.h"
 #include "actors/messages.h"
+#include "actors/session.h"
 #include "graph/attr.h"
 #include "graph/builder.h"
 #include "graph/ops.h"
@@ -31,38 +35,90 @@ const std::string k_task = "/job:ps/replica:0/task:0";
 const std::string k_device = "/job:ps/replica:0/task:0/device:CPU:0";
 const std::string k_cluster_id = "remote-test";
 
-// The task's process: a cluster of its one task and the service, published on a free
-// loopback port written to `port_pipe`; then it waits to be killed.
-pid_t start_task_process(int port_pipe) {
+// A free loopback port (bound and released: tests run one at a time).
+int free_port() {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  REQUIRE(::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0);
+  socklen_t length = sizeof a;
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &length);
+  ::close(fd);
+  return ntohs(a.sin_port);
+}
+
+// Where each task of a test cluster publishes its service.
+using port_map = std::map<std::string, int>;
+
+std::string task_of(const std::string& device) { return device.substr(0, device.find("/device:")); }
+
+link_options link_for(const std::string& task) {
+  link_options o;
+  o.local_task = task;
+  o.cluster_id = k_cluster_id;
+  return o;
+}
+
+remote_device_options remote_for(const std::string& device, const port_map& ports, const std::string& client) {
+  remote_device_options o;
+  o.device = device;
+  o.host = "127.0.0.1";
+  o.port = ports.at(task_of(device));
+  o.hello = {task_of(device), k_cluster_id, client, 3000ms};
+  o.link = link_for(client);
+  return o;
+}
+
+// A cluster of the tasks in `ports` in which this process hosts `hosted` (none: a client)
+// and reaches the others through remote devices.
+result<std::shared_ptr<actors::cluster>> cluster_hosting(const port_map& ports, std::vector<std::string> hosted,
+                                                        const std::string& me) {
+  std::map<std::string, int> counts;
+  for (const auto& [task, port] : ports) ++counts[task.substr(5, task.find('/', 1) - 5)];
+  actors::cluster_options o;
+  auto spec = placement::cluster_spec::from_task_counts(counts);
+  if (!spec.ok()) return spec.error();
+  o.spec = *spec;
+  o.hosted_tasks = std::move(hosted);
+  o.configure_system = add_remote_task_support;
+  o.remote_device = [ports, me](caf::actor_system& system, const std::string& device) -> result<caf::actor> {
+    return spawn_remote_device(system, remote_for(device, ports, me));
+  };
+  return actors::cluster::create(std::move(o));
+}
+
+// A task's process: hosts `task` of the cluster in `ports`, its transfer hub and its
+// service published at its port; says so on `ready_pipe`; then waits to be killed.
+pid_t start_task_process(const std::string& task, const port_map& ports, int ready_pipe) {
   const pid_t child = ::fork();
   if (child != 0) return child;
-  actors::cluster_options o;
-  auto spec = placement::cluster_spec::from_task_counts({{"ps", 1}});
-  if (!spec.ok()) ::_exit(2);
-  o.spec = *spec;
-  o.configure_system = add_remote_task_support;
-  auto c = actors::cluster::create(std::move(o));
+  auto c = cluster_hosting(ports, {task}, task);
   if (!c.ok()) ::_exit(3);
-  caf::actor service = spawn_task_service((*c)->system(), {(*c).get(), k_task, k_cluster_id});
-  auto port = (*c)->system().middleman().publish(service, 0, "127.0.0.1");
-  if (!port) ::_exit(4);
-  const int p = *port;
-  if (::write(port_pipe, &p, sizeof p) != sizeof p) ::_exit(5);
+  auto hub = transfer_hub::start(**c, "127.0.0.1", link_for(task));
+  if (!hub.ok()) ::_exit(4);
+  caf::actor service = spawn_task_service((*c)->system(), {(*c).get(), task, k_cluster_id, (*hub)->port()});
+  auto port = (*c)->system().middleman().publish(service, static_cast<std::uint16_t>(ports.at(task)), "127.0.0.1", true);
+  if (!port) ::_exit(5);
+  const int ready = 1;
+  if (::write(ready_pipe, &ready, sizeof ready) != sizeof ready) ::_exit(6);
   for (;;) ::pause();
 }
 
 struct task_process {
   pid_t pid = -1;
   int port = 0;
-  task_process() {
+  task_process(const std::string& task, const port_map& ports) : port(ports.at(task)) {
     int ends[2];
     REQUIRE(::pipe(ends) == 0);
-    pid = start_task_process(ends[1]);
+    pid = start_task_process(task, ports, ends[1]);
     REQUIRE(pid > 0);
-    REQUIRE(::read(ends[0], &port, sizeof port) == sizeof port);
+    int ready = 0;
+    REQUIRE(::read(ends[0], &ready, sizeof ready) == sizeof ready);
     ::close(ends[0]);
     ::close(ends[1]);
   }
+  explicit task_process() : task_process(k_task, {{k_task, free_port()}}) {}
   ~task_process() {
     ::kill(pid, SIGKILL);
     ::waitpid(pid, nullptr, 0);
@@ -83,6 +139,9 @@ struct client_system {
   }
   ~client_system() {
     for (const caf::actor& a : spawned) caf::anon_send_exit(a, caf::exit_reason::user_shutdown);
+  }
+  caf::actor remote_device(const std::string& device, int port) {
+    return remote_device(remote_for(device, {{task_of(device), port}}, "/job:worker/replica:0/task:0"));
   }
   caf::actor remote_device(remote_device_options o) {
     spawned.push_back(spawn_remote_device(*system, std::move(o)));
@@ -174,9 +233,7 @@ TEST_CASE("the wire types cross CAF's serializers: tensors as raw bytes, specs, 
 TEST_CASE("a remote device prepares and runs partitions on another process's device", "[cluster][remote]") {
   task_process task;
   client_system c;
-  auto service = connect_task_service(*c.system, "127.0.0.1", task.port, hello());
-  REQUIRE(service.ok());
-  caf::actor device = c.remote_device({*service, k_device, k_task});
+  caf::actor device = c.remote_device(k_device, task.port);
   caf::scoped_actor self{*c.system};
 
   auto handle = ask<std::uint64_t>(self, device, caf::make_message(actors::prepare_atom::value, std::uint64_t{1}, negate_spec()));
@@ -208,7 +265,7 @@ TEST_CASE("a remote device prepares and runs partitions on another process's dev
   REQUIRE_FALSE(gone.ok());
   CHECK(gone.error().error_code() == code::not_found);
   // A device the task does not have.
-  caf::actor missing = c.remote_device({*service, k_task + "/device:CPU:7", k_task});
+  caf::actor missing = c.remote_device(k_task + "/device:CPU:7", task.port);
   auto nowhere = ask<std::uint64_t>(self, missing, caf::make_message(actors::prepare_atom::value, std::uint64_t{2}, negate_spec()));
   REQUIRE_FALSE(nowhere.ok());
   CHECK(nowhere.error().error_code() == code::not_found);
@@ -219,9 +276,7 @@ TEST_CASE("the task's process killed mid-step: the step fails at once with UNAVA
           "[cluster][remote]") {
   auto task = std::make_unique<task_process>();
   client_system c;
-  auto service = connect_task_service(*c.system, "127.0.0.1", task->port, hello());
-  REQUIRE(service.ok());
-  caf::actor device = c.remote_device({*service, k_device, k_task});
+  caf::actor device = c.remote_device(k_device, task->port);
   caf::scoped_actor self{*c.system};
   self->monitor(device);
   auto handle = ask<std::uint64_t>(self, device, caf::make_message(actors::prepare_atom::value, std::uint64_t{1}, parked_spec()));
@@ -248,6 +303,43 @@ TEST_CASE("the task's process killed mid-step: the step fails at once with UNAVA
   CHECK(outcome.error().message().find(k_task) != std::string::npos);
   CHECK(device_down);
   CHECK(waited < 1s);
+}
+
+TEST_CASE("a session runs steps across three processes: tensors between tasks over links, fetches back here",
+          "[cluster][remote]") {
+  const std::string ps = "/job:ps/replica:0/task:0", worker = "/job:worker/replica:0/task:0";
+  const port_map ports{{ps, free_port()}, {worker, free_port()}};
+  task_process ps_process(ps, ports), worker_process(worker, ports);
+  // This process hosts no task: a client of the two.
+  auto client = cluster_hosting(ports, {}, "/job:client/replica:0/task:0");
+  REQUIRE(client.ok());
+  CHECK_FALSE((*client)->hosts(ps));
+  auto root = graph::scope::new_root();
+  auto on_ps = root.with_device("/job:ps/task:0");
+  auto on_worker = root.with_device("/job:worker/task:0");
+  auto a = ops::constant(on_ps.with_name("a"), tensor::from_vector<float>({1, 2, 3}, {3}));
+  auto x = ops::placeholder(on_worker.with_name("x"), dtype::float32);
+  auto y = ops::add(on_worker.with_name("y"), ops::mul(on_worker.with_name("twice"), a, ops::constant(on_worker.with_name("two"), tensor::scalar(2.0f))), x);
+  ops::neg(on_ps.with_name("back"), y);  // and back to the PS
+  auto g = root.to_graph();
+  REQUIRE(g.ok());
+  actors::session_options o;
+  o.cluster = *client;
+  o.default_device = worker;
+  auto s = actors::session::create(std::move(*g), o);
+  REQUIRE(s.ok());
+  for (int step = 0; step < 3; ++step) {
+    tensor fed(dtype::float32, {3});
+    for (int i = 0; i < 3; ++i) fed.flat<float>()[static_cast<std::size_t>(i)] = static_cast<float>(10 * step + i);
+    auto out = (*s)->run({{"x", fed}}, {"y", "back"});
+    INFO((out.ok() ? std::string() : out.error().message()));
+    REQUIRE(out.ok());
+    for (int i = 0; i < 3; ++i) {
+      const float expected = 2.0f * static_cast<float>(i + 1) + static_cast<float>(10 * step + i);
+      CHECK((*out)[0].flat<float>()[static_cast<std::size_t>(i)] == expected);
+      CHECK((*out)[1].flat<float>()[static_cast<std::size_t>(i)] == -expected);
+    }
+  }
 }
 
 TEST_CASE("hellos to the wrong cluster, task or address are refused in time", "[cluster][remote]") {
