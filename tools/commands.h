@@ -9,6 +9,7 @@
 namespace troupe::tools {
 
 // troupe eval --graph G.pbtxt|G.pb --feed NAME[:i]=X.npy ... --fetch NAME[:i] ... --out DIR
+// [--cluster CLUSTER.pbtxt]: one step, here or on a real cluster's servers
 int eval_command(const std::vector<std::string>& args, std::ostream& out, std::ostream& err);
 
 // troupe demo: builds a small graph in C++, runs it, and says what happened.
@@ -28,6 +29,10 @@ int checkpoint_command(const std::vector<std::string>& args, std::ostream& out, 
 // troupe cert init DIR --cluster CLUSTER.pbtxt [--days N] | check --cluster CLUSTER.pbtxt:
 // test certificates for a cluster, and a check of its tasks' credentials.
 int cert_command(const std::vector<std::string>& args, std::ostream& out, std::ostream& err);
+
+// troupe server --cluster CLUSTER.pbtxt --job NAME --task N [--listen-all]: serves one task
+// of a real cluster until SIGTERM or Ctrl-C.
+int server_command(const std::vector<std::string>& args, std::ostream& out, std::ostream& err);
 
 // The file name a fetch is written to: every character outside [A-Za-z0-9._-] becomes '_'.
 std::string fetch_file_name(const std::string& fetch);

@@ -1,6 +1,8 @@
 #include <filesystem>
 
 #include "actors/session.h"
+#include "cluster/cluster_file.h"
+#include "cluster/real_cluster.h"
 #include "core/npy.h"
 #include "graph/graph_io.h"
 #include "tools/commands.h"
@@ -21,8 +23,10 @@ namespace {
 
 constexpr const char* k_eval_usage =
     "usage: troupe eval --graph G.pbtxt|G.pb [--feed NAME[:i]=X.npy ...] --fetch NAME[:i] "
-    "[--fetch ...] [--target NODE ...] --out DIR\n"
-    "Runs one step of the graph and writes each fetch to DIR/<fetch>.npy.\n";
+    "[--fetch ...] [--target NODE ...] --out DIR [--cluster CLUSTER.pbtxt]\n"
+    "Runs one step of the graph and writes each fetch to DIR/<fetch>.npy. With --cluster the\n"
+    "step runs on the cluster's servers (troupe server), each node on the task its device\n"
+    "names (unplaced nodes on the first worker task).\n";
 
 struct eval_args {
   std::string graph;
@@ -30,6 +34,7 @@ struct eval_args {
   std::vector<std::string> fetches;
   std::vector<std::string> targets;
   std::string out;
+  std::string cluster;
 };
 
 result<eval_args> parse_eval_args(const std::vector<std::string>& args) {
@@ -57,6 +62,8 @@ result<eval_args> parse_eval_args(const std::vector<std::string>& args) {
       parsed.targets.push_back(*v);
     } else if (flag == "--out") {
       parsed.out = *v;
+    } else if (flag == "--cluster") {
+      parsed.cluster = *v;
     } else {
       return invalid_argument_error("unknown option '", flag, "'");
     }
@@ -95,7 +102,24 @@ int eval_command(const std::vector<std::string>& args, std::ostream& out, std::o
     if (!t.ok()) return fail(t.error().with_context(str_cat("feed '", name, "'")));
     feeds.emplace_back(name, std::move(*t));
   }
-  auto session = actors::session::create(std::move(*g));
+  actors::session_options options;
+  if (!parsed->cluster.empty()) {
+    // A client of a real cluster: this process hosts no task.
+    auto file = cluster::cluster_file::load(parsed->cluster);
+    if (!file.ok()) return fail(file.error());
+    auto c = cluster::process_cluster(*file, {}, "/job:client/replica:0/task:0");
+    if (!c.ok()) return fail(c.error());
+    options.cluster = *c;
+    const auto tasks = (*c)->task_names();
+    options.default_device = tasks.front();
+    for (const auto& t : tasks) {
+      if (t.rfind("/job:worker/", 0) == 0) {
+        options.default_device = t;
+        break;
+      }
+    }
+  }
+  auto session = actors::session::create(std::move(*g), options);
   if (!session.ok()) return fail(session.error());
   auto fetched = (*session)->run(feeds, parsed->fetches, parsed->targets);
   if (!fetched.ok()) return fail(fetched.error());

@@ -11,7 +11,9 @@ constexpr const char* k_usage =
     "commands:\n"
     "  demo [--out DIR]   build a small model in C++, run it, and say what happened\n"
     "  eval --graph G.pbtxt|G.pb --feed NAME[:i]=X.npy ... --fetch NAME[:i] ... --out DIR\n"
-    "                     run one step of a GraphDef and write each fetch as .npy\n"
+    "       [--cluster CLUSTER.pbtxt]\n"
+    "                     run one step of a GraphDef (on a real cluster's servers) and\n"
+    "                     write each fetch as .npy\n"
     "  run SCENARIO.pbtxt|NAME [--steps N] [--trace FILE.json]\n"
     "                     train as a scenario says (NAME: an example in scenarios/,\n"
     "                     e.g. default), with progress and a final test accuracy\n"
@@ -21,6 +23,8 @@ constexpr const char* k_usage =
     "                     committed checkpoints of a directory; what one holds\n"
     "  cert init DIR --cluster CLUSTER.pbtxt | check --cluster CLUSTER.pbtxt\n"
     "                     a CA and per-task TLS certificates for a test cluster; a check\n"
+    "  server --cluster CLUSTER.pbtxt --job NAME --task N [--listen-all]\n"
+    "                     serve one task of a real cluster until SIGTERM or Ctrl-C\n"
     "  help               this text\n";
 }
 
@@ -37,6 +41,7 @@ int main(int argc, char** argv) {
   if (command == "graph") return troupe::tools::graph_command(args, std::cout, std::cerr);
   if (command == "checkpoint") return troupe::tools::checkpoint_command(args, std::cout, std::cerr);
   if (command == "cert") return troupe::tools::cert_command(args, std::cout, std::cerr);
+  if (command == "server") return troupe::tools::server_command(args, std::cout, std::cerr);
   if (command == "demo") return troupe::tools::demo_command(args, std::cout, std::cerr);
   std::cerr << "troupe: unknown command '" << command << "'\n" << k_usage;
   return 2;

@@ -1,0 +1,61 @@
+// real_cluster: one process of a real cluster, from its cluster file: a task server (the
+// task's devices, its transfer hub and its service published at the task's address), or
+// a client hosting no task; either reaches every other task through remote devices
+// (cluster/remote_task.h). What `troupe server` and `troupe eval --cluster` run.
+//
+//   auto file = cluster_file::load("cluster.pbtxt");
+//   auto server = task_server::start(*file, "ps", 0, {});             // serves until destroyed
+//   auto client = client_cluster(*file, "/job:client/replica:0/task:0");  // for a session
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "actors/cluster.h"
+#include "cluster/cluster_file.h"
+#include "core/status.h"
+
+namespace troupe::cluster {
+
+// The identity of a cluster: a fingerprint of its tasks and their addresses (hex), which
+// every process of it must share (a process of another cluster is refused at the hello).
+std::string cluster_id_of(const cluster_file& file);
+
+// An actors::cluster of `file`'s tasks in which this process hosts `hosted` (canonical or
+// short names; none: a client) and reaches the others at their addresses. `me` names this
+// process in hellos. Errors: a task `file` lacks; a cluster file with TLS (the control
+// plane does not speak TLS yet).
+result<std::shared_ptr<actors::cluster>> process_cluster(const cluster_file& file, const std::vector<std::string>& hosted,
+                                                          const std::string& me);
+
+struct task_server_options {
+  // Listen on every interface instead of the task's address's loopback only. Without
+  // TLS a server listens on loopback unless told this.
+  bool listen_all = false;
+};
+
+// A task of `file` served by this process until the object goes.
+class task_server {
+ public:
+  // Errors: no such task in the file; its port in use (naming it); a TLS cluster.
+  static result<std::unique_ptr<task_server>> start(const cluster_file& file, const std::string& job, int index,
+                                                    task_server_options options);
+  ~task_server();
+  task_server(const task_server&) = delete;
+  task_server& operator=(const task_server&) = delete;
+
+  const std::string& task() const;
+  // host:port of the service, and the port of the transfer hub.
+  std::string address() const;
+  int link_port() const;
+  actors::cluster& cluster();
+
+  struct impl;  // internal
+
+ private:
+  explicit task_server(std::unique_ptr<impl> impl);
+  std::unique_ptr<impl> impl_;
+};
+
+}  // namespace troupe::cluster
