@@ -31,6 +31,7 @@ result<std::shared_ptr<cluster>> cluster::create(cluster_options options) {
   c->config_->set("scheduler.max-threads", static_cast<std::size_t>(actor_threads));
   c->config_->set("scheduler.policy", caf::atom("sharing"));
   c->config_->set("logger.verbosity", caf::atom("quiet"));
+  c->next_step_ = o.first_step_id;
   if (o.configure_system) o.configure_system(*c->config_);
   c->system_ = std::make_unique<caf::actor_system>(*c->config_);
   c->directory_ = std::make_shared<device_directory>();

@@ -63,6 +63,10 @@ struct cluster_options {
   // cluster/remote_task.h), from the actor system and the device's complete name; needed
   // when some task is not hosted here. It joins the directory like a local device.
   std::function<result<caf::actor>(caf::actor_system&, const std::string& device)> remote_device = nullptr;
+  // The first step id this process hands out (cluster::next_step_id). Processes that run
+  // steps on the same tasks of a real cluster need disjoint ranges: process_cluster
+  // (cluster/real_cluster.h) gives each a random incarnation in the high bits.
+  std::int64_t first_step_id = 1;
   // Adjusts the actor system's configuration before the system starts (a task of a real
   // cluster loads CAF's middleman and announces the wire types: cluster/remote_task.h).
   std::function<void(caf::actor_system_config&)> configure_system = nullptr;
@@ -95,7 +99,8 @@ class cluster {
   // device did not answer.
   result<device_stats> stats(std::string_view device, std::chrono::milliseconds timeout = std::chrono::seconds(10));
 
-  // A fresh step id, unique across the cluster.
+  // A fresh step id, unique across the cluster (across the processes of a real cluster
+  // when each starts its own range: cluster_options::first_step_id).
   std::int64_t next_step_id() { return next_step_.fetch_add(1, std::memory_order_relaxed); }
 
   // The tasks, as "/job:ps/replica:0/task:0", in the cluster spec's order.

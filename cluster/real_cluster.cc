@@ -1,6 +1,7 @@
 #include "cluster/real_cluster.h"
 
 #include <cstdio>
+#include <random>
 
 #include "cluster/remote_task.h"
 #include "core/crc32c.h"
@@ -27,6 +28,17 @@ std::string unbracketed(const std::string& host) {
 
 }  // namespace
 
+std::uint32_t new_incarnation() {
+  std::random_device seed;
+  std::uint32_t incarnation = 0;
+  while (incarnation == 0) incarnation = seed() & ((1u << 23) - 1);
+  return incarnation;
+}
+
+std::int64_t first_step_id_of_incarnation(std::uint32_t incarnation) {
+  return static_cast<std::int64_t>(incarnation) << 40;
+}
+
 std::string cluster_id_of(const cluster_file& file) {
   std::string text;
   for (const task_address& a : file.tasks()) text += str_cat(a.task_name(), "=", a.host, ":", a.port, "\n");
@@ -46,6 +58,7 @@ result<std::shared_ptr<actors::cluster>> process_cluster(const cluster_file& fil
   actors::cluster_options o;
   o.spec = file.spec();
   o.hosted_tasks = hosted;
+  o.first_step_id = first_step_id_of_incarnation(new_incarnation());
   o.configure_system = add_remote_task_support;
   o.remote_device = [file, id, me](caf::actor_system& system, const std::string& device) -> result<caf::actor> {
     auto address = address_of_device(file, device);

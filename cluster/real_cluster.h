@@ -8,6 +8,7 @@
 //   auto client = client_cluster(*file, "/job:client/replica:0/task:0");  // for a session
 #pragma once
 
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
@@ -21,6 +22,13 @@ namespace troupe::cluster {
 // The identity of a cluster: a fingerprint of its tasks and their addresses (hex), which
 // every process of it must share (a process of another cluster is refused at the hello).
 std::string cluster_id_of(const cluster_file& file);
+
+// A process's incarnation: random, non-zero, 23 bits. Its steps' ids start at
+// incarnation << 40 (first_step_id_of_incarnation), so that two processes running steps on
+// the same task never share a step id (a process runs far fewer than 2^40 steps) while ids
+// stay positive.
+std::uint32_t new_incarnation();
+std::int64_t first_step_id_of_incarnation(std::uint32_t incarnation);
 
 // An actors::cluster of `file`'s tasks in which this process hosts `hosted` (canonical or
 // short names; none: a client) and reaches the others at their addresses. `me` names this

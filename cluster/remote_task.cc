@@ -1,6 +1,10 @@
 #include "cluster/remote_task.h"
 
 #include <atomic>
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <thread>
 #include <iostream>
 #include <map>
 #include <mutex>
@@ -381,13 +385,70 @@ caf::behavior task_service(service_actor* self, task_service_options options) {
 
 // --- the remote device ------------------------------------------------------------------
 
+// One thread of a remote device's own for what must not run on a scheduler thread:
+// connecting (which waits for the network) and converting partitions. Its work posts its
+// continuation back to the actor.
+class background {
+ public:
+  background() : thread_([this] { loop(); }) {}
+  ~background() {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      stop_ = true;
+    }
+    wake_.notify_all();
+    thread_.join();
+  }
+  void post(std::function<void()> work) {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      queue_.push_back(std::move(work));
+    }
+    wake_.notify_all();
+  }
+
+ private:
+  void loop() {
+    std::unique_lock<std::mutex> lock(mutex_);
+    for (;;) {
+      wake_.wait(lock, [&] { return stop_ || !queue_.empty(); });
+      if (queue_.empty()) return;  // stopping, nothing left
+      auto work = std::move(queue_.front());
+      queue_.pop_front();
+      lock.unlock();
+      work();
+      lock.lock();
+    }
+  }
+  std::mutex mutex_;
+  std::condition_variable wake_;
+  std::deque<std::function<void()>> queue_;
+  bool stop_ = false;
+  std::thread thread_;  // last: starts once the rest is built
+};
+
+using resume_atom = caf::atom_constant<caf::atom("rresume")>;
+
+}  // namespace
+}  // namespace troupe::cluster
+
+// A continuation for the actor that posted work to its background thread (in-process).
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(std::shared_ptr<std::function<void()>>)
+
+namespace troupe::cluster {
+namespace {
+
 struct remote_state {
   remote_device_options options;
-  caf::actor service;                // once connected
-  std::unique_ptr<tensor_link> link;  // to the task's transfer hub, once connected
+  caf::actor service;                 // once connected
+  std::shared_ptr<tensor_link> link;  // to the task's transfer hub, once connected
+  bool connecting = false;
+  // What waits for the connection: run on success, failed with its error otherwise.
+  std::vector<std::pair<std::function<void()>, std::function<void(const status&)>>> waiting;
   // Requests pending on the service, failed at once when it goes.
   std::map<std::uint64_t, caf::response_promise> pending;
   std::uint64_t next_pending = 1;
+  std::unique_ptr<background> work;  // made on first use; joined when the actor ends
 
   std::uint64_t park(caf::response_promise p) {
     pending.emplace(next_pending, std::move(p));
@@ -405,6 +466,16 @@ struct remote_state {
 
 using remote_actor = caf::stateful_actor<remote_state>;
 
+// Runs `work` on the actor's background thread; the function it returns runs back in the
+// actor (it may use the actor's state; `work` must not).
+void off_thread(remote_actor* self, std::function<std::function<void()>()> work) {
+  auto& st = self->state;
+  if (st.work == nullptr) st.work = std::make_unique<background>();
+  st.work->post([me = caf::actor_cast<caf::actor>(self), work = std::move(work)] {
+    caf::anon_send(me, resume_atom::value, std::make_shared<std::function<void()>>(work()));
+  });
+}
+
 // A remote request's error as the device protocol gives it: a timeout names the task.
 caf::error remote_error(const remote_device_options& o, const caf::error& e, std::string_view what) {
   if (e == caf::sec::request_timeout) {
@@ -414,24 +485,49 @@ caf::error remote_error(const remote_device_options& o, const caf::error& e, std
   return e;
 }
 
-// Connects to the device's task (service and tensor link) unless connected; blocks this
-// actor's own thread (it is detached) for at most the connect timeouts.
-status ensure_connected(remote_actor* self) {
+// Runs `ready` once connected to the device's task (its service and a tensor link to its
+// hub), connecting on the background thread first when not; `failed` gets why a
+// connection could not be made (the next request tries again).
+void with_connection(remote_actor* self, std::function<void()> ready, std::function<void(const status&)> failed) {
   auto& st = self->state;
-  if (st.service) return status();
-  const auto& o = st.options;
-  auto connection = connect_task_service(self->home_system(), o.host, o.port, o.hello);
-  if (!connection.ok()) return connection.error();
-  if (connection->link_port > 0) {
-    auto link = tensor_link::connect(o.host, connection->link_port, o.hello.task, o.link);
-    if (!link.ok()) return link.error();
-    (*link)->start({[](std::string, tensor) {},  // this link only sends
-                    [](const status&) {}});      // a broken link fails the sends after it
-    st.link = std::move(*link);
-  }
-  st.service = connection->service;
-  self->monitor(st.service);
-  return status();
+  if (st.service) return ready();
+  st.waiting.emplace_back(std::move(ready), std::move(failed));
+  if (st.connecting) return;
+  st.connecting = true;
+  off_thread(self, [self, o = st.options, system = &self->home_system()]() -> std::function<void()> {
+    auto connection = connect_task_service(*system, o.host, o.port, o.hello);
+    status outcome = connection.ok() ? status() : connection.error();
+    std::shared_ptr<tensor_link> link;
+    if (outcome.ok() && connection->link_port > 0) {
+      auto made = tensor_link::connect(o.host, connection->link_port, o.hello.task, o.link);
+      if (made.ok()) {
+        (*made)->start({[](std::string, tensor) {},  // this link only sends
+                        [](const status&) {}});      // a broken link fails the sends after it
+        link = std::move(*made);
+      } else {
+        outcome = made.error();
+      }
+    }
+    caf::actor service = connection.ok() ? connection->service : caf::actor();
+    return [self, outcome, service, link] {
+      auto& st = self->state;
+      st.connecting = false;
+      auto waiting = std::move(st.waiting);
+      st.waiting.clear();
+      if (outcome.ok()) {
+        st.service = service;
+        st.link = link;
+        self->monitor(service);
+      }
+      for (auto& [ready, failed] : waiting) {
+        if (outcome.ok()) {
+          ready();
+        } else {
+          failed(outcome);
+        }
+      }
+    };
+  });
 }
 
 caf::behavior remote_device(remote_actor* self, remote_device_options options) {
@@ -446,16 +542,33 @@ caf::behavior remote_device(remote_actor* self, remote_device_options options) {
     st.pending.clear();
     self->quit(why);
   });
+  // Requests failed by a connection that could not be made.
+  auto fail_pending = [self](std::uint64_t id) {
+    return [self, id](const status& s) { self->state.answer(id, to_caf_error(s)); };
+  };
   return {
-      [self](prepare_atom, std::uint64_t token, const actors::executable_spec& spec) -> caf::result<std::uint64_t> {
-        if (status s = ensure_connected(self); !s.ok()) return to_caf_error(s);
-        const auto& o = self->state.options;
-        auto w = to_wire_spec(spec, o.device);
-        if (!w.ok()) return to_caf_error(w.error());
+      [self](resume_atom, const std::shared_ptr<std::function<void()>>& then) { (*then)(); },
+      [self, fail_pending](prepare_atom, std::uint64_t token,
+                           const actors::executable_spec& spec) -> caf::result<std::uint64_t> {
         const std::uint64_t id = self->state.park(self->make_response_promise());
-        self->request(self->state.service, o.request_timeout, prepare_atom::value, token, std::move(*w))
-            .then([self, id](std::uint64_t handle) { self->state.answer(id, handle); },
-                  [self, id](caf::error& e) { self->state.answer(id, remote_error(self->state.options, e, "a prepare")); });
+        // The partition's GraphDef is made on the background thread.
+        off_thread(self, [self, id, token, spec, fail_pending, device = self->state.options.device] {
+          auto w = std::make_shared<result<wire_spec>>(to_wire_spec(spec, device));
+          return std::function<void()>([self, id, token, w, fail_pending] {
+            if (!w->ok()) return self->state.answer(id, to_caf_error(w->error()));
+            with_connection(
+                self,
+                [self, id, token, w] {
+                  const auto& o = self->state.options;
+                  self->request(self->state.service, o.request_timeout, prepare_atom::value, token, std::move(**w))
+                      .then([self, id](std::uint64_t handle) { self->state.answer(id, handle); },
+                            [self, id](caf::error& e) {
+                              self->state.answer(id, remote_error(self->state.options, e, "a prepare"));
+                            });
+                },
+                fail_pending(id));
+          });
+        });
         return caf::delegated<std::uint64_t>();
       },
       [self](unprepare_atom a, std::uint64_t handle) {
@@ -464,52 +577,64 @@ caf::behavior remote_device(remote_actor* self, remote_device_options options) {
       [self](forget_atom a, std::uint64_t token) {
         if (self->state.service) self->send(self->state.service, a, token);
       },
-      [self](run_atom, std::uint64_t handle, std::int64_t step_id,
-             std::vector<tensor>& feeds) -> caf::result<std::vector<tensor>> {
-        if (status s = ensure_connected(self); !s.ok()) return to_caf_error(s);
+      [self, fail_pending](run_atom, std::uint64_t handle, std::int64_t step_id,
+                           std::vector<tensor>& feeds) -> caf::result<std::vector<tensor>> {
         const auto& o = self->state.options;
         if (status s = check_crossable(feeds, "feed", o.hello.task); !s.ok()) return to_caf_error(s);
         const std::uint64_t id = self->state.park(self->make_response_promise());
-        self->request(self->state.service, o.step_timeout, run_atom::value, handle, step_id, to_wire(std::move(feeds)))
-            .then([self, id](std::vector<wire_tensor>& fetches) { self->state.answer(id, from_wire(std::move(fetches))); },
-                  [self, id](caf::error& e) { self->state.answer(id, remote_error(self->state.options, e, "a step")); });
+        auto wire = std::make_shared<std::vector<wire_tensor>>(to_wire(std::move(feeds)));
+        with_connection(
+            self,
+            [self, id, handle, step_id, wire] {
+              const auto& o = self->state.options;
+              self->request(self->state.service, o.step_timeout, run_atom::value, handle, step_id, std::move(*wire))
+                  .then([self, id](std::vector<wire_tensor>& fetches) { self->state.answer(id, from_wire(std::move(fetches))); },
+                        [self, id](caf::error& e) { self->state.answer(id, remote_error(self->state.options, e, "a step")); });
+            },
+            fail_pending(id));
         return caf::delegated<std::vector<tensor>>();
       },
       [self](abort_step_atom a, std::int64_t step_id, const caf::error& reason) {
         if (self->state.service) self->send(self->state.service, a, step_id, reason);
       },
-      // A _Send's tensor for this device: over the link to its task's transfer hub. A
-      // failure fails the step there (the tensor cannot arrive).
+      // A _Send's tensor for this device: over the link to its task's transfer hub. What
+      // cannot be sent fails the step there (the tensor cannot arrive).
       [self](actors::rv_send_atom, std::int64_t step_id, const actors::transfer_key_ptr& key, tensor& value) {
-        auto& st = self->state;
-        status s = ensure_connected(self);
-        if (s.ok() && st.link == nullptr) {
-          s = unimplemented_error("task ", st.options.hello.task, " takes no tensor links");
-        }
-        if (s.ok() && dtype_size(value.type()) == 0) {
-          s = invalid_argument_error("tensor ", key->printed(), " is a ", dtype_name(value.type()),
-                                     " tensor, which cannot cross processes");
-        }
-        if (!s.ok()) {
-          if (st.service) {
-            self->send(st.service, abort_step_atom::value, step_id,
-                       to_caf_error(s.with_context(str_cat("sending ", key->printed(), " of step ", step_id))));
-          }
-          return;
-        }
-        st.link->send(transfer_wire_key(step_id, key->key()), std::move(value), nullptr);
+        auto shared = std::make_shared<tensor>(std::move(value));
+        auto refuse = [self, step_id, key](const status& s) {
+          if (!self->state.service) return;  // nothing of the step runs there
+          self->send(self->state.service, abort_step_atom::value, step_id,
+                     to_caf_error(s.with_context(str_cat("sending ", key->printed(), " of step ", step_id))));
+        };
+        with_connection(
+            self,
+            [self, step_id, key, shared, refuse] {
+              auto& st = self->state;
+              if (st.link == nullptr) return refuse(unimplemented_error("task ", st.options.hello.task, " takes no tensor links"));
+              if (dtype_size(shared->type()) == 0) {
+                return refuse(invalid_argument_error("tensor ", key->printed(), " is a ", dtype_name(shared->type()),
+                                                     " tensor, which cannot cross processes"));
+              }
+              st.link->send(transfer_wire_key(step_id, key->key()), std::move(*shared), nullptr);
+            },
+            refuse);
       },
-      [self](stats_atom) -> caf::result<actors::device_stats> {
-        if (status s = ensure_connected(self); !s.ok()) return to_caf_error(s);
-        const auto& o = self->state.options;
+      [self, fail_pending](stats_atom) -> caf::result<actors::device_stats> {
         const std::uint64_t id = self->state.park(self->make_response_promise());
-        self->request(self->state.service, o.request_timeout, stats_atom::value, o.device)
-            .then(
-                [self, id](const wire_stats& s) {
-                  self->state.answer(id, actors::device_stats{s.partitions, s.preparing, s.running_steps,
-                                                              s.rendezvous_entries, s.rendezvous_bytes, s.memory_in_use});
-                },
-                [self, id](caf::error& e) { self->state.answer(id, remote_error(self->state.options, e, "stats")); });
+        with_connection(
+            self,
+            [self, id] {
+              const auto& o = self->state.options;
+              self->request(self->state.service, o.request_timeout, stats_atom::value, o.device)
+                  .then(
+                      [self, id](const wire_stats& s) {
+                        self->state.answer(id, actors::device_stats{s.partitions, s.preparing, s.running_steps,
+                                                                    s.rendezvous_entries, s.rendezvous_bytes,
+                                                                    s.memory_in_use});
+                      },
+                      [self, id](caf::error& e) { self->state.answer(id, remote_error(self->state.options, e, "stats")); });
+            },
+            fail_pending(id));
         return caf::delegated<actors::device_stats>();
       },
   };
@@ -567,7 +692,7 @@ caf::actor spawn_task_service(caf::actor_system& system, task_service_options op
 }
 
 caf::actor spawn_remote_device(caf::actor_system& system, remote_device_options options) {
-  return system.spawn<caf::detached>(remote_device, std::move(options));
+  return system.spawn(remote_device, std::move(options));
 }
 
 result<task_connection> connect_task_service(caf::actor_system& system, const std::string& host, int port,

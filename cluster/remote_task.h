@@ -140,11 +140,13 @@ struct remote_device_options {
   std::chrono::milliseconds step_timeout{3600000};   // run
 };
 
-// A local actor that speaks the device protocol for a device of another process, on a
-// thread of its own (converting a partition, connecting: not a scheduler thread's work).
-// It connects on its first message (the service and a tensor link), so that the tasks of
-// a cluster may start in any order; a connection that fails answers what waits with
-// UNAVAILABLE and is tried again on the next message.
+// A local actor that speaks the device protocol for a device of another process. It
+// connects on its first message (the service and a tensor link), so that the tasks of a
+// cluster may start in any order; a connection that fails answers what waits with
+// UNAVAILABLE and is tried again on the next message. Connecting and converting a
+// partition run on a thread of its own, never on a scheduler thread. (Not a detached
+// actor: CAF 0.17 holds an actor whose handle crossed to another node, and a request's
+// timeout holds its sender, so ~actor_system would wait on a detached one's thread.)
 caf::actor spawn_remote_device(caf::actor_system& system, remote_device_options options);
 
 }  // namespace troupe::cluster

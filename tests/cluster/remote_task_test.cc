@@ -4,6 +4,8 @@
 // task's death fail what waits on it. Also the wire types through CAF's serializers.
 #include "cluster/remote_task.h"
 
+#include "cluster/real_cluster.h"
+
 #include <netinet/in.h>
 #include <signal.h>
 #include <sys/socket.h>
@@ -81,6 +83,7 @@ result<std::shared_ptr<actors::cluster>> cluster_hosting(const port_map& ports, 
   if (!spec.ok()) return spec.error();
   o.spec = *spec;
   o.hosted_tasks = std::move(hosted);
+  o.first_step_id = first_step_id_of_incarnation(new_incarnation());  // as process_cluster does
   o.configure_system = add_remote_task_support;
   o.remote_device = [ports, me](caf::actor_system& system, const std::string& device) -> result<caf::actor> {
     return spawn_remote_device(system, remote_for(device, ports, me));
@@ -305,15 +308,8 @@ TEST_CASE("the task's process killed mid-step: the step fails at once with UNAVA
   CHECK(waited < 1s);
 }
 
-TEST_CASE("a session runs steps across three processes: tensors between tasks over links, fetches back here",
-          "[cluster][remote]") {
-  const std::string ps = "/job:ps/replica:0/task:0", worker = "/job:worker/replica:0/task:0";
-  const port_map ports{{ps, free_port()}, {worker, free_port()}};
-  task_process ps_process(ps, ports), worker_process(worker, ports);
-  // This process hosts no task: a client of the two.
-  auto client = cluster_hosting(ports, {}, "/job:client/replica:0/task:0");
-  REQUIRE(client.ok());
-  CHECK_FALSE((*client)->hosts(ps));
+// y = 2a + x on the worker (a on the PS), back = -y on the PS.
+graph::graph split_graph() {
   auto root = graph::scope::new_root();
   auto on_ps = root.with_device("/job:ps/task:0");
   auto on_worker = root.with_device("/job:worker/task:0");
@@ -323,23 +319,61 @@ TEST_CASE("a session runs steps across three processes: tensors between tasks ov
   ops::neg(on_ps.with_name("back"), y);  // and back to the PS
   auto g = root.to_graph();
   REQUIRE(g.ok());
+  return std::move(*g);
+}
+
+const std::string k_ps_task = "/job:ps/replica:0/task:0";
+const std::string k_worker_task = "/job:worker/replica:0/task:0";
+
+// Runs `steps` steps of split_graph() from a client process's cluster; the number of
+// steps whose values were right (every failure is reported).
+int run_split_steps(const std::shared_ptr<actors::cluster>& client, int steps, int seed) {
   actors::session_options o;
-  o.cluster = *client;
-  o.default_device = worker;
-  auto s = actors::session::create(std::move(*g), o);
-  REQUIRE(s.ok());
-  for (int step = 0; step < 3; ++step) {
+  o.cluster = client;
+  o.default_device = k_worker_task;
+  auto s = actors::session::create(split_graph(), o);
+  if (!s.ok()) return 0;
+  int right = 0;
+  for (int step = 0; step < steps; ++step) {
     tensor fed(dtype::float32, {3});
-    for (int i = 0; i < 3; ++i) fed.flat<float>()[static_cast<std::size_t>(i)] = static_cast<float>(10 * step + i);
+    for (int i = 0; i < 3; ++i) fed.flat<float>()[static_cast<std::size_t>(i)] = static_cast<float>(seed + 10 * step + i);
     auto out = (*s)->run({{"x", fed}}, {"y", "back"});
-    INFO((out.ok() ? std::string() : out.error().message()));
-    REQUIRE(out.ok());
-    for (int i = 0; i < 3; ++i) {
-      const float expected = 2.0f * static_cast<float>(i + 1) + static_cast<float>(10 * step + i);
-      CHECK((*out)[0].flat<float>()[static_cast<std::size_t>(i)] == expected);
-      CHECK((*out)[1].flat<float>()[static_cast<std::size_t>(i)] == -expected);
+    if (!out.ok()) {
+      UNSCOPED_INFO("step " << step << ": " << out.error().message());
+      continue;
     }
+    bool ok = true;
+    for (int i = 0; i < 3; ++i) {
+      const float expected = 2.0f * static_cast<float>(i + 1) + static_cast<float>(seed + 10 * step + i);
+      ok = ok && (*out)[0].flat<float>()[static_cast<std::size_t>(i)] == expected &&
+           (*out)[1].flat<float>()[static_cast<std::size_t>(i)] == -expected;
+    }
+    right += ok ? 1 : 0;
   }
+  return right;
+}
+
+TEST_CASE("a session runs steps across three processes: tensors between tasks over links, fetches back here",
+          "[cluster][remote]") {
+  const port_map ports{{k_ps_task, free_port()}, {k_worker_task, free_port()}};
+  task_process ps_process(k_ps_task, ports), worker_process(k_worker_task, ports);
+  // This process hosts no task: a client of the two.
+  auto client = cluster_hosting(ports, {}, "/job:client/replica:0/task:0");
+  REQUIRE(client.ok());
+  CHECK_FALSE((*client)->hosts(k_ps_task));
+  CHECK(run_split_steps(*client, 3, 0) == 3);
+}
+
+TEST_CASE("two clients run steps on the same tasks at once: their step ids never meet", "[cluster][remote]") {
+  const port_map ports{{k_ps_task, free_port()}, {k_worker_task, free_port()}};
+  task_process ps_process(k_ps_task, ports), worker_process(k_worker_task, ports);
+  auto first = cluster_hosting(ports, {}, "/job:client/replica:0/task:0");
+  auto second = cluster_hosting(ports, {}, "/job:client/replica:0/task:1");
+  REQUIRE(first.ok());
+  REQUIRE(second.ok());
+  auto other = std::async(std::launch::async, [&] { return run_split_steps(*second, 30, 1000); });
+  CHECK(run_split_steps(*first, 30, 0) == 30);
+  CHECK(other.get() == 30);
 }
 
 TEST_CASE("hellos to the wrong cluster, task or address are refused in time", "[cluster][remote]") {
