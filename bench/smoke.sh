@@ -65,6 +65,10 @@ echo "== bench_transport"
 "$bin/bench_transport" --megabytes=16 --rounds=1 --slow_sends=2 >"$out/transport.json" 2>"$out/transport.log" \
   || { cat "$out/transport.log" >&2; exit 1; }
 grep -q '"link_over_raw_64_mb"' "$out/transport.json" || { echo "smoke: bench_transport wrote no ratio" >&2; exit 1; }
+echo "== bench_remote_step"
+"$bin/bench_remote_step" --steps=20 >"$out/remote_step.json" 2>"$out/remote_step.log" \
+  || { cat "$out/remote_step.log" >&2; exit 1; }
+grep -q '"remote_p50_us"' "$out/remote_step.json" || { echo "smoke: bench_remote_step wrote no latency" >&2; exit 1; }
 
 # bench_gpu exists where troupe was built with CUDA; without a GPU it says so and exits 77.
 if [ -x "$bin/bench_gpu" ]; then
