@@ -275,37 +275,43 @@ TEST_CASE("a remote device prepares and runs partitions on another process's dev
   CHECK(nowhere.error().message().find("CPU:7") != std::string::npos);
 }
 
-TEST_CASE("the task's process killed mid-step: the step fails at once with UNAVAILABLE naming the task",
+TEST_CASE("the task's process killed or frozen mid-step: the step fails with UNAVAILABLE naming the task",
           "[cluster][remote]") {
-  auto task = std::make_unique<task_process>();
-  client_system c;
-  caf::actor device = c.remote_device(k_device, task->port);
-  caf::scoped_actor self{*c.system};
-  self->monitor(device);
-  auto handle = ask<std::uint64_t>(self, device, caf::make_message(actors::prepare_atom::value, std::uint64_t{1}, parked_spec()));
-  REQUIRE(handle.ok());
-  // The step, asked from a thread of its own; it waits in its dequeue there.
-  auto step = std::async(std::launch::async, [&] {
-    caf::scoped_actor asker{*c.system};
-    return ask<std::vector<tensor>>(asker, device,
-                                    caf::make_message(actors::run_atom::value, *handle, std::int64_t{1}, std::vector<tensor>{}),
-                                    30s);
-  });
-  std::this_thread::sleep_for(300ms);
-  REQUIRE(step.wait_for(0s) == std::future_status::timeout);
-  const auto start = std::chrono::steady_clock::now();
-  task.reset();  // SIGKILL
-  REQUIRE(step.wait_for(5s) == std::future_status::ready);
-  const auto waited = std::chrono::steady_clock::now() - start;
-  auto outcome = step.get();
-  bool device_down = false;
-  self->receive([&](caf::down_msg& down) { device_down = down.source == device.address(); },
-                caf::after(std::chrono::seconds(5)) >> [] {});
-  REQUIRE_FALSE(outcome.ok());
-  CHECK(outcome.error().error_code() == code::unavailable);
-  CHECK(outcome.error().message().find(k_task) != std::string::npos);
-  CHECK(device_down);
-  CHECK(waited < 1s);
+  // SIGKILL closes the connection at once; SIGSTOP leaves it open and silent, found by
+  // CAF's heartbeats (200 ms) and connection timeout (1 s: add_remote_task_support).
+  for (const int signal : {SIGKILL, SIGSTOP}) {
+    INFO("signal " << signal);
+    auto task = std::make_unique<task_process>();
+    client_system c;
+    caf::actor device = c.remote_device(k_device, task->port);
+    caf::scoped_actor self{*c.system};
+    self->monitor(device);
+    auto handle = ask<std::uint64_t>(self, device,
+                                     caf::make_message(actors::prepare_atom::value, std::uint64_t{1}, parked_spec()));
+    REQUIRE(handle.ok());
+    // The step, asked from a thread of its own; it waits in its dequeue there.
+    auto step = std::async(std::launch::async, [&] {
+      caf::scoped_actor asker{*c.system};
+      return ask<std::vector<tensor>>(
+          asker, device, caf::make_message(actors::run_atom::value, *handle, std::int64_t{1}, std::vector<tensor>{}), 30s);
+    });
+    std::this_thread::sleep_for(300ms);
+    REQUIRE(step.wait_for(0s) == std::future_status::timeout);
+    const auto start = std::chrono::steady_clock::now();
+    ::kill(task->pid, signal);
+    REQUIRE(step.wait_for(10s) == std::future_status::ready);
+    const auto waited = std::chrono::steady_clock::now() - start;
+    auto outcome = step.get();
+    bool device_down = false;
+    self->receive([&](caf::down_msg& down) { device_down = down.source == device.address(); },
+                  caf::after(std::chrono::seconds(5)) >> [] {});
+    REQUIRE_FALSE(outcome.ok());
+    CHECK(outcome.error().error_code() == code::unavailable);
+    CHECK(outcome.error().message().find(k_task) != std::string::npos);
+    CHECK(device_down);
+    CHECK(waited < (signal == SIGKILL ? 1s : 3s));
+    task.reset();  // SIGKILL (a stopped process too)
+  }
 }
 
 // y = 2a + x on the worker (a on the PS), back = -y on the PS.
