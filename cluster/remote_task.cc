@@ -1,5 +1,6 @@
 #include "cluster/remote_task.h"
 
+#include <algorithm>
 #include <atomic>
 #include <condition_variable>
 #include <deque>
@@ -146,7 +147,7 @@ bool parse_transfer_wire_key(std::string_view text, std::int64_t* step_id, place
 struct transfer_hub::impl {
   actors::cluster* cluster = nullptr;
   std::unique_ptr<link_listener> listener;
-  std::mutex mutex;
+  mutable std::mutex mutex;
   std::vector<std::unique_ptr<tensor_link>> links;
   std::atomic<std::int64_t> delivered{0}, refused{0};
 
@@ -184,6 +185,10 @@ transfer_hub::~transfer_hub() {
   links.clear();  // each joins its threads
 }
 int transfer_hub::port() const { return impl_->listener->port(); }
+std::size_t transfer_hub::links() const {
+  std::lock_guard<std::mutex> lock(impl_->mutex);
+  return impl_->links.size();
+}
 std::int64_t transfer_hub::delivered() const { return impl_->delivered; }
 std::int64_t transfer_hub::refused() const { return impl_->refused; }
 
@@ -197,8 +202,16 @@ result<std::unique_ptr<transfer_hub>> transfer_hub::start(actors::cluster& c, co
     const std::string from = l->peer();
     l->start({[h, from](std::string key, tensor value) { h->arrived(from, std::move(key), std::move(value)); },
               [from](const status&) {}});  // the steps that needed it fail by their own timeouts and aborts
-    std::lock_guard<std::mutex> lock(h->mutex);
-    h->links.push_back(std::move(link));
+    // Links that have failed or closed go as a new one comes (on the listener's thread:
+    // a link cannot join its own threads), so a long-lived server keeps only live ones.
+    std::vector<std::unique_ptr<tensor_link>> gone;
+    {
+      std::lock_guard<std::mutex> lock(h->mutex);
+      auto dead = std::stable_partition(h->links.begin(), h->links.end(), [](const auto& k) { return k->failure().ok(); });
+      for (auto it = dead; it != h->links.end(); ++it) gone.push_back(std::move(*it));
+      h->links.erase(dead, h->links.end());
+      h->links.push_back(std::move(link));
+    }
   });
   if (!listener.ok()) return listener.error();
   hub->listener = std::move(*listener);

@@ -89,6 +89,9 @@ class transfer_hub {
   static result<std::unique_ptr<transfer_hub>> start(actors::cluster& c, const std::string& host, link_options options);
   ~transfer_hub();
   int port() const;
+  // Links kept: the live ones, and those that failed since the last link came (a new
+  // link drops them).
+  std::size_t links() const;
   // Tensors handed on, and tensors refused (a device not hosted here, a damaged key).
   std::int64_t delivered() const;
   std::int64_t refused() const;

@@ -4,8 +4,13 @@
 // tests/cluster/remote_task_test.cc.
 #include "cluster/real_cluster.h"
 
+#include "cluster/remote_task.h"
+#include "cluster/transport.h"
+
 #include <catch2/catch.hpp>
+#include <chrono>
 #include <set>
+#include <thread>
 
 namespace troupe::cluster {
 namespace {
@@ -70,6 +75,50 @@ tls { ca_certificate: "ca.pem"
   auto missing = task_server::start(parse(k_two), "ps", 4, {});
   REQUIRE_FALSE(missing.ok());
   CHECK(missing.error().error_code() == code::not_found);
+}
+
+// Waits up to 10 s for `done`.
+template <typename F>
+bool eventually(F done) {
+  for (int i = 0; i < 1000 && !done(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  return done();
+}
+
+TEST_CASE("a transfer hub hands tensors to the devices it hosts, refuses others, keeps only live links",
+          "[cluster][real]") {
+  actors::cluster_options o;
+  auto spec = placement::cluster_spec::from_task_counts({{"ps", 1}});
+  REQUIRE(spec.ok());
+  o.spec = *spec;
+  auto c = actors::cluster::create(o);
+  REQUIRE(c.ok());
+  link_options hub_options;
+  hub_options.local_task = "/job:ps/replica:0/task:0";
+  hub_options.cluster_id = "hub-test";
+  auto hub = transfer_hub::start(**c, "127.0.0.1", hub_options);
+  REQUIRE(hub.ok());
+  link_options client;
+  client.local_task = "/job:worker/replica:0/task:0";
+  client.cluster_id = "hub-test";
+  const char sep = '\x1f';
+  const std::string good = str_cat(7, sep, "/job:worker/replica:0/task:0/device:CPU:0", sep, 0, sep,
+                                   "/job:ps/replica:0/task:0/device:CPU:0", sep, "a:0");
+  const std::string elsewhere = str_cat(7, sep, "/job:worker/replica:0/task:0/device:CPU:0", sep, 0, sep,
+                                        "/job:ps/replica:0/task:1/device:CPU:0", sep, "a:0");
+  for (int i = 0; i < 3; ++i) {
+    auto link = tensor_link::connect("127.0.0.1", (*hub)->port(), hub_options.local_task, client);
+    REQUIRE(link.ok());
+    (*link)->start({[](std::string, tensor) {}, [](const status&) {}});
+    (*link)->send(good, tensor::scalar(1.0f), nullptr);
+    (*link)->send(elsewhere, tensor::scalar(2.0f), nullptr);
+    (*link)->send("not a transfer key", tensor::scalar(3.0f), nullptr);
+    REQUIRE(eventually([&] { return (*hub)->delivered() == i + 1 && (*hub)->refused() == 2 * (i + 1); }));
+  }  // each link closed (its goodbye reaches the hub within microseconds)
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  // A new link drops the three closed ones.
+  auto last = tensor_link::connect("127.0.0.1", (*hub)->port(), hub_options.local_task, client);
+  REQUIRE(last.ok());
+  CHECK(eventually([&] { return (*hub)->links() == 1; }));
 }
 
 }  // namespace
