@@ -19,6 +19,7 @@
 #include <chrono>
 #include <future>
 #include <map>
+#include <random>
 #include <thread>
 
 #include "actors/device_actor.h"
@@ -37,17 +38,23 @@ const std::string k_task = "/job:ps/replica:0/task:0";
 const std::string k_device = "/job:ps/replica:0/task:0/device:CPU:0";
 const std::string k_cluster_id = "remote-test";
 
-// A free loopback port (bound and released: tests run one at a time).
+// A free loopback port (bound and released).
 int free_port() {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  REQUIRE(::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0);
-  socklen_t length = sizeof a;
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &length);
-  ::close(fd);
-  return ntohs(a.sin_port);
+  // Below the ephemeral range (32768 and up), so that outgoing connections and port-0
+  // listeners of programs running beside this one never take it between now and its use.
+  static std::mt19937 pick(std::random_device{}());
+  for (int attempt = 0; attempt < 1000; ++attempt) {
+    const int port = std::uniform_int_distribution<int>(20000, 31999)(pick);
+    const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    a.sin_port = htons(static_cast<std::uint16_t>(port));
+    const bool free = ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0;
+    ::close(fd);
+    if (free) return port;
+  }
+  return 0;
 }
 
 // Where each task of a test cluster publishes its service.
