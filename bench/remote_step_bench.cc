@@ -8,9 +8,7 @@
 // this process is a client hosting no task (cluster::process_cluster) and runs steps that
 // fetch a scalar read from a variable on the PS. The in-process cluster runs the same graph.
 // Prints one JSON object: p50/p99/mean of each in microseconds.
-#include <netinet/in.h>
 #include <signal.h>
-#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -21,7 +19,6 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
-#include <random>
 #include <string>
 #include <vector>
 
@@ -30,9 +27,12 @@
 #include "graph/builder.h"
 #include "graph/ops.h"
 #include "graph/variables.h"
+#include "tests/cluster/free_port.h"
 
 namespace troupe::bench {
 namespace {
+
+using troupe::testing::free_port;
 
 using clock_type = std::chrono::steady_clock;
 
@@ -51,24 +51,6 @@ figures summarize(std::vector<double> us) {
   return f;
 }
 
-// A free loopback port (bound and released).
-int free_port() {
-  // Below the ephemeral range (32768 and up), so that outgoing connections and port-0
-  // listeners of programs running beside this one never take it between now and its use.
-  static std::mt19937 pick(std::random_device{}());
-  for (int attempt = 0; attempt < 1000; ++attempt) {
-    const int port = std::uniform_int_distribution<int>(20000, 31999)(pick);
-    const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    a.sin_port = htons(static_cast<std::uint16_t>(port));
-    const bool free = ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0;
-    ::close(fd);
-    if (free) return port;
-  }
-  return 0;
-}
 
 // v (a scalar variable on the PS), its initializer, and a read of it.
 graph::graph read_graph() {

@@ -347,8 +347,8 @@ caf::behavior task_service(service_actor* self, task_service_options options) {
         const caf::actor_addr client = caf::actor_cast<caf::actor_addr>(self->current_sender());
         auto it = st.tokens.find({client, client_token});
         if (it == st.tokens.end()) return;
-        for (const auto& [name, actor] : st.options.cluster->directory()->entries()) {
-          if (st.options.cluster->find_device(name) != nullptr) self->send(actor, forget_atom::value, it->second);
+        for (const caf::actor& device : st.options.cluster->task_actors(st.options.task)) {
+          self->send(device, forget_atom::value, it->second);
         }
         st.tokens.erase(it);
       },
@@ -376,8 +376,8 @@ caf::behavior task_service(service_actor* self, task_service_options options) {
       },
       [self](abort_step_atom, std::int64_t step_id, const caf::error& reason) {
         auto& st = self->state;
-        for (const auto& [name, actor] : st.options.cluster->directory()->entries()) {
-          if (st.options.cluster->find_device(name) != nullptr) self->send(actor, abort_step_atom::value, step_id, reason);
+        for (const caf::actor& device : st.options.cluster->task_actors(st.options.task)) {
+          self->send(device, abort_step_atom::value, step_id, reason);
         }
       },
       [self](stats_atom, const std::string& device) -> caf::result<wire_stats> {

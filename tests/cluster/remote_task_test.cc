@@ -6,9 +6,7 @@
 
 #include "cluster/real_cluster.h"
 
-#include <netinet/in.h>
 #include <signal.h>
-#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -19,7 +17,6 @@
 #include <chrono>
 #include <future>
 #include <map>
-#include <random>
 #include <thread>
 
 #include "actors/device_actor.h"
@@ -28,9 +25,12 @@
 #include "graph/attr.h"
 #include "graph/builder.h"
 #include "graph/ops.h"
+#include "tests/cluster/free_port.h"
 
 namespace troupe::cluster {
 namespace {
+
+using troupe::testing::free_port;
 
 using namespace std::chrono_literals;
 
@@ -38,24 +38,6 @@ const std::string k_task = "/job:ps/replica:0/task:0";
 const std::string k_device = "/job:ps/replica:0/task:0/device:CPU:0";
 const std::string k_cluster_id = "remote-test";
 
-// A free loopback port (bound and released).
-int free_port() {
-  // Below the ephemeral range (32768 and up), so that outgoing connections and port-0
-  // listeners of programs running beside this one never take it between now and its use.
-  static std::mt19937 pick(std::random_device{}());
-  for (int attempt = 0; attempt < 1000; ++attempt) {
-    const int port = std::uniform_int_distribution<int>(20000, 31999)(pick);
-    const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    a.sin_port = htons(static_cast<std::uint16_t>(port));
-    const bool free = ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0;
-    ::close(fd);
-    if (free) return port;
-  }
-  return 0;
-}
 
 // Where each task of a test cluster publishes its service.
 using port_map = std::map<std::string, int>;
