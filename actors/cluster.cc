@@ -144,6 +144,11 @@ result<std::vector<std::string>> cluster::devices_of(std::string_view task) cons
   return out;
 }
 
+const cluster_options::remote_task_control* cluster::remote_control(std::string_view task) const {
+  if (options_.remote_tasks == nullptr || canonical_task(task).empty() || hosts(task)) return nullptr;
+  return options_.remote_tasks.get();
+}
+
 status cluster::for_each_device(std::string_view task,
                                 const std::function<void(const std::string&, std::unique_ptr<runtime_device>&)>& fn) {
   auto devices = devices_of(task);
@@ -156,6 +161,12 @@ status cluster::for_each_device(std::string_view task,
 
 status cluster::kill_task(std::string_view task) {
   const caf::error reason = to_caf_error(unavailable_error("task ", canonical_task(task), " was killed"));
+  if (const auto* control = remote_control(task)) {
+    if (!control->kill) return failed_precondition_error("task '", task, "' runs in another process, which cannot be killed");
+    TROUPE_RETURN_IF_ERROR(control->kill(canonical_task(task)));
+    for (const caf::actor& a : task_actors(task)) send_exit(a, reason);
+    return status();
+  }
   return for_each_device(task, [&](const std::string& full, std::unique_ptr<runtime_device>& dev) {
     dev->mark_killed(str_cat("task ", canonical_task(task), " was killed"));
     dev->resources().clear();  // variables and queues end, their state lost
@@ -165,6 +176,22 @@ status cluster::kill_task(std::string_view task) {
 
 result<int> cluster::restart_task(std::string_view task) {
   const caf::error reason = to_caf_error(unavailable_error("task ", canonical_task(task), " was restarted"));
+  if (const auto* control = remote_control(task)) {
+    for (const caf::actor& a : task_actors(task)) send_exit(a, reason);
+    if (!control->restart) {
+      return failed_precondition_error("task '", task, "' runs in another process, which cannot be restarted from here");
+    }
+    TROUPE_RETURN_IF_ERROR(control->restart(canonical_task(task)));
+    auto devices = devices_of(task);
+    if (!devices.ok()) return devices.error();
+    for (const std::string& full : *devices) {
+      auto stand_in = options_.remote_device(*system_, full);
+      if (!stand_in.ok()) return stand_in.error();
+      directory_->set(full, std::move(*stand_in));
+    }
+    std::lock_guard<std::mutex> lock(tasks_mutex_);
+    return ++incarnations_[canonical_task(task)];
+  }
   TROUPE_RETURN_IF_ERROR(for_each_device(task, [&](const std::string& full, std::unique_ptr<runtime_device>& dev) {
     dev->mark_killed(str_cat("task ", canonical_task(task), " was restarted"));
     dev->resources().clear();
@@ -183,6 +210,10 @@ status cluster::set_straggle(std::string_view task, std::chrono::microseconds pe
 }
 
 status cluster::stall_task(std::string_view task, std::chrono::milliseconds duration) {
+  if (const auto* control = remote_control(task)) {
+    if (!control->stall) return failed_precondition_error("task '", task, "' runs in another process, which cannot be stalled");
+    return control->stall(canonical_task(task), duration);
+  }
   const auto until = std::chrono::steady_clock::now() + duration;
   return for_each_device(task, [&](const std::string&, std::unique_ptr<runtime_device>& dev) { dev->stall_until(until); });
 }

@@ -67,6 +67,17 @@ struct cluster_options {
   // steps on the same tasks of a real cluster need disjoint ranges: process_cluster
   // (cluster/real_cluster.h) gives each a random incarnation in the high bits.
   std::int64_t first_step_id = 1;
+  // What kill_task, restart_task and stall_task do to a task hosted elsewhere (a server
+  // process of a real cluster that this process started: cluster/task_processes.h). Null:
+  // they fail with FAILED_PRECONDITION for such a task.
+  struct remote_task_control {
+    std::function<status(const std::string& task)> kill;  // ends its process at once
+    // A new process for the task, serving once this returns (it blocks: call it from a
+    // thread of your own, never a CAF thread); the task's stand-ins are made anew after.
+    std::function<status(const std::string& task)> restart;
+    std::function<status(const std::string& task, std::chrono::milliseconds duration)> stall;  // frozen that long
+  };
+  std::shared_ptr<const remote_task_control> remote_tasks;
   // Adjusts the actor system's configuration before the system starts (a task of a real
   // cluster loads CAF's middleman and announces the wire types: cluster/remote_task.h).
   std::function<void(caf::actor_system_config&)> configure_system = nullptr;
@@ -115,17 +126,23 @@ class cluster {
   // (variables, queues) end with their state lost, and its device actors exit with
   // UNAVAILABLE "task ... was killed": their running steps fail everywhere, and whoever
   // monitors them (sessions, supervisors) learns it. Until restart_task, the task's
-  // names resolve to its dead actors. Errors: no such task.
+  // names resolve to its dead actors. A task hosted elsewhere: its process is killed
+  // (cluster_options::remote_tasks) and its stand-ins here exit the same way.
+  // Errors: no such task.
   status kill_task(std::string_view task);
   // Starts `task` again: each of its devices gets a new runtime_device and device actor
   // (empty: no resources, no prepared steps) under the same name, which the directory
   // resolves from now on. The old incarnations stay allocated until the cluster goes
   // (kernels of steps that were running may still reference them). Returns the task's
-  // incarnation (1 after the first restart). Errors: no such task.
+  // incarnation (1 after the first restart). A task hosted elsewhere gets a new process
+  // (cluster_options::remote_tasks) and new stand-ins. Errors: no such task; the new
+  // process could not be started.
   result<int> restart_task(std::string_view task);
   // Injected slowness of `task`'s devices (the fault injector's straggle and stall):
   // each step partition they run starts `per_step` later (0: no more); none starts before
-  // `duration` from now has passed. The current incarnation only. Errors: no such task.
+  // `duration` from now has passed. The current incarnation only. A task hosted elsewhere
+  // can be stalled (its process frozen: cluster_options::remote_tasks), not slowed.
+  // Errors: no such task.
   status set_straggle(std::string_view task, std::chrono::microseconds per_step);
   status stall_task(std::string_view task, std::chrono::milliseconds duration);
   // Injected faults on the link from task `from` to task `to` (drop_messages,
@@ -145,6 +162,9 @@ class cluster {
   std::vector<std::string> device_names_;
   // The canonical name of `task` in `spec`, or empty.
   static std::string canonical_task_of(std::string_view task, const placement::cluster_spec& spec);
+  // The control of `task` when it is hosted elsewhere and cluster_options::remote_tasks
+  // is set; else null.
+  const cluster_options::remote_task_control* remote_control(std::string_view task) const;
   // Spawns the actor of device `full` (a new incarnation) and enters it in the directory.
   std::unique_ptr<runtime_device> start_device(const std::string& full);
   // Calls fn(full name, current incarnation) for each device of `task`, under

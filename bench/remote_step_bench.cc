@@ -27,12 +27,11 @@
 #include "graph/builder.h"
 #include "graph/ops.h"
 #include "graph/variables.h"
-#include "tests/cluster/free_port.h"
+#include "cluster/task_processes.h"
 
 namespace troupe::bench {
 namespace {
 
-using troupe::testing::free_port;
 
 using clock_type = std::chrono::steady_clock;
 
@@ -97,8 +96,8 @@ int run(int steps) {
   const std::string dir = (std::filesystem::temp_directory_path() / ("troupe_bench_remote_" + std::to_string(::getpid()))).string();
   std::filesystem::create_directories(dir);
   const std::string path = dir + "/cluster.pbtxt";
-  std::ofstream(path) << "job { name: \"ps\" tasks { key: 0 value: \"127.0.0.1:" << free_port() << "\" } }\n"
-                      << "job { name: \"worker\" tasks { key: 0 value: \"127.0.0.1:" << free_port() << "\" } }\n";
+  std::ofstream(path) << "job { name: \"ps\" tasks { key: 0 value: \"127.0.0.1:" << cluster::free_loopback_port() << "\" } }\n"
+                      << "job { name: \"worker\" tasks { key: 0 value: \"127.0.0.1:" << cluster::free_loopback_port() << "\" } }\n";
   auto file = cluster::cluster_file::load(path);
   if (!file.ok()) return std::cerr << "bench_remote_step: " << file.error() << "\n", 1;
   int ready[2];

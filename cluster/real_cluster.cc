@@ -47,8 +47,8 @@ std::string cluster_id_of(const cluster_file& file) {
   return hex;
 }
 
-result<std::shared_ptr<actors::cluster>> process_cluster(const cluster_file& file, const std::vector<std::string>& hosted,
-                                                          const std::string& me) {
+result<actors::cluster_options> process_cluster_options(const cluster_file& file, const std::vector<std::string>& hosted,
+                                                        const std::string& me) {
   if (file.tls()) {
     return failed_precondition_error("cluster file '", file.path(), "' names TLS credentials, but troupe's control plane ",
                                      "does not speak TLS yet (tensor links do): leave the tls section out, on loopback ",
@@ -60,7 +60,10 @@ result<std::shared_ptr<actors::cluster>> process_cluster(const cluster_file& fil
   o.hosted_tasks = hosted;
   o.first_step_id = first_step_id_of_incarnation(new_incarnation());
   o.configure_system = add_remote_task_support;
-  o.remote_device = [file, id, me](caf::actor_system& system, const std::string& device) -> result<caf::actor> {
+  // A server's stand-ins outlive the other tasks' processes (its prepared partitions hold
+  // them); a client's exit with their task, for its sessions and supervisor to see.
+  const bool server = !hosted.empty();
+  o.remote_device = [file, id, me, server](caf::actor_system& system, const std::string& device) -> result<caf::actor> {
     auto address = address_of_device(file, device);
     if (!address.ok()) return address.error();
     remote_device_options r;
@@ -70,9 +73,17 @@ result<std::shared_ptr<actors::cluster>> process_cluster(const cluster_file& fil
     r.hello = {address->task_name(), id, me, std::chrono::milliseconds(3000)};
     r.link.local_task = me;
     r.link.cluster_id = id;
+    r.outlive_task = server;
     return spawn_remote_device(system, std::move(r));
   };
-  return actors::cluster::create(std::move(o));
+  return o;
+}
+
+result<std::shared_ptr<actors::cluster>> process_cluster(const cluster_file& file, const std::vector<std::string>& hosted,
+                                                          const std::string& me) {
+  auto o = process_cluster_options(file, hosted, me);
+  if (!o.ok()) return o.error();
+  return actors::cluster::create(std::move(*o));
 }
 
 struct task_server::impl {

@@ -36,6 +36,12 @@ std::int64_t first_step_id_of_incarnation(std::uint32_t incarnation);
 // plane does not speak TLS yet).
 result<std::shared_ptr<actors::cluster>> process_cluster(const cluster_file& file, const std::vector<std::string>& hosted,
                                                           const std::string& me);
+// The options process_cluster uses, for a caller that adds its own (compute threads, a
+// tracer, cluster_options::remote_tasks) before it makes the cluster. A server's (one
+// hosting tasks) stand-ins for the other tasks outlive their processes and reach the next
+// one; a client's exit with their task's process.
+result<actors::cluster_options> process_cluster_options(const cluster_file& file, const std::vector<std::string>& hosted,
+                                                        const std::string& me);
 
 struct task_server_options {
   // Listen on every interface instead of the task's address's loopback only. Without

@@ -553,7 +553,13 @@ caf::behavior remote_device(remote_actor* self, remote_device_options options) {
                                                           ") is gone: ", to_status(down.reason).message()));
     for (auto& [id, promise] : st.pending) promise.deliver(why);
     st.pending.clear();
-    self->quit(why);
+    if (!o.outlive_task) return self->quit(why);
+    st.service = caf::actor();
+    // Its threads are joined on the background thread, not on this scheduler thread.
+    if (st.link != nullptr) {
+      if (st.work == nullptr) st.work = std::make_unique<background>();
+      st.work->post([gone = std::move(st.link)] {});
+    }
   });
   // Requests failed by a connection that could not be made.
   auto fail_pending = [self](std::uint64_t id) {
@@ -713,21 +719,31 @@ result<task_connection> connect_task_service(caf::actor_system& system, const st
   const std::string where = str_cat(host, ":", port);
   caf::scoped_actor self{system};
   // remote_actor has no timeout: ask the middleman's actor to connect, with one.
+  // A connection to a process that has just started is sometimes dropped by CAF's
+  // connection timeout during the handshake (a restarted task, seen ~1 in 3 times):
+  // that one is tried again while the timeout lasts.
+  const auto deadline = std::chrono::steady_clock::now() + options.timeout;
   caf::actor found;
-  status outcome = deadline_exceeded_error("task ", options.task, " at ", where, " did not answer within ",
-                                           options.timeout.count(), " ms");
-  self->request(system.middleman().actor_handle(), options.timeout, caf::connect_atom::value, host,
-                static_cast<std::uint16_t>(port))
-      .receive(
-          [&](const caf::node_id&, caf::strong_actor_ptr& actor, const std::set<std::string>&) {
-            found = caf::actor_cast<caf::actor>(actor);
-            outcome = found ? status() : unavailable_error("nothing is published at ", where, " (no task service)");
-          },
-          [&](caf::error& e) {
-            if (e != caf::sec::request_timeout) {
+  status outcome;
+  for (bool again = true; again;) {
+    again = false;
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+    outcome = deadline_exceeded_error("task ", options.task, " at ", where, " did not answer within ",
+                                      options.timeout.count(), " ms");
+    if (left.count() <= 0) break;
+    self->request(system.middleman().actor_handle(), left, caf::connect_atom::value, host, static_cast<std::uint16_t>(port))
+        .receive(
+            [&](const caf::node_id&, caf::strong_actor_ptr& actor, const std::set<std::string>&) {
+              found = caf::actor_cast<caf::actor>(actor);
+              outcome = found ? status() : unavailable_error("nothing is published at ", where, " (no task service)");
+            },
+            [&](caf::error& e) {
+              if (e == caf::sec::request_timeout) return;
               outcome = unavailable_error("cannot reach task ", options.task, " at ", where, ": ", system.render(e));
-            }
-          });
+              again = e == caf::sec::connection_timeout;
+            });
+    if (again) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
   if (!outcome.ok()) return outcome;
   task_connection connection;
   outcome = deadline_exceeded_error("task ", options.task, " at ", where, " did not answer the hello within ",

@@ -141,6 +141,12 @@ struct remote_device_options {
   link_options link;      // for the tensor link to the task (local_task: this process's)
   std::chrono::milliseconds request_timeout{30000};  // prepare, stats
   std::chrono::milliseconds step_timeout{3600000};   // run
+  // When the task's process goes: false, the stand-in exits with UNAVAILABLE (a client's,
+  // whose sessions and supervisor learn it; a restart makes new stand-ins); true, it
+  // fails what is pending and stays, and its next message connects again (a server's
+  // stand-ins for the other tasks, which its prepared partitions hold: they reach the
+  // task's next process).
+  bool outlive_task = false;
 };
 
 // A local actor that speaks the device protocol for a device of another process. It

@@ -1,7 +1,12 @@
 #include "scenarios/runner.h"
 
+#include <netdb.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <atomic>
 #include <chrono>
+#include <filesystem>
 #include <mutex>
 #include <optional>
 #include <set>
@@ -10,8 +15,11 @@
 #include "actors/cluster.h"
 #include "actors/session.h"
 #include "cluster/fault_injector.h"
+#include "cluster/real_cluster.h"
 #include "cluster/supervisor.h"
 #include "cluster/sync_coordinator.h"
+#include "cluster/task_processes.h"
+#include "core/file.h"
 #include "core/idx.h"
 #include "graph/attr.h"
 #include "graph/ops.h"
@@ -443,6 +451,117 @@ std::vector<fault_record> fault_records(const std::vector<cluster::injected_faul
   return out;
 }
 
+// REAL mode: the servers of the cluster's tasks and the options of this process's
+// cluster, a client of theirs. The servers are started here on free loopback ports (with
+// the cluster file and their logs in a directory of their own, removed at the end), or
+// were started by hand at the scenario's addresses.
+struct real_servers {
+  std::string dir;
+  std::unique_ptr<cluster::task_processes> processes;  // null: servers started by hand
+  actors::cluster_options options;
+  real_servers() = default;
+  real_servers(const real_servers&) = delete;
+  real_servers& operator=(const real_servers&) = delete;
+  ~real_servers() {
+    processes.reset();  // every server stopped and reaped first
+    std::error_code ignored;
+    if (!dir.empty()) std::filesystem::remove_all(dir, ignored);
+  }
+};
+
+// Waits up to `limit` until a TCP connection to host:port is accepted (a server started
+// by hand that its own supervisor brings back).
+status wait_for_address(const cluster::task_address& a, std::chrono::seconds limit) {
+  const auto deadline = std::chrono::steady_clock::now() + limit;
+  do {
+    addrinfo hints{};
+    hints.ai_socktype = SOCK_STREAM;
+    addrinfo* found = nullptr;
+    const std::string port = std::to_string(a.port);
+    const std::string host = a.host.size() > 2 && a.host.front() == '[' ? a.host.substr(1, a.host.size() - 2) : a.host;
+    if (::getaddrinfo(host.c_str(), port.c_str(), &hints, &found) == 0) {
+      bool up = false;
+      for (addrinfo* i = found; i != nullptr && !up; i = i->ai_next) {
+        const int fd = ::socket(i->ai_family, i->ai_socktype | SOCK_CLOEXEC, i->ai_protocol);
+        if (fd < 0) continue;
+        up = ::connect(fd, i->ai_addr, i->ai_addrlen) == 0;
+        ::close(fd);
+      }
+      ::freeaddrinfo(found);
+      if (up) return status();
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  } while (std::chrono::steady_clock::now() < deadline);
+  return unavailable_error("task ", a.task_name(), " at ", a.host, ":", a.port, " did not come back within ",
+                           limit.count(), " s (its server was started by hand: start it again there)");
+}
+
+result<std::unique_ptr<real_servers>> start_real_servers(const scenario::Cluster& c, const cluster_layout& layout,
+                                                         const run_options& options, std::ostream& out) {
+  auto r = std::make_unique<real_servers>();
+  const bool by_hand = c.job_size() > 0 && c.job(0).addresses_size() > 0;
+  std::string text;
+  std::string path;
+  if (by_hand) {
+    for (const auto& job : c.job()) {
+      text += str_cat("job { name: \"", job.name(), "\"");
+      for (int t = 0; t < job.addresses_size(); ++t) text += str_cat(" tasks { key: ", t, " value: \"", job.addresses(t), "\" }");
+      text += " }\n";
+    }
+    path = "scenario.cluster";  // only named in errors
+  } else {
+    static std::atomic<int> runs{0};
+    r->dir = (std::filesystem::temp_directory_path() / str_cat("troupe-real-", ::getpid(), "-", runs++)).string();
+    std::error_code made;
+    std::filesystem::create_directories(r->dir, made);
+    if (made) return unavailable_error("cannot make the directory '", r->dir, "' of the servers: ", made.message());
+    for (const auto& job : c.job()) {
+      text += str_cat("job { name: \"", job.name(), "\"");
+      for (int t = 0; t < job.tasks(); ++t) {
+        const int port = cluster::free_loopback_port();
+        if (port == 0) return unavailable_error("no free loopback port for task ", t, " of job ", job.name());
+        text += str_cat(" tasks { key: ", t, " value: \"127.0.0.1:", port, "\" }");
+      }
+      text += " }\n";
+    }
+    path = r->dir + "/cluster.pbtxt";
+    TROUPE_RETURN_IF_ERROR(write_file(path, text));
+  }
+  auto file = cluster::cluster_file::parse(text, path);
+  if (!file.ok()) return file.error().with_context("cluster (mode: REAL)");
+  if (file->spec().device_names() != layout.spec.device_names()) {
+    return internal_error("cluster (mode: REAL): the cluster file's devices differ from the scenario's");
+  }
+  auto o = cluster::process_cluster_options(*file, {}, str_cat("troupe run (pid ", ::getpid(), ")"));
+  if (!o.ok()) return o.error();
+  r->options = std::move(*o);
+  if (by_hand) {
+    auto control = std::make_shared<actors::cluster_options::remote_task_control>();
+    control->restart = [tasks = file->tasks()](const std::string& task) -> status {
+      for (const auto& a : tasks) {
+        if (a.task_name() == task) return wait_for_address(a, std::chrono::seconds(60));
+      }
+      return not_found_error("no task '", task, "' in the cluster");
+    };
+    r->options.remote_tasks = std::move(control);
+    out << "cluster: REAL, servers started by hand at the scenario's addresses\n";
+    return r;
+  }
+  cluster::task_processes_options po;
+  po.executable = options.server_program;
+  if (po.executable.empty()) {
+    std::error_code failed;
+    po.executable = std::filesystem::read_symlink("/proc/self/exe", failed).string();
+  }
+  po.log_dir = r->dir;
+  auto processes = cluster::task_processes::start(*file, po);
+  if (!processes.ok()) return processes.error().with_context("cluster (mode: REAL)");
+  r->processes = std::move(*processes);
+  r->options.remote_tasks = r->processes->control();
+  out << "cluster: REAL, " << file->tasks().size() << " server processes on loopback (" << r->dir << ")\n";
+  return r;
+}
+
 progress_style style_of(scenario::Report::Progress p) {
   switch (p) {
     case scenario::Report::BAR: return progress_style::bar;
@@ -481,7 +600,15 @@ result<run_summary> run_scenario(const scenario::Scenario& sc, const run_options
     recorder = std::make_unique<trace_recorder>();
     tracer = std::make_unique<recorder_tracer>(*recorder);
   }
+  // REAL: every task in a server process of its own, this process their client.
+  std::unique_ptr<real_servers> real;
   actors::cluster_options co;
+  if (sc.cluster().mode() == scenario::Cluster::REAL) {
+    auto r = start_real_servers(sc.cluster(), *layout, options, out);
+    if (!r.ok()) return r.error();
+    real = std::move(*r);
+    co = real->options;
+  }
   co.spec = layout->spec;
   co.compute_threads = options.compute_threads;
   co.tracer = tracer.get();
@@ -872,7 +999,8 @@ result<run_summary> run_scenario(const scenario::Scenario& sc, const run_options
   run_summary summary;
   summary.restarts = supervisor->restarts();
   summary.steps_retried = retried.load();
-  if (sync) {
+  // (In mode REAL the accumulators run in the servers, which keep their tally: none here.)
+  if (sync && real == nullptr) {
     std::vector<std::string> names;
     for (int w = 0; w < layout->workers; ++w) names.push_back(layout->worker(w));
     summary.sync = tally.record(names, layout->workers - t.backup_workers(), t.backup_workers());

@@ -43,6 +43,8 @@ struct run_options {
   std::int64_t steps = 0;       // overrides training.steps when > 0
   int compute_threads = 0;      // the cluster's compute pool; 0: default_num_threads()
   bool no_faults = false;       // ignore the scenario's faults (the same run without them)
+  // The troupe program that mode REAL's servers run (`troupe server`); empty: this program.
+  std::string server_program;
 };
 
 // A fault injected during the run and how the cluster recovered from it.

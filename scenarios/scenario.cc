@@ -215,8 +215,34 @@ void check_cluster(checker& c, const node& parent, scenario::Cluster* cluster) {
             "); remove it or name it in worker_job or ps_job");
   }
 
+  int with_addresses = 0;
+  for (int i = 0; i < cluster->job_size(); ++i) {
+    const auto& job = cluster->job(i);
+    if (job.addresses_size() == 0) continue;
+    ++with_addresses;
+    node j = c.child(n, "job", i, job);
+    if (cluster->mode() != scenario::Cluster::REAL) {
+      c.error(j, "addresses", 0, "addresses are for mode: REAL (servers in processes of their own)");
+    } else if (job.addresses_size() != job.tasks()) {
+      c.error(j, "addresses", 0, "job '", job.name(), "' has ", job.tasks(), " task", job.tasks() == 1 ? "" : "s", " but ",
+              job.addresses_size(), " address", job.addresses_size() == 1 ? "" : "es");
+    }
+    for (int a = 0; a < job.addresses_size(); ++a) {
+      const std::string& address = job.addresses(a);
+      const auto colon = address.rfind(':');
+      const std::string port = colon == std::string::npos ? "" : address.substr(colon + 1);
+      if (colon == std::string::npos || colon == 0 || port.empty() || port.size() > 5 ||
+          port.find_first_not_of("0123456789") != std::string::npos || std::stoi(port) < 1 || std::stoi(port) > 65535) {
+        c.error(j, "addresses", a, "'", address, "' is not host:port (port 1-65535)");
+      }
+    }
+  }
+  if (with_addresses > 0 && with_addresses < cluster->job_size() && cluster->mode() == scenario::Cluster::REAL) {
+    c.error(n, "mode", "addresses are given for ", with_addresses, " of ", cluster->job_size(),
+            " jobs: give them for every job (servers started by hand) or for none (troupe run starts them)");
+  }
   if (!scenario::Cluster::Mode_IsValid(cluster->mode())) {
-    c.error(n, "mode", "unknown mode ", cluster->mode(), " (valid: LOCAL, SIMULATED)");
+    c.error(n, "mode", "unknown mode ", cluster->mode(), " (valid: LOCAL, SIMULATED, REAL)");
   } else if (cluster->mode() == scenario::Cluster::MODE_UNSPECIFIED) {
     cluster->set_mode(total_tasks == 1 ? scenario::Cluster::LOCAL : scenario::Cluster::SIMULATED);
   } else if (cluster->mode() == scenario::Cluster::LOCAL && total_tasks != 1) {
@@ -476,6 +502,10 @@ void check_faults(checker& c, const node& parent, scenario::Scenario* s) {
     node r = c.child(n, "random", faults->random());
     const double k = faults->random().kills_per_1000_steps();
     if (!(k >= 0 && k <= 1000)) c.error(r, "kills_per_1000_steps", "must be in [0, 1000] (is ", k, ")");
+    if (k > 0 && s->cluster().mode() == scenario::Cluster::REAL && s->cluster().job_size() > 0 &&
+        s->cluster().job(0).addresses_size() > 0) {
+      c.error(r, "kills_per_1000_steps", "random kills need servers that troupe run starts (no addresses)");
+    }
     if (k > 0 && !s->has_checkpoint()) {
       c.error(r, "kills_per_1000_steps", "random kills may hit tasks holding variables: they need a checkpoint ",
               "section to restore them from");
@@ -525,6 +555,27 @@ void check_faults(checker& c, const node& parent, scenario::Scenario* s) {
         c.error(fn, "until_step", "only straggle, disk_full, drop_messages and delay_messages last until a step");
       } else if (f->until_step() <= f->at_step()) {
         c.error(fn, "until_step", "must be > at_step (", f->at_step(), "; is ", f->until_step(), ")");
+      }
+    }
+    // A real cluster's processes can be killed and frozen, by the troupe run that
+    // started them; the slowness and link faults act inside a process.
+    if (cl.mode() == scenario::Cluster::REAL) {
+      const bool by_hand = cl.job_size() > 0 && cl.job(0).addresses_size() > 0;
+      const char* name = kind == scenario::Fault::kStraggle        ? "straggle"
+                         : kind == scenario::Fault::kDropMessages  ? "drop_messages"
+                         : kind == scenario::Fault::kDelayMessages ? "delay_messages"
+                                                                   : nullptr;
+      if (name != nullptr) {
+        c.error(fn, name, name, " acts inside a process: mode REAL takes kill, stall and the checkpoint faults ",
+                "(use mode: SIMULATED for ", name, ")");
+      }
+      const char* owned = kind == scenario::Fault::kKill                   ? "kill"
+                          : kind == scenario::Fault::kStall                ? "stall"
+                          : kind == scenario::Fault::kKillDuringCheckpoint ? "kill_during_checkpoint"
+                                                                           : nullptr;
+      if (owned != nullptr && by_hand) {
+        c.error(fn, owned, owned, " needs servers that troupe run starts (no addresses): it cannot signal servers ",
+                "started by hand");
       }
     }
     std::string job;

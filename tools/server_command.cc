@@ -1,6 +1,8 @@
-// troupe server --cluster CLUSTER.pbtxt --job NAME --task N [--listen-all]: one task of a
-// real cluster, served until SIGTERM or Ctrl-C (doc/cluster.md).
+// troupe server --cluster CLUSTER.pbtxt --job NAME --task N [--listen-all] [--ready-fd FD]:
+// one task of a real cluster, served until SIGTERM or Ctrl-C (doc/cluster.md).
+#include <fcntl.h>
 #include <signal.h>
+#include <unistd.h>
 
 #include "cluster/cluster_file.h"
 #include "cluster/real_cluster.h"
@@ -10,10 +12,11 @@ namespace troupe::tools {
 namespace {
 
 constexpr const char* k_server_usage =
-    "usage: troupe server --cluster CLUSTER.pbtxt --job NAME --task N [--listen-all]\n"
+    "usage: troupe server --cluster CLUSTER.pbtxt --job NAME --task N [--listen-all] [--ready-fd FD]\n"
     "Serves task N of job NAME of the cluster (its devices, variables and queues) at its\n"
     "address in the cluster file until SIGTERM or Ctrl-C. Without TLS it listens on loopback\n"
-    "only; --listen-all serves other machines over plain TCP.\n";
+    "only; --listen-all serves other machines over plain TCP. --ready-fd FD: once serving,\n"
+    "write \"ready\\n\" to the open descriptor FD and close it (for a program that starts servers).\n";
 
 int usage(std::ostream& err, const std::string& why) {
   err << "troupe server: " << why << "\n" << k_server_usage;
@@ -25,6 +28,7 @@ int usage(std::ostream& err, const std::string& why) {
 int server_command(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
   std::string cluster_path, job;
   int index = -1;
+  int ready_fd = -1;
   cluster::task_server_options options;
   for (std::size_t i = 0; i < args.size(); ++i) {
     const std::string& a = args[i];
@@ -36,11 +40,20 @@ int server_command(const std::vector<std::string>& args, std::ostream& out, std:
       options.listen_all = true;
       continue;
     }
-    if ((a == "--cluster" || a == "--job" || a == "--task") && i + 1 >= args.size()) return usage(err, a + " needs a value");
+    if ((a == "--cluster" || a == "--job" || a == "--task" || a == "--ready-fd") && i + 1 >= args.size()) {
+      return usage(err, a + " needs a value");
+    }
     if (a == "--cluster") {
       cluster_path = args[++i];
     } else if (a == "--job") {
       job = args[++i];
+    } else if (a == "--ready-fd") {
+      const std::string& v = args[++i];
+      if (v.empty() || v.size() > 6 || v.find_first_not_of("0123456789") != std::string::npos) {
+        return usage(err, str_cat("--ready-fd must be a file descriptor number, not '", v, "'"));
+      }
+      ready_fd = std::stoi(v);
+      if (::fcntl(ready_fd, F_GETFD) < 0) return usage(err, str_cat("--ready-fd ", v, " is not an open descriptor"));
     } else if (a == "--task") {
       const std::string& v = args[++i];
       if (v.empty() || v.size() > 6 || v.find_first_not_of("0123456789") != std::string::npos) {
@@ -78,6 +91,11 @@ int server_command(const std::vector<std::string>& args, std::ostream& out, std:
         << (options.listen_all ? "; plain TCP on every interface, without TLS" : "; loopback only, plain TCP without TLS")
         << "\n"
         << std::flush;
+    if (ready_fd >= 0) {
+      const char line[] = "ready\n";
+      if (::write(ready_fd, line, sizeof line - 1) < 0) err << "troupe server: --ready-fd " << ready_fd << ": cannot write\n";
+      ::close(ready_fd);
+    }
     int signal = 0;
     sigwait(&stop, &signal);
     out << "troupe server: " << (signal == SIGTERM ? "SIGTERM" : "SIGINT") << ", stopping task " << (*server)->task()

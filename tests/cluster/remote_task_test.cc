@@ -25,12 +25,11 @@
 #include "graph/attr.h"
 #include "graph/builder.h"
 #include "graph/ops.h"
-#include "tests/cluster/free_port.h"
+#include "cluster/task_processes.h"
 
 namespace troupe::cluster {
 namespace {
 
-using troupe::testing::free_port;
 
 using namespace std::chrono_literals;
 
@@ -110,7 +109,7 @@ struct task_process {
     ::close(ends[0]);
     ::close(ends[1]);
   }
-  explicit task_process() : task_process(k_task, {{k_task, free_port()}}) {}
+  explicit task_process() : task_process(k_task, {{k_task, cluster::free_loopback_port()}}) {}
   ~task_process() {
     ::kill(pid, SIGKILL);
     ::waitpid(pid, nullptr, 0);
@@ -350,7 +349,7 @@ int run_split_steps(const std::shared_ptr<actors::cluster>& client, int steps, i
 
 TEST_CASE("a session runs steps across three processes: tensors between tasks over links, fetches back here",
           "[cluster][remote]") {
-  const port_map ports{{k_ps_task, free_port()}, {k_worker_task, free_port()}};
+  const port_map ports{{k_ps_task, cluster::free_loopback_port()}, {k_worker_task, cluster::free_loopback_port()}};
   task_process ps_process(k_ps_task, ports), worker_process(k_worker_task, ports);
   // This process hosts no task: a client of the two.
   auto client = cluster_hosting(ports, {}, "/job:client/replica:0/task:0");
@@ -360,7 +359,7 @@ TEST_CASE("a session runs steps across three processes: tensors between tasks ov
 }
 
 TEST_CASE("two clients run steps on the same tasks at once: their step ids never meet", "[cluster][remote]") {
-  const port_map ports{{k_ps_task, free_port()}, {k_worker_task, free_port()}};
+  const port_map ports{{k_ps_task, cluster::free_loopback_port()}, {k_worker_task, cluster::free_loopback_port()}};
   task_process ps_process(k_ps_task, ports), worker_process(k_worker_task, ports);
   auto first = cluster_hosting(ports, {}, "/job:client/replica:0/task:0");
   auto second = cluster_hosting(ports, {}, "/job:client/replica:0/task:1");

@@ -7,8 +7,10 @@
 // bit for bit (cluster/checkpoint_manager.h), so a run that finishes restored exactly.
 #include <catch2/catch.hpp>
 
+#include <sys/prctl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
@@ -56,7 +58,8 @@ const fault_case k_cases[] = {
 };
 
 // A run normally takes seconds: one still running after `limit` is stuck. The watchdog
-// then names it and aborts the test, rather than leaving CTest to time out saying nothing.
+// then names it, prints every thread's stack (through gdb, where it is installed) and
+// aborts the test, rather than leaving CTest to time out saying nothing.
 class watchdog {
  public:
   watchdog(std::string what, std::chrono::seconds limit)
@@ -65,6 +68,10 @@ class watchdog {
           if (done_changed_.wait_for(lock, limit, [this] { return done_; })) return;
           std::fprintf(stderr, "fault matrix: %s still runs after %lld s: stuck; aborting\n", what.c_str(),
                        static_cast<long long>(limit.count()));
+          ::prctl(PR_SET_PTRACER, PR_SET_PTRACER_ANY);  // gdb is our child: Yama may want this
+          const std::string gdb = "command -v gdb >/dev/null && gdb -p " + std::to_string(::getpid()) +
+                                  " -batch -ex 'thread apply all bt 30' 1>&2";
+          if (std::system(gdb.c_str()) != 0) std::fprintf(stderr, "fault matrix: no gdb for a backtrace\n");
           std::abort();
         }) {}
   ~watchdog() {
@@ -94,7 +101,14 @@ TEST_CASE("fault matrix: every fault kind x replication x recovery policy x 3 se
     const char* replication;
     const char* recovery;
   };
+  // TROUPE_FAULT_MATRIX_ONLY=NAME runs only the cases whose name contains NAME, and
+  // TROUPE_FAULT_MATRIX_REPEAT=N runs them N times (to chase a rare failure by hand).
+  const char* only = std::getenv("TROUPE_FAULT_MATRIX_ONLY");
+  const char* repeat_env = std::getenv("TROUPE_FAULT_MATRIX_REPEAT");
+  const int repeat = repeat_env != nullptr ? std::max(1, std::atoi(repeat_env)) : 1;
+  for (int round = 0; round < repeat; ++round)
   for (const auto& fc : k_cases) {
+    if (only != nullptr && std::string(fc.name).find(only) == std::string::npos) continue;
     for (const mode m : {mode{"ASYNC", "RESTORE_LOST"}, mode{"ASYNC", "ROLLBACK_ALL"}, mode{"SYNC", "ROLLBACK_ALL"}}) {
       const char* recovery = m.recovery;
       for (int seed : {1, 2, 3}) {

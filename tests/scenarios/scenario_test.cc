@@ -30,7 +30,7 @@ const std::string k_minimal = "training { steps: 10 }\n";
 }  // namespace
 
 TEST_CASE("The example scenarios load", "[scenario]") {
-  for (const char* name : {"default", "lenet", "mlp_local", "faults", "backups"}) {
+  for (const char* name : {"default", "lenet", "mlp_local", "faults", "backups", "real"}) {
     INFO(name);
     std::string path = examples_dir() + "/" + name + ".pbtxt";
     auto s = load_scenario(path);
@@ -162,7 +162,7 @@ TEST_CASE("Syntax errors and unknown fields give file:line:col", "[scenario]") {
   e = error_of(unknown_enum);
   CHECK(starts_with(e, "s.pbtxt:1:17: "));
   CHECK(contains(e, "SIMULATD"));
-  CHECK(contains(e, "(did you mean 'SIMULATED'?) Valid: LOCAL, SIMULATED."));
+  CHECK(contains(e, "(did you mean 'SIMULATED'?) Valid: LOCAL, SIMULATED, REAL."));
 
   std::string twice = "training {\n  steps: 10\n  steps: 20\n}\n";
   e = error_of(twice);

@@ -1,0 +1,142 @@
+// task_processes: the servers a run starts, as a conversation with their processes:
+// started and serving, killed, restarted at the same address, frozen and thawed, a server
+// that cannot start (its log quoted), and every one stopped and reaped at the end.
+#include <catch2/catch.hpp>
+
+#include <signal.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <thread>
+
+#include "cluster/cluster_file.h"
+#include "cluster/task_processes.h"
+
+namespace troupe::cluster {
+namespace {
+
+using namespace std::chrono_literals;
+
+// The state letter of a process (/proc/PID/stat): 'T' stopped, 'Z' a zombie; 0 when gone.
+char state_of(int pid) {
+  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+  std::string line;
+  if (!std::getline(stat, line)) return 0;
+  const auto close = line.rfind(')');
+  return close == std::string::npos || close + 2 >= line.size() ? 0 : line[close + 2];
+}
+
+// Signals arrive a moment after they are sent: waits up to a second for `want`.
+bool becomes(int pid, char want) {
+  for (int i = 0; i < 200 && state_of(pid) != want; ++i) std::this_thread::sleep_for(5ms);
+  return state_of(pid) == want;
+}
+
+bool alive(int pid) { return pid > 0 && state_of(pid) != 0 && state_of(pid) != 'Z'; }
+
+struct two_tasks {
+  std::string dir;
+  cluster_file file;
+};
+
+two_tasks make_cluster(const std::string& name) {
+  const std::string dir = (std::filesystem::temp_directory_path() / (name + "-" + std::to_string(::getpid()))).string();
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  const std::string path = dir + "/cluster.pbtxt";
+  std::ofstream(path) << "job { name: \"ps\" tasks { key: 0 value: \"127.0.0.1:" << free_loopback_port() << "\" } }\n"
+                      << "job { name: \"worker\" tasks { key: 0 value: \"127.0.0.1:" << free_loopback_port() << "\" } }\n";
+  auto file = cluster_file::load(path);
+  REQUIRE(file.ok());
+  return {dir, std::move(*file)};
+}
+
+task_processes_options options_in(const std::string& dir, const std::string& program = TROUPE_PROGRAM) {
+  task_processes_options o;
+  o.executable = program;
+  o.log_dir = dir;
+  return o;
+}
+
+TEST_CASE("task_processes starts a server per task, kills, restarts and freezes them, and stops them all", "[processes]") {
+  auto c = make_cluster("troupe-task-processes");
+  int ps = 0, worker = 0;
+  {
+    auto servers = task_processes::start(c.file, options_in(c.dir));
+    REQUIRE(servers.ok());
+    auto& s = **servers;
+    ps = s.pid("/job:ps/task:0");
+    worker = s.pid("/job:worker/replica:0/task:0");
+    CHECK(alive(ps));
+    CHECK(alive(worker));
+    CHECK(s.pid("/job:chief/task:0") == 0);
+    CHECK(s.kill("/job:chief/task:0").error_code() == code::not_found);
+    {
+      std::ifstream log(s.log_path("/job:ps/task:0"));
+      std::string first;
+      std::getline(log, first);
+      CHECK(first.find("troupe server: task /job:ps/replica:0/task:0") != std::string::npos);
+    }
+
+    // kill: the process is gone (reaped, not a zombie), and the task has none.
+    REQUIRE(s.kill("/job:ps/task:0").ok());
+    CHECK(state_of(ps) == 0);
+    CHECK(s.pid("/job:ps/task:0") == 0);
+    CHECK(s.stall("/job:ps/task:0", 10ms).error_code() == code::failed_precondition);
+
+    // restart: a new process serving at the same address.
+    REQUIRE(s.restart("/job:ps/task:0").ok());
+    const int again = s.pid("/job:ps/task:0");
+    CHECK(again != ps);
+    CHECK(alive(again));
+    ps = again;
+
+    // stall: frozen now, thawed after the duration.
+    REQUIRE(s.stall("/job:worker/task:0", 300ms).ok());
+    CHECK(becomes(worker, 'T'));
+    std::this_thread::sleep_for(600ms);
+    CHECK(state_of(worker) != 'T');
+    CHECK(alive(worker));
+
+    // Through the cluster's control: the same, by canonical name.
+    auto control = s.control();
+    REQUIRE(control->restart("/job:worker/replica:0/task:0").ok());
+    CHECK(state_of(worker) == 0);
+    worker = s.pid("/job:worker/task:0");
+    CHECK(alive(worker));
+    // A frozen server still stops at the end (SIGCONT with the SIGTERM).
+    REQUIRE(control->stall("/job:worker/replica:0/task:0", 60s).ok());
+  }
+  // Destroyed: every server stopped and reaped.
+  CHECK(state_of(ps) == 0);
+  CHECK(state_of(worker) == 0);
+  std::filesystem::remove_all(c.dir);
+}
+
+TEST_CASE("task_processes: a server that cannot start is an error quoting its log, and the others are stopped",
+          "[processes]") {
+  auto c = make_cluster("troupe-task-processes-bad");
+  SECTION("no such program") {
+    auto servers = task_processes::start(c.file, options_in(c.dir, c.dir + "/none"));
+    REQUIRE_FALSE(servers.ok());
+    CHECK(servers.error().message().find("is not an executable file") != std::string::npos);
+  }
+  SECTION("a port in use: the server says so in its log") {
+    // Hold the PS task's port.
+    auto held = task_processes::start(c.file, options_in(c.dir));
+    REQUIRE(held.ok());
+    const int worker = (*held)->pid("/job:worker/task:0");
+    auto twice = task_processes::start(c.file, options_in(c.dir));
+    REQUIRE_FALSE(twice.ok());
+    CHECK(twice.error().message().find("exited with code 1") != std::string::npos);
+    CHECK(twice.error().message().find("in use") != std::string::npos);
+    CHECK(alive(worker));  // the first run's servers are untouched
+  }
+  std::filesystem::remove_all(c.dir);
+}
+
+}  // namespace
+}  // namespace troupe::cluster
