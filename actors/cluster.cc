@@ -203,7 +203,28 @@ result<int> cluster::restart_task(std::string_view task) {
   return ++incarnations_[canonical_task(task)];
 }
 
+// Asks every device actor of `task` (the stand-ins of a task in another process, which
+// forward it) to take an injected fault, and waits for each answer.
+template <typename... Ts>
+status cluster::ask_task_devices(std::string_view task, const char* what, Ts... xs) {
+  unpinned_use use(*system_);  // outlives the scoped actor
+  caf::scoped_actor self{*system_};
+  for (const caf::actor& a : task_actors(task)) {
+    status out = internal_error("no answer");
+    self->request(a, std::chrono::seconds(10), xs...)
+        .receive([&](bool) { out = status(); },
+                 [&](caf::error& e) {
+                   out = unavailable_error("task ", canonical_task(task), " did not take the ", what, ": ", to_status(e).message());
+                 });
+    if (!out.ok()) return out;
+  }
+  return status();
+}
+
 status cluster::set_straggle(std::string_view task, std::chrono::microseconds per_step) {
+  if (!canonical_task(task).empty() && !hosts(task)) {
+    return ask_task_devices(task, "straggle", straggle_atom::value, static_cast<std::int64_t>(per_step.count()));
+  }
   return for_each_device(task, [&](const std::string&, std::unique_ptr<runtime_device>& dev) {
     dev->set_straggle(per_step);
   });
@@ -221,6 +242,10 @@ status cluster::stall_task(std::string_view task, std::chrono::milliseconds dura
 status cluster::set_link_fault(std::string_view from, std::string_view to, runtime_device::link_fault fault) {
   const std::string destination = canonical_task(to);
   if (destination.empty()) return not_found_error("no task '", to, "' in the cluster");
+  if (!canonical_task(from).empty() && !hosts(from)) {
+    return ask_task_devices(from, "link fault", link_fault_atom::value, destination,
+                            static_cast<std::int64_t>(fault.delay.count()), fault.drop, fault.seed);
+  }
   return for_each_device(from, [&](const std::string&, std::unique_ptr<runtime_device>& dev) {
     dev->set_link_fault(destination, fault);
   });

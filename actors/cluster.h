@@ -141,13 +141,15 @@ class cluster {
   // Injected slowness of `task`'s devices (the fault injector's straggle and stall):
   // each step partition they run starts `per_step` later (0: no more); none starts before
   // `duration` from now has passed. The current incarnation only. A task hosted elsewhere
-  // can be stalled (its process frozen: cluster_options::remote_tasks), not slowed.
-  // Errors: no such task.
+  // is told through its stand-ins (which forward to its process), and is stalled by
+  // freezing its process (cluster_options::remote_tasks). Errors: no such task; a task
+  // elsewhere that did not answer.
   status set_straggle(std::string_view task, std::chrono::microseconds per_step);
   status stall_task(std::string_view task, std::chrono::milliseconds duration);
   // Injected faults on the link from task `from` to task `to` (drop_messages,
-  // delay_messages; runtime_device::set_link_fault): delay 0 and drop 0 lift them.
-  // Errors: no such task.
+  // delay_messages; runtime_device::set_link_fault): delay 0 and drop 0 lift them. A
+  // task elsewhere is told through its stand-ins. Errors: no such task; a task elsewhere
+  // that did not answer.
   status set_link_fault(std::string_view from, std::string_view to, runtime_device::link_fault fault);
   // The device actors of the task's current incarnation (to monitor them).
   std::vector<caf::actor> task_actors(std::string_view task) const;
@@ -162,6 +164,8 @@ class cluster {
   std::vector<std::string> device_names_;
   // The canonical name of `task` in `spec`, or empty.
   static std::string canonical_task_of(std::string_view task, const placement::cluster_spec& spec);
+  template <typename... Ts>
+  status ask_task_devices(std::string_view task, const char* what, Ts... xs);
   // The control of `task` when it is hosted elsewhere and cluster_options::remote_tasks
   // is set; else null.
   const cluster_options::remote_task_control* remote_control(std::string_view task) const;

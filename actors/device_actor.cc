@@ -294,6 +294,14 @@ caf::behavior device_behavior(device_actor* self, device_options options) {
         if (auto* memory = st.options.device->memory()) stats.memory_in_use = memory->in_use();
         return stats;
       },
+      [=](straggle_atom, std::int64_t micros) {
+        self->state.options.device->set_straggle(std::chrono::microseconds(micros));
+        return true;
+      },
+      [=](link_fault_atom, const std::string& to_task, std::int64_t delay_us, double drop, std::uint64_t seed) {
+        self->state.options.device->set_link_fault(to_task, {std::chrono::microseconds(delay_us), drop, seed});
+        return true;
+      },
   };
 }
 

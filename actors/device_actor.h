@@ -16,6 +16,11 @@
 //       outside this actor's handlers; inside them it asks the rendezvous directly)
 //   (rv_cancel_atom, step_id, transfer_key_ptr)          a local _Recv's step cancelled it
 //   (stats_atom)                                 -> device_stats      what it holds now
+//   (straggle_atom, int64 us)                    -> bool   each step partition starts this
+//       much later from now on (0: no more): the fault injector's straggle, for a device
+//       reached by message (a task in another process)
+//   (link_fault_atom, to_task, int64 delay_us, double drop, uint64 seed) -> bool   faults
+//       on this device's Sends to `to_task` (runtime_device::set_link_fault), likewise
 //
 // Guarantees:
 //  1. Every request is answered exactly once, also when the actor ends: its exit answers
@@ -50,6 +55,8 @@ using abort_step_atom = caf::atom_constant<caf::atom("abortstep")>;
 using unprepare_atom = caf::atom_constant<caf::atom("unprepare")>;
 using stats_atom = caf::atom_constant<caf::atom("stats")>;
 using forget_atom = caf::atom_constant<caf::atom("forgetprep")>;
+using straggle_atom = caf::atom_constant<caf::atom("straggle")>;
+using link_fault_atom = caf::atom_constant<caf::atom("linkfault")>;
 
 struct device_options {
   // REQUIRES: non-null and outliving the actor; its pool runs the steps.

@@ -25,7 +25,9 @@ using actors::abort_step_atom;
 using actors::forget_atom;
 using actors::prepare_atom;
 using actors::run_atom;
+using actors::link_fault_atom;
 using actors::stats_atom;
+using actors::straggle_atom;
 using actors::to_caf_error;
 using actors::to_status;
 using actors::unprepare_atom;
@@ -380,6 +382,20 @@ caf::behavior task_service(service_actor* self, task_service_options options) {
           self->send(device, abort_step_atom::value, step_id, reason);
         }
       },
+      // An injected fault for one of the task's devices, handed to it.
+      [self](straggle_atom a, const std::string& device, std::int64_t micros) -> caf::result<bool> {
+        caf::actor actor = self->state.device_actor(device);
+        if (!actor) return to_caf_error(not_found_error("task ", self->state.options.task, " has no device ", device));
+        self->delegate(actor, a, micros);
+        return caf::delegated<bool>();
+      },
+      [self](link_fault_atom a, const std::string& device, const std::string& to_task, std::int64_t delay_us, double drop,
+             std::uint64_t seed) -> caf::result<bool> {
+        caf::actor actor = self->state.device_actor(device);
+        if (!actor) return to_caf_error(not_found_error("task ", self->state.options.task, " has no device ", device));
+        self->delegate(actor, a, to_task, delay_us, drop, seed);
+        return caf::delegated<bool>();
+      },
       [self](stats_atom, const std::string& device) -> caf::result<wire_stats> {
         caf::actor actor = self->state.device_actor(device);
         if (!actor) return to_caf_error(not_found_error("task ", self->state.options.task, " has no device ", device));
@@ -543,6 +559,22 @@ void with_connection(remote_actor* self, std::function<void()> ready, std::funct
   });
 }
 
+// Sends `message` (an injected fault for the device) to its task's service and answers
+// with its answer.
+template <typename FailPending>
+caf::result<bool> forward_fault(remote_actor* self, FailPending fail_pending, const char* what, caf::message message) {
+  const std::uint64_t id = self->state.park(self->make_response_promise());
+  with_connection(
+      self,
+      [self, id, what, message] {
+        self->request(self->state.service, self->state.options.request_timeout, message)
+            .then([self, id](bool ok) { self->state.answer(id, ok); },
+                  [self, id, what](caf::error& e) { self->state.answer(id, remote_error(self->state.options, e, what)); });
+      },
+      fail_pending(id));
+  return caf::delegated<bool>();
+}
+
 caf::behavior remote_device(remote_actor* self, remote_device_options options) {
   self->state.options = std::move(options);
   self->set_down_handler([self](caf::down_msg& down) {
@@ -637,6 +669,15 @@ caf::behavior remote_device(remote_actor* self, remote_device_options options) {
               st.link->send(transfer_wire_key(step_id, key->key()), std::move(*shared), nullptr);
             },
             refuse);
+      },
+      // An injected fault (straggle, link faults) for the device, told to its task.
+      [self, fail_pending](straggle_atom a, std::int64_t micros) -> caf::result<bool> {
+        return forward_fault(self, fail_pending, "a straggle", caf::make_message(a, self->state.options.device, micros));
+      },
+      [self, fail_pending](link_fault_atom a, const std::string& to_task, std::int64_t delay_us, double drop,
+                           std::uint64_t seed) -> caf::result<bool> {
+        return forward_fault(self, fail_pending, "a link fault",
+                             caf::make_message(a, self->state.options.device, to_task, delay_us, drop, seed));
       },
       [self, fail_pending](stats_atom) -> caf::result<actors::device_stats> {
         const std::uint64_t id = self->state.park(self->make_response_promise());

@@ -557,18 +557,10 @@ void check_faults(checker& c, const node& parent, scenario::Scenario* s) {
         c.error(fn, "until_step", "must be > at_step (", f->at_step(), "; is ", f->until_step(), ")");
       }
     }
-    // A real cluster's processes can be killed and frozen, by the troupe run that
-    // started them; the slowness and link faults act inside a process.
+    // A real cluster's processes can be killed and frozen by the troupe run that started
+    // them, not by one that found them at addresses.
     if (cl.mode() == scenario::Cluster::REAL) {
       const bool by_hand = cl.job_size() > 0 && cl.job(0).addresses_size() > 0;
-      const char* name = kind == scenario::Fault::kStraggle        ? "straggle"
-                         : kind == scenario::Fault::kDropMessages  ? "drop_messages"
-                         : kind == scenario::Fault::kDelayMessages ? "delay_messages"
-                                                                   : nullptr;
-      if (name != nullptr) {
-        c.error(fn, name, name, " acts inside a process: mode REAL takes kill, stall and the checkpoint faults ",
-                "(use mode: SIMULATED for ", name, ")");
-      }
       const char* owned = kind == scenario::Fault::kKill                   ? "kill"
                           : kind == scenario::Fault::kStall                ? "stall"
                           : kind == scenario::Fault::kKillDuringCheckpoint ? "kill_during_checkpoint"
