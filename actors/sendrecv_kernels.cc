@@ -77,7 +77,9 @@ class sender {
         return status();
       }
     }
-    caf::anon_send(destination_, rv_send_atom::value, step, key_, t);
+    // Sent as the sending device: a destination that cannot deliver it (a stand-in for a
+    // device of another process whose connection failed) aborts the step here.
+    caf::send_as(device_->self(), destination_, rv_send_atom::value, step, key_, t);
     return status();
   }
   runtime_device* device() const { return device_; }

@@ -5,6 +5,7 @@
 #include <condition_variable>
 #include <deque>
 #include <functional>
+#include <cstdio>
 #include <thread>
 #include <iostream>
 #include <map>
@@ -547,6 +548,11 @@ void with_connection(remote_actor* self, std::function<void()> ready, std::funct
         st.service = service;
         st.link = link;
         self->monitor(service);
+      } else {
+        // What waited fails with it; the line is for a server's log, whose steps' owners
+        // are elsewhere.
+        std::fprintf(stderr, "troupe: %s could not reach %s (next use tries again): %s\n",
+                     st.options.link.local_task.c_str(), st.options.device.c_str(), outcome.message().c_str());
       }
       for (auto& [ready, failed] : waiting) {
         if (outcome.ok()) {
@@ -649,24 +655,36 @@ caf::behavior remote_device(remote_actor* self, remote_device_options options) {
         if (self->state.service) self->send(self->state.service, a, step_id, reason);
       },
       // A _Send's tensor for this device: over the link to its task's transfer hub. What
-      // cannot be sent fails the step there (the tensor cannot arrive).
+      // cannot be sent fails the step at both ends: at the sending device (its step's
+      // owner learns it and aborts the step everywhere, also where the tensor was awaited)
+      // and, when connected, at the task.
       [self](actors::rv_send_atom, std::int64_t step_id, const actors::transfer_key_ptr& key, tensor& value) {
         auto shared = std::make_shared<tensor>(std::move(value));
-        auto refuse = [self, step_id, key](const status& s) {
-          if (!self->state.service) return;  // nothing of the step runs there
-          self->send(self->state.service, abort_step_atom::value, step_id,
-                     to_caf_error(s.with_context(str_cat("sending ", key->printed(), " of step ", step_id))));
+        auto refuse = [self, step_id, key, sender = caf::actor_cast<caf::actor>(self->current_sender())](const status& s) {
+          const caf::error why = to_caf_error(unavailable_error(
+              "device ", self->state.options.device, " of task ", self->state.options.hello.task, " cannot take ",
+              key->printed(), " of step ", step_id, ": ", s.message()));
+          if (sender) self->send(sender, abort_step_atom::value, step_id, why);
+          if (self->state.service) self->send(self->state.service, abort_step_atom::value, step_id, why);
         };
         with_connection(
             self,
-            [self, step_id, key, shared, refuse] {
+            [self, step_id, key, shared, refuse, sender = caf::actor_cast<caf::actor>(self->current_sender())] {
               auto& st = self->state;
               if (st.link == nullptr) return refuse(unimplemented_error("task ", st.options.hello.task, " takes no tensor links"));
               if (dtype_size(shared->type()) == 0) {
                 return refuse(invalid_argument_error("tensor ", key->printed(), " is a ", dtype_name(shared->type()),
                                                      " tensor, which cannot cross processes"));
               }
-              st.link->send(transfer_wire_key(step_id, key->key()), std::move(*shared), nullptr);
+              // A link that breaks before the bytes are out fails the step at the sender.
+              st.link->send(transfer_wire_key(step_id, key->key()), std::move(*shared),
+                            [sender, step_id, key, device = st.options.device](const status& s) {
+                              if (s.ok() || !sender) return;
+                              caf::anon_send(sender, abort_step_atom::value, step_id,
+                                             to_caf_error(unavailable_error("sending ", key->printed(), " of step ",
+                                                                            step_id, " to ", device, " failed: ",
+                                                                            s.message())));
+                            });
             },
             refuse);
       },
