@@ -21,8 +21,14 @@
 //
 //   build/bench/bench_figure6 --workers=1,2,5,10,25,50,100 --seconds=2 --embedding_mb=1024
 //
+// With --real=PROGRAM every task is a process of its own instead (a `troupe server` run
+// by PROGRAM, started on free loopback ports: cluster::task_processes), and this program
+// is the client of them all: the same steps across processes (issue 16).
+//
+//   build/bench/bench_figure6 --real=build/troupe --workers=1,2,4,8 --embedding_mb=64
+//
 // Flags: --workers=LIST --ps=16 --seconds=S --warmup=S --embedding_mb=MB --models=null,sparse
-//        --compute_threads=N --actor_threads=N (0: the cluster's defaults).
+//        --compute_threads=N --actor_threads=N (0: the cluster's defaults) --real=PROGRAM.
 #include <algorithm>
 #include <barrier>
 #include <chrono>
@@ -35,8 +41,16 @@
 #include <thread>
 #include <vector>
 
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+
 #include "actors/cluster.h"
 #include "actors/session.h"
+#include "cluster/cluster_file.h"
+#include "cluster/real_cluster.h"
+#include "cluster/task_processes.h"
 #include "graph/nn.h"
 #include "graph/ops.h"
 #include "graph/variables.h"
@@ -55,6 +69,7 @@ struct flags {
   std::vector<std::string> models = {"null", "sparse"};
   int compute_threads = 0;
   int actor_threads = 0;
+  std::string real;  // the troupe program: tasks in processes of their own
 };
 
 std::vector<std::string> split(const std::string& s) {
@@ -89,10 +104,12 @@ bool parse_flags(int argc, char** argv, flags* f) {
         f->compute_threads = std::stoi(value);
       } else if (key == "--actor_threads") {
         f->actor_threads = std::stoi(value);
+      } else if (key == "--real") {
+        f->real = value;
       } else {
         std::cerr << "bench_figure6: unknown flag '" << arg << "' (valid: --workers=LIST, --ps=N, "
                   << "--seconds=S, --warmup=S, --embedding_mb=MB, --models=null,sparse, "
-                  << "--compute_threads=N, --actor_threads=N)\n";
+                  << "--compute_threads=N, --actor_threads=N, --real=PROGRAM)\n";
         return false;
       }
     } catch (const std::exception&) {
@@ -248,6 +265,47 @@ int run(const flags& f) {
     return 1;
   }
   actors::cluster_options co;
+  // --real: a server process per task; this process is their client (the servers stop
+  // before their directory goes).
+  const std::string dir = (std::filesystem::temp_directory_path() / ("troupe-figure6-" + std::to_string(::getpid()))).string();
+  struct remove_dir {
+    std::string path;
+    ~remove_dir() {
+      std::error_code ignored;
+      std::filesystem::remove_all(path, ignored);
+    }
+  } cleanup{f.real.empty() ? std::string() : dir};
+  std::unique_ptr<cluster::task_processes> servers;
+  if (!f.real.empty()) {
+    std::filesystem::create_directories(dir);
+    std::ofstream file(dir + "/cluster.pbtxt");
+    for (const auto& [job, n] : {std::pair<std::string, int>{"ps", f.ps}, {"worker", max_workers}}) {
+      file << "job { name: \"" << job << "\"";
+      for (int t = 0; t < n; ++t) file << " tasks { key: " << t << " value: \"127.0.0.1:" << cluster::free_loopback_port() << "\" }";
+      file << " }\n";
+    }
+    file.close();
+    auto loaded = cluster::cluster_file::load(dir + "/cluster.pbtxt");
+    if (!loaded.ok()) {
+      std::cerr << loaded.error().to_string() << "\n";
+      return 1;
+    }
+    cluster::task_processes_options po;
+    po.executable = f.real;
+    po.log_dir = dir;
+    auto started = cluster::task_processes::start(*loaded, po);
+    if (!started.ok()) {
+      std::cerr << started.error().to_string() << "\n";
+      return 1;
+    }
+    servers = std::move(*started);
+    auto o = cluster::process_cluster_options(*loaded, {}, "bench_figure6");
+    if (!o.ok()) {
+      std::cerr << o.error().to_string() << "\n";
+      return 1;
+    }
+    co = std::move(*o);
+  }
   co.spec = *spec;
   co.compute_threads = f.compute_threads;
   co.actor_threads = f.actor_threads;
@@ -294,10 +352,10 @@ int run(const flags& f) {
                    p.p10_ms, p.p50_ms, p.p90_ms, p.error.empty() ? "" : "  error: ", p.error.c_str());
     }
   }
-  std::printf("{\"ps\": %d, \"seconds\": %g, \"embedding_mb\": %lld, \"embedding_rows\": %lld, "
+  std::printf("{\"mode\": \"%s\", \"ps\": %d, \"seconds\": %g, \"embedding_mb\": %lld, \"embedding_rows\": %lld, "
               "\"embedding_columns\": %lld, \"rows_per_step\": %lld, \"compute_threads\": %d, "
               "\"setup_s\": %.3f, \"points\": [",
-              f.ps, f.seconds, static_cast<long long>(f.embedding_mb), static_cast<long long>(vocab),
+              f.real.empty() ? "IN_PROCESS" : "REAL", f.ps, f.seconds, static_cast<long long>(f.embedding_mb), static_cast<long long>(vocab),
               static_cast<long long>(k_columns), static_cast<long long>(k_rows_per_step),
               (*c)->pool().num_threads(), setup_s);
   for (std::size_t i = 0; i < points.size(); ++i) {
