@@ -207,6 +207,14 @@ result<made_certificates> make_test_certificates(const cluster_file& cluster, co
     tls += str_cat("  task { job: ", quoted(task.job), " index: ", task.index, " certificate: ", quoted(stem + ".pem"),
                    " key: ", quoted(stem + ".key"), " }\n");
   }
+  {
+    key_ptr key = new_key();
+    if (key == nullptr) return internal_error("making the client's key: ", openssl_error());
+    auto cert = new_certificate(key.get(), k_client_identity, ca->get(), ca_key.get(), days);
+    if (!cert.ok()) return cert.error();
+    TROUPE_RETURN_IF_ERROR(write_pair(cert->get(), key.get(), dir + "/client.pem", dir + "/client.key"));
+    tls += "  client { certificate: \"client.pem\" key: \"client.key\" }\n";
+  }
   tls += "}\n";
   std::string text = str_cat("# Made by troupe cert init from ", cluster.path(), ".\n");
   for (const std::string& job : cluster.spec().job_names()) {
@@ -230,6 +238,19 @@ result<made_certificates> make_test_certificates(const cluster_file& cluster, co
 status check_task_credentials(const cluster_tls& tls, const task_address& task) {
   const task_credentials* mine = tls.of(task.job, task.index);
   if (mine == nullptr) return failed_precondition_error("the cluster's tls section has no credentials for ", task.task_name());
+  return check_credentials(tls, *mine, task.task_name());
+}
+
+status check_client_credentials(const cluster_tls& tls) {
+  if (!tls.client) {
+    return failed_precondition_error("the cluster's tls section has no client credentials (client { certificate key }: ",
+                                     "troupe cert init makes them)");
+  }
+  return check_credentials(tls, *tls.client, k_client_identity);
+}
+
+status check_credentials(const cluster_tls& tls, const task_credentials& mine_ref, const std::string& name) {
+  const task_credentials* mine = &mine_ref;
   auto ca = read_certificate(tls.ca_certificate, "CA certificate");
   if (!ca.ok()) return ca.error();
   auto cert = read_certificate(mine->certificate, "certificate");
@@ -247,8 +268,8 @@ status check_task_credentials(const cluster_tls& tls, const task_address& task) 
                                      tls.ca_certificate, "': ", *problem);
   }
   const std::string named = common_name_of(cert->get());
-  if (named != task.task_name()) {
-    return failed_precondition_error("certificate '", mine->certificate, "' names '", named, "', not ", task.task_name());
+  if (named != name) {
+    return failed_precondition_error("certificate '", mine->certificate, "' names '", named, "', not ", name);
   }
   return status();
 }
@@ -292,8 +313,13 @@ result<identity_proof> prove_identity(const task_credentials& mine, std::string_
 
 status check_identity(const cluster_tls& tls, const task_address& claimed, std::string_view challenge,
                       const identity_proof& proof) {
+  return check_identity(tls, claimed.task_name(), challenge, proof);
+}
+
+status check_identity(const cluster_tls& tls, const std::string& claimed, std::string_view challenge,
+                      const identity_proof& proof) {
   auto refused = [&](const auto&... why) {
-    return unauthenticated_error("a peer claiming to be ", claimed.task_name(), " is refused: ", why...);
+    return unauthenticated_error("a peer claiming to be ", claimed, " is refused: ", why...);
   };
   auto ca = read_certificate(tls.ca_certificate, "CA certificate");
   if (!ca.ok()) return ca.error();
@@ -306,7 +332,7 @@ status check_identity(const cluster_tls& tls, const task_address& claimed, std::
   if (!problem.ok()) return problem.error();
   if (!problem->empty()) return refused("its certificate does not verify against the cluster's CA (", *problem, ")");
   const std::string named = common_name_of(cert.get());
-  if (named != claimed.task_name()) return refused("its certificate names '", named, "'");
+  if (named != claimed) return refused("its certificate names '", named, "'");
   EVP_PKEY* key = X509_get0_pubkey(cert.get());
   std::unique_ptr<EVP_MD_CTX, freer<EVP_MD_CTX, EVP_MD_CTX_free>> ctx(EVP_MD_CTX_new());
   if (key == nullptr || ctx == nullptr || EVP_DigestVerifyInit(ctx.get(), nullptr, EVP_sha256(), nullptr, key) != 1) {

@@ -27,7 +27,8 @@ struct made_certificates {
 };
 
 // Makes DIR (when absent) and writes DIR/ca.pem and ca.key, DIR/<job>-<index>.pem and .key
-// for every task of `cluster`, and DIR/cluster.pbtxt: the cluster's jobs with a tls section
+// for every task of `cluster`, DIR/client.pem and client.key (naming "client", for the
+// processes that host no task), and DIR/cluster.pbtxt: the cluster's jobs with a tls section
 // naming them (paths relative to DIR). Certificates are valid from an hour ago for
 // `days` days. Refuses (ALREADY_EXISTS) to overwrite a CA already in DIR.
 result<made_certificates> make_test_certificates(const cluster_file& cluster, const std::string& dir, int days = 365);
@@ -36,6 +37,11 @@ result<made_certificates> make_test_certificates(const cluster_file& cluster, co
 // the task's certificate and key), the key the certificate's, the certificate signed by
 // the CA and valid now, and naming the task. Errors name the file and what is wrong.
 status check_task_credentials(const cluster_tls& tls, const task_address& task);
+// The same for the client's credentials (naming k_client_identity); FAILED_PRECONDITION
+// when the tls section has none.
+status check_client_credentials(const cluster_tls& tls);
+// The same for any credentials that must name `name`.
+status check_credentials(const cluster_tls& tls, const task_credentials& mine, const std::string& name);
 
 // OpenSSL's last error as text, or `fallback` when it has none; clears its error queue
 // (for every user of OpenSSL in cluster/).
@@ -62,6 +68,9 @@ result<identity_proof> prove_identity(const task_credentials& mine, std::string_
 // UNAUTHENTICATED naming `claimed` and why: a certificate the CA did not sign or that names
 // another task, or a signature its key did not make over this challenge.
 status check_identity(const cluster_tls& tls, const task_address& claimed, std::string_view challenge,
+                      const identity_proof& proof);
+// The same for a peer claiming any name (a task's, or k_client_identity).
+status check_identity(const cluster_tls& tls, const std::string& claimed, std::string_view challenge,
                       const identity_proof& proof);
 
 }  // namespace troupe::cluster

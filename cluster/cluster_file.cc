@@ -138,6 +138,12 @@ result<cluster_file> cluster_file::parse(const std::string& text, const std::str
       }
       t.tasks.emplace_back(*address, task_credentials{absolute_beside(path, c.certificate()), absolute_beside(path, c.key())});
     }
+    if (tls.has_client()) {
+      if (tls.client().certificate().empty() || tls.client().key().empty()) {
+        return invalid_argument_error(at, "tls: the client needs both a certificate and a key");
+      }
+      t.client = task_credentials{absolute_beside(path, tls.client().certificate()), absolute_beside(path, tls.client().key())};
+    }
     for (const task_address& a : out.tasks_) {
       if (t.of(a.job, a.index) == nullptr) {
         return invalid_argument_error(at, "tls: task ", a.task_name(), " has no certificate and key (every task needs them)");

@@ -38,9 +38,14 @@ struct task_credentials {
   std::string key;
 };
 
+// The name a client's certificate gives (a process hosting no task: troupe run, troupe
+// eval --cluster), in place of a task's.
+inline constexpr const char* k_client_identity = "client";
+
 struct cluster_tls {
   std::string ca_certificate;  // an absolute path
   std::vector<std::pair<task_address, task_credentials>> tasks;
+  std::optional<task_credentials> client;  // absolute paths; none: the file gives no client's
   const task_credentials* of(std::string_view job, int index) const;
 };
 

@@ -3,6 +3,9 @@
 #include <cstdio>
 #include <random>
 
+#include <caf/openssl/all.hpp>
+
+#include "cluster/certificates.h"
 #include "cluster/remote_task.h"
 #include "core/crc32c.h"
 
@@ -24,6 +27,40 @@ result<task_address> address_of_device(const cluster_file& file, const std::stri
 
 std::string unbracketed(const std::string& host) {
   return host.size() > 2 && host.front() == '[' && host.back() == ']' ? host.substr(1, host.size() - 2) : host;
+}
+
+// "/job:ps/task:0" -> "/job:ps/replica:0/task:0".
+std::string canonical_of(const std::string& task) {
+  std::string out = task;
+  if (out.find("/replica:") == std::string::npos) {
+    const auto at = out.find("/task:");
+    if (at != std::string::npos) out.insert(at, "/replica:0");
+  }
+  return out;
+}
+
+// TLS (a cluster file with a tls section): this process's identity (its task's, or the
+// client's) and credentials, checked now (CAF's OpenSSL module reads them per connection,
+// too late for a clear error). Null without TLS.
+result<std::shared_ptr<const control_tls>> control_tls_of(const cluster_file& file, const std::vector<std::string>& hosted) {
+  if (!file.tls()) return std::shared_ptr<const control_tls>();
+  auto t = std::make_shared<control_tls>();
+  t->cluster = std::make_shared<const cluster_tls>(*file.tls());
+  if (hosted.empty()) {
+    TROUPE_RETURN_IF_ERROR(check_client_credentials(*file.tls()));
+    t->identity = k_client_identity;
+    t->mine = *file.tls()->client;
+    return std::shared_ptr<const control_tls>(std::move(t));
+  }
+  const std::string task = canonical_of(hosted.front());
+  for (const task_address& a : file.tasks()) {
+    if (a.task_name() != task) continue;
+    TROUPE_RETURN_IF_ERROR(check_task_credentials(*file.tls(), a));
+    t->identity = task;
+    t->mine = *file.tls()->of(a.job, a.index);
+    return std::shared_ptr<const control_tls>(std::move(t));
+  }
+  return not_found_error("cluster file '", file.path(), "' has no task ", hosted.front());
 }
 
 }  // namespace
@@ -49,31 +86,41 @@ std::string cluster_id_of(const cluster_file& file) {
 
 result<actors::cluster_options> process_cluster_options(const cluster_file& file, const std::vector<std::string>& hosted,
                                                         const std::string& me) {
-  if (file.tls()) {
-    return failed_precondition_error("cluster file '", file.path(), "' names TLS credentials, but troupe's control plane ",
-                                     "does not speak TLS yet (tensor links do): leave the tls section out, on loopback ",
-                                     "or a network you trust");
-  }
   const std::string id = cluster_id_of(file);
   actors::cluster_options o;
   o.spec = file.spec();
   o.hosted_tasks = hosted;
   o.first_step_id = first_step_id_of_incarnation(new_incarnation());
   o.configure_system = add_remote_task_support;
+  auto tls_or = control_tls_of(file, hosted);
+  if (!tls_or.ok()) return tls_or.error();
+  std::shared_ptr<const control_tls> tls = std::move(*tls_or);
+  if (tls != nullptr) {
+    o.configure_system = [tls](caf::actor_system_config& config) {
+      add_remote_task_support(config);
+      add_control_tls(config, *tls);
+    };
+  }
   // A server's stand-ins outlive the other tasks' processes (its prepared partitions hold
   // them); a client's exit with their task, for its sessions and supervisor to see.
   const bool server = !hosted.empty();
-  o.remote_device = [file, id, me, server](caf::actor_system& system, const std::string& device) -> result<caf::actor> {
+  o.remote_device = [file, id, me, server, tls](caf::actor_system& system, const std::string& device) -> result<caf::actor> {
     auto address = address_of_device(file, device);
     if (!address.ok()) return address.error();
     remote_device_options r;
     r.device = device;
     r.host = unbracketed(address->host);
     r.port = address->port;
-    r.hello = {address->task_name(), id, me, std::chrono::milliseconds(3000)};
+    r.hello = {address->task_name(), id, me, std::chrono::milliseconds(3000), tls};
     r.link.local_task = me;
     r.link.cluster_id = id;
+    if (tls != nullptr) {
+      // A link's certificate must name the task its hello gives.
+      r.link.local_task = tls->identity;
+      r.link.tls = link_tls{tls->cluster->ca_certificate, tls->mine.certificate, tls->mine.key};
+    }
     r.outlive_task = server;
+    for (const task_address& a : file.tasks()) r.addresses[a.task_name()] = {unbracketed(a.host), a.port};
     return spawn_remote_device(system, std::move(r));
   };
   return o;
@@ -92,6 +139,7 @@ struct task_server::impl {
   caf::actor service;
   std::string task;
   std::string address;
+  std::shared_ptr<const control_tls> tls;
 
   ~impl() {
     hub.reset();  // no tensor arrives any more
@@ -113,7 +161,7 @@ result<std::unique_ptr<task_server>> task_server::start(const cluster_file& file
   auto address = file.address(job, index);
   if (!address.ok()) return address.error();
   const std::string host = unbracketed(address->host);
-  if (!options.listen_all && !loopback(host)) {
+  if (!file.tls() && !options.listen_all && !loopback(host)) {
     return failed_precondition_error("task ", address->task_name(), " is at ", address->host, ":", address->port,
                                      ", not a loopback address; without TLS a server listens on loopback only: give ",
                                      "--listen-all to serve other machines over plain TCP");
@@ -125,15 +173,22 @@ result<std::unique_ptr<task_server>> task_server::start(const cluster_file& file
   auto c = process_cluster(file, {s->task}, s->task);
   if (!c.ok()) return c.error();
   s->cluster = std::move(*c);
+  auto tls = control_tls_of(file, {s->task});
+  if (!tls.ok()) return tls.error();
+  s->tls = *tls;
   link_options link;
   link.local_task = s->task;
   link.cluster_id = cluster_id_of(file);
+  if (s->tls != nullptr) link.tls = link_tls{s->tls->cluster->ca_certificate, s->tls->mine.certificate, s->tls->mine.key};
   auto hub = transfer_hub::start(*s->cluster, bind_host, link);
   if (!hub.ok()) return hub.error();
   s->hub = std::move(*hub);
-  s->service = spawn_task_service(s->cluster->system(), {s->cluster.get(), s->task, link.cluster_id, s->hub->port()});
-  auto port = s->cluster->system().middleman().publish(s->service, static_cast<std::uint16_t>(address->port),
-                                                        bind_host.c_str(), true);
+  s->service = spawn_task_service(s->cluster->system(),
+                                  {s->cluster.get(), s->task, link.cluster_id, s->hub->port(), s->tls});
+  auto port = s->tls != nullptr
+                  ? caf::openssl::publish(s->service, static_cast<std::uint16_t>(address->port), bind_host.c_str(), true)
+                  : s->cluster->system().middleman().publish(s->service, static_cast<std::uint16_t>(address->port),
+                                                             bind_host.c_str(), true);
   if (!port) {
     return unavailable_error("task ", s->task, " cannot listen on ", bind_host, ":", address->port, ": ",
                              s->cluster->system().render(port.error()), " (is the port in use?)");

@@ -1,5 +1,7 @@
 #include "cluster/remote_task.h"
 
+#include <caf/openssl/all.hpp>
+
 #include <algorithm>
 #include <atomic>
 #include <condition_variable>
@@ -16,6 +18,7 @@
 
 #include "actors/device_actor.h"
 #include "actors/messages.h"
+#include "cluster/certificates.h"
 #include "actors/rendezvous.h"
 #include "graph/graph.h"
 
@@ -66,6 +69,34 @@ std::string endpoint_name(const graph::graph& g, const graph::endpoint& e) {
 }
 
 // A partition as it crosses (the remote device's side).
+// The tasks other than `own` that a partition's Sends go to.
+std::set<std::string> send_destinations(const actors::executable_spec& spec, const std::string& own) {
+  std::set<std::string> out;
+  for (int id : spec.nodes) {
+    const auto& def = spec.graph->get(id).def;
+    if (def.op().find("Send") == std::string::npos) continue;
+    auto it = def.attr().find("recv_device");
+    if (it == def.attr().end()) continue;
+    const std::string& device = it->second.s();
+    std::string task = device.substr(0, device.find("/device:"));
+    if (task != own) out.insert(std::move(task));
+  }
+  return out;
+}
+
+// "task=host:port" -> its parts; false when malformed.
+bool parse_link_entry(const std::string& entry, std::string* task, std::string* host, int* port) {
+  const auto eq = entry.find('=');
+  const auto colon = entry.rfind(':');
+  if (eq == std::string::npos || colon == std::string::npos || colon < eq) return false;
+  *task = entry.substr(0, eq);
+  *host = entry.substr(eq + 1, colon - eq - 1);
+  const std::string digits = entry.substr(colon + 1);
+  if (digits.empty() || digits.size() > 5 || digits.find_first_not_of("0123456789") != std::string::npos) return false;
+  *port = std::stoi(digits);
+  return *port > 0 && *port < 65536 && !task->empty() && !host->empty();
+}
+
 result<wire_spec> to_wire_spec(const actors::executable_spec& spec, const std::string& device) {
   if (spec.graph == nullptr) return invalid_argument_error("a partition for ", device, " has no graph");
   wire_spec w;
@@ -255,11 +286,43 @@ struct service_state {
   std::map<std::uint64_t, partition> partitions;  // by the service's handle
   std::map<std::pair<caf::actor_addr, std::uint64_t>, std::uint64_t> tokens;  // (client, its token) -> ours
   std::set<caf::actor_addr> clients;  // monitored
+  // Over TLS: the challenge each asker was given (by its actor: one process may greet
+  // several times at once), and the nodes that proved who they are.
+  std::map<caf::actor_addr, std::string> challenges;
+  std::set<caf::node_id> verified;
 
   caf::actor device_actor(const std::string& name) const { return options.cluster->device_actor(name); }
 };
 
 using service_actor = caf::stateful_actor<service_state>;
+
+// Whether the current message may be served: always without TLS; over TLS only from a
+// node that passed the hello.
+bool from_verified(service_actor* self) {
+  if (self->state.options.tls == nullptr) return true;
+  const auto& sender = self->current_sender();
+  return sender != nullptr && self->state.verified.count(sender->node()) > 0;
+}
+
+// A hello's agreement: the control version, the cluster and the task.
+status check_hello(const task_service_options& o, std::uint32_t version, const std::string& cluster_id,
+                   const std::string& client, const std::string& task) {
+  if (version != k_control_version) {
+    return unavailable_error("task ", o.task, " speaks control version ", k_control_version, ", ", client, " ", version,
+                             " (another troupe version)");
+  }
+  if (cluster_id != o.cluster_id) {
+    return unavailable_error("task ", o.task, " belongs to cluster '", o.cluster_id, "', not '", cluster_id, "' (", client,
+                             ")");
+  }
+  if (task != o.task) return unavailable_error(client, " expected task ", task, " here, but this is task ", o.task);
+  return status();
+}
+
+caf::error unverified(service_actor* self) {
+  return to_caf_error(unauthenticated_error("task ", self->state.options.task,
+                                            " serves only peers that proved their identity in a hello"));
+}
 
 void watch_client(service_actor* self, const caf::actor_addr& client) {
   if (client && self->state.clients.insert(client).second) self->monitor(client);
@@ -284,23 +347,57 @@ caf::behavior task_service(service_actor* self, task_service_options options) {
     }
   });
   return {
+      [self](remote_challenge_atom) -> caf::result<std::string> {
+        const auto& sender = self->current_sender();
+        if (sender == nullptr) return to_caf_error(unauthenticated_error("an anonymous peer asked for a challenge"));
+        std::string challenge = make_challenge();
+        auto& challenges = self->state.challenges;
+        if (challenges.size() >= 4096) challenges.clear();  // askers that never said hello
+        challenges[caf::actor_cast<caf::actor_addr>(sender)] = challenge;
+        return challenge;
+      },
+      // Over TLS: the client's proof of `identity` over the challenge it was given, and
+      // one for this task to prove itself over.
+      [self](remote_hello_atom, std::uint32_t version, const std::string& cluster_id, const std::string& client,
+             const std::string& task, const std::string& identity, const std::string& certificate_pem,
+             const std::string& signature,
+             const std::string& their_challenge) -> caf::result<std::string, std::uint16_t, std::string, std::string> {
+        auto& st = self->state;
+        const auto& o = st.options;
+        auto refuse = [&](const status& why) {
+          std::fprintf(stderr, "troupe: task %s refused %s: %s\n", o.task.c_str(), client.c_str(), why.message().c_str());
+          return to_caf_error(why);
+        };
+        if (o.tls == nullptr) return refuse(unavailable_error("task ", o.task, " does not speak TLS (a plain cluster)"));
+        if (status s = check_hello(o, version, cluster_id, client, task); !s.ok()) return refuse(s);
+        const auto& sender = self->current_sender();
+        auto asked = sender == nullptr ? st.challenges.end() : st.challenges.find(caf::actor_cast<caf::actor_addr>(sender));
+        if (asked == st.challenges.end()) return refuse(unauthenticated_error(client, " sent a hello without a challenge"));
+        const std::string challenge = std::move(asked->second);
+        st.challenges.erase(asked);
+        bool known = identity == k_client_identity;
+        for (const auto& [address, credentials] : o.tls->cluster->tasks) known = known || address.task_name() == identity;
+        if (!known) return refuse(unauthenticated_error(client, " claims to be '", identity, "', no task of the cluster"));
+        if (status s = check_identity(*o.tls->cluster, identity, challenge, {certificate_pem, signature}); !s.ok()) {
+          return refuse(s);
+        }
+        auto mine = prove_identity(o.tls->mine, their_challenge);
+        if (!mine.ok()) return refuse(mine.error());
+        st.verified.insert(sender->node());
+        return caf::result<std::string, std::uint16_t, std::string, std::string>(
+            o.task, static_cast<std::uint16_t>(o.link_port), mine->certificate_pem, mine->signature);
+      },
       [self](remote_hello_atom, std::uint32_t version, const std::string& cluster_id, const std::string& client,
              const std::string& task) -> caf::result<std::string, std::uint16_t> {
         const auto& o = self->state.options;
-        if (version != k_control_version) {
-          return to_caf_error(unavailable_error("task ", o.task, " speaks control version ", k_control_version, ", ",
-                                                client, " ", version, " (another troupe version)"));
+        if (o.tls != nullptr) {
+          return to_caf_error(unauthenticated_error("task ", o.task, " wants a proof of identity (a TLS cluster)"));
         }
-        if (cluster_id != o.cluster_id) {
-          return to_caf_error(unavailable_error("task ", o.task, " belongs to cluster '", o.cluster_id, "', not '",
-                                                cluster_id, "' (", client, ")"));
-        }
-        if (task != o.task) {
-          return to_caf_error(unavailable_error(client, " expected task ", task, " here, but this is task ", o.task));
-        }
+        if (status s = check_hello(o, version, cluster_id, client, task); !s.ok()) return to_caf_error(s);
         return caf::result<std::string, std::uint16_t>(o.task, static_cast<std::uint16_t>(o.link_port));
       },
       [self](prepare_atom, std::uint64_t client_token, const wire_spec& w) -> caf::result<std::uint64_t> {
+        if (!from_verified(self)) return unverified(self);
         auto& st = self->state;
         caf::actor device = st.device_actor(w.device);
         if (!device) {
@@ -308,6 +405,14 @@ caf::behavior task_service(service_actor* self, task_service_options options) {
         }
         const caf::actor_addr client = caf::actor_cast<caf::actor_addr>(self->current_sender());
         watch_client(self, client);
+        // Where the tasks this partition sends to take tensors: for this server's stand-ins.
+        for (const std::string& entry : w.links) {
+          std::string task, host;
+          int port = 0;
+          if (parse_link_entry(entry, &task, &host, &port)) {
+            link_directory::of_process().set(st.options.cluster_id, task, host, port);
+          }
+        }
         const std::uint64_t token = st.next_token++;
         st.tokens[{client, client_token}] = token;
         auto built = std::make_shared<built_partition>();
@@ -339,6 +444,7 @@ caf::behavior task_service(service_actor* self, task_service_options options) {
                 [built](caf::error& e) { built->promise.deliver(std::move(e)); });
       },
       [self](unprepare_atom, std::uint64_t handle) {
+        if (!from_verified(self)) return;
         auto& st = self->state;
         auto it = st.partitions.find(handle);
         if (it == st.partitions.end()) return;
@@ -346,6 +452,7 @@ caf::behavior task_service(service_actor* self, task_service_options options) {
         st.partitions.erase(it);
       },
       [self](forget_atom, std::uint64_t client_token) {
+        if (!from_verified(self)) return;
         auto& st = self->state;
         const caf::actor_addr client = caf::actor_cast<caf::actor_addr>(self->current_sender());
         auto it = st.tokens.find({client, client_token});
@@ -357,6 +464,7 @@ caf::behavior task_service(service_actor* self, task_service_options options) {
       },
       [self](run_atom, std::uint64_t handle, std::int64_t step_id,
              std::vector<wire_tensor>& feeds) -> caf::result<std::vector<wire_tensor>> {
+        if (!from_verified(self)) return unverified(self);
         auto& st = self->state;
         auto it = st.partitions.find(handle);
         if (it == st.partitions.end()) {
@@ -378,6 +486,7 @@ caf::behavior task_service(service_actor* self, task_service_options options) {
         return caf::delegated<std::vector<wire_tensor>>();
       },
       [self](abort_step_atom, std::int64_t step_id, const caf::error& reason) {
+        if (!from_verified(self)) return;
         auto& st = self->state;
         for (const caf::actor& device : st.options.cluster->task_actors(st.options.task)) {
           self->send(device, abort_step_atom::value, step_id, reason);
@@ -385,6 +494,7 @@ caf::behavior task_service(service_actor* self, task_service_options options) {
       },
       // An injected fault for one of the task's devices, handed to it.
       [self](straggle_atom a, const std::string& device, std::int64_t micros) -> caf::result<bool> {
+        if (!from_verified(self)) return unverified(self);
         caf::actor actor = self->state.device_actor(device);
         if (!actor) return to_caf_error(not_found_error("task ", self->state.options.task, " has no device ", device));
         self->delegate(actor, a, micros);
@@ -392,12 +502,14 @@ caf::behavior task_service(service_actor* self, task_service_options options) {
       },
       [self](link_fault_atom a, const std::string& device, const std::string& to_task, std::int64_t delay_us, double drop,
              std::uint64_t seed) -> caf::result<bool> {
+        if (!from_verified(self)) return unverified(self);
         caf::actor actor = self->state.device_actor(device);
         if (!actor) return to_caf_error(not_found_error("task ", self->state.options.task, " has no device ", device));
         self->delegate(actor, a, to_task, delay_us, drop, seed);
         return caf::delegated<bool>();
       },
       [self](stats_atom, const std::string& device) -> caf::result<wire_stats> {
+        if (!from_verified(self)) return unverified(self);
         caf::actor actor = self->state.device_actor(device);
         if (!actor) return to_caf_error(not_found_error("task ", self->state.options.task, " has no device ", device));
         auto promise = self->make_response_promise<wire_stats>();
@@ -458,6 +570,7 @@ class background {
 };
 
 using resume_atom = caf::atom_constant<caf::atom("rresume")>;
+using link_lost_atom = caf::atom_constant<caf::atom("rlinklost")>;
 
 }  // namespace
 }  // namespace troupe::cluster
@@ -520,34 +633,64 @@ caf::error remote_error(const remote_device_options& o, const caf::error& e, std
 // connection could not be made (the next request tries again).
 void with_connection(remote_actor* self, std::function<void()> ready, std::function<void(const status&)> failed) {
   auto& st = self->state;
-  if (st.service) return ready();
+  // A client's stand-in is connected once it has the service (and a link, when the task
+  // takes them); a server's once it has a link.
+  if (st.options.outlive_task ? st.link != nullptr : static_cast<bool>(st.service)) return ready();
   st.waiting.emplace_back(std::move(ready), std::move(failed));
   if (st.connecting) return;
   st.connecting = true;
-  off_thread(self, [self, o = st.options, system = &self->home_system()]() -> std::function<void()> {
-    auto connection = connect_task_service(*system, o.host, o.port, o.hello);
-    status outcome = connection.ok() ? status() : connection.error();
+  off_thread(self, [self, o = st.options, system = &self->home_system(),
+                    me = caf::actor_cast<caf::actor>(self)]() -> std::function<void()> {
+    status outcome;
+    caf::actor service;
+    int link_port = 0;
+    std::string link_host = o.host;
+    if (o.outlive_task) {
+      // A server's stand-in: the task's tensor port as its clients told this server.
+      auto known = link_directory::of_process().find(o.hello.cluster_id, o.hello.task);
+      if (known) {
+        link_host = known->first;
+        link_port = known->second;
+      } else {
+        outcome = unavailable_error("no client has told where task ", o.hello.task, " takes tensors");
+      }
+    } else {
+      auto connection = connect_task_service(*system, o.host, o.port, o.hello);
+      if (connection.ok()) {
+        service = connection->service;
+        link_port = connection->link_port;
+        if (link_port > 0) link_directory::of_process().set(o.hello.cluster_id, o.hello.task, o.host, link_port);
+      } else {
+        outcome = connection.error();
+      }
+    }
     std::shared_ptr<tensor_link> link;
-    if (outcome.ok() && connection->link_port > 0) {
-      auto made = tensor_link::connect(o.host, connection->link_port, o.hello.task, o.link);
+    if (outcome.ok() && link_port > 0) {
+      auto made = tensor_link::connect(link_host, link_port, o.hello.task, o.link);
       if (made.ok()) {
-        (*made)->start({[](std::string, tensor) {},  // this link only sends
-                        [](const status&) {}});      // a broken link fails the sends after it
+        // This link only sends; when it breaks the stand-in drops it (a send after that
+        // fails its step) and its next tensor opens a new one.
+        tensor_link* raw = made->get();
+        (*made)->start({[](std::string, tensor) {},
+                        [me, raw](const status&) {
+                          caf::anon_send(me, link_lost_atom::value, reinterpret_cast<std::uintptr_t>(raw));
+                        }});
         link = std::move(*made);
       } else {
         outcome = made.error();
       }
     }
-    caf::actor service = connection.ok() ? connection->service : caf::actor();
     return [self, outcome, service, link] {
       auto& st = self->state;
       st.connecting = false;
       auto waiting = std::move(st.waiting);
       st.waiting.clear();
       if (outcome.ok()) {
-        st.service = service;
         st.link = link;
-        self->monitor(service);
+        if (service) {
+          st.service = service;
+          self->monitor(service);
+        }
       } else {
         // What waited fails with it; the line is for a server's log, whose steps' owners
         // are elsewhere.
@@ -563,6 +706,16 @@ void with_connection(remote_actor* self, std::function<void()> ready, std::funct
       }
     };
   });
+}
+
+// Drops the stand-in's link (its threads joined on the background thread, not on a
+// scheduler thread).
+void drop_link(remote_actor* self) {
+  auto& st = self->state;
+  if (st.link == nullptr) return;
+  if (st.work == nullptr) st.work = std::make_unique<background>();
+  st.work->post([gone = std::move(st.link)] {});
+  st.link.reset();
 }
 
 // Sends `message` (an injected fault for the device) to its task's service and answers
@@ -593,11 +746,7 @@ caf::behavior remote_device(remote_actor* self, remote_device_options options) {
     st.pending.clear();
     if (!o.outlive_task) return self->quit(why);
     st.service = caf::actor();
-    // Its threads are joined on the background thread, not on this scheduler thread.
-    if (st.link != nullptr) {
-      if (st.work == nullptr) st.work = std::make_unique<background>();
-      st.work->post([gone = std::move(st.link)] {});
-    }
+    drop_link(self);
   });
   // Requests failed by a connection that could not be made.
   auto fail_pending = [self](std::uint64_t id) {
@@ -605,12 +754,35 @@ caf::behavior remote_device(remote_actor* self, remote_device_options options) {
   };
   return {
       [self](resume_atom, const std::shared_ptr<std::function<void()>>& then) { (*then)(); },
+      // The link broke (its reader or writer failed): the next tensor opens a new one.
+      [self](link_lost_atom, std::uintptr_t which) {
+        if (reinterpret_cast<std::uintptr_t>(self->state.link.get()) == which) drop_link(self);
+      },
       [self, fail_pending](prepare_atom, std::uint64_t token,
                            const actors::executable_spec& spec) -> caf::result<std::uint64_t> {
         const std::uint64_t id = self->state.park(self->make_response_promise());
         // The partition's GraphDef is made on the background thread.
-        off_thread(self, [self, id, token, spec, fail_pending, device = self->state.options.device] {
-          auto w = std::make_shared<result<wire_spec>>(to_wire_spec(spec, device));
+        // So are the link ports of the tasks it sends to, which the task's server is told
+        // (its stand-ins never reach the other tasks' services): from this process's
+        // earlier hellos, or from a hello now.
+        off_thread(self, [self, id, token, spec, fail_pending, o = self->state.options, system = &self->home_system()] {
+          auto w = std::make_shared<result<wire_spec>>(to_wire_spec(spec, o.device));
+          for (const std::string& task : w->ok() ? send_destinations(spec, o.hello.task) : std::set<std::string>()) {
+            auto& links = link_directory::of_process();
+            auto known = links.find(o.hello.cluster_id, task);
+            auto address = o.addresses.find(task);
+            if (!known && address != o.addresses.end()) {
+              connect_options hello = o.hello;
+              hello.task = task;
+              auto connection = connect_task_service(*system, address->second.first, address->second.second, hello);
+              if (connection.ok() && connection->link_port > 0) {
+                links.set(o.hello.cluster_id, task, address->second.first, connection->link_port);
+                known = links.find(o.hello.cluster_id, task);
+              }
+            }
+            // (Unknown: the Sends to it fail their step, which says why.)
+            if (known) (*w)->links.push_back(str_cat(task, "=", known->first, ":", known->second));
+          }
           return std::function<void()>([self, id, token, w, fail_pending] {
             if (!w->ok()) return self->state.answer(id, to_caf_error(w->error()));
             with_connection(
@@ -720,6 +892,24 @@ caf::behavior remote_device(remote_actor* self, remote_device_options options) {
 
 }  // namespace
 
+link_directory& link_directory::of_process() {
+  static link_directory directory;
+  return directory;
+}
+
+void link_directory::set(const std::string& cluster_id, const std::string& task, const std::string& host, int port) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  entries_[{cluster_id, task}] = {host, port};
+}
+
+std::optional<std::pair<std::string, int>> link_directory::find(const std::string& cluster_id,
+                                                                 const std::string& task) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto it = entries_.find({cluster_id, task});
+  if (it == entries_.end()) return std::nullopt;
+  return it->second;
+}
+
 caf::error save_wire_tensor(caf::serializer& f, const wire_tensor& x) {
   const tensor& t = x.value;
   if (dtype_size(t.type()) == 0) {
@@ -752,6 +942,17 @@ caf::error load_wire_tensor(caf::deserializer& f, wire_tensor& x) {
   }
   if (bytes == 0) return caf::none;
   return f.apply_raw(static_cast<std::size_t>(bytes), x.value.raw_data());
+}
+
+void add_control_tls(caf::actor_system_config& config, const control_tls& tls) {
+  config.load<caf::openssl::manager>();
+  config.set("openssl.certificate", tls.mine.certificate);
+  config.set("openssl.key", tls.mine.key);
+  config.set("openssl.cafile", tls.cluster->ca_certificate);
+  if (std::getenv("TROUPE_TLS_NOHB") != nullptr) {
+    config.set("middleman.heartbeat-interval", caf::timespan(0));
+    config.set("middleman.connection-timeout", caf::timespan(0));
+  }
 }
 
 void add_remote_task_support(caf::actor_system_config& config) {
@@ -790,7 +991,10 @@ result<task_connection> connect_task_service(caf::actor_system& system, const st
     outcome = deadline_exceeded_error("task ", options.task, " at ", where, " did not answer within ",
                                       options.timeout.count(), " ms");
     if (left.count() <= 0) break;
-    self->request(system.middleman().actor_handle(), left, caf::connect_atom::value, host, static_cast<std::uint16_t>(port))
+    // Over TLS through the OpenSSL module's actor (its connections verify the peer's chain).
+    const caf::io::middleman_actor connector =
+        options.tls != nullptr ? system.openssl_manager().actor_handle() : system.middleman().actor_handle();
+    self->request(connector, left, caf::connect_atom::value, host, static_cast<std::uint16_t>(port))
         .receive(
             [&](const caf::node_id&, caf::strong_actor_ptr& actor, const std::set<std::string>&) {
               found = caf::actor_cast<caf::actor>(actor);
@@ -807,6 +1011,48 @@ result<task_connection> connect_task_service(caf::actor_system& system, const st
   task_connection connection;
   outcome = deadline_exceeded_error("task ", options.task, " at ", where, " did not answer the hello within ",
                                     options.timeout.count(), " ms");
+  auto refused = [&](caf::error& e) {
+    if (e == caf::sec::request_timeout) return;
+    const status s = to_status(e);
+    outcome = s.error_code() == code::unauthenticated
+                  ? unauthenticated_error("task ", options.task, " at ", where, " refused: ", s.message())
+                  : unavailable_error("task ", options.task, " at ", where, " refused: ", s.message());
+  };
+  if (options.tls != nullptr) {
+    // The challenge to prove this process's identity over, then the hello with the proof
+    // and a challenge for the task's.
+    std::string challenge;
+    self->request(found, options.timeout, remote_challenge_atom::value)
+        .receive(
+            [&](std::string& c) {
+              challenge = std::move(c);
+              outcome = status();
+            },
+            refused);
+    if (!outcome.ok()) return outcome;
+    auto proof = prove_identity(options.tls->mine, challenge);
+    if (!proof.ok()) return proof.error();
+    const std::string mine = make_challenge();
+    outcome = deadline_exceeded_error("task ", options.task, " at ", where, " did not answer the hello within ",
+                                      options.timeout.count(), " ms");
+    identity_proof theirs;
+    self->request(found, options.timeout, remote_hello_atom::value, k_control_version, options.cluster_id, options.client,
+                  options.task, options.tls->identity, proof->certificate_pem, proof->signature, mine)
+        .receive(
+            [&](std::string&, std::uint16_t link_port, std::string& certificate_pem, std::string& signature) {
+              connection.link_port = link_port;
+              theirs = {std::move(certificate_pem), std::move(signature)};
+              outcome = status();
+            },
+            refused);
+    if (!outcome.ok()) return outcome;
+    // The task proves it is the task expected at this address.
+    if (status s = check_identity(*options.tls->cluster, options.task, mine, theirs); !s.ok()) {
+      return unauthenticated_error("the service at ", where, " failed to prove it is ", options.task, ": ", s.message());
+    }
+    connection.service = found;
+    return connection;
+  }
   self->request(found, options.timeout, remote_hello_atom::value, k_control_version, options.cluster_id, options.client,
                 options.task)
       .receive(

@@ -38,10 +38,15 @@
 
 #include <chrono>
 #include <cstdint>
+#include <map>
+#include <mutex>
+#include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "actors/cluster.h"
+#include "cluster/cluster_file.h"
 #include "cluster/transport.h"
 #include "core/status.h"
 #include "core/tensor.h"
@@ -49,7 +54,7 @@
 namespace troupe::cluster {
 
 // The version of the control plane's messages: a client and a service must agree.
-inline constexpr std::uint32_t k_control_version = 1;
+inline constexpr std::uint32_t k_control_version = 2;
 
 // A tensor on the wire: dtype, shape and raw bytes (read straight into a new tensor).
 struct wire_tensor {
@@ -65,6 +70,25 @@ struct wire_spec {
   std::vector<std::string> fetches;
   std::string device;
   std::string client;
+  // Where the tasks this partition sends tensors to accept tensor links ("task=host:port"),
+  // as the client knows them: the server's stand-ins for those tasks use them (servers
+  // never reach each other's control plane).
+  std::vector<std::string> links;
+};
+
+// Where the tasks of each cluster (by cluster id) accept tensor links, in this process:
+// a client's stand-ins learn it from the hellos, a server's from the partitions its
+// clients prepare (wire_spec::links). Thread-safe.
+class link_directory {
+ public:
+  static link_directory& of_process();
+  void set(const std::string& cluster_id, const std::string& task, const std::string& host, int port);
+  // host and port, or nothing.
+  std::optional<std::pair<std::string, int>> find(const std::string& cluster_id, const std::string& task) const;
+
+ private:
+  mutable std::mutex mutex_;
+  std::map<std::pair<std::string, std::string>, std::pair<std::string, int>> entries_;
 };
 
 // actors::device_stats on the wire.
@@ -74,6 +98,7 @@ struct wire_stats {
 };
 
 using remote_hello_atom = caf::atom_constant<caf::atom("rhello")>;
+using remote_challenge_atom = caf::atom_constant<caf::atom("rchallenge")>;
 
 // Loads CAF's middleman and announces every message type of the control plane; for
 // cluster_options::configure_system and for any process that connects to a service.
@@ -103,11 +128,29 @@ class transfer_hub {
   std::unique_ptr<impl> impl_;
 };
 
+// The control plane over TLS (a cluster file with a tls section): connections go through
+// CAF's OpenSSL module, which verifies the peer's chain against the cluster's CA (mutual
+// TLS), and the hello proves each end's identity, which CAF cannot check: the service
+// sends a fresh challenge, the client answers with its certificate and its signature over
+// it and its own challenge, the service checks the certificate names who the client
+// claims to be (a task of the cluster, or "client") and answers with its own proof, which
+// the client checks names the task it expects (cluster/certificates.h). A service serves
+// only the nodes that passed the hello; it refuses the rest, with a line on stderr.
+struct control_tls {
+  std::shared_ptr<const cluster_tls> cluster;  // the CA; every task's and the client's certificate
+  std::string identity;                        // this process's name: its task's, or "client"
+  task_credentials mine;                       // this process's certificate and key
+};
+
+// Adds CAF's OpenSSL module with `tls`'s credentials (after add_remote_task_support).
+void add_control_tls(caf::actor_system_config& config, const control_tls& tls);
+
 struct task_service_options {
   actors::cluster* cluster = nullptr;  // hosts the task's devices; outlives the service
   std::string task;                    // its canonical name, "/job:ps/replica:0/task:0"
   std::string cluster_id;              // clients of another cluster are refused
   int link_port = 0;                   // the task's transfer_hub, told in the hello
+  std::shared_ptr<const control_tls> tls;  // none: plain TCP, no identity proofs
 };
 
 // The service of one task's devices (spawn it in the cluster's actor system).
@@ -118,6 +161,7 @@ struct connect_options {
   std::string cluster_id;  // must be the service's
   std::string client;      // who connects (for the service's log and errors)
   std::chrono::milliseconds timeout{3000};
+  std::shared_ptr<const control_tls> tls;  // none: plain TCP
 };
 
 // A task service reached and greeted.
@@ -128,7 +172,8 @@ struct task_connection {
 
 // Connects to the service published at host:port and says hello, each within the timeout.
 // Errors: UNAVAILABLE (nothing there, another task, another cluster or version: the
-// service's reason), DEADLINE_EXCEEDED (no answer in time). Blocks: call it from a thread
+// service's reason), UNAUTHENTICATED (over TLS: a proof of identity that failed, either
+// way), DEADLINE_EXCEEDED (no answer in time). Blocks: call it from a thread
 // of your own or a detached actor, never a scheduler thread.
 result<task_connection> connect_task_service(caf::actor_system& system, const std::string& host, int port,
                                              const connect_options& options);
@@ -141,12 +186,16 @@ struct remote_device_options {
   link_options link;      // for the tensor link to the task (local_task: this process's)
   std::chrono::milliseconds request_timeout{30000};  // prepare, stats
   std::chrono::milliseconds step_timeout{3600000};   // run
-  // When the task's process goes: false, the stand-in exits with UNAVAILABLE (a client's,
-  // whose sessions and supervisor learn it; a restart makes new stand-ins); true, it
-  // fails what is pending and stays, and its next message connects again (a server's
-  // stand-ins for the other tasks, which its prepared partitions hold: they reach the
-  // task's next process).
+  // A client's stand-in (false) reaches its task's service and exits with UNAVAILABLE
+  // when the task's process goes (its sessions and supervisor learn it; a restart makes
+  // new stand-ins). A server's (true) only sends tensors: it opens a tensor link to the
+  // task at the port the link_directory says (what the clients told this server), never
+  // its service, and stays when the link breaks: its next tensor opens a new one (to the
+  // task's next process, which the client tells with the partitions it prepares again).
   bool outlive_task = false;
+  // Every task's service address (task -> host, port): a client's stand-in learns the
+  // link ports of the tasks a partition sends to before it prepares it (wire_spec::links).
+  std::map<std::string, std::pair<std::string, int>> addresses;
 };
 
 // A local actor that speaks the device protocol for a device of another process. It
@@ -164,7 +213,7 @@ namespace troupe::cluster {
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, wire_spec& x) {
-  return f(caf::meta::type_name("wire_spec"), x.graph_def, x.nodes, x.feeds, x.fetches, x.device, x.client);
+  return f(caf::meta::type_name("wire_spec"), x.graph_def, x.nodes, x.feeds, x.fetches, x.device, x.client, x.links);
 }
 
 template <class Inspector>

@@ -1,5 +1,6 @@
 #include "cluster/sync_coordinator.h"
 
+#include <algorithm>
 #include <chrono>
 #include <optional>
 
@@ -115,13 +116,25 @@ result<std::int64_t> sync_coordinator::turn(std::int64_t epoch) {
     st->answered.notify_all();
   });
   result<std::vector<tensor>> taken = internal_error("not taken");
+  const auto started = std::chrono::steady_clock::now();
+  const auto limit = options_.stall_timeout.count() > 0
+                         ? options_.stall_timeout
+                         : std::chrono::milliseconds(std::max<std::int64_t>(5000, static_cast<std::int64_t>(50 * average_turn_ms_)));
   {
     std::unique_lock<std::mutex> lock(st->mutex);
-    st->answered.wait(lock, [&] { return st->value.has_value() || st->stopped; });
+    if (!st->answered.wait_for(lock, limit, [&] { return st->value.has_value() || st->stopped; })) {
+      // The takes still waiting fail when the failed turn resets the accumulators.
+      const status lost = unavailable_error("sync coordinator: the gradients of a step did not all come within ",
+                                            limit.count(), " ms (one was lost); every replica computes the step again");
+      if (options_.log) options_.log(str_cat("sync: ", lost.message()));
+      return lost;
+    }
     if (!st->value.has_value()) return cancelled_error("the coordinator was stopped while gathering gradients");
     taken = std::move(*st->value);
   }
   if (!taken.ok()) return taken.error();
+  const double took_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - started).count();
+  average_turn_ms_ = average_turn_ms_ == 0 ? took_ms : 0.9 * average_turn_ms_ + 0.1 * took_ms;
   actors::feed_list feeds;
   for (std::size_t i = 0; i < reads_.size(); ++i) feeds.emplace_back(reads_[i], (*taken)[i]);
   result<std::vector<tensor>> applied = internal_error("not run");

@@ -19,6 +19,8 @@
 //     recovery rolled the variables back since 1: then the aggregates are dropped), and
 //     gives a token to every replica whose token queue is empty;
 //  3. calls step_done.
+// A turn whose gradients do not all come within the stall timeout (one was lost: a
+// liveness guard, logged) fails the same way.
 // A failed turn that `retry` allows (a task went down: the supervisor restarts it) resets
 // the accumulators to the global step and hands out tokens again, inside the gate (so
 // after the recovery), so that every replica computes the step again; one it does not
@@ -61,6 +63,10 @@ struct sync_coordinator_options {
   std::function<void(std::int64_t)> before_tokens;
   std::function<bool(const status&)> retry;         // may a failed turn be tried again? null: never
   std::function<void(const std::string&)> log;
+  // How long a turn waits for the step's gradients before it gives the step up as lost
+  // (a failed turn, which `retry` may allow: every replica computes the step again).
+  // 0: adaptive, 50 times the average turn so far and at least 5 s.
+  std::chrono::milliseconds stall_timeout{0};
 };
 
 class sync_coordinator {
@@ -117,6 +123,7 @@ class sync_coordinator {
   std::shared_ptr<takes_state> takes_state_ = std::make_shared<takes_state>();
   std::atomic<std::int64_t> epoch_{0};
   std::atomic<std::int64_t> updates_{0};
+  double average_turn_ms_ = 0;  // of the turns that got their gradients (the loop's thread only)
   std::mutex mutex_;
   std::condition_variable ended_;
   bool done_ = false;

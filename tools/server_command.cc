@@ -88,7 +88,9 @@ int server_command(const std::vector<std::string>& args, std::ostream& out, std:
     }
     out << "troupe server: task " << (*server)->task() << " of " << cluster_path << " serving on "
         << (*server)->address() << " (tensors on port " << (*server)->link_port() << ")"
-        << (options.listen_all ? "; plain TCP on every interface, without TLS" : "; loopback only, plain TCP without TLS")
+        << (file->tls() ? "; mutual TLS with the cluster's CA, peers prove their identity"
+            : options.listen_all ? "; plain TCP on every interface, without TLS"
+                                 : "; loopback only, plain TCP without TLS")
         << "\n"
         << std::flush;
     if (ready_fd >= 0) {

@@ -4,11 +4,20 @@
 // tests/cluster/remote_task_test.cc.
 #include "cluster/real_cluster.h"
 
+#include "actors/session.h"
+#include "cluster/certificates.h"
 #include "cluster/remote_task.h"
+#include "cluster/task_processes.h"
 #include "cluster/transport.h"
+#include "core/file.h"
+#include "graph/ops.h"
+
+#include <unistd.h>
 
 #include <catch2/catch.hpp>
 #include <chrono>
+#include <filesystem>
+#include <fstream>
 #include <set>
 #include <thread>
 
@@ -62,10 +71,14 @@ TEST_CASE("what a process of a real cluster refuses", "[cluster][real]") {
 tls { ca_certificate: "ca.pem"
       task { job: "ps" index: 0 certificate: "ps.pem" key: "ps.key" }
       task { job: "worker" index: 0 certificate: "w.pem" key: "w.key" } })");
+  // Over TLS a client needs client credentials, and a task its own, readable at start.
   auto refused = process_cluster(tls, {}, "/job:client/replica:0/task:0");
   REQUIRE_FALSE(refused.ok());
   CHECK(refused.error().error_code() == code::failed_precondition);
-  CHECK(refused.error().message().find("TLS") != std::string::npos);
+  CHECK(refused.error().message().find("no client credentials") != std::string::npos);
+  auto unreadable = task_server::start(tls, "ps", 0, {});
+  REQUIRE_FALSE(unreadable.ok());
+  CHECK(unreadable.error().message().find("/tmp/ca.pem") != std::string::npos);
   auto not_there = process_cluster(parse(k_two), {"/job:ps/task:5"}, "/job:ps/replica:0/task:5");
   REQUIRE_FALSE(not_there.ok());
   CHECK(not_there.error().message().find("/job:ps/task:5") != std::string::npos);
@@ -119,6 +132,135 @@ TEST_CASE("a transfer hub hands tensors to the devices it hosts, refuses others,
   auto last = tensor_link::connect("127.0.0.1", (*hub)->port(), hub_options.local_task, client);
   REQUIRE(last.ok());
   CHECK(eventually([&] { return (*hub)->links() == 1; }));
+}
+
+// A PS and a worker with TLS certificates from `troupe cert init` (in `dir`), at free ports.
+struct tls_cluster {
+  std::string dir;
+  cluster_file file;
+};
+
+tls_cluster make_tls_cluster(const std::string& name) {
+  const std::string dir = (std::filesystem::temp_directory_path() / (name + "-" + std::to_string(::getpid()))).string();
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  const cluster_file plain =
+      parse(str_cat("job { name: \"ps\" tasks { key: 0 value: \"127.0.0.1:", free_loopback_port(), "\" } }\n",
+                    "job { name: \"worker\" tasks { key: 0 value: \"127.0.0.1:", free_loopback_port(), "\" } }\n"));
+  auto made = make_test_certificates(plain, dir + "/certs");
+  REQUIRE(made.ok());
+  auto file = cluster_file::load(made->cluster_file);
+  REQUIRE(file.ok());
+  return {dir, std::move(*file)};
+}
+
+// y = 2a + x on the worker from a on the PS, and back = -y on the PS: tensors both ways.
+result<std::vector<tensor>> run_across(const std::shared_ptr<actors::cluster>& c) {
+  auto root = graph::scope::new_root();
+  auto on_ps = root.with_device("/job:ps/task:0"), on_worker = root.with_device("/job:worker/task:0");
+  auto a = ops::constant(on_ps.with_name("a"), tensor::from_vector<float>({1, 2, 3}, {3}));
+  auto x = ops::placeholder(on_worker.with_name("x"), dtype::float32);
+  auto y = ops::add(on_worker.with_name("y"),
+                    ops::mul(on_worker.with_name("twice"), a, ops::constant(on_worker.with_name("two"), tensor::scalar(2.0f))), x);
+  ops::neg(on_ps.with_name("back"), y);
+  auto g = root.to_graph();
+  if (!g.ok()) return g.error();
+  actors::session_options o;
+  o.cluster = c;
+  auto s = actors::session::create(std::move(*g), o);
+  if (!s.ok()) return s.error();
+  return (*s)->run({{"x", tensor::from_vector<float>({10, 20, 30}, {3})}}, {"y", "back"});
+}
+
+TEST_CASE("a TLS cluster: steps across its servers, each end proving who it is; strangers refused", "[cluster][real][tls]") {
+  auto t = make_tls_cluster("troupe-tls-cluster");
+  auto ps = task_server::start(t.file, "ps", 0, {});
+  REQUIRE(ps.ok());
+  auto worker = task_server::start(t.file, "worker", 0, {});
+  REQUIRE(worker.ok());
+
+  SECTION("a client with the cluster's client credentials runs steps (tensors both ways between the servers)") {
+    auto client = process_cluster(t.file, {}, "test client");
+    REQUIRE(client.ok());
+    for (int i = 0; i < 3; ++i) {
+      auto out = run_across(*client);
+      REQUIRE(out.ok());
+      CHECK(out->at(0).flat<float>()[2] == 36.0f);
+      CHECK(out->at(1).flat<float>()[0] == -12.0f);
+    }
+  }
+  SECTION("a plain client at a TLS port is refused") {
+    const cluster_file plain = parse(str_cat("job { name: \"ps\" tasks { key: 0 value: \"127.0.0.1:", t.file.tasks()[0].port,
+                                             "\" } }\njob { name: \"worker\" tasks { key: 0 value: \"127.0.0.1:",
+                                             t.file.tasks()[1].port, "\" } }\n"));
+    auto client = process_cluster(plain, {}, "plain client");
+    REQUIRE(client.ok());
+    const auto started = std::chrono::steady_clock::now();
+    auto out = run_across(*client);
+    REQUIRE_FALSE(out.ok());
+    CHECK(out.error().error_code() == code::unavailable);
+    CHECK(std::chrono::steady_clock::now() - started < std::chrono::seconds(10));
+  }
+  SECTION("a client whose certificate another CA signed is refused") {
+    auto other = make_tls_cluster("troupe-tls-other");
+    // The cluster's CA and tasks, but the other CA's client certificate and key.
+    auto text = read_file(t.file.path());
+    REQUIRE(text.ok());
+    const std::string dir = std::filesystem::path(t.file.path()).parent_path().string();
+    std::string mixed = *text;
+    const std::string from = "client { certificate: \"client.pem\" key: \"client.key\" }";
+    REQUIRE(mixed.find(from) != std::string::npos);
+    mixed.replace(mixed.find(from), from.size(),
+                  str_cat("client { certificate: \"", other.dir, "/certs/client.pem\" key: \"", other.dir, "/certs/client.key\" }"));
+    mixed.replace(mixed.find("ca_certificate: \"ca.pem\""), std::string("ca_certificate: \"ca.pem\"").size(),
+                  str_cat("ca_certificate: \"", dir, "/ca.pem\""));
+    // It would not even start with a client certificate its CA did not sign: check_client_credentials.
+    auto refused_at_start = process_cluster(parse(mixed), {}, "stranger");
+    REQUIRE_FALSE(refused_at_start.ok());
+    CHECK(refused_at_start.error().message().find("does not verify against the cluster's CA") != std::string::npos);
+    std::filesystem::remove_all(other.dir);
+  }
+  SECTION("a peer whose certificate names another than it claims is refused by the service, and so is a hello for "
+          "another task") {
+    // Through the control plane directly: a client claiming to be "client" with the
+    // worker's certificate (a valid chain, the wrong name).
+    actors::cluster_options o;
+    o.spec = t.file.spec();
+    o.hosted_tasks = std::vector<std::string>{};
+    auto tls = std::make_shared<control_tls>();
+    tls->cluster = std::make_shared<const cluster_tls>(*t.file.tls());
+    tls->identity = k_client_identity;
+    tls->mine = *t.file.tls()->of("worker", 0);
+    o.configure_system = [tls](caf::actor_system_config& config) {
+      add_remote_task_support(config);
+      add_control_tls(config, *tls);
+    };
+    o.remote_device = [](caf::actor_system&, const std::string&) -> result<caf::actor> { return caf::actor(); };
+    auto c = actors::cluster::create(o);
+    REQUIRE(c.ok());
+    connect_options hello;
+    hello.task = "/job:ps/replica:0/task:0";
+    hello.cluster_id = cluster_id_of(t.file);
+    hello.client = "impostor";
+    hello.tls = tls;
+    const auto& ps_address = t.file.tasks()[0];
+    auto impostor = connect_task_service((*c)->system(), "127.0.0.1", ps_address.port, hello);
+    REQUIRE_FALSE(impostor.ok());
+    CHECK(impostor.error().error_code() == code::unauthenticated);
+    CHECK(impostor.error().message().find("names '/job:worker/replica:0/task:0'") != std::string::npos);
+    // The worker's own name with its own certificate passes; expecting the PS at the
+    // worker's address does not (the worker cannot prove it is the PS).
+    auto as_worker = std::make_shared<control_tls>(*tls);
+    as_worker->identity = "/job:worker/replica:0/task:0";
+    hello.tls = as_worker;
+    CHECK(connect_task_service((*c)->system(), "127.0.0.1", ps_address.port, hello).ok());
+    auto wrong_task = connect_task_service((*c)->system(), "127.0.0.1", t.file.tasks()[1].port, hello);
+    REQUIRE_FALSE(wrong_task.ok());
+    CHECK(wrong_task.error().message().find("expected task /job:ps/replica:0/task:0 here") != std::string::npos);
+  }
+  ps->reset();
+  worker->reset();
+  std::filesystem::remove_all(t.dir);
 }
 
 }  // namespace

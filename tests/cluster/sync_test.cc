@@ -105,9 +105,12 @@ struct sync_run {
 };
 
 // Trains `steps` synchronous steps with `workers` replicas aggregating `aggregate` each;
-// worker `slow` (if >= 0) sleeps `delay` before each of its steps.
+// worker `slow` (if >= 0) sleeps `delay` before each of its steps. With `lose_at` >= 0,
+// the last worker's gradient of that step is lost once (it waits for its token without
+// handing it in), and the coordinator gives a turn up after `stall` and logs to `log`.
 sync_run train_sync(int workers, int aggregate, std::int64_t steps, recorder* events, int slow = -1,
-                    std::chrono::milliseconds delay = 0ms) {
+                    std::chrono::milliseconds delay = 0ms, std::int64_t lose_at = -1,
+                    std::chrono::milliseconds stall = 0ms, std::vector<std::string>* log = nullptr) {
   auto spec = placement::cluster_spec::from_task_counts({{"ps", 1}, {"worker", workers}});
   REQUIRE(spec.ok());
   actors::cluster_options co;
@@ -149,6 +152,15 @@ sync_run train_sync(int workers, int aggregate, std::int64_t steps, recorder* ev
   cluster::sync_coordinator_options co2;
   co2.last_step = steps;
   co2.default_device = "/job:worker/task:0";
+  co2.stall_timeout = stall;
+  std::mutex log_mutex;
+  if (lose_at >= 0) {
+    co2.retry = [](const status&) { return true; };
+    co2.log = [&](const std::string& line) {
+      std::lock_guard<std::mutex> lock(log_mutex);
+      if (log != nullptr) log->push_back(line);
+    };
+  }
   auto coordinator = cluster::sync_coordinator::create(*cluster, *chief_graph, ops.back(), co2);
   REQUIRE(coordinator.ok());
   REQUIRE((*coordinator)->start().ok());
@@ -157,8 +169,19 @@ sync_run train_sync(int workers, int aggregate, std::int64_t steps, recorder* ev
   for (int r = 0; r < workers; ++r) {
     threads.emplace_back([&, r] {
       std::int64_t local = 0;
+      bool lost = false;
       while (local < steps) {
         if (r == slow) std::this_thread::sleep_for(delay);
+        if (r == workers - 1 && local == lose_at && !lost) {
+          lost = true;  // the gradient of this step never reaches the accumulators
+          auto next = sessions[static_cast<std::size_t>(r)]->run({}, {ops[r].after_token.name()});
+          if (!next.ok()) {
+            ++failures;
+            return;
+          }
+          local = next->at(0).scalar_value<std::int64_t>();
+          continue;
+        }
         batch b = batch_of(r, local);
         auto out = sessions[static_cast<std::size_t>(r)]->run(
             {{"x", b.x}, {"t", b.t}, {"ids", b.ids}, {ops[r].local_step.name(), tensor::scalar<std::int64_t>(local)}},
@@ -247,6 +270,24 @@ TEST_CASE("without backups, a SYNC step is one step on the concatenated batches,
   // The same inputs, another thread timing (the workers start in another order): the same bits.
   sync_run second = train_sync(workers, workers, steps, &second_events, /*slow=*/0, 3ms);
   for (const char* v : {"emb", "kernel", "bias"}) CHECK(second.values[v].equals(first.values[v]));
+}
+
+TEST_CASE("a lost gradient stalls a SYNC step only until the stall timeout: every replica computes it again, and "
+          "the run ends as without the loss",
+          "[sync]") {
+  recorder plain_events, lossy_events;
+  const sync_run plain = train_sync(2, 2, 6, &plain_events);
+  std::vector<std::string> log;
+  const sync_run lossy = train_sync(2, 2, 6, &lossy_events, -1, 0ms, /*lose_at=*/3, /*stall=*/300ms, &log);
+  REQUIRE_FALSE(log.empty());
+  CHECK(log.front().find("did not all come within 300 ms") != std::string::npos);
+  for (const char* name : {"emb", "kernel", "bias", "global_step"}) {
+    INFO(name);
+    const tensor& a = plain.values.at(name);
+    const tensor& b = lossy.values.at(name);
+    REQUIRE(a.byte_size() == b.byte_size());
+    CHECK(std::memcmp(a.raw_data(), b.raw_data(), static_cast<std::size_t>(a.byte_size())) == 0);
+  }
 }
 
 TEST_CASE("with a backup worker, a slow worker's gradients are left out and no step waits for it", "[sync]") {
