@@ -32,8 +32,10 @@ std::int64_t first_step_id_of_incarnation(std::uint32_t incarnation);
 
 // An actors::cluster of `file`'s tasks in which this process hosts `hosted` (canonical or
 // short names; none: a client) and reaches the others at their addresses. `me` names this
-// process in hellos. Errors: a task `file` lacks; a cluster file with TLS (the control
-// plane does not speak TLS yet).
+// process in hellos. With the file's tls section, every connection is mutual TLS and
+// every hello proves identities (cluster/remote_task.h: control_tls), as the hosted task
+// or, hosting none, as the client. Errors: a task `file` lacks; credentials of this
+// process that are missing or bad (naming the file).
 result<std::shared_ptr<actors::cluster>> process_cluster(const cluster_file& file, const std::vector<std::string>& hosted,
                                                           const std::string& me);
 // The options process_cluster uses, for a caller that adds its own (compute threads, a
@@ -52,7 +54,7 @@ struct task_server_options {
 // A task of `file` served by this process until the object goes.
 class task_server {
  public:
-  // Errors: no such task in the file; its port in use (naming it); a TLS cluster.
+  // Errors: no such task in the file; its port in use (naming it); bad TLS credentials.
   static result<std::unique_ptr<task_server>> start(const cluster_file& file, const std::string& job, int index,
                                                     task_server_options options);
   ~task_server();
