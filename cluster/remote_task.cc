@@ -748,6 +748,16 @@ caf::behavior remote_device(remote_actor* self, remote_device_options options) {
     st.service = caf::actor();
     drop_link(self);
   });
+  // Told to exit (its task was killed or restarted here): what waits on it is answered
+  // with the reason first, as a device actor answers its running steps when it ends.
+  self->set_exit_handler([self](caf::exit_msg& exit) {
+    auto& st = self->state;
+    const caf::error why = exit.reason ? exit.reason
+                                       : to_caf_error(unavailable_error("device ", st.options.device, " was stopped"));
+    for (auto& [id, promise] : st.pending) promise.deliver(why);
+    st.pending.clear();
+    self->quit(exit.reason);
+  });
   // Requests failed by a connection that could not be made.
   auto fail_pending = [self](std::uint64_t id) {
     return [self, id](const status& s) { self->state.answer(id, to_caf_error(s)); };
