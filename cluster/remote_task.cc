@@ -586,8 +586,14 @@ struct remote_state {
   caf::actor service;                 // once connected
   std::shared_ptr<tensor_link> link;  // to the task's transfer hub, once connected
   bool connecting = false;
+  bool takes_links = true;  // whether the task's hello named a transfer hub
   // What waits for the connection: run on success, failed with its error otherwise.
-  std::vector<std::pair<std::function<void()>, std::function<void(const status&)>>> waiting;
+  struct waiter {
+    bool need_service;
+    std::function<void()> ready;
+    std::function<void(const status&)> failed;
+  };
+  std::vector<waiter> waiting;
   // Requests pending on the service, failed at once when it goes.
   std::map<std::uint64_t, caf::response_promise> pending;
   std::uint64_t next_pending = 1;
@@ -631,29 +637,30 @@ caf::error remote_error(const remote_device_options& o, const caf::error& e, std
 // Runs `ready` once connected to the device's task (its service and a tensor link to its
 // hub), connecting on the background thread first when not; `failed` gets why a
 // connection could not be made (the next request tries again).
-void with_connection(remote_actor* self, std::function<void()> ready, std::function<void(const status&)> failed) {
+void with_connection(remote_actor* self, bool need_service, std::function<void()> ready,
+                     std::function<void(const status&)> failed) {
   auto& st = self->state;
-  // A client's stand-in is connected once it has the service (and a link, when the task
-  // takes them); a server's once it has a link.
-  if (st.options.outlive_task ? st.link != nullptr : static_cast<bool>(st.service)) return ready();
-  st.waiting.emplace_back(std::move(ready), std::move(failed));
+  // Requests (prepare, run, stats, faults) need the task's service; a tensor needs only a
+  // link to its hub.
+  const bool linked = st.link != nullptr || (st.service && !st.takes_links);
+  if (need_service ? static_cast<bool>(st.service) : linked) return ready();
+  st.waiting.push_back({need_service, std::move(ready), std::move(failed)});
   if (st.connecting) return;
   st.connecting = true;
-  off_thread(self, [self, o = st.options, system = &self->home_system(),
+  bool service_needed = !st.options.outlive_task;
+  for (const auto& w : st.waiting) service_needed = service_needed || w.need_service;
+  off_thread(self, [self, o = st.options, system = &self->home_system(), service_needed,
                     me = caf::actor_cast<caf::actor>(self)]() -> std::function<void()> {
     status outcome;
     caf::actor service;
     int link_port = 0;
     std::string link_host = o.host;
-    if (o.outlive_task) {
-      // A server's stand-in: the task's tensor port as its clients told this server.
-      auto known = link_directory::of_process().find(o.hello.cluster_id, o.hello.task);
-      if (known) {
-        link_host = known->first;
-        link_port = known->second;
-      } else {
-        outcome = unavailable_error("no client has told where task ", o.hello.task, " takes tensors");
-      }
+    // A server's stand-in sending a tensor: the task's tensor port as its clients told
+    // this server (servers do not reach each other's services); else a hello tells it.
+    auto known = service_needed ? std::nullopt : link_directory::of_process().find(o.hello.cluster_id, o.hello.task);
+    if (known) {
+      link_host = known->first;
+      link_port = known->second;
     } else {
       auto connection = connect_task_service(*system, o.host, o.port, o.hello);
       if (connection.ok()) {
@@ -680,13 +687,14 @@ void with_connection(remote_actor* self, std::function<void()> ready, std::funct
         outcome = made.error();
       }
     }
-    return [self, outcome, service, link] {
+    return [self, outcome, service, link, link_port] {
       auto& st = self->state;
       st.connecting = false;
       auto waiting = std::move(st.waiting);
       st.waiting.clear();
       if (outcome.ok()) {
         st.link = link;
+        st.takes_links = link_port > 0;
         if (service) {
           st.service = service;
           self->monitor(service);
@@ -697,11 +705,11 @@ void with_connection(remote_actor* self, std::function<void()> ready, std::funct
         std::fprintf(stderr, "troupe: %s could not reach %s (next use tries again): %s\n",
                      st.options.link.local_task.c_str(), st.options.device.c_str(), outcome.message().c_str());
       }
-      for (auto& [ready, failed] : waiting) {
-        if (outcome.ok()) {
-          ready();
+      for (auto& w : waiting) {
+        if (!outcome.ok()) {
+          w.failed(outcome);
         } else {
-          failed(outcome);
+          with_connection(self, w.need_service, std::move(w.ready), std::move(w.failed));  // served, or connects again
         }
       }
     };
@@ -724,7 +732,7 @@ template <typename FailPending>
 caf::result<bool> forward_fault(remote_actor* self, FailPending fail_pending, const char* what, caf::message message) {
   const std::uint64_t id = self->state.park(self->make_response_promise());
   with_connection(
-      self,
+      self, /*need_service=*/true,
       [self, id, what, message] {
         self->request(self->state.service, self->state.options.request_timeout, message)
             .then([self, id](bool ok) { self->state.answer(id, ok); },
@@ -796,7 +804,7 @@ caf::behavior remote_device(remote_actor* self, remote_device_options options) {
           return std::function<void()>([self, id, token, w, fail_pending] {
             if (!w->ok()) return self->state.answer(id, to_caf_error(w->error()));
             with_connection(
-                self,
+                self, /*need_service=*/true,
                 [self, id, token, w] {
                   const auto& o = self->state.options;
                   self->request(self->state.service, o.request_timeout, prepare_atom::value, token, std::move(**w))
@@ -823,7 +831,7 @@ caf::behavior remote_device(remote_actor* self, remote_device_options options) {
         const std::uint64_t id = self->state.park(self->make_response_promise());
         auto wire = std::make_shared<std::vector<wire_tensor>>(to_wire(std::move(feeds)));
         with_connection(
-            self,
+            self, /*need_service=*/true,
             [self, id, handle, step_id, wire] {
               const auto& o = self->state.options;
               self->request(self->state.service, o.step_timeout, run_atom::value, handle, step_id, std::move(*wire))
@@ -850,7 +858,7 @@ caf::behavior remote_device(remote_actor* self, remote_device_options options) {
           if (self->state.service) self->send(self->state.service, abort_step_atom::value, step_id, why);
         };
         with_connection(
-            self,
+            self, /*need_service=*/false,
             [self, step_id, key, shared, refuse, sender = caf::actor_cast<caf::actor>(self->current_sender())] {
               auto& st = self->state;
               if (st.link == nullptr) return refuse(unimplemented_error("task ", st.options.hello.task, " takes no tensor links"));
@@ -882,7 +890,7 @@ caf::behavior remote_device(remote_actor* self, remote_device_options options) {
       [self, fail_pending](stats_atom) -> caf::result<actors::device_stats> {
         const std::uint64_t id = self->state.park(self->make_response_promise());
         with_connection(
-            self,
+            self, /*need_service=*/true,
             [self, id] {
               const auto& o = self->state.options;
               self->request(self->state.service, o.request_timeout, stats_atom::value, o.device)
