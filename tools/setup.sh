@@ -22,7 +22,7 @@ done
 packages=(
   build-essential g++ cmake ninja-build ccache pkg-config
   libcaf-dev libcaf-openssl0.17 libssl-dev libeigen3-dev libprotobuf-dev protobuf-compiler libhdf5-dev
-  catch2 gdb libbenchmark-dev libopenblas-dev libdnnl-dev zlib1g-dev dataset-fashion-mnist python3-h5py
+  catch2 gdb iproute2 libbenchmark-dev libopenblas-dev libdnnl-dev zlib1g-dev dataset-fashion-mnist python3-h5py
 )
 source "$root/tools/install_packages.sh"
 install_missing_packages setup "${packages[@]}"
