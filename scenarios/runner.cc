@@ -14,6 +14,7 @@
 
 #include "actors/cluster.h"
 #include "actors/session.h"
+#include "cluster/certificates.h"
 #include "cluster/fault_injector.h"
 #include "cluster/real_cluster.h"
 #include "cluster/supervisor.h"
@@ -529,6 +530,14 @@ result<std::unique_ptr<real_servers>> start_real_servers(const scenario::Cluster
   }
   auto file = cluster::cluster_file::parse(text, path);
   if (!file.ok()) return file.error().with_context("cluster (mode: REAL)");
+  if (c.tls()) {
+    // A CA and certificates for this run: the servers and this client read them from
+    // the cluster file with its tls section.
+    auto made = cluster::make_test_certificates(*file, r->dir + "/certs", /*days=*/2);
+    if (!made.ok()) return made.error().with_context("cluster.tls");
+    file = cluster::cluster_file::load(made->cluster_file);
+    if (!file.ok()) return file.error().with_context("cluster.tls");
+  }
   if (file->spec().device_names() != layout.spec.device_names()) {
     return internal_error("cluster (mode: REAL): the cluster file's devices differ from the scenario's");
   }
@@ -558,7 +567,8 @@ result<std::unique_ptr<real_servers>> start_real_servers(const scenario::Cluster
   if (!processes.ok()) return processes.error().with_context("cluster (mode: REAL)");
   r->processes = std::move(*processes);
   r->options.remote_tasks = r->processes->control();
-  out << "cluster: REAL, " << file->tasks().size() << " server processes on loopback (" << r->dir << ")\n";
+  out << "cluster: REAL, " << file->tasks().size() << " server processes on loopback"
+      << (c.tls() ? ", mutual TLS with identity proofs" : "") << " (" << r->dir << ")\n";
   return r;
 }
 

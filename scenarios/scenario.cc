@@ -237,6 +237,12 @@ void check_cluster(checker& c, const node& parent, scenario::Cluster* cluster) {
       }
     }
   }
+  if (cluster->tls() && (cluster->mode() != scenario::Cluster::REAL || with_addresses > 0)) {
+    c.error(n, "tls", cluster->mode() != scenario::Cluster::REAL
+                          ? "tls is for mode: REAL"
+                          : "tls makes certificates for servers troupe run starts; servers at addresses use the tls "
+                            "section of the cluster file they were started with");
+  }
   if (with_addresses > 0 && with_addresses < cluster->job_size() && cluster->mode() == scenario::Cluster::REAL) {
     c.error(n, "mode", "addresses are given for ", with_addresses, " of ", cluster->job_size(),
             " jobs: give them for every job (servers started by hand) or for none (troupe run starts them)");

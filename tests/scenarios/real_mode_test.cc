@@ -175,6 +175,28 @@ TEST_CASE("mode REAL: straggle, drop_messages and delay_messages act in the serv
   std::filesystem::remove_all(dir);
 }
 
+TEST_CASE("mode REAL with tls: the run's own CA and certificates, mutual TLS and identity proofs, and a killed PS "
+          "restarted over TLS",
+          "[real]") {
+  const std::string dir = temp_dir("troupe-real-tls");
+  std::string output;
+  auto s = run(mlp(std::string("mode: REAL tls: true ") + k_three, "steps: 200",
+                   "checkpoint { dir: \"" + dir + "\" every_steps: 40 keep: 3 restore: NONE }\n"
+                   "faults { fault { at_step: 80 kill { task: \"/job:ps/task:0\" } } }\n"),
+               &output);
+  INFO(output);
+  REQUIRE(s.ok());
+  CHECK(output.find("mutual TLS with identity proofs") != std::string::npos);
+  CHECK(s->steps >= 200);
+  CHECK(s->restarts["/job:ps/replica:0/task:0"] == 1);
+  CHECK(s->test_accuracy > 0.6);
+  CHECK(children() == 0);
+  std::filesystem::remove_all(dir);
+  auto local = scenarios::parse_scenario(mlp(std::string("tls: true ") + k_three, "steps: 10"), "bad.pbtxt");
+  REQUIRE_FALSE(local.ok());
+  CHECK(local.error().message().find("tls is for mode: REAL") != std::string::npos);
+}
+
 TEST_CASE("mode REAL: bad input is refused naming what and where", "[real]") {
   SECTION("addresses that do not match the tasks, or outside mode REAL") {
     auto sc = scenarios::parse_scenario(mlp(R"(mode: REAL job { name: "ps" tasks: 1 addresses: ["localhost:1", "localhost:2"] }
