@@ -1,10 +1,13 @@
 #include "scenarios/runner.h"
 
 #include <netdb.h>
+#include <signal.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include <atomic>
+#include <cerrno>
+#include <cstdlib>
 #include <chrono>
 #include <filesystem>
 #include <mutex>
@@ -512,6 +515,21 @@ result<std::unique_ptr<real_servers>> start_real_servers(const scenario::Cluster
     path = "scenario.cluster";  // only named in errors
   } else {
     static std::atomic<int> runs{0};
+    // Directories of runs whose troupe run was killed (its servers died with it; their
+    // directory stayed): removed now.
+    std::error_code listing;
+    for (const auto& entry : std::filesystem::directory_iterator(std::filesystem::temp_directory_path(), listing)) {
+      const std::string name = entry.path().filename().string();
+      if (name.rfind("troupe-real-", 0) != 0) continue;
+      const std::string rest = name.substr(12);
+      const auto dash = rest.find('-');
+      if (dash == std::string::npos || dash == 0 || rest.find_first_not_of("0123456789") != dash) continue;
+      const long pid = std::strtol(rest.substr(0, dash).c_str(), nullptr, 10);
+      if (pid > 0 && ::kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH) {
+        std::error_code ignored;
+        std::filesystem::remove_all(entry.path(), ignored);
+      }
+    }
     r->dir = (std::filesystem::temp_directory_path() / str_cat("troupe-real-", ::getpid(), "-", runs++)).string();
     std::error_code made;
     std::filesystem::create_directories(r->dir, made);
