@@ -9,6 +9,7 @@
 #include <set>
 
 #include "cluster/cluster_file.pb.h"
+#include "core/address.h"
 #include "core/file.h"
 #include "graph/text_proto.h"
 
@@ -27,28 +28,7 @@ std::string where(const std::string& path, const pb::TextFormat::ParseInfoTree* 
   return at.line >= 0 ? str_cat(path, ":", at.line + 1, ": ") : path + ": ";
 }
 
-// host:port, the port in 1-65535; a host is a name, an IPv4 address or [IPv6].
-status parse_address(const std::string& text, task_address* out) {
-  const std::size_t colon = text.rfind(':');
-  if (colon == std::string::npos || colon == 0 || colon + 1 == text.size()) {
-    return invalid_argument_error("address '", text, "' is not host:port");
-  }
-  std::string host = text.substr(0, colon);
-  if (host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
-  if (host.empty() || std::any_of(host.begin(), host.end(), [](unsigned char c) {
-        return std::isspace(c) || c == '/' || c == '[' || c == ']';
-      })) {
-    return invalid_argument_error("address '", text, "' has no valid host");
-  }
-  const std::string port = text.substr(colon + 1);
-  if (port.size() > 5 || !std::all_of(port.begin(), port.end(), [](unsigned char c) { return std::isdigit(c); }) ||
-      std::stoi(port) < 1 || std::stoi(port) > 65535) {
-    return invalid_argument_error("address '", text, "' has port '", port, "', not a number in 1-65535");
-  }
-  out->host = std::move(host);
-  out->port = std::stoi(port);
-  return status();
-}
+status parse_address(const std::string& text, task_address* out) { return parse_host_port(text, &out->host, &out->port); }
 
 std::string absolute_beside(const std::string& file, const std::string& path) {
   if (path.empty()) return path;
@@ -60,6 +40,9 @@ std::string absolute_beside(const std::string& file, const std::string& path) {
 }  // namespace
 
 std::string task_address::task_name() const { return str_cat("/job:", job, "/replica:0/task:", index); }
+bool task_address::is(std::string_view name) const {
+  return name == task_name() || name == str_cat("/job:", job, "/task:", index);
+}
 
 const task_credentials* cluster_tls::of(std::string_view job, int index) const {
   for (const auto& [task, credentials] : tasks) {

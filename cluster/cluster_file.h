@@ -31,6 +31,8 @@ struct task_address {
   std::string host;
   int port = 0;
   std::string task_name() const;  // "/job:ps/replica:0/task:0"
+  // Whether `name` names this task, in full or short ("/job:ps/task:0").
+  bool is(std::string_view name) const;
 };
 
 struct task_credentials {

@@ -1,6 +1,7 @@
 #include "cluster/real_cluster.h"
 
 #include <cstdio>
+#include <map>
 #include <random>
 
 #include <caf/openssl/all.hpp>
@@ -29,16 +30,6 @@ std::string unbracketed(const std::string& host) {
   return host.size() > 2 && host.front() == '[' && host.back() == ']' ? host.substr(1, host.size() - 2) : host;
 }
 
-// "/job:ps/task:0" -> "/job:ps/replica:0/task:0".
-std::string canonical_of(const std::string& task) {
-  std::string out = task;
-  if (out.find("/replica:") == std::string::npos) {
-    const auto at = out.find("/task:");
-    if (at != std::string::npos) out.insert(at, "/replica:0");
-  }
-  return out;
-}
-
 // TLS (a cluster file with a tls section): this process's identity (its task's, or the
 // client's) and credentials, checked now (CAF's OpenSSL module reads them per connection,
 // too late for a clear error). Null without TLS.
@@ -52,15 +43,60 @@ result<std::shared_ptr<const control_tls>> control_tls_of(const cluster_file& fi
     t->mine = *file.tls()->client;
     return std::shared_ptr<const control_tls>(std::move(t));
   }
-  const std::string task = canonical_of(hosted.front());
   for (const task_address& a : file.tasks()) {
-    if (a.task_name() != task) continue;
+    if (!a.is(hosted.front())) continue;
     TROUPE_RETURN_IF_ERROR(check_task_credentials(*file.tls(), a));
-    t->identity = task;
+    t->identity = a.task_name();
     t->mine = *file.tls()->of(a.job, a.index);
     return std::shared_ptr<const control_tls>(std::move(t));
   }
   return not_found_error("cluster file '", file.path(), "' has no task ", hosted.front());
+}
+
+link_tls link_tls_of(const control_tls& tls) { return {tls.cluster->ca_certificate, tls.mine.certificate, tls.mine.key}; }
+
+// process_cluster_options with this process's TLS identity already checked.
+actors::cluster_options options_with(const cluster_file& file, const std::vector<std::string>& hosted,
+                                     const std::string& me, std::shared_ptr<const control_tls> tls) {
+  const std::string id = cluster_id_of(file);
+  actors::cluster_options o;
+  o.spec = file.spec();
+  o.hosted_tasks = hosted;
+  o.first_step_id = first_step_id_of_incarnation(new_incarnation());
+  o.configure_system = add_remote_task_support;
+  if (tls != nullptr) {
+    o.configure_system = [tls](caf::actor_system_config& config) {
+      add_remote_task_support(config);
+      add_control_tls(config, *tls);
+    };
+  }
+  // Every task's service address, for the stand-ins (a client's learns link ports there).
+  std::map<std::string, std::pair<std::string, int>> addresses;
+  for (const task_address& a : file.tasks()) addresses[a.task_name()] = {unbracketed(a.host), a.port};
+  // A server's stand-ins outlive the other tasks' processes (its prepared partitions hold
+  // them); a client's exit with their task, for its sessions and supervisor to see.
+  const bool server = !hosted.empty();
+  o.remote_device = [file, id, me, server, tls, addresses](caf::actor_system& system,
+                                                           const std::string& device) -> result<caf::actor> {
+    auto address = address_of_device(file, device);
+    if (!address.ok()) return address.error();
+    remote_device_options r;
+    r.device = device;
+    r.host = unbracketed(address->host);
+    r.port = address->port;
+    r.hello = {address->task_name(), id, me, std::chrono::milliseconds(3000), tls};
+    r.link.local_task = me;
+    r.link.cluster_id = id;
+    if (tls != nullptr) {
+      // A link's certificate must name the task its hello gives.
+      r.link.local_task = tls->identity;
+      r.link.tls = link_tls_of(*tls);
+    }
+    r.outlive_task = server;
+    r.addresses = addresses;
+    return spawn_remote_device(system, std::move(r));
+  };
+  return o;
 }
 
 }  // namespace
@@ -86,44 +122,9 @@ std::string cluster_id_of(const cluster_file& file) {
 
 result<actors::cluster_options> process_cluster_options(const cluster_file& file, const std::vector<std::string>& hosted,
                                                         const std::string& me) {
-  const std::string id = cluster_id_of(file);
-  actors::cluster_options o;
-  o.spec = file.spec();
-  o.hosted_tasks = hosted;
-  o.first_step_id = first_step_id_of_incarnation(new_incarnation());
-  o.configure_system = add_remote_task_support;
-  auto tls_or = control_tls_of(file, hosted);
-  if (!tls_or.ok()) return tls_or.error();
-  std::shared_ptr<const control_tls> tls = std::move(*tls_or);
-  if (tls != nullptr) {
-    o.configure_system = [tls](caf::actor_system_config& config) {
-      add_remote_task_support(config);
-      add_control_tls(config, *tls);
-    };
-  }
-  // A server's stand-ins outlive the other tasks' processes (its prepared partitions hold
-  // them); a client's exit with their task, for its sessions and supervisor to see.
-  const bool server = !hosted.empty();
-  o.remote_device = [file, id, me, server, tls](caf::actor_system& system, const std::string& device) -> result<caf::actor> {
-    auto address = address_of_device(file, device);
-    if (!address.ok()) return address.error();
-    remote_device_options r;
-    r.device = device;
-    r.host = unbracketed(address->host);
-    r.port = address->port;
-    r.hello = {address->task_name(), id, me, std::chrono::milliseconds(3000), tls};
-    r.link.local_task = me;
-    r.link.cluster_id = id;
-    if (tls != nullptr) {
-      // A link's certificate must name the task its hello gives.
-      r.link.local_task = tls->identity;
-      r.link.tls = link_tls{tls->cluster->ca_certificate, tls->mine.certificate, tls->mine.key};
-    }
-    r.outlive_task = server;
-    for (const task_address& a : file.tasks()) r.addresses[a.task_name()] = {unbracketed(a.host), a.port};
-    return spawn_remote_device(system, std::move(r));
-  };
-  return o;
+  auto tls = control_tls_of(file, hosted);
+  if (!tls.ok()) return tls.error();
+  return options_with(file, hosted, me, std::move(*tls));
 }
 
 result<std::shared_ptr<actors::cluster>> process_cluster(const cluster_file& file, const std::vector<std::string>& hosted,
@@ -170,16 +171,16 @@ result<std::unique_ptr<task_server>> task_server::start(const cluster_file& file
   auto s = std::make_unique<impl>();
   s->task = address->task_name();
   s->address = str_cat(bind_host, ":", address->port);
-  auto c = process_cluster(file, {s->task}, s->task);
-  if (!c.ok()) return c.error();
-  s->cluster = std::move(*c);
   auto tls = control_tls_of(file, {s->task});
   if (!tls.ok()) return tls.error();
   s->tls = *tls;
+  auto c = actors::cluster::create(options_with(file, {s->task}, s->task, s->tls));
+  if (!c.ok()) return c.error();
+  s->cluster = std::move(*c);
   link_options link;
   link.local_task = s->task;
   link.cluster_id = cluster_id_of(file);
-  if (s->tls != nullptr) link.tls = link_tls{s->tls->cluster->ca_certificate, s->tls->mine.certificate, s->tls->mine.key};
+  if (s->tls != nullptr) link.tls = link_tls_of(*s->tls);
   auto hub = transfer_hub::start(*s->cluster, bind_host, link);
   if (!hub.ok()) return hub.error();
   s->hub = std::move(*hub);

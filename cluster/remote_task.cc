@@ -5,10 +5,9 @@
 #include <algorithm>
 #include <atomic>
 #include <condition_variable>
+#include <cstdio>
 #include <deque>
 #include <functional>
-#include <cstdio>
-#include <thread>
 #include <iostream>
 #include <map>
 #include <mutex>
@@ -19,6 +18,7 @@
 #include "actors/device_actor.h"
 #include "actors/messages.h"
 #include "cluster/certificates.h"
+#include "core/address.h"
 #include "actors/rendezvous.h"
 #include "graph/graph.h"
 
@@ -68,7 +68,6 @@ std::string endpoint_name(const graph::graph& g, const graph::endpoint& e) {
   return str_cat(g.get(e.node).name(), ":", e.index);
 }
 
-// A partition as it crosses (the remote device's side).
 // The tasks other than `own` that a partition's Sends go to.
 std::set<std::string> send_destinations(const actors::executable_spec& spec, const std::string& own) {
   std::set<std::string> out;
@@ -87,16 +86,12 @@ std::set<std::string> send_destinations(const actors::executable_spec& spec, con
 // "task=host:port" -> its parts; false when malformed.
 bool parse_link_entry(const std::string& entry, std::string* task, std::string* host, int* port) {
   const auto eq = entry.find('=');
-  const auto colon = entry.rfind(':');
-  if (eq == std::string::npos || colon == std::string::npos || colon < eq) return false;
+  if (eq == std::string::npos || eq == 0) return false;
   *task = entry.substr(0, eq);
-  *host = entry.substr(eq + 1, colon - eq - 1);
-  const std::string digits = entry.substr(colon + 1);
-  if (digits.empty() || digits.size() > 5 || digits.find_first_not_of("0123456789") != std::string::npos) return false;
-  *port = std::stoi(digits);
-  return *port > 0 && *port < 65536 && !task->empty() && !host->empty();
+  return parse_host_port(entry.substr(eq + 1), host, port).ok();
 }
 
+// A partition as it crosses (the remote device's side).
 result<wire_spec> to_wire_spec(const actors::executable_spec& spec, const std::string& device) {
   if (spec.graph == nullptr) return invalid_argument_error("a partition for ", device, " has no graph");
   wire_spec w;
@@ -599,6 +594,17 @@ struct remote_state {
   std::uint64_t next_pending = 1;
   std::unique_ptr<background> work;  // made on first use; joined when the actor ends
 
+  // Answers every request pending on the service with `why`.
+  void fail_all(const caf::error& why) {
+    for (auto& [id, promise] : pending) promise.deliver(why);
+    pending.clear();
+  }
+  // The background thread, made on first use.
+  background& worker() {
+    if (work == nullptr) work = std::make_unique<background>();
+    return *work;
+  }
+
   std::uint64_t park(caf::response_promise p) {
     pending.emplace(next_pending, std::move(p));
     return next_pending++;
@@ -618,9 +624,7 @@ using remote_actor = caf::stateful_actor<remote_state>;
 // Runs `work` on the actor's background thread; the function it returns runs back in the
 // actor (it may use the actor's state; `work` must not).
 void off_thread(remote_actor* self, std::function<std::function<void()>()> work) {
-  auto& st = self->state;
-  if (st.work == nullptr) st.work = std::make_unique<background>();
-  st.work->post([me = caf::actor_cast<caf::actor>(self), work = std::move(work)] {
+  self->state.worker().post([me = caf::actor_cast<caf::actor>(self), work = std::move(work)] {
     caf::anon_send(me, resume_atom::value, std::make_shared<std::function<void()>>(work()));
   });
 }
@@ -721,8 +725,7 @@ void with_connection(remote_actor* self, bool need_service, std::function<void()
 void drop_link(remote_actor* self) {
   auto& st = self->state;
   if (st.link == nullptr) return;
-  if (st.work == nullptr) st.work = std::make_unique<background>();
-  st.work->post([gone = std::move(st.link)] {});
+  st.worker().post([gone = std::move(st.link)] {});
   st.link.reset();
 }
 
@@ -750,8 +753,7 @@ caf::behavior remote_device(remote_actor* self, remote_device_options options) {
     const auto& o = st.options;
     const caf::error why = to_caf_error(unavailable_error("task ", o.hello.task, " (device ", o.device,
                                                           ") is gone: ", to_status(down.reason).message()));
-    for (auto& [id, promise] : st.pending) promise.deliver(why);
-    st.pending.clear();
+    st.fail_all(why);
     if (!o.outlive_task) return self->quit(why);
     st.service = caf::actor();
     drop_link(self);
@@ -760,10 +762,8 @@ caf::behavior remote_device(remote_actor* self, remote_device_options options) {
   // with the reason first, as a device actor answers its running steps when it ends.
   self->set_exit_handler([self](caf::exit_msg& exit) {
     auto& st = self->state;
-    const caf::error why = exit.reason ? exit.reason
-                                       : to_caf_error(unavailable_error("device ", st.options.device, " was stopped"));
-    for (auto& [id, promise] : st.pending) promise.deliver(why);
-    st.pending.clear();
+    st.fail_all(exit.reason ? exit.reason
+                            : to_caf_error(unavailable_error("device ", st.options.device, " was stopped")));
     self->quit(exit.reason);
   });
   // Requests failed by a connection that could not be made.
@@ -850,7 +850,8 @@ caf::behavior remote_device(remote_actor* self, remote_device_options options) {
       // and, when connected, at the task.
       [self](actors::rv_send_atom, std::int64_t step_id, const actors::transfer_key_ptr& key, tensor& value) {
         auto shared = std::make_shared<tensor>(std::move(value));
-        auto refuse = [self, step_id, key, sender = caf::actor_cast<caf::actor>(self->current_sender())](const status& s) {
+        const auto sender = caf::actor_cast<caf::actor>(self->current_sender());
+        auto refuse = [self, step_id, key, sender](const status& s) {
           const caf::error why = to_caf_error(unavailable_error(
               "device ", self->state.options.device, " of task ", self->state.options.hello.task, " cannot take ",
               key->printed(), " of step ", step_id, ": ", s.message()));
@@ -859,7 +860,7 @@ caf::behavior remote_device(remote_actor* self, remote_device_options options) {
         };
         with_connection(
             self, /*need_service=*/false,
-            [self, step_id, key, shared, refuse, sender = caf::actor_cast<caf::actor>(self->current_sender())] {
+            [self, step_id, key, shared, refuse, sender] {
               auto& st = self->state;
               if (st.link == nullptr) return refuse(unimplemented_error("task ", st.options.hello.task, " takes no tensor links"));
               if (dtype_size(shared->type()) == 0) {

@@ -287,7 +287,7 @@ struct task_processes::impl {
   result<std::string> known(const std::string& task) const {
     std::lock_guard<std::mutex> lock(mutex);
     for (const auto& [name, p] : procs) {
-      if (name == task || str_cat("/job:", p.address.job, "/task:", p.address.index) == task) return name;
+      if (p.address.is(task)) return name;
     }
     return not_found_error("no task '", task, "' among this run's servers");
   }

@@ -500,49 +500,50 @@ status wait_for_address(const cluster::task_address& a, std::chrono::seconds lim
                            limit.count(), " s (its server was started by hand: start it again there)");
 }
 
+// Removes the directories of REAL runs whose troupe run was killed (its servers died with
+// it; the directory stayed): "troupe-real-<pid>-<n>" whose process is gone.
+void remove_dirs_of_dead_runs() {
+  std::error_code listing;
+  for (const auto& entry : std::filesystem::directory_iterator(std::filesystem::temp_directory_path(), listing)) {
+    const std::string name = entry.path().filename().string();
+    if (name.rfind("troupe-real-", 0) != 0) continue;
+    const std::string rest = name.substr(12);
+    const auto dash = rest.find('-');
+    if (dash == std::string::npos || dash == 0 || rest.find_first_not_of("0123456789") != dash) continue;
+    const long pid = std::strtol(rest.substr(0, dash).c_str(), nullptr, 10);
+    if (pid > 0 && ::kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH) {
+      std::error_code ignored;
+      std::filesystem::remove_all(entry.path(), ignored);
+    }
+  }
+}
+
 result<std::unique_ptr<real_servers>> start_real_servers(const scenario::Cluster& c, const cluster_layout& layout,
                                                          const run_options& options, std::ostream& out) {
   auto r = std::make_unique<real_servers>();
   const bool by_hand = c.job_size() > 0 && c.job(0).addresses_size() > 0;
   std::string text;
-  std::string path;
-  if (by_hand) {
-    for (const auto& job : c.job()) {
-      text += str_cat("job { name: \"", job.name(), "\"");
-      for (int t = 0; t < job.addresses_size(); ++t) text += str_cat(" tasks { key: ", t, " value: \"", job.addresses(t), "\" }");
-      text += " }\n";
-    }
-    path = "scenario.cluster";  // only named in errors
-  } else {
-    static std::atomic<int> runs{0};
-    // Directories of runs whose troupe run was killed (its servers died with it; their
-    // directory stayed): removed now.
-    std::error_code listing;
-    for (const auto& entry : std::filesystem::directory_iterator(std::filesystem::temp_directory_path(), listing)) {
-      const std::string name = entry.path().filename().string();
-      if (name.rfind("troupe-real-", 0) != 0) continue;
-      const std::string rest = name.substr(12);
-      const auto dash = rest.find('-');
-      if (dash == std::string::npos || dash == 0 || rest.find_first_not_of("0123456789") != dash) continue;
-      const long pid = std::strtol(rest.substr(0, dash).c_str(), nullptr, 10);
-      if (pid > 0 && ::kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH) {
-        std::error_code ignored;
-        std::filesystem::remove_all(entry.path(), ignored);
+  for (const auto& job : c.job()) {
+    text += str_cat("job { name: \"", job.name(), "\"");
+    for (int t = 0; t < job.tasks(); ++t) {
+      std::string address = by_hand ? job.addresses(t) : "";
+      if (!by_hand) {
+        const int port = cluster::free_loopback_port();
+        if (port == 0) return unavailable_error("no free loopback port for task ", t, " of job ", job.name());
+        address = str_cat("127.0.0.1:", port);
       }
+      text += str_cat(" tasks { key: ", t, " value: \"", address, "\" }");
     }
+    text += " }\n";
+  }
+  std::string path = "scenario.cluster";  // servers by hand: only named in errors
+  if (!by_hand) {
+    static std::atomic<int> runs{0};
+    remove_dirs_of_dead_runs();
     r->dir = (std::filesystem::temp_directory_path() / str_cat("troupe-real-", ::getpid(), "-", runs++)).string();
     std::error_code made;
     std::filesystem::create_directories(r->dir, made);
     if (made) return unavailable_error("cannot make the directory '", r->dir, "' of the servers: ", made.message());
-    for (const auto& job : c.job()) {
-      text += str_cat("job { name: \"", job.name(), "\"");
-      for (int t = 0; t < job.tasks(); ++t) {
-        const int port = cluster::free_loopback_port();
-        if (port == 0) return unavailable_error("no free loopback port for task ", t, " of job ", job.name());
-        text += str_cat(" tasks { key: ", t, " value: \"127.0.0.1:", port, "\" }");
-      }
-      text += " }\n";
-    }
     path = r->dir + "/cluster.pbtxt";
     TROUPE_RETURN_IF_ERROR(write_file(path, text));
   }

@@ -13,6 +13,7 @@
 #include <set>
 #include <string_view>
 
+#include "core/address.h"
 #include "core/file.h"
 #include "core/random.h"
 #include "graph/text_proto.h"
@@ -228,13 +229,9 @@ void check_cluster(checker& c, const node& parent, scenario::Cluster* cluster) {
               job.addresses_size(), " address", job.addresses_size() == 1 ? "" : "es");
     }
     for (int a = 0; a < job.addresses_size(); ++a) {
-      const std::string& address = job.addresses(a);
-      const auto colon = address.rfind(':');
-      const std::string port = colon == std::string::npos ? "" : address.substr(colon + 1);
-      if (colon == std::string::npos || colon == 0 || port.empty() || port.size() > 5 ||
-          port.find_first_not_of("0123456789") != std::string::npos || std::stoi(port) < 1 || std::stoi(port) > 65535) {
-        c.error(j, "addresses", a, "'", address, "' is not host:port (port 1-65535)");
-      }
+      std::string host;
+      int port = 0;
+      if (status s = parse_host_port(job.addresses(a), &host, &port); !s.ok()) c.error(j, "addresses", a, s.message());
     }
   }
   if (cluster->tls() && (cluster->mode() != scenario::Cluster::REAL || with_addresses > 0)) {
