@@ -34,9 +34,14 @@ namespace troupe::actors {
 // process for now). A restarted device gets a new actor under the same name: whoever
 // looks a device up by name finds its current incarnation (what was resolved before keeps
 // the old actor, which is down; steps using it fail with UNAVAILABLE and are prepared
-// again). Thread safety: every method may be called from any thread.
+// again; generation() tells a session's cached steps to check). Thread safety: every
+// method may be called from any thread.
 class device_directory {
  public:
+  // Changes whenever an entry is set: who resolved devices at generation g and sees g
+  // again knows that none was replaced since.
+  std::uint64_t generation() const { return generation_.load(std::memory_order_acquire); }
+
   caf::actor find(std::string_view name) const {
     std::shared_lock<std::shared_mutex> lock(mutex_);
     auto it = actors_.find(name);
@@ -45,6 +50,7 @@ class device_directory {
   void set(const std::string& name, caf::actor actor) {
     std::unique_lock<std::shared_mutex> lock(mutex_);
     actors_[name] = std::move(actor);
+    generation_.fetch_add(1, std::memory_order_acq_rel);
   }
   // Every device's current actor, by name.
   std::map<std::string, caf::actor, std::less<>> entries() const {
@@ -55,6 +61,7 @@ class device_directory {
  private:
   mutable std::shared_mutex mutex_;
   std::map<std::string, caf::actor, std::less<>> actors_;
+  std::atomic<std::uint64_t> generation_{0};
 };
 
 class runtime_device final : public kernels::device {

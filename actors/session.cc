@@ -138,6 +138,7 @@ struct master_state {
   struct cached_step {
     std::shared_ptr<const prepared_step> step;
     std::list<std::string>::iterator position;
+    std::uint64_t generation = 0;  // of the device directory when its devices were last found current
   };
   std::unordered_map<std::string, cached_step> prepared;
   // Signatures being prepared (planned on the pool, then registered on their devices),
@@ -333,6 +334,15 @@ void partition_answered(master_actor* self, std::int64_t step_id, std::size_t in
   else done->promise.deliver(to_caf_error(done->error));
 }
 
+// Partition `index` of step `step_id` failed with `e`: a device that was down when the
+// request went out is named.
+status part_error(master_actor* self, std::int64_t step_id, std::size_t index, const caf::error& e) {
+  auto it = self->state.running.find(step_id);
+  if (e != caf::sec::request_receiver_down || it == self->state.running.end()) return to_status(e);
+  return unavailable_error("device ", it->second->prepared->partitions[index].device_name,
+                           " is down (its task was killed or restarted)");
+}
+
 // While steps run, a deadline_atom comes every eighth of the step timeout (1 ms to 1 s):
 // a part fails at most that long after its deadline.
 void arm_deadline_check(master_actor* self) {
@@ -373,7 +383,7 @@ void start_step(master_actor* self, std::shared_ptr<const prepared_step> prepare
     // of CAF's clock thread per partition and step; check_deadlines() enforces it.
     self->request(part.device, caf::infinite, run_atom::value, part.handle, step_id, std::move(feeds))
         .then([self, step_id, i](std::vector<tensor>& fetched) { partition_answered(self, step_id, i, &fetched, status()); },
-              [self, step_id, i](caf::error& e) { partition_answered(self, step_id, i, nullptr, to_status(e)); });
+              [self, step_id, i](caf::error& e) { partition_answered(self, step_id, i, nullptr, part_error(self, step_id, i, e)); });
   }
   arm_deadline_check(self);
 }
@@ -416,12 +426,28 @@ void fail_waiting(master_actor* self, const std::string& key, status error) {
 void remember(master_actor* self, const std::string& key, std::shared_ptr<const prepared_step> step) {
   auto& st = self->state;
   st.recency.push_front(key);
-  st.prepared[key] = master_state::cached_step{std::move(step), st.recency.begin()};
+  // Generation 0 never matches a directory that has devices: the first run checks them.
+  st.prepared[key] = master_state::cached_step{std::move(step), st.recency.begin(), 0};
   ++*st.num_prepared;
   while (static_cast<int>(st.prepared.size()) > std::max(1, st.options.max_prepared_steps)) {
     st.prepared.erase(st.recency.back());
     st.recency.pop_back();
   }
+}
+
+// Whether a cached step's devices are still the directory's: a task restarted since it
+// was prepared (kill_task, restart_task) has new device actors, and the step must be
+// prepared again on them. The down_msg of the old actors, which drops such steps too,
+// may come after the next run: this check does not depend on it.
+bool still_current(master_actor* self, master_state::cached_step& cached) {
+  const device_directory& directory = *self->state.context.devices;
+  const std::uint64_t now = directory.generation();
+  if (cached.generation == now) return true;
+  for (const auto& part : cached.step->partitions) {
+    if (directory.find(part.device_name) != part.device) return false;
+  }
+  cached.generation = now;
+  return true;
 }
 
 // Signature `it`'s preparation is over and good: it is kept, and the steps waiting for
@@ -589,9 +615,13 @@ caf::behavior master_behavior(master_actor* self, std::shared_ptr<const graph::g
         auto promise = self->make_response_promise<std::vector<tensor>>();
         std::string key = signature(r);
         if (auto it = st.prepared.find(key); it != st.prepared.end()) {
-          st.recency.splice(st.recency.begin(), st.recency, it->second.position);
-          start_step(self, it->second.step, std::move(r.feed_values), promise);
-          return promise;
+          if (still_current(self, it->second)) {
+            st.recency.splice(st.recency.begin(), st.recency, it->second.position);
+            start_step(self, it->second.step, std::move(r.feed_values), promise);
+            return promise;
+          }
+          st.recency.erase(it->second.position);
+          st.prepared.erase(it);
         }
         auto [waiting, first] = st.preparing.try_emplace(key);
         waiting->second.waiting.push_back({std::move(r.feed_values), promise});

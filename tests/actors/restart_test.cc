@@ -84,8 +84,12 @@ TEST_CASE("a killed task fails the steps that need it; restarted, it is reached 
   auto lost = s->run({}, {"a/Read/ReadVariableOp"});
   REQUIRE_FALSE(lost.ok());
   CHECK(lost.error().error_code() == code::failed_precondition);
-  REQUIRE(s->run({}, {}, {"a/Assign"}).ok());  // its initializer: zeros
-  REQUIRE(s->run({}, {}, {"bump"}).ok());
+  auto assigned = s->run({}, {}, {"a/Assign"});  // its initializer: zeros
+  INFO((assigned.ok() ? std::string() : assigned.error().message()));
+  REQUIRE(assigned.ok());
+  auto bumped = s->run({}, {}, {"bump"});
+  INFO((bumped.ok() ? std::string() : bumped.error().message()));
+  REQUIRE(bumped.ok());
   auto values = s->run({}, {"a/Read/ReadVariableOp", "b/Read/ReadVariableOp"});
   REQUIRE(values.ok());
   CHECK(values->at(0).flat<float>()[0] == 1.0f);
