@@ -566,6 +566,7 @@ void checkpoint_manager::step_done(std::int64_t global_step) {
     std::lock_guard<std::mutex> lock(mutex_);
     if (global_step >= next_due_) {
       while (next_due_ <= global_step) next_due_ += options_.every_steps;
+      if (requested_) ++stats_.merged;  // one save, after the one being written, serves both
       request = requested_ = true;
     }
   }
@@ -586,9 +587,10 @@ void checkpoint_manager::cut_if_due(std::int64_t global_step) {
     (void)count_failure(s.error());
     return;
   }
-  if (!s->has_value()) return;
   {
     std::lock_guard<std::mutex> lock(mutex_);
+    if (!s->has_value() || pending_.has_value()) ++stats_.merged;
+    if (!s->has_value()) return;
     pending_.emplace(std::move(**s), stopped);  // replaces an older cut not yet written
   }
   wake_.notify_all();
@@ -710,9 +712,14 @@ result<checkpoint::committed> checkpoint_manager::save_now() {
   std::optional<checkpoint::committed> unchanged;
   auto s = cut(&stopped, &unchanged);
   if (!s.ok()) return count_failure(s.error());
-  if (!s->has_value()) return *unchanged;
+  if (!s->has_value()) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    ++stats_.merged;
+    return *unchanged;
+  }
   {
     std::lock_guard<std::mutex> lock(mutex_);
+    if (pending_.has_value()) ++stats_.merged;
     pending_.reset();  // an older cut: this one supersedes it
   }
   return write(**s, stopped);

@@ -95,6 +95,8 @@ struct checkpoint_manager_options {
 struct checkpoint_stats {
   int committed = 0;         // saves committed by this manager
   int failed = 0;            // saves that failed
+  int merged = 0;  // saves served by another: a newer cut replaced them before they were written
+                   // (a slow disk), or the state they would write was already committed
   std::string latest_path;   // the newest committed checkpoint (also one found at restore)
   std::int64_t latest_step = -1;
   std::string restored_path;  // what the first restore_latest() before any save restored:

@@ -337,7 +337,10 @@ TEST_CASE("checkpoints: saved every N steps and at the end, kept, and a later ru
   if (!first.ok()) FAIL(first.error().to_string());
   INFO(out.str());
   const auto& c = first->checkpoints;
-  CHECK(c.committed >= 3);  // steps ~100, ~200 and the end
+  // Steps ~100, ~200 and the end; on a loaded machine a due save may be overtaken by the
+  // next one before it is written (newest wins), never lost without a trace.
+  CHECK(c.committed >= 2);
+  CHECK(c.committed + c.merged >= 3);
   CHECK(c.failed == 0);
   CHECK(c.restored_step == -1);
   CHECK(c.latest_step == first->steps);
