@@ -458,7 +458,7 @@ std::vector<fault_record> fault_records(const std::vector<cluster::injected_faul
 // REAL mode: the servers of the cluster's tasks and the options of this process's
 // cluster, a client of theirs. The servers are started here on free loopback ports (with
 // the cluster file and their logs in a directory of their own, removed at the end), or
-// were started by hand at the scenario's addresses.
+// were started by hand at the scenario's addresses or with its cluster_file.
 struct real_servers {
   std::string dir;
   std::unique_ptr<cluster::task_processes> processes;  // null: servers started by hand
@@ -518,12 +518,33 @@ void remove_dirs_of_dead_runs() {
   }
 }
 
+// The tasks of the servers' cluster file against the scenario's: the same jobs with the
+// same numbers of tasks (the file's addresses are its own business).
+status same_tasks(const scenario::Cluster& c, const cluster::cluster_file& file) {
+  std::map<std::string, int> wanted, found;
+  for (const auto& job : c.job()) wanted[job.name()] = job.tasks();
+  for (const auto& a : file.tasks()) found[a.job] = std::max(found[a.job], a.index + 1);
+  auto describe = [](const std::map<std::string, int>& jobs) {
+    std::string out;
+    for (const auto& [name, tasks] : jobs) out += str_cat(out.empty() ? "" : ", ", name, " (", tasks, ")");
+    return out;
+  };
+  std::size_t total = 0;
+  for (const auto& job : wanted) total += static_cast<std::size_t>(job.second);
+  if (wanted == found && file.tasks().size() == total) return status();
+  return invalid_argument_error("cluster.cluster_file '", c.cluster_file(), "' has the jobs ", describe(found),
+                                " but the scenario's cluster has ", describe(wanted),
+                                ": name the file the servers of this cluster were started with");
+}
+
 result<std::unique_ptr<real_servers>> start_real_servers(const scenario::Cluster& c, const cluster_layout& layout,
                                                          const run_options& options, std::ostream& out) {
   auto r = std::make_unique<real_servers>();
-  const bool by_hand = c.job_size() > 0 && c.job(0).addresses_size() > 0;
+  const bool by_hand = servers_by_hand(c);
+  const bool with_file = !c.cluster_file().empty();
   std::string text;
   for (const auto& job : c.job()) {
+    if (with_file) break;
     text += str_cat("job { name: \"", job.name(), "\"");
     for (int t = 0; t < job.tasks(); ++t) {
       std::string address = by_hand ? job.addresses(t) : "";
@@ -547,8 +568,9 @@ result<std::unique_ptr<real_servers>> start_real_servers(const scenario::Cluster
     path = r->dir + "/cluster.pbtxt";
     TROUPE_RETURN_IF_ERROR(write_file(path, text));
   }
-  auto file = cluster::cluster_file::parse(text, path);
-  if (!file.ok()) return file.error().with_context("cluster (mode: REAL)");
+  auto file = with_file ? cluster::cluster_file::load(c.cluster_file()) : cluster::cluster_file::parse(text, path);
+  if (!file.ok()) return file.error().with_context(with_file ? "cluster.cluster_file" : "cluster (mode: REAL)");
+  if (with_file) TROUPE_RETURN_IF_ERROR(same_tasks(c, *file));
   if (c.tls()) {
     // A CA and certificates for this run: the servers and this client read them from
     // the cluster file with its tls section.
@@ -572,7 +594,12 @@ result<std::unique_ptr<real_servers>> start_real_servers(const scenario::Cluster
       return not_found_error("no task '", task, "' in the cluster");
     };
     r->options.remote_tasks = std::move(control);
-    out << "cluster: REAL, servers started by hand at the scenario's addresses\n";
+    if (with_file) {
+      out << "cluster: REAL, servers started by hand with " << c.cluster_file()
+          << (file->tls().has_value() ? ", mutual TLS with identity proofs" : "") << "\n";
+    } else {
+      out << "cluster: REAL, servers started by hand at the scenario's addresses\n";
+    }
     return r;
   }
   cluster::task_processes_options po;

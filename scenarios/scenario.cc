@@ -234,11 +234,17 @@ void check_cluster(checker& c, const node& parent, scenario::Cluster* cluster) {
       if (status s = parse_host_port(job.addresses(a), &host, &port); !s.ok()) c.error(j, "addresses", a, s.message());
     }
   }
-  if (cluster->tls() && (cluster->mode() != scenario::Cluster::REAL || with_addresses > 0)) {
+  const bool with_file = !cluster->cluster_file().empty();
+  if (with_file && cluster->mode() != scenario::Cluster::REAL) {
+    c.error(n, "cluster_file", "cluster_file is for mode: REAL (servers started by hand with that file)");
+  } else if (with_file && with_addresses > 0) {
+    c.error(n, "cluster_file", "give either the servers' cluster_file or addresses, not both (the file has the addresses)");
+  }
+  if (cluster->tls() && (cluster->mode() != scenario::Cluster::REAL || with_addresses > 0 || with_file)) {
     c.error(n, "tls", cluster->mode() != scenario::Cluster::REAL
                           ? "tls is for mode: REAL"
-                          : "tls makes certificates for servers troupe run starts; servers at addresses use the tls "
-                            "section of the cluster file they were started with");
+                          : "tls makes certificates for servers troupe run starts; for servers started by hand, "
+                            "name the cluster file they were started with (cluster_file), whose tls section is used");
   }
   if (with_addresses > 0 && with_addresses < cluster->job_size() && cluster->mode() == scenario::Cluster::REAL) {
     c.error(n, "mode", "addresses are given for ", with_addresses, " of ", cluster->job_size(),
@@ -505,9 +511,9 @@ void check_faults(checker& c, const node& parent, scenario::Scenario* s) {
     node r = c.child(n, "random", faults->random());
     const double k = faults->random().kills_per_1000_steps();
     if (!(k >= 0 && k <= 1000)) c.error(r, "kills_per_1000_steps", "must be in [0, 1000] (is ", k, ")");
-    if (k > 0 && s->cluster().mode() == scenario::Cluster::REAL && s->cluster().job_size() > 0 &&
-        s->cluster().job(0).addresses_size() > 0) {
-      c.error(r, "kills_per_1000_steps", "random kills need servers that troupe run starts (no addresses)");
+    if (k > 0 && servers_by_hand(s->cluster())) {
+      c.error(r, "kills_per_1000_steps",
+              "random kills need servers that troupe run starts (no addresses or cluster_file)");
     }
     if (k > 0 && !s->has_checkpoint()) {
       c.error(r, "kills_per_1000_steps", "random kills may hit tasks holding variables: they need a checkpoint ",
@@ -562,15 +568,14 @@ void check_faults(checker& c, const node& parent, scenario::Scenario* s) {
     }
     // A real cluster's processes can be killed and frozen by the troupe run that started
     // them, not by one that found them at addresses.
-    if (cl.mode() == scenario::Cluster::REAL) {
-      const bool by_hand = cl.job_size() > 0 && cl.job(0).addresses_size() > 0;
+    if (servers_by_hand(cl)) {
       const char* owned = kind == scenario::Fault::kKill                   ? "kill"
                           : kind == scenario::Fault::kStall                ? "stall"
                           : kind == scenario::Fault::kKillDuringCheckpoint ? "kill_during_checkpoint"
                                                                            : nullptr;
-      if (owned != nullptr && by_hand) {
-        c.error(fn, owned, owned, " needs servers that troupe run starts (no addresses): it cannot signal servers ",
-                "started by hand");
+      if (owned != nullptr) {
+        c.error(fn, owned, owned, " needs servers that troupe run starts (no addresses or cluster_file): it cannot ",
+                "signal servers started by hand");
       }
     }
     std::string job;
@@ -708,6 +713,11 @@ status check_dataset_files(const scenario::Dataset& dataset) {
     }
   }
   return status();
+}
+
+bool servers_by_hand(const scenario::Cluster& cluster) {
+  return cluster.mode() == scenario::Cluster::REAL &&
+         (!cluster.cluster_file().empty() || (cluster.job_size() > 0 && cluster.job(0).addresses_size() > 0));
 }
 
 int num_tasks(const scenario::Cluster& cluster, std::string_view job) {

@@ -85,6 +85,10 @@ status check_dataset_files(const scenario::Dataset& dataset);
 // How many tasks `job` has in the cluster (0 when there is no such job).
 int num_tasks(const scenario::Cluster& cluster, std::string_view job);
 
+// Mode REAL with servers started by hand (addresses or a cluster_file), which troupe run
+// can reach but not signal.
+bool servers_by_hand(const scenario::Cluster& cluster);
+
 // The folder holding the example scenarios (default.pbtxt, ...): this source tree's
 // scenarios/, fixed when the build was configured.
 std::string examples_dir();
