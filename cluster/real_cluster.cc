@@ -141,6 +141,7 @@ struct task_server::impl {
   std::string task;
   std::string address;
   std::shared_ptr<const control_tls> tls;
+  std::shared_ptr<observation_log> observations;  // outlives the cluster, whose devices report to it
 
   ~impl() {
     hub.reset();  // no tensor arrives any more
@@ -174,7 +175,11 @@ result<std::unique_ptr<task_server>> task_server::start(const cluster_file& file
   auto tls = control_tls_of(file, {s->task});
   if (!tls.ok()) return tls.error();
   s->tls = *tls;
-  auto c = actors::cluster::create(options_with(file, {s->task}, s->task, s->tls));
+  s->observations = std::make_shared<observation_log>(options.trace);
+  auto co = options_with(file, {s->task}, s->task, s->tls);
+  co.tracer = s->observations->tracer();
+  co.sync_watcher = s->observations.get();
+  auto c = actors::cluster::create(std::move(co));
   if (!c.ok()) return c.error();
   s->cluster = std::move(*c);
   link_options link;
@@ -185,7 +190,7 @@ result<std::unique_ptr<task_server>> task_server::start(const cluster_file& file
   if (!hub.ok()) return hub.error();
   s->hub = std::move(*hub);
   s->service = spawn_task_service(s->cluster->system(),
-                                  {s->cluster.get(), s->task, link.cluster_id, s->hub->port(), s->tls});
+                                  {s->cluster.get(), s->task, link.cluster_id, s->hub->port(), s->tls, s->observations});
   auto port = s->tls != nullptr
                   ? caf::openssl::publish(s->service, static_cast<std::uint16_t>(address->port), bind_host.c_str(), true)
                   : s->cluster->system().middleman().publish(s->service, static_cast<std::uint16_t>(address->port),

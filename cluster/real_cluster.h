@@ -49,6 +49,9 @@ struct task_server_options {
   // Listen on every interface instead of the task's address's loopback only. Without
   // TLS a server listens on loopback unless told this.
   bool listen_all = false;
+  // Time every kernel and transfer for the client's trace (troupe run --trace takes them:
+  // take_observations). What SYNC's accumulators do is kept for the client either way.
+  bool trace = false;
 };
 
 // A task of `file` served by this process until the object goes.

@@ -17,6 +17,7 @@
 
 #include "actors/device_actor.h"
 #include "actors/messages.h"
+#include "actors/spawn.h"
 #include "cluster/certificates.h"
 #include "core/address.h"
 #include "actors/rendezvous.h"
@@ -503,6 +504,11 @@ caf::behavior task_service(service_actor* self, task_service_options options) {
         self->delegate(actor, a, to_task, delay_us, drop, seed);
         return caf::delegated<bool>();
       },
+      [self](observe_atom) -> caf::result<std::vector<observed_event>> {
+        if (!from_verified(self)) return unverified(self);
+        const auto& log = self->state.options.observations;
+        return log == nullptr ? std::vector<observed_event>() : log->take();
+      },
       [self](stats_atom, const std::string& device) -> caf::result<wire_stats> {
         if (!from_verified(self)) return unverified(self);
         caf::actor actor = self->state.device_actor(device);
@@ -888,6 +894,20 @@ caf::behavior remote_device(remote_actor* self, remote_device_options options) {
         return forward_fault(self, fail_pending, "a link fault",
                              caf::make_message(a, self->state.options.device, to_task, delay_us, drop, seed));
       },
+      [self, fail_pending](observe_atom a) -> caf::result<std::vector<observed_event>> {
+        const std::uint64_t id = self->state.park(self->make_response_promise());
+        with_connection(
+            self, /*need_service=*/true,
+            [self, id, a] {
+              self->request(self->state.service, self->state.options.request_timeout, a)
+                  .then([self, id](std::vector<observed_event>& events) { self->state.answer(id, std::move(events)); },
+                        [self, id](caf::error& e) {
+                          self->state.answer(id, remote_error(self->state.options, e, "observations"));
+                        });
+            },
+            fail_pending(id));
+        return caf::delegated<std::vector<observed_event>>();
+      },
       [self, fail_pending](stats_atom) -> caf::result<actors::device_stats> {
         const std::uint64_t id = self->state.park(self->make_response_promise());
         with_connection(
@@ -980,9 +1000,90 @@ void add_remote_task_support(caf::actor_system_config& config) {
   config.add_message_type<std::vector<wire_tensor>>("std::vector<troupe::wire_tensor>");
   config.add_message_type<wire_spec>("troupe::wire_spec");
   config.add_message_type<wire_stats>("troupe::wire_stats");
+  config.add_message_type<observed_event>("troupe::observed_event");
+  config.add_message_type<std::vector<observed_event>>("std::vector<troupe::observed_event>");
   // A frozen peer is found by silence (CAF's heartbeats are off by default).
   config.set("middleman.heartbeat-interval", caf::timespan(std::chrono::milliseconds(200)));
   config.set("middleman.connection-timeout", caf::timespan(std::chrono::milliseconds(1000)));
+}
+
+// --- observations ---------------------------------------------------------------------
+
+namespace {
+std::int64_t ns_of(std::chrono::steady_clock::time_point t) {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(t.time_since_epoch()).count();
+}
+}  // namespace
+
+void observation_log::add(observed_event e) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (events_.size() >= max_events_) {
+    ++dropped_;
+    return;
+  }
+  events_.push_back(std::move(e));
+}
+
+std::vector<observed_event> observation_log::take(std::int64_t* dropped) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (dropped != nullptr) *dropped = dropped_;
+  dropped_ = 0;
+  return std::exchange(events_, {});
+}
+
+void observation_log::node_span(const std::string& task, const std::string& device, const std::string& node,
+                                const std::string& op, std::int64_t step_id, clock::time_point start,
+                                clock::time_point end) {
+  observed_event e;
+  e.kind = observed_event::span;
+  e.at_ns = ns_of(start);
+  e.end_ns = ns_of(end);
+  e.step = step_id;
+  e.task = task;
+  e.device = device;
+  e.name = node;
+  e.op = op;
+  add(std::move(e));
+}
+
+void observation_log::transfer_sent(const std::string& key, std::int64_t step_id, const std::string& task,
+                                    const std::string& device, clock::time_point at) {
+  add({observed_event::sent, ns_of(at), 0, step_id, 0, false, task, device, key, {}, {}});
+}
+
+void observation_log::transfer_received(const std::string& key, std::int64_t step_id, const std::string& task,
+                                        const std::string& device, clock::time_point at) {
+  add({observed_event::received, ns_of(at), 0, step_id, 0, false, task, device, key, {}, {}});
+}
+
+void observation_log::gradient(const std::string& accumulator, const std::string& source, std::int64_t local_step,
+                               std::int64_t global_step, bool kept) {
+  add({observed_event::gradient, ns_of(clock::now()), 0, local_step, global_step, kept, {}, {}, accumulator, {}, {source}});
+}
+
+void observation_log::aggregated(const std::string& accumulator, std::int64_t step,
+                                 const std::vector<std::string>& sources) {
+  add({observed_event::aggregated, ns_of(clock::now()), 0, step, 0, false, {}, {}, accumulator, {}, sources});
+}
+
+result<std::vector<observed_event>> take_observations(actors::cluster& c, const std::string& task,
+                                                      std::chrono::milliseconds timeout) {
+  const auto devices = c.task_actors(task);
+  if (devices.empty()) return not_found_error("no device of task ", task, " in this cluster");
+  actors::unpinned_use use(c.system());  // outlives the scoped actor
+  caf::scoped_actor self{c.system()};
+  result<std::vector<observed_event>> out = internal_error("no answer");
+  self->request(devices.front(), timeout, observe_atom::value)
+      .receive([&](std::vector<observed_event>& events) { out = std::move(events); },
+               [&](caf::error& e) {
+                 if (e == caf::sec::request_timeout) {
+                   out = deadline_exceeded_error("task ", task, " did not hand over its observations within ",
+                                                 timeout.count(), " ms");
+                 } else {
+                   out = to_status(e);
+                 }
+               });
+  return out;
 }
 
 caf::actor spawn_task_service(caf::actor_system& system, task_service_options options) {

@@ -99,6 +99,8 @@ struct wire_stats {
 
 using remote_hello_atom = caf::atom_constant<caf::atom("rhello")>;
 using remote_challenge_atom = caf::atom_constant<caf::atom("rchallenge")>;
+// To a task service or a remote device: the task's observation_log's events, taken.
+using observe_atom = caf::atom_constant<caf::atom("robserve")>;
 
 // Loads CAF's middleman and announces every message type of the control plane; for
 // cluster_options::configure_system and for any process that connects to a service.
@@ -145,12 +147,69 @@ struct control_tls {
 // Adds CAF's OpenSSL module with `tls`'s credentials (after add_remote_task_support).
 void add_control_tls(caf::actor_system_config& config, const control_tls& tls);
 
+// What a server's devices and accumulators observed, for the client that runs the
+// scenario (troupe run --trace, and the SYNC tally, in mode REAL): the kernels' spans and
+// the transfers' ends (when the server traces: troupe server --trace), the gradients its
+// accumulators kept or dropped and the aggregates they took. Times are the machine's
+// monotonic clock (steady_clock), which every process of one machine shares.
+struct observed_event {
+  enum kind_type : std::int8_t { span = 1, sent = 2, received = 3, gradient = 4, aggregated = 5 };
+  std::int8_t kind = 0;
+  std::int64_t at_ns = 0, end_ns = 0;  // end: spans only
+  // Span and transfers: the step's id; gradient: the step it was computed at (local);
+  // aggregated: the step it aggregated.
+  std::int64_t step = 0;
+  std::int64_t global_step = 0;  // gradient: the accumulator's global step when it came
+  bool kept = false;             // gradient: kept (else dropped as stale)
+  std::string task, device;      // span and transfers
+  std::string name;  // the node (span), the transfer's key, the accumulator (gradient, aggregated)
+  std::string op;    // span
+  std::vector<std::string> sources;  // gradient: its source task; aggregated: the gradients' sources
+};
+
+// Records what a server observes (bounded: beyond `max_events` events not yet taken,
+// further ones are counted and dropped) until its client takes them. Thread-safe.
+class observation_log final : public actors::step_tracer, public actors::sync_observer {
+ public:
+  explicit observation_log(bool trace, std::size_t max_events = std::size_t{1} << 20)
+      : trace_(trace), max_events_(max_events) {}
+  // For cluster_options::tracer: this log when it traces, else null (kernels untimed).
+  actors::step_tracer* tracer() { return trace_ ? this : nullptr; }
+  // The events recorded since the last take, oldest first, and how many were dropped.
+  std::vector<observed_event> take(std::int64_t* dropped = nullptr);
+
+  void node_span(const std::string& task, const std::string& device, const std::string& node, const std::string& op,
+                 std::int64_t step_id, clock::time_point start, clock::time_point end) override;
+  void transfer_sent(const std::string& key, std::int64_t step_id, const std::string& task, const std::string& device,
+                     clock::time_point at) override;
+  void transfer_received(const std::string& key, std::int64_t step_id, const std::string& task,
+                         const std::string& device, clock::time_point at) override;
+  void gradient(const std::string& accumulator, const std::string& source, std::int64_t local_step,
+                std::int64_t global_step, bool kept) override;
+  void aggregated(const std::string& accumulator, std::int64_t step, const std::vector<std::string>& sources) override;
+
+ private:
+  void add(observed_event e);
+  const bool trace_;
+  const std::size_t max_events_;
+  std::mutex mutex_;
+  std::vector<observed_event> events_;
+  std::int64_t dropped_ = 0;
+};
+
+// The events task `task` of a real cluster observed since the last call, through the
+// stand-in of one of its devices in `c` (a client of that task). Errors: UNAVAILABLE
+// (the task is gone), DEADLINE_EXCEEDED (no answer within `timeout`).
+result<std::vector<observed_event>> take_observations(actors::cluster& c, const std::string& task,
+                                                      std::chrono::milliseconds timeout);
+
 struct task_service_options {
   actors::cluster* cluster = nullptr;  // hosts the task's devices; outlives the service
   std::string task;                    // its canonical name, "/job:ps/replica:0/task:0"
   std::string cluster_id;              // clients of another cluster are refused
   int link_port = 0;                   // the task's transfer_hub, told in the hello
   std::shared_ptr<const control_tls> tls;  // none: plain TCP, no identity proofs
+  std::shared_ptr<observation_log> observations;  // what its clients take (observe_atom); none: nothing
 };
 
 // The service of one task's devices (spawn it in the cluster's actor system).
@@ -214,6 +273,12 @@ namespace troupe::cluster {
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, wire_spec& x) {
   return f(caf::meta::type_name("wire_spec"), x.graph_def, x.nodes, x.feeds, x.fetches, x.device, x.client, x.links);
+}
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, observed_event& x) {
+  return f(caf::meta::type_name("observed_event"), x.kind, x.at_ns, x.end_ns, x.step, x.global_step, x.kept, x.task,
+           x.device, x.name, x.op, x.sources);
 }
 
 template <class Inspector>

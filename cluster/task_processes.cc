@@ -170,6 +170,7 @@ struct task_processes::impl {
     }
     std::vector<std::string> args = {options.executable, "server", "--cluster", cluster_path, "--job", p.address.job,
                                      "--task", std::to_string(p.address.index), "--ready-fd", std::to_string(ready[1])};
+    if (options.trace) args.push_back("--trace");
     std::vector<char*> argv;
     for (auto& a : args) argv.push_back(a.data());
     argv.push_back(nullptr);

@@ -37,6 +37,7 @@ struct task_processes_options {
   std::string log_dir;     // <log_dir>/<job>-<index>.log gets each server's output; required
   std::chrono::milliseconds ready_timeout{20000};
   std::chrono::milliseconds stop_timeout{5000};  // after SIGTERM, before SIGKILL
+  bool trace = false;  // the servers time their kernels for the client's trace (troupe server --trace)
 };
 
 // A loopback port free now, for a server that must be named in a cluster file before it

@@ -20,6 +20,7 @@
 #include "cluster/certificates.h"
 #include "cluster/fault_injector.h"
 #include "cluster/real_cluster.h"
+#include "cluster/remote_task.h"
 #include "cluster/supervisor.h"
 #include "cluster/sync_coordinator.h"
 #include "cluster/task_processes.h"
@@ -299,11 +300,16 @@ class sync_tally final : public actors::sync_observer {
     auto [d, first] = it->second.dropped.try_emplace(source, backup);
     if (!first) d->second = d->second && backup;
   }
-  void aggregated(const std::string&, std::int64_t step, const std::vector<std::string>& sources) override {
+  void aggregated(const std::string& accumulator, std::int64_t step, const std::vector<std::string>& sources) override {
+    aggregated_at(accumulator, step, sources, trace_clock::now());
+  }
+  // The same, told later (by a server of a real cluster): `at` is when it happened.
+  void aggregated_at(const std::string&, std::int64_t step, const std::vector<std::string>& sources,
+                     trace_clock::time_point at) {
     std::lock_guard<std::mutex> lock(mutex_);
     auto [it, first] = recent_.try_emplace(step);
     if (first) {
-      it->second.at = trace_clock::now();
+      it->second.at = at;
       // Memory stays bounded: steps far behind the newest are counted and let go (a
       // gradient reaches every accumulator within far less than k_window updates).
       while (!recent_.empty() && recent_.begin()->first < step - k_window) fold(recent_.begin());
@@ -538,7 +544,7 @@ status same_tasks(const scenario::Cluster& c, const cluster::cluster_file& file)
 }
 
 result<std::unique_ptr<real_servers>> start_real_servers(const scenario::Cluster& c, const cluster_layout& layout,
-                                                         const run_options& options, std::ostream& out) {
+                                                         const run_options& options, bool trace, std::ostream& out) {
   auto r = std::make_unique<real_servers>();
   const bool by_hand = servers_by_hand(c);
   const bool with_file = !c.cluster_file().empty();
@@ -609,6 +615,7 @@ result<std::unique_ptr<real_servers>> start_real_servers(const scenario::Cluster
     po.executable = std::filesystem::read_symlink("/proc/self/exe", failed).string();
   }
   po.log_dir = r->dir;
+  po.trace = trace;
   auto processes = cluster::task_processes::start(*file, po);
   if (!processes.ok()) return processes.error().with_context("cluster (mode: REAL)");
   r->processes = std::move(*processes);
@@ -660,7 +667,7 @@ result<run_summary> run_scenario(const scenario::Scenario& sc, const run_options
   std::unique_ptr<real_servers> real;
   actors::cluster_options co;
   if (sc.cluster().mode() == scenario::Cluster::REAL) {
-    auto r = start_real_servers(sc.cluster(), *layout, options, out);
+    auto r = start_real_servers(sc.cluster(), *layout, options, recorder != nullptr, out);
     if (!r.ok()) return r.error();
     real = std::move(*r);
     co = real->options;
@@ -1052,11 +1059,48 @@ result<run_summary> run_scenario(const scenario::Scenario& sc, const run_options
     progress.finish();
     return first_error;
   }
+  // In mode REAL the kernels ran and the accumulators counted in the servers: what they
+  // observed joins the trace and the tally here (a server killed took its part along).
+  auto absorb_observations = [&](bool sync_events) {
+    if (real == nullptr || (recorder == nullptr && !(sync && sync_events))) return;
+    std::vector<cluster::observed_event> events;
+    for (const std::string& task : (*cluster)->task_names()) {
+      auto taken = cluster::take_observations(**cluster, task, std::chrono::seconds(30));
+      if (!taken.ok()) {
+        progress.message(str_cat("observations of task ", task, " are lost: ", taken.error().message()));
+        continue;
+      }
+      std::move(taken->begin(), taken->end(), std::back_inserter(events));
+    }
+    std::stable_sort(events.begin(), events.end(), [](const auto& a, const auto& b) { return a.at_ns < b.at_ns; });
+    auto at = [](std::int64_t ns) { return trace_clock::time_point(std::chrono::nanoseconds(ns)); };
+    for (const auto& e : events) {
+      switch (e.kind) {
+        case cluster::observed_event::span:
+          if (tracer) tracer->node_span(e.task, e.device, e.name, e.op, e.step, at(e.at_ns), at(e.end_ns));
+          break;
+        case cluster::observed_event::sent:
+          if (tracer) tracer->transfer_sent(e.name, e.step, e.task, e.device, at(e.at_ns));
+          break;
+        case cluster::observed_event::received:
+          if (tracer) tracer->transfer_received(e.name, e.step, e.task, e.device, at(e.at_ns));
+          break;
+        case cluster::observed_event::gradient:
+          if (sync && !e.sources.empty()) tally.gradient(e.name, e.sources.front(), e.step, e.global_step, e.kept);
+          break;
+        case cluster::observed_event::aggregated:
+          if (sync) tally.aggregated_at(e.name, e.step, e.sources, at(e.at_ns));
+          break;
+        default:
+          break;
+      }
+    }
+  };
+  absorb_observations(/*sync_events=*/true);
   run_summary summary;
   summary.restarts = supervisor->restarts();
   summary.steps_retried = retried.load();
-  // (In mode REAL the accumulators run in the servers, which keep their tally: none here.)
-  if (sync && real == nullptr) {
+  if (sync) {
     std::vector<std::string> names;
     for (int w = 0; w < layout->workers; ++w) names.push_back(layout->worker(w));
     summary.sync = tally.record(names, layout->workers - t.backup_workers(), t.backup_workers());
@@ -1090,6 +1134,7 @@ result<run_summary> run_scenario(const scenario::Scenario& sc, const run_options
       << summary.final_loss << "; test accuracy " << std::to_string(summary.test_accuracy * 100).substr(0, 5)
       << "% on " << tests->labels.num_elements() << " images\n";
   if (recorder != nullptr) {
+    absorb_observations(/*sync_events=*/false);  // the evaluation's kernels (no gradients since)
     // Faults, recoveries and checkpoints on the timeline, beside the kernels.
     for (const auto& f : faults.injected()) {
       recorder->record_mark({f.task, f.spec.kind, "fault", f.at, f.at,

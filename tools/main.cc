@@ -23,7 +23,7 @@ constexpr const char* k_usage =
     "                     committed checkpoints of a directory; what one holds\n"
     "  cert init DIR --cluster CLUSTER.pbtxt | check --cluster CLUSTER.pbtxt\n"
     "                     a CA and per-task TLS certificates for a test cluster; a check\n"
-    "  server --cluster CLUSTER.pbtxt --job NAME --task N [--listen-all] [--ready-fd FD]\n"
+    "  server --cluster CLUSTER.pbtxt --job NAME --task N [--listen-all] [--ready-fd FD] [--trace]\n"
     "                     serve one task of a real cluster until SIGTERM or Ctrl-C\n"
     "  help               this text\n";
 }

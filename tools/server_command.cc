@@ -1,4 +1,4 @@
-// troupe server --cluster CLUSTER.pbtxt --job NAME --task N [--listen-all] [--ready-fd FD]:
+// troupe server --cluster CLUSTER.pbtxt --job NAME --task N [--listen-all] [--ready-fd FD] [--trace]:
 // one task of a real cluster, served until SIGTERM or Ctrl-C (doc/cluster.md).
 #include <fcntl.h>
 #include <signal.h>
@@ -12,11 +12,12 @@ namespace troupe::tools {
 namespace {
 
 constexpr const char* k_server_usage =
-    "usage: troupe server --cluster CLUSTER.pbtxt --job NAME --task N [--listen-all] [--ready-fd FD]\n"
+    "usage: troupe server --cluster CLUSTER.pbtxt --job NAME --task N [--listen-all] [--ready-fd FD] [--trace]\n"
     "Serves task N of job NAME of the cluster (its devices, variables and queues) at its\n"
     "address in the cluster file until SIGTERM or Ctrl-C. Without TLS it listens on loopback\n"
     "only; --listen-all serves other machines over plain TCP. --ready-fd FD: once serving,\n"
-    "write \"ready\\n\" to the open descriptor FD and close it (for a program that starts servers).\n";
+    "write \"ready\\n\" to the open descriptor FD and close it (for a program that starts servers).\n"
+    "--trace: time every kernel and transfer for the client's trace (troupe run --trace).\n";
 
 int usage(std::ostream& err, const std::string& why) {
   err << "troupe server: " << why << "\n" << k_server_usage;
@@ -38,6 +39,10 @@ int server_command(const std::vector<std::string>& args, std::ostream& out, std:
     }
     if (a == "--listen-all") {
       options.listen_all = true;
+      continue;
+    }
+    if (a == "--trace") {
+      options.trace = true;
       continue;
     }
     if ((a == "--cluster" || a == "--job" || a == "--task" || a == "--ready-fd") && i + 1 >= args.size()) {

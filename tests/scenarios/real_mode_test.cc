@@ -54,7 +54,7 @@ std::string temp_dir(const std::string& name) {
 }
 
 result<scenarios::run_summary> run(const std::string& text, std::string* output = nullptr,
-                                   const std::string& program = TROUPE_PROGRAM) {
+                                   const std::string& program = TROUPE_PROGRAM, const std::string& trace_file = "") {
   auto sc = scenarios::parse_scenario(text, "real.pbtxt");
   if (!sc.ok()) return sc.error();
   std::ostringstream out;
@@ -62,6 +62,7 @@ result<scenarios::run_summary> run(const std::string& text, std::string* output 
   o.out = &out;
   o.compute_threads = 2;
   o.server_program = program;
+  o.trace_file = trace_file;
   auto summary = scenarios::run_scenario(*sc, o);
   if (output != nullptr) *output = out.str();
   return summary;
@@ -99,6 +100,14 @@ TEST_CASE("mode REAL: three server processes train as the in-process cluster doe
   REQUIRE(local.ok());
   CHECK(real->steps == local->steps);
   CHECK(real->test_accuracy == local->test_accuracy);
+  // The accumulators counted in the PS process; the tally came to the client.
+  REQUIRE(real->sync.present);
+  REQUIRE(local->sync.present);
+  for (const char* w : {"/job:worker/task:0", "/job:worker/task:1"}) {
+    INFO(w);
+    CHECK(real->sync.workers[w].used >= 160);
+    CHECK(real->sync.workers[w].used == local->sync.workers[w].used);
+  }
 
   // The last checkpoints: every variable, optimizer slot and the global step agree bit for bit.
   auto a = checkpoint::directory::open(real_dir), b = checkpoint::directory::open(local_dir);
@@ -150,6 +159,29 @@ TEST_CASE("mode REAL: a killed PS process and a killed worker are restarted and 
   CHECK(s->test_accuracy > 0.6);
   CHECK(children() == 0);
   std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("mode REAL with a trace: the servers time their kernels and transfers, and the client's trace has them",
+          "[real]") {
+  const std::string trace = temp_dir("troupe-real-trace") + ".json";
+  std::string output;
+  auto s = run(mlp(std::string("mode: REAL ") + k_three, "steps: 30"), &output, TROUPE_PROGRAM, trace);
+  INFO(output);
+  REQUIRE(s.ok());
+  std::ifstream in(trace);
+  const std::string json((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::filesystem::remove(trace);
+  // A process (in the trace's sense) per server task, spans of kernels that ran only there
+  // (the variables' updates on the PS, the gradients on the workers), and transfers
+  // between them drawn as flows.
+  for (const char* task : {"/job:ps/replica:0/task:0", "/job:worker/replica:0/task:0", "/job:worker/replica:0/task:1"}) {
+    CHECK_THAT(json, Catch::Contains(std::string("\"args\":{\"name\":\"") + task + "\"}"));
+  }
+  CHECK_THAT(json, Catch::Contains("\"cat\":\"ResourceApplyAdam\""));
+  CHECK_THAT(json, Catch::Contains("\"cat\":\"MatMul\""));
+  CHECK_THAT(json, Catch::Contains("\"ph\":\"s\""));
+  CHECK_THAT(json, Catch::Contains("\"ph\":\"f\""));
+  CHECK(children() == 0);
 }
 
 TEST_CASE("mode REAL: straggle, drop_messages and delay_messages act in the servers' processes", "[real]") {
