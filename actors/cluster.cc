@@ -66,7 +66,7 @@ result<std::shared_ptr<cluster>> cluster::create(cluster_options options) {
     }
     auto stand_in = o.remote_device(*c->system_, full);
     if (!stand_in.ok()) return stand_in.error();
-    c->directory_->set(full, std::move(*stand_in));
+    c->directory_->set(full, std::move(*stand_in), /*remote=*/true);
   }
   // Constructing the system and spawning into it tied this thread to the system's
   // shutdown (actors/spawn.h); untie it, so that any thread may destroy the cluster.
@@ -187,7 +187,7 @@ result<int> cluster::restart_task(std::string_view task) {
     for (const std::string& full : *devices) {
       auto stand_in = options_.remote_device(*system_, full);
       if (!stand_in.ok()) return stand_in.error();
-      directory_->set(full, std::move(*stand_in));
+      directory_->set(full, std::move(*stand_in), /*remote=*/true);
     }
     std::lock_guard<std::mutex> lock(tasks_mutex_);
     return ++incarnations_[canonical_task(task)];

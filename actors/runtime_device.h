@@ -21,6 +21,7 @@
 #include <memory>
 #include <optional>
 #include <mutex>
+#include <set>
 #include <shared_mutex>
 #include <string>
 
@@ -47,10 +48,18 @@ class device_directory {
     auto it = actors_.find(name);
     return it == actors_.end() ? caf::actor() : it->second;
   }
-  void set(const std::string& name, caf::actor actor) {
+  // `remote`: the actor is a stand-in for a device of another process (its tensors cross
+  // a link: a _Send to it waits until they are written).
+  void set(const std::string& name, caf::actor actor, bool remote = false) {
     std::unique_lock<std::shared_mutex> lock(mutex_);
     actors_[name] = std::move(actor);
+    if (remote) remote_.insert(name);
+    else remote_.erase(name);
     generation_.fetch_add(1, std::memory_order_acq_rel);
+  }
+  bool remote(std::string_view name) const {
+    std::shared_lock<std::shared_mutex> lock(mutex_);
+    return remote_.find(name) != remote_.end();
   }
   // Every device's current actor, by name.
   std::map<std::string, caf::actor, std::less<>> entries() const {
@@ -61,6 +70,7 @@ class device_directory {
  private:
   mutable std::shared_mutex mutex_;
   std::map<std::string, caf::actor, std::less<>> actors_;
+  std::set<std::string, std::less<>> remote_;
   std::atomic<std::uint64_t> generation_{0};
 };
 
@@ -94,6 +104,8 @@ class runtime_device final : public kernels::device {
   caf::actor find_device(std::string_view name) const {
     return directory_ == nullptr ? caf::actor() : directory_->find(name);
   }
+  // Whether device `name` is in another process (reached through a stand-in).
+  bool remote_device(std::string_view name) const { return directory_ != nullptr && directory_->remote(name); }
   void set_directory(std::shared_ptr<const device_directory> d) { directory_ = std::move(d); }
 
   // Injected slowness (the fault injector's straggle and stall): each step partition that

@@ -1,6 +1,8 @@
 // Kernels of _Send and _Recv. A _Send posts its tensor to the destination device's actor
 // (one message, the buffer shared, never copied in one process) and finishes at once (on
-// a GPU, once its tensor is copied to the host); a
+// a GPU, once its tensor is copied to the host; for a device of another process, once
+// its bytes are written to the link: the link's credits hold the _Send, and so its step,
+// back, which bounds what a sender holds whatever its steps do); a
 // _Recv asks its own device's rendezvous for the tensor (directly when it runs inside
 // that device's actor, by message otherwise: actors/rendezvous.h) and finishes when it
 // is there, or fails when the step is aborted.
@@ -62,7 +64,9 @@ class sender {
     }
   }
 
-  status post(std::int64_t step, const tensor& t) const {
+  // `written`, when given, travels with the tensor: a stand-in for a device of another
+  // process calls it once the bytes are on the link (or with why not).
+  status post(std::int64_t step, const tensor& t, const status_reply* written = nullptr) const {
     if (auto* tracer = device_->tracer()) {
       tracer->transfer_sent(key_->printed(), step, device_->task(), device_->short_name(), step_tracer::clock::now());
     }
@@ -73,16 +77,25 @@ class sender {
                                  " was lost (drop_messages fault)");
       }
       if (fault->delay.count() > 0) {
-        caf::delayed_anon_send(destination_, fault->delay, rv_send_atom::value, step, key_, t);
+        if (written != nullptr) {
+          caf::delayed_anon_send(destination_, fault->delay, rv_send_atom::value, step, key_, t, *written);
+        } else {
+          caf::delayed_anon_send(destination_, fault->delay, rv_send_atom::value, step, key_, t);
+        }
         return status();
       }
     }
     // Sent as the sending device: a destination that cannot deliver it (a stand-in for a
     // device of another process whose connection failed) aborts the step here.
-    caf::send_as(device_->self(), destination_, rv_send_atom::value, step, key_, t);
+    if (written != nullptr) {
+      caf::send_as(device_->self(), destination_, rv_send_atom::value, step, key_, t, *written);
+    } else {
+      caf::send_as(device_->self(), destination_, rv_send_atom::value, step, key_, t);
+    }
     return status();
   }
   runtime_device* device() const { return device_; }
+  const transfer_key_ptr& key() const { return key_; }
 
  private:
   transfer_key_ptr key_;
@@ -102,6 +115,41 @@ class send_kernel final : public kernels::op_kernel {
  private:
   sender sender_;
 };
+
+// A _Send to a device of another process: finishes when the stand-in has written the
+// tensor's bytes to its link (the link's window bounds what is in flight), or fails with
+// why it could not.
+class remote_send_kernel final : public kernels::async_op_kernel {
+ public:
+  explicit remote_send_kernel(kernel_construction& c) : async_op_kernel(c), sender_(c) {
+    if (sender_.key() != nullptr) {
+      peer_ = std::make_shared<const std::string>(str_cat("the stand-in of ", sender_.key()->key().recv_device));
+    }
+  }
+  double estimated_ns(std::span<const tensor>) const override { return 0; }
+  void compute_async(kernel_context& ctx, done_callback done) override {
+    status_reply written([&ctx, done](result<done_t> r) mutable {
+      if (!r.ok()) ctx.fail(r.error());
+      done();
+    }, peer_);
+    status s = sender_.post(ctx.step().step_id, ctx.input(0), &written);
+    if (!s.ok()) written(s);  // the reply answers once: a later answer does nothing
+  }
+
+ private:
+  sender sender_;
+  std::shared_ptr<const std::string> peer_ = std::make_shared<const std::string>("a stand-in");
+};
+
+// _Send on a CPU: waits for the link when its destination is in another process.
+std::unique_ptr<kernels::op_kernel> make_send_kernel(kernel_construction& c) {
+  std::string to;
+  auto* dev = runtime_device::from(c.device());
+  if (dev != nullptr && c.get_attr("recv_device", &to) && dev->remote_device(to)) {
+    return std::make_unique<remote_send_kernel>(c);
+  }
+  return std::make_unique<send_kernel>(c);
+}
 
 // A _Send on a device with an accelerator (a GPU): a tensor in the device's memory is
 // copied to the host after the device's queued work (the executor's thread does not wait),
@@ -188,7 +236,7 @@ class recv_kernel final : public kernels::async_op_kernel {
 }  // namespace
 
 void register_sendrecv_kernels(kernels::kernel_registry& registry) {
-  registry.add("_Send", "CPU", {}, kernels::make_kernel<send_kernel>);
+  registry.add("_Send", "CPU", {}, make_send_kernel);
   registry.add("_Recv", "CPU", {}, kernels::make_kernel<recv_kernel>);
   // On GPUs: a Recv hands on the host tensor it gets (the executor copies it in for a
   // kernel that reads device memory).

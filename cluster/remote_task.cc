@@ -735,6 +735,48 @@ void drop_link(remote_actor* self) {
   st.link.reset();
 }
 
+// A _Send's tensor for this device: over the link to its task's transfer hub. `written`
+// (when the _Send waits) hears when its bytes are on the link, or why not. What cannot be
+// sent fails the step at both ends: at the sending device (through `written`, or an abort
+// to the sender: its step's owner learns it and aborts the step everywhere, also where
+// the tensor was awaited) and, when connected, at the task.
+void forward_tensor(remote_actor* self, std::int64_t step_id, const actors::transfer_key_ptr& key, tensor value,
+                    actors::status_reply written) {
+  auto shared = std::make_shared<tensor>(std::move(value));
+  const auto sender = caf::actor_cast<caf::actor>(self->current_sender());
+  auto refuse = [self, step_id, key, sender, written](const status& s) {
+    const status why = unavailable_error("device ", self->state.options.device, " of task ",
+                                         self->state.options.hello.task, " cannot take ", key->printed(), " of step ",
+                                         step_id, ": ", s.message());
+    if (written) written(why);
+    else if (sender) self->send(sender, abort_step_atom::value, step_id, to_caf_error(why));
+    if (self->state.service) self->send(self->state.service, abort_step_atom::value, step_id, to_caf_error(why));
+  };
+  with_connection(
+      self, /*need_service=*/false,
+      [self, step_id, key, shared, refuse, sender, written] {
+        auto& st = self->state;
+        if (st.link == nullptr) return refuse(unimplemented_error("task ", st.options.hello.task, " takes no tensor links"));
+        if (dtype_size(shared->type()) == 0) {
+          return refuse(invalid_argument_error("tensor ", key->printed(), " is a ", dtype_name(shared->type()),
+                                               " tensor, which cannot cross processes"));
+        }
+        // A link that breaks before the bytes are out fails the step at the sender.
+        st.link->send(transfer_wire_key(step_id, key->key()), std::move(*shared),
+                      [sender, step_id, key, written, device = st.options.device](const status& s) {
+                        if (s.ok()) {
+                          if (written) written(actors::done_t{});
+                          return;
+                        }
+                        const status why = unavailable_error("sending ", key->printed(), " of step ", step_id, " to ",
+                                                             device, " failed: ", s.message());
+                        if (written) written(why);
+                        else if (sender) caf::anon_send(sender, abort_step_atom::value, step_id, to_caf_error(why));
+                      });
+      },
+      refuse);
+}
+
 // Sends `message` (an injected fault for the device) to its task's service and answers
 // with its answer.
 template <typename FailPending>
@@ -850,41 +892,13 @@ caf::behavior remote_device(remote_actor* self, remote_device_options options) {
       [self](abort_step_atom a, std::int64_t step_id, const caf::error& reason) {
         if (self->state.service) self->send(self->state.service, a, step_id, reason);
       },
-      // A _Send's tensor for this device: over the link to its task's transfer hub. What
-      // cannot be sent fails the step at both ends: at the sending device (its step's
-      // owner learns it and aborts the step everywhere, also where the tensor was awaited)
-      // and, when connected, at the task.
+      // A _Send's tensor for this device (forward_tensor); with `written`, the _Send waits
+      // for it.
       [self](actors::rv_send_atom, std::int64_t step_id, const actors::transfer_key_ptr& key, tensor& value) {
-        auto shared = std::make_shared<tensor>(std::move(value));
-        const auto sender = caf::actor_cast<caf::actor>(self->current_sender());
-        auto refuse = [self, step_id, key, sender](const status& s) {
-          const caf::error why = to_caf_error(unavailable_error(
-              "device ", self->state.options.device, " of task ", self->state.options.hello.task, " cannot take ",
-              key->printed(), " of step ", step_id, ": ", s.message()));
-          if (sender) self->send(sender, abort_step_atom::value, step_id, why);
-          if (self->state.service) self->send(self->state.service, abort_step_atom::value, step_id, why);
-        };
-        with_connection(
-            self, /*need_service=*/false,
-            [self, step_id, key, shared, refuse, sender] {
-              auto& st = self->state;
-              if (st.link == nullptr) return refuse(unimplemented_error("task ", st.options.hello.task, " takes no tensor links"));
-              if (dtype_size(shared->type()) == 0) {
-                return refuse(invalid_argument_error("tensor ", key->printed(), " is a ", dtype_name(shared->type()),
-                                                     " tensor, which cannot cross processes"));
-              }
-              // A link that breaks before the bytes are out fails the step at the sender.
-              st.link->send(transfer_wire_key(step_id, key->key()), std::move(*shared),
-                            [sender, step_id, key, device = st.options.device](const status& s) {
-                              if (s.ok() || !sender) return;
-                              caf::anon_send(sender, abort_step_atom::value, step_id,
-                                             to_caf_error(unavailable_error("sending ", key->printed(), " of step ",
-                                                                            step_id, " to ", device, " failed: ",
-                                                                            s.message())));
-                            });
-            },
-            refuse);
+        forward_tensor(self, step_id, key, std::move(value), actors::status_reply());
       },
+      [self](actors::rv_send_atom, std::int64_t step_id, const actors::transfer_key_ptr& key, tensor& value,
+             actors::status_reply& written) { forward_tensor(self, step_id, key, std::move(value), std::move(written)); },
       // An injected fault (straggle, link faults) for the device, told to its task.
       [self, fail_pending](straggle_atom a, std::int64_t micros) -> caf::result<bool> {
         return forward_fault(self, fail_pending, "a straggle", caf::make_message(a, self->state.options.device, micros));

@@ -22,6 +22,7 @@
 #include "actors/device_actor.h"
 #include "actors/messages.h"
 #include "actors/session.h"
+#include "actors/spawn.h"
 #include "graph/attr.h"
 #include "graph/builder.h"
 #include "graph/ops.h"
@@ -345,6 +346,79 @@ int run_split_steps(const std::shared_ptr<actors::cluster>& client, int steps, i
     right += ok ? 1 : 0;
   }
   return right;
+}
+
+TEST_CASE("a _Send to another process's device waits until its bytes are on the link; a peer that reads nothing "
+          "holds its step back",
+          "[cluster][remote]") {
+  // The PS's end of the link: accepted, but read only when the test says (start()).
+  std::mutex mutex;
+  std::unique_ptr<tensor_link> accepted;
+  std::atomic<std::int64_t> received{0};
+  auto listener = link_listener::listen("127.0.0.1", 0, link_for(k_ps_task), [&](std::unique_ptr<tensor_link> l) {
+    std::lock_guard<std::mutex> lock(mutex);
+    accepted = std::move(l);
+  });
+  REQUIRE(listener.ok());
+  link_directory::of_process().set(k_cluster_id, k_ps_task, "127.0.0.1", (*listener)->port());
+  // This process hosts the worker; the PS's device is a stand-in that only sends tensors
+  // (as a server's are), with a patient link.
+  actors::cluster_options o;
+  auto spec = placement::cluster_spec::from_task_counts({{"ps", 1}, {"worker", 1}});
+  REQUIRE(spec.ok());
+  o.spec = *spec;
+  o.hosted_tasks = {k_worker_task};
+  o.configure_system = add_remote_task_support;
+  o.remote_device = [](caf::actor_system& system, const std::string& device) -> result<caf::actor> {
+    auto r = remote_for(device, {{k_ps_task, 1}}, k_worker_task);
+    r.outlive_task = true;
+    r.link.peer_timeout = 30s;
+    return spawn_remote_device(system, std::move(r));
+  };
+  auto c = actors::cluster::create(std::move(o));
+  REQUIRE(c.ok());
+  // x (fed, 32 MB: more than loopback's socket buffers hold) sent to the PS.
+  auto root = graph::scope::new_root();
+  auto x = ops::placeholder(root.with_name("x"), dtype::float32);
+  root.with_name("send").add("_Send", {x},
+                             {{"T", graph::attr_value(dtype::float32)},
+                              {"tensor_name", graph::attr_value(std::string("x:0"))},
+                              {"send_device", graph::attr_value(k_worker_task + "/device:CPU:0")},
+                              {"send_device_incarnation", graph::attr_value(std::int64_t{0})},
+                              {"recv_device", graph::attr_value(k_device)},
+                              {"client_terminated", graph::attr_value(false)}});
+  caf::actor worker = (*c)->device_actor(k_worker_task + "/device:CPU:0");
+  REQUIRE(worker);
+  actors::unpinned_use use((*c)->system());
+  caf::scoped_actor self{(*c)->system()};
+  auto handle = ask<std::uint64_t>(self, worker, caf::make_message(actors::prepare_atom::value, std::uint64_t{1},
+                                                                   spec_of(root, {"x:0"}, {})));
+  REQUIRE(handle.ok());
+  tensor big(dtype::float32, {8 << 20});
+  std::fill_n(big.flat<float>().data(), big.num_elements(), 1.5f);
+  auto step = std::async(std::launch::async, [&] {
+    caf::scoped_actor asker{(*c)->system()};
+    return ask<std::vector<tensor>>(asker, worker,
+                                    caf::make_message(actors::run_atom::value, *handle, std::int64_t{7},
+                                                      std::vector<tensor>{big}),
+                                    60s);
+  });
+  // Nobody reads at the PS: the bytes cannot all go out, so the step does not end.
+  CHECK(step.wait_for(500ms) == std::future_status::timeout);
+  {
+    std::lock_guard<std::mutex> lock(mutex);
+    REQUIRE(accepted != nullptr);
+    accepted->start({[&](std::string, tensor t) { received += t.num_elements(); }, [](const status&) {}});
+  }
+  // Once the PS reads, the _Send (and with it the step) finishes.
+  REQUIRE(step.wait_for(30s) == std::future_status::ready);
+  auto done = step.get();
+  INFO((done.ok() ? std::string() : done.error().message()));
+  CHECK(done.ok());
+  for (int i = 0; i < 1000 && received.load() < big.num_elements(); ++i) std::this_thread::sleep_for(10ms);
+  CHECK(received.load() == big.num_elements());
+  std::lock_guard<std::mutex> lock(mutex);
+  accepted.reset();
 }
 
 TEST_CASE("a session runs steps across three processes: tensors between tasks over links, fetches back here",
