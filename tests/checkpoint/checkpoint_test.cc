@@ -239,7 +239,7 @@ TEST_CASE("bad requests name the variable and the file and return nothing", "[ch
   CHECK(absent.error().message().find("absent.h5") != std::string::npos);
 }
 
-TEST_CASE("one directory saves a large, then a small, then a large checkpoint: each reads back exactly", "[checkpoint]") {
+TEST_CASE("one directory saves a large, then a small, then a large checkpoint; each reads back exactly", "[checkpoint]") {
   // The memory a checkpoint is built in is reused: nothing of an earlier one may leak in.
   temp_dir dir;
   auto d = directory::open(dir.path);

@@ -272,7 +272,7 @@ TEST_CASE("without backups, a SYNC step is one step on the concatenated batches,
   for (const char* v : {"emb", "kernel", "bias"}) CHECK(second.values[v].equals(first.values[v]));
 }
 
-TEST_CASE("a lost gradient stalls a SYNC step only until the stall timeout: every replica computes it again, and "
+TEST_CASE("a lost gradient stalls a SYNC step only until the stall timeout; every replica computes it again, and "
           "the run ends as without the loss",
           "[sync]") {
   recorder plain_events, lossy_events;
