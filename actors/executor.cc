@@ -449,9 +449,14 @@ struct executor_access {
 
   static void trace(const std::shared_ptr<step>& s, int index, step_tracer::clock::time_point start) {
     const executable_spec& spec = s->exec->spec_;
-    const graph::node& n = *s->exec->plan_->nodes[static_cast<std::size_t>(index)].graph_node;
-    spec.tracer->node_span(spec.trace_task, spec.trace_device, n.name(), n.op_name(), s->info.step_id, start,
-                           step_tracer::clock::now());
+    const plan::node& pn = s->exec->plan_->nodes[static_cast<std::size_t>(index)];
+    const graph::node& n = *pn.graph_node;
+    const auto end = step_tracer::clock::now();
+    step_tracer::node_detail detail{
+        std::span<const tensor>(s->inputs.data() + pn.input_offset, static_cast<std::size_t>(pn.num_inputs)), pn.async,
+        &n.def};
+    spec.tracer->node_span(spec.trace_task, spec.trace_device, n.name(), n.op_name(), s->info.step_id, start, end,
+                           detail);
   }
 
   // An asynchronous node's context and whether it has completed: a kernel that throws

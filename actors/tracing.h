@@ -10,8 +10,12 @@
 
 #include <chrono>
 #include <cstdint>
+#include <span>
 #include <string>
 #include <vector>
+
+#include "core/tensor.h"
+#include "graph/proto/node_def.pb.h"
 
 namespace troupe::actors {
 
@@ -20,10 +24,18 @@ class step_tracer {
   using clock = std::chrono::steady_clock;
   virtual ~step_tracer() = default;
 
+  // What else is known of a node's run: its inputs (valid during the call only) and
+  // whether its kernel is asynchronous (its span then includes waiting: for a tensor, a
+  // queue, a variable's actor).
+  struct node_detail {
+    std::span<const tensor> inputs;
+    bool asynchronous = false;
+    const tf::NodeDef* def = nullptr;  // the node (its attributes)
+  };
   // Node `node` (op `op`) ran on `device` of `task` during [start, end] in step `step_id`.
   virtual void node_span(const std::string& task, const std::string& device, const std::string& node,
                          const std::string& op, std::int64_t step_id, clock::time_point start,
-                         clock::time_point end) = 0;
+                         clock::time_point end, const node_detail& detail) = 0;
   // The transfer `key` of step `step_id` left `device` of `task` at `at` ...
   virtual void transfer_sent(const std::string& key, std::int64_t step_id, const std::string& task,
                              const std::string& device, clock::time_point at) = 0;

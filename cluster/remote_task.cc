@@ -1047,7 +1047,7 @@ std::vector<observed_event> observation_log::take(std::int64_t* dropped) {
 
 void observation_log::node_span(const std::string& task, const std::string& device, const std::string& node,
                                 const std::string& op, std::int64_t step_id, clock::time_point start,
-                                clock::time_point end) {
+                                clock::time_point end, const node_detail&) {
   observed_event e;
   e.kind = observed_event::span;
   e.at_ns = ns_of(start);

@@ -179,7 +179,7 @@ class observation_log final : public actors::step_tracer, public actors::sync_ob
   std::vector<observed_event> take(std::int64_t* dropped = nullptr);
 
   void node_span(const std::string& task, const std::string& device, const std::string& node, const std::string& op,
-                 std::int64_t step_id, clock::time_point start, clock::time_point end) override;
+                 std::int64_t step_id, clock::time_point start, clock::time_point end, const node_detail&) override;
   void transfer_sent(const std::string& key, std::int64_t step_id, const std::string& task, const std::string& device,
                      clock::time_point at) override;
   void transfer_received(const std::string& key, std::int64_t step_id, const std::string& task,

@@ -241,8 +241,8 @@ class recorder_tracer final : public actors::step_tracer {
   explicit recorder_tracer(trace_recorder& recorder) : recorder_(recorder) {}
 
   void node_span(const std::string& task, const std::string& device, const std::string& node,
-                 const std::string& op, std::int64_t step_id, clock::time_point start,
-                 clock::time_point end) override {
+                 const std::string& op, std::int64_t step_id, clock::time_point start, clock::time_point end,
+                 const node_detail&) override {
     recorder_.record_span({task, device, node, op, start, end, step_id});
   }
   void transfer_sent(const std::string& key, std::int64_t step_id, const std::string& task,
@@ -674,7 +674,10 @@ result<run_summary> run_scenario(const scenario::Scenario& sc, const run_options
   }
   co.spec = layout->spec;
   co.compute_threads = options.compute_threads;
-  co.tracer = tracer.get();
+  if (options.tracer != nullptr && tracer != nullptr) {
+    return invalid_argument_error("a run takes a trace file or run_options::tracer, not both");
+  }
+  co.tracer = options.tracer != nullptr ? options.tracer : tracer.get();
   sync_tally tally(/*marks=*/recorder != nullptr);
   if (sync) co.sync_watcher = &tally;
   auto cluster = actors::cluster::create(co);
@@ -1077,7 +1080,7 @@ result<run_summary> run_scenario(const scenario::Scenario& sc, const run_options
     for (const auto& e : events) {
       switch (e.kind) {
         case cluster::observed_event::span:
-          if (tracer) tracer->node_span(e.task, e.device, e.name, e.op, e.step, at(e.at_ns), at(e.end_ns));
+          if (tracer) tracer->node_span(e.task, e.device, e.name, e.op, e.step, at(e.at_ns), at(e.end_ns), {});
           break;
         case cluster::observed_event::sent:
           if (tracer) tracer->transfer_sent(e.name, e.step, e.task, e.device, at(e.at_ns));

@@ -45,6 +45,8 @@ struct run_options {
   bool no_faults = false;       // ignore the scenario's faults (the same run without them)
   // The troupe program that mode REAL's servers run (`troupe server`); empty: this program.
   std::string server_program;
+  // Told every kernel's span in this process (troupe calibrate); not with a trace file.
+  actors::step_tracer* tracer = nullptr;
 };
 
 // A fault injected during the run and how the cluster recovered from it.

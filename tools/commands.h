@@ -18,6 +18,11 @@ int demo_command(const std::vector<std::string>& args, std::ostream& out, std::o
 // troupe run SCENARIO [--steps N] [--trace FILE.json]: trains as the scenario says.
 int run_command(const std::vector<std::string>& args, std::ostream& out, std::ostream& err);
 
+// troupe calibrate SCENARIO [--steps N] [--out FILE.json]: trains as the scenario says
+// (in this process, without faults) and writes what each kernel took, by op and inputs
+// (sim/calibration.h).
+int calibrate_command(const std::vector<std::string>& args, std::ostream& out, std::ostream& err);
+
 // troupe graph dot SCENARIO|GRAPH [--worker N] [--out FILE.dot]: Graphviz DOT, one box
 // per device.
 int graph_command(const std::vector<std::string>& args, std::ostream& out, std::ostream& err);

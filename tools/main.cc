@@ -17,6 +17,9 @@ constexpr const char* k_usage =
     "  run SCENARIO.pbtxt|NAME [--steps N] [--trace FILE.json]\n"
     "                     train as a scenario says (NAME: an example in scenarios/,\n"
     "                     e.g. default), with progress and a final test accuracy\n"
+    "  calibrate SCENARIO.pbtxt|NAME [--steps N] [--out FILE.json]\n"
+    "                     train as a scenario says and write what each kernel took, by\n"
+    "                     op and input shapes (the simulation's cost table)\n"
     "  graph dot SCENARIO|GRAPH.pbtxt [--worker N] [--out FILE.dot]\n"
     "                     Graphviz DOT of a graph, one box per device\n"
     "  checkpoint ls DIR | inspect PATH [--variable NAME]\n"
@@ -38,6 +41,7 @@ int main(int argc, char** argv) {
   args.erase(args.begin());
   if (command == "eval") return troupe::tools::eval_command(args, std::cout, std::cerr);
   if (command == "run") return troupe::tools::run_command(args, std::cout, std::cerr);
+  if (command == "calibrate") return troupe::tools::calibrate_command(args, std::cout, std::cerr);
   if (command == "graph") return troupe::tools::graph_command(args, std::cout, std::cerr);
   if (command == "checkpoint") return troupe::tools::checkpoint_command(args, std::cout, std::cerr);
   if (command == "cert") return troupe::tools::cert_command(args, std::cout, std::cerr);

@@ -1,7 +1,9 @@
 // troupe run SCENARIO [--steps N] [--trace FILE.json] [--summary FILE.json] [--no-faults]
+// troupe calibrate SCENARIO [--steps N] [--out FILE.json]
 // troupe graph dot SCENARIO|GRAPH.pbtxt|GRAPH.pb [--worker N] [--out FILE.dot]
 #include <chrono>
 #include <fstream>
+#include <thread>
 
 #include "core/file.h"
 #include "graph/graph_io.h"
@@ -9,6 +11,8 @@
 #include "scenarios/runner.h"
 #include "scenarios/scenario.h"
 #include "scenarios/summary.h"
+#include "sim/calibration.h"
+#include "core/thread_pool.h"
 #include "tools/commands.h"
 
 namespace troupe::tools {
@@ -100,6 +104,94 @@ int run_command(const std::vector<std::string>& args, std::ostream& out, std::os
     err << "troupe run: expectation not met: " << summary->expectation_report << "\n";
     return 1;
   }
+  return 0;
+}
+
+namespace {
+
+// The CPU's model name, as /proc/cpuinfo says it ("" when it does not).
+std::string cpu_model() {
+  std::ifstream in("/proc/cpuinfo");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("model name", 0) != 0) continue;
+    const auto colon = line.find(':');
+    if (colon != std::string::npos) return line.substr(line.find_first_not_of(' ', colon + 1));
+  }
+  return {};
+}
+
+}  // namespace
+
+int calibrate_command(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
+  constexpr const char* usage = "usage: troupe calibrate SCENARIO.pbtxt|NAME [--steps N] [--out FILE.json]\n";
+  std::string path, output_file = "calibration.json";
+  std::int64_t steps = 200;
+  for (std::size_t i = 0; i < args.size(); ++i) {
+    const std::string& a = args[i];
+    if ((a == "--steps" || a == "--out") && i + 1 >= args.size()) {
+      err << "troupe calibrate: " << a << " needs a value\n" << usage;
+      return 2;
+    }
+    if (a == "--steps") {
+      if (!parse_int(args[++i], &steps) || steps <= 0) {
+        err << "troupe calibrate: --steps wants a positive integer, not '" << args[i] << "'\n";
+        return 2;
+      }
+    } else if (a == "--out") {
+      output_file = args[++i];
+    } else if (path.empty() && !a.starts_with("-")) {
+      path = a;
+    } else {
+      err << "troupe calibrate: unexpected '" << a << "'\n" << usage;
+      return 2;
+    }
+  }
+  if (path.empty()) {
+    err << usage;
+    return 2;
+  }
+  auto sc = find_scenario(path);
+  if (!sc.ok()) {
+    err << sc.error().message() << "\n";
+    return 1;
+  }
+  // The model's kernels as they run in training, in this process: no faults, checkpoints,
+  // trace or expectations, and a real cluster's tasks in this process.
+  if (sc->cluster().mode() == scenario::Cluster::REAL) {
+    out << "calibrate: the cluster's tasks run in this process (mode REAL measures the same kernels)\n";
+    sc->mutable_cluster()->set_mode(scenario::Cluster::SIMULATED);
+    sc->mutable_cluster()->clear_cluster_file();
+    sc->mutable_cluster()->set_tls(false);
+    for (auto& job : *sc->mutable_cluster()->mutable_job()) job.clear_addresses();
+  }
+  sc->clear_faults();
+  sc->clear_checkpoint();
+  sc->mutable_report()->clear_trace_file();
+  sc->mutable_report()->clear_expect();
+  sim::calibration_recorder recorder;
+  scenarios::run_options options;
+  options.out = &out;
+  options.steps = steps;
+  options.tracer = &recorder;
+  auto summary = scenarios::run_scenario(*sc, options);
+  if (!summary.ok()) {
+    err << "troupe calibrate: " << summary.error().to_string() << "\n";
+    return 1;
+  }
+  sim::Calibration table = recorder.table();
+  table.set_scenario(sc->name());
+  table.set_machine(cpu_model());
+  table.set_cores(static_cast<std::int32_t>(std::thread::hardware_concurrency()));
+  table.set_compute_threads(default_num_threads());
+  table.set_steps(summary->steps);
+  table.set_skipped_per_kernel(sim::calibration_recorder::k_skipped_per_kernel);
+  if (status s = sim::save_calibration(table, output_file); !s.ok()) {
+    err << "troupe calibrate: " << s.to_string() << "\n";
+    return 1;
+  }
+  out << "calibration: " << table.kernels_size() << " kernels (by op and input shapes) of " << summary->steps
+      << " steps -> " << output_file << "\n";
   return 0;
 }
 

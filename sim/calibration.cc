@@ -1,0 +1,124 @@
+#include "sim/calibration.h"
+
+#include <google/protobuf/util/json_util.h>
+
+#include <algorithm>
+
+#include "core/file.h"
+
+namespace troupe::sim {
+
+std::string input_signature(const tensor& t) {
+  std::string out = str_cat(dtype_name(t.type()), "[");
+  for (int d = 0; d < t.rank(); ++d) out += str_cat(d == 0 ? "" : ",", t.dim(d));
+  return out + "]";
+}
+
+std::vector<std::string> cost_attrs(const tf::NodeDef& def) {
+  std::vector<std::string> out;
+  for (const auto& [name, v] : def.attr()) {
+    if (name.empty() || name[0] == '_') continue;  // the runtime's own
+    switch (v.value_case()) {
+      case tf::AttrValue::kB: out.push_back(str_cat(name, "=", v.b() ? "true" : "false")); break;
+      case tf::AttrValue::kI: out.push_back(str_cat(name, "=", v.i())); break;
+      case tf::AttrValue::kS:
+        if (v.s().size() <= 32) out.push_back(str_cat(name, "=", v.s()));
+        break;
+      case tf::AttrValue::kList:
+        if (v.list().i_size() > 0 && v.list().i_size() <= 8) {
+          std::string list;
+          for (std::int64_t x : v.list().i()) list += str_cat(list.empty() ? "" : ",", x);
+          out.push_back(str_cat(name, "=[", list, "]"));
+        }
+        break;
+      default: break;  // types (the inputs say them), shapes, tensors, functions
+    }
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+void calibration_recorder::reset() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  samples_.clear();
+}
+
+void calibration_recorder::node_span(const std::string&, const std::string& device, const std::string&,
+                                     const std::string& op, std::int64_t, clock::time_point start,
+                                     clock::time_point end, const node_detail& detail) {
+  if (detail.asynchronous) return;  // its time is mostly waiting, not computing
+  key k{op, device.substr(0, device.find(':')), {}, detail.def != nullptr ? cost_attrs(*detail.def) : std::vector<std::string>()};
+  k.inputs.reserve(detail.inputs.size());
+  for (const tensor& t : detail.inputs) k.inputs.push_back(input_signature(t));
+  const double ns = std::chrono::duration<double, std::nano>(end - start).count();
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto& s = samples_[std::move(k)];
+  if (s.skipped < k_skipped_per_kernel) {
+    ++s.skipped;
+  } else if (s.ns.size() < max_samples_) {
+    s.ns.push_back(ns);
+  }
+}
+
+Calibration calibration_recorder::table() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  Calibration out;
+  for (const auto& [k, s] : samples_) {
+    if (s.ns.empty()) continue;
+    std::vector<double> sorted = s.ns;
+    std::sort(sorted.begin(), sorted.end());
+    KernelCost* c = out.add_kernels();
+    c->set_op(k.op);
+    c->set_device_type(k.device_type);
+    for (const auto& in : k.inputs) c->add_inputs(in);
+    for (const auto& a : k.attrs) c->add_attrs(a);
+    c->set_count(static_cast<std::int32_t>(sorted.size()));
+    c->set_median_ns(sorted[sorted.size() / 2]);
+    double sum = 0;
+    for (double x : sorted) sum += x;
+    c->set_mean_ns(sum / static_cast<double>(sorted.size()));
+    c->set_p90_ns(sorted[std::min(sorted.size() - 1, sorted.size() * 9 / 10)]);
+    c->set_min_ns(sorted.front());
+  }
+  return out;
+}
+
+status save_calibration(const Calibration& table, const std::string& path) {
+  google::protobuf::util::JsonPrintOptions o;
+  o.add_whitespace = true;
+  o.always_print_primitive_fields = true;
+  o.preserve_proto_field_names = true;
+  std::string json;
+  auto s = google::protobuf::util::MessageToJsonString(table, &json, o);
+  if (!s.ok()) return internal_error("the calibration as JSON: ", s.ToString());
+  return write_file(path, json).with_context(str_cat("writing the calibration ", path));
+}
+
+result<Calibration> load_calibration(const std::string& path) {
+  auto text = read_file(path);
+  if (!text.ok()) return text.error().with_context(str_cat("reading the calibration ", path));
+  Calibration table;
+  auto s = google::protobuf::util::JsonStringToMessage(*text, &table);
+  if (!s.ok()) return invalid_argument_error("calibration ", path, " is not a troupe calibration: ", s.ToString());
+  for (int i = 0; i < table.kernels_size(); ++i) {
+    const KernelCost& c = table.kernels(i);
+    if (c.op().empty() || c.count() <= 0 || !(c.median_ns() >= 0)) {
+      return invalid_argument_error("calibration ", path, ": kernels[", i, "] needs an op, a count > 0 and a median_ns >= 0");
+    }
+  }
+  return table;
+}
+
+const KernelCost* find_cost(const Calibration& table, const std::string& op, const std::string& device_type,
+                            const std::vector<std::string>& inputs, const std::vector<std::string>& attrs) {
+  for (const KernelCost& c : table.kernels()) {
+    if (c.op() == op && c.device_type() == device_type &&
+        std::equal(c.inputs().begin(), c.inputs().end(), inputs.begin(), inputs.end()) &&
+        std::equal(c.attrs().begin(), c.attrs().end(), attrs.begin(), attrs.end())) {
+      return &c;
+    }
+  }
+  return nullptr;
+}
+
+}  // namespace troupe::sim

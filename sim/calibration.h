@@ -1,0 +1,76 @@
+// Calibration: what each kernel costs on this machine, measured by running a model
+// (troupe calibrate, doc/simulation.md), for the simulation's compute model.
+//
+//   calibration_recorder rec;                 // a step_tracer: give it to a cluster
+//   ... run steps ...
+//   sim::Calibration table = rec.table();     // medians etc. by (op, device type, inputs)
+//   TROUPE_RETURN_IF_ERROR(save_calibration(table, "calib.json"));
+//   auto loaded = load_calibration("calib.json");
+//   const sim::KernelCost* c = find_cost(*loaded, "MatMul", "CPU", {"float[64,784]", "float[784,512]"},
+//                                        {"transpose_a=false", "transpose_b=false"});
+#pragma once
+
+#include <map>
+#include <mutex>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "actors/tracing.h"
+#include "core/status.h"
+#include "core/tensor.h"
+#include "sim/calibration.pb.h"
+
+namespace troupe::sim {
+
+// "float[64,784]" ("float[]" for a scalar).
+std::string input_signature(const tensor& t);
+// The attributes of `def` that can change a kernel's cost, as KernelCost::attrs says.
+std::vector<std::string> cost_attrs(const tf::NodeDef& def);
+
+// Collects the durations of synchronous kernels by (op, device type, input signatures).
+// The first k_skipped_per_kernel runs of each are a warm-up (first-touch allocations, a
+// GEMM library timed once per process) and not counted. Thread-safe. Each key keeps at
+// most `max_samples` durations (later ones are dropped).
+class calibration_recorder final : public actors::step_tracer {
+ public:
+  static constexpr int k_skipped_per_kernel = 2;
+  explicit calibration_recorder(std::size_t max_samples = 100000) : max_samples_(max_samples) {}
+
+  // Forgets what was recorded.
+  void reset();
+  // The recorded kernels' statistics, sorted by op, device type and inputs (the
+  // Calibration's other fields are the caller's).
+  Calibration table() const;
+
+  void node_span(const std::string& task, const std::string& device, const std::string& node, const std::string& op,
+                 std::int64_t step_id, clock::time_point start, clock::time_point end,
+                 const node_detail& detail) override;
+  void transfer_sent(const std::string&, std::int64_t, const std::string&, const std::string&, clock::time_point) override {}
+  void transfer_received(const std::string&, std::int64_t, const std::string&, const std::string&,
+                         clock::time_point) override {}
+
+ private:
+  struct key {
+    std::string op, device_type;
+    std::vector<std::string> inputs, attrs;
+    friend auto operator<=>(const key&, const key&) = default;
+  };
+  const std::size_t max_samples_;
+  mutable std::mutex mutex_;
+  struct samples {
+    int skipped = 0;
+    std::vector<double> ns;
+  };
+  std::map<key, samples> samples_;
+};
+
+// The table as JSON (protobuf's mapping, snake_case keys) and back. Errors name the path.
+status save_calibration(const Calibration& table, const std::string& path);
+result<Calibration> load_calibration(const std::string& path);
+
+// The entry for `op` on `device_type` with exactly these inputs and attributes, or null.
+const KernelCost* find_cost(const Calibration& table, const std::string& op, const std::string& device_type,
+                            const std::vector<std::string>& inputs, const std::vector<std::string>& attrs);
+
+}  // namespace troupe::sim

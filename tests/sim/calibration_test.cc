@@ -1,0 +1,128 @@
+// Calibration (sim/calibration.h): kernels' durations by op, inputs and attributes, their
+// statistics, the JSON table and its refusals, and a scenario's training measured.
+#include "sim/calibration.h"
+
+#include <catch2/catch.hpp>
+
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "graph/attr.h"
+#include "scenarios/runner.h"
+#include "scenarios/scenario.h"
+
+using namespace troupe;
+using clock_type = std::chrono::steady_clock;
+
+namespace {
+
+std::string temp_path(const std::string& name) {
+  return (std::filesystem::temp_directory_path() / (name + "-" + std::to_string(::getpid()) + ".json")).string();
+}
+
+// A MatMul of [2,3] x [3,4] that took `us` microseconds.
+void matmul_span(sim::calibration_recorder& r, const tf::NodeDef& def, int us, bool asynchronous = false) {
+  const tensor a(dtype::float32, {2, 3}), b(dtype::float32, {3, 4});
+  const tensor inputs[] = {a, b};
+  const auto start = clock_type::now();
+  r.node_span("/job:worker/replica:0/task:0", "CPU:0", def.name(), def.op(), 1, start, start + std::chrono::microseconds(us),
+              {inputs, asynchronous, &def});
+}
+
+}  // namespace
+
+TEST_CASE("calibration: durations by op, inputs and cost attributes, after a warm-up", "[sim]") {
+  tf::NodeDef plain, transposed;
+  plain.set_name("mm");
+  plain.set_op("MatMul");
+  (*plain.mutable_attr())["T"] = graph::attr_value(dtype::float32);
+  (*plain.mutable_attr())["transpose_a"] = graph::attr_value(false);
+  (*plain.mutable_attr())["transpose_b"] = graph::attr_value(false);
+  (*plain.mutable_attr())["_class"] = graph::attr_value(std::string("loc:@x"));
+  transposed = plain;
+  (*transposed.mutable_attr())["transpose_b"] = graph::attr_value(true);
+  CHECK(sim::cost_attrs(plain) == std::vector<std::string>{"transpose_a=false", "transpose_b=false"});
+
+  sim::calibration_recorder r;
+  // Two warm-up runs (1000 us each) do not count; then 10, 20, ..., 50 us.
+  matmul_span(r, plain, 1000);
+  matmul_span(r, plain, 1000);
+  for (int us : {30, 10, 50, 20, 40}) matmul_span(r, plain, us);
+  for (int i = 0; i < 3; ++i) matmul_span(r, transposed, 7);
+  matmul_span(r, plain, 99999, /*asynchronous=*/true);  // waiting, not computing: ignored
+  const sim::Calibration t = r.table();
+  REQUIRE(t.kernels_size() == 2);
+  const auto* c = sim::find_cost(t, "MatMul", "CPU", {"float[2,3]", "float[3,4]"}, {"transpose_a=false", "transpose_b=false"});
+  REQUIRE(c != nullptr);
+  CHECK(c->count() == 5);
+  CHECK(c->median_ns() == Approx(30000).epsilon(0.01));
+  CHECK(c->mean_ns() == Approx(30000).epsilon(0.01));
+  CHECK(c->min_ns() == Approx(10000).epsilon(0.01));
+  CHECK(c->p90_ns() == Approx(50000).epsilon(0.01));
+  const auto* t2 = sim::find_cost(t, "MatMul", "CPU", {"float[2,3]", "float[3,4]"}, {"transpose_a=false", "transpose_b=true"});
+  REQUIRE(t2 != nullptr);
+  CHECK(t2->count() == 1);
+  CHECK(sim::find_cost(t, "MatMul", "CPU", {"float[2,3]"}, {"transpose_a=false", "transpose_b=false"}) == nullptr);
+  CHECK(sim::find_cost(t, "MatMul", "GPU", {"float[2,3]", "float[3,4]"}, {"transpose_a=false", "transpose_b=false"}) == nullptr);
+  CHECK(sim::input_signature(tensor::scalar(std::int32_t{1})) == "int32[]");
+
+  // The JSON table round-trips; a damaged one is refused naming the file.
+  const std::string path = temp_path("troupe-calibration");
+  REQUIRE(sim::save_calibration(t, path).ok());
+  auto back = sim::load_calibration(path);
+  REQUIRE(back.ok());
+  CHECK(back->SerializeAsString() == t.SerializeAsString());
+  std::ifstream in(path);
+  const std::string json((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  CHECK_THAT(json, Catch::Contains("\"median_ns\"") && Catch::Contains("\"transpose_b=true\""));
+  std::ofstream(path) << "{\"kernels\": [{\"op\": \"MatMul\", \"count\": 0}]}";
+  auto empty = sim::load_calibration(path);
+  REQUIRE_FALSE(empty.ok());
+  CHECK_THAT(empty.error().message(), Catch::Contains(path) && Catch::Contains("kernels[0]"));
+  std::ofstream(path) << "not json";
+  auto garbage = sim::load_calibration(path);
+  REQUIRE_FALSE(garbage.ok());
+  CHECK_THAT(garbage.error().message(), Catch::Contains(path));
+  std::filesystem::remove(path);
+  auto missing = sim::load_calibration(path);
+  REQUIRE_FALSE(missing.ok());
+  CHECK_THAT(missing.error().message(), Catch::Contains(path));
+}
+
+TEST_CASE("calibration: a scenario's training measured kernel by kernel", "[sim]") {
+  auto sc = scenarios::parse_scenario(R"(
+cluster { job { name: "ps" tasks: 1 } job { name: "worker" tasks: 1 } }
+model { name: "mlp" hidden_units: [16] }
+training { steps: 20 batch_size: 32 }
+report { progress: OFF }
+)", "calib.pbtxt");
+  REQUIRE(sc.ok());
+  sim::calibration_recorder r;
+  std::ostringstream out;
+  scenarios::run_options o;
+  o.out = &out;
+  o.compute_threads = 2;
+  o.tracer = &r;
+  auto summary = scenarios::run_scenario(*sc, o);
+  INFO(out.str());
+  REQUIRE(summary.ok());
+  const sim::Calibration t = r.table();
+  // The first layer's forward MatMul: 20 steps, two of them the warm-up.
+  const auto* forward = sim::find_cost(t, "MatMul", "CPU", {"float[32,784]", "float[784,16]"},
+                                       {"transpose_a=false", "transpose_b=false"});
+  REQUIRE(forward != nullptr);
+  CHECK(forward->count() >= 18);
+  CHECK(forward->median_ns() > 0);
+  CHECK(forward->min_ns() <= forward->median_ns());
+  CHECK(forward->median_ns() <= forward->p90_ns());
+  // No asynchronous kernel (a _Recv waits for its tensor) is in the table.
+  for (const auto& k : t.kernels()) CHECK(k.op() != "_Recv");
+  // A run cannot take both a trace file and a tracer.
+  o.trace_file = temp_path("troupe-calibration-trace");
+  auto both = scenarios::run_scenario(*sc, o);
+  REQUIRE_FALSE(both.ok());
+  CHECK_THAT(both.error().message(), Catch::Contains("not both"));
+}
