@@ -171,7 +171,7 @@ struct observed_event {
 // further ones are counted and dropped) until its client takes them. Thread-safe.
 class observation_log final : public actors::step_tracer, public actors::sync_observer {
  public:
-  explicit observation_log(bool trace, std::size_t max_events = std::size_t{1} << 20)
+  explicit observation_log(bool trace, std::size_t max_events = std::size_t{1} << 18)
       : trace_(trace), max_events_(max_events) {}
   // For cluster_options::tracer: this log when it traces, else null (kernels untimed).
   actors::step_tracer* tracer() { return trace_ ? this : nullptr; }

@@ -9,6 +9,7 @@
 #include <cerrno>
 #include <cstdlib>
 #include <chrono>
+#include <condition_variable>
 #include <filesystem>
 #include <mutex>
 #include <optional>
@@ -1011,6 +1012,59 @@ result<run_summary> run_scenario(const scenario::Scenario& sc, const run_options
       if (status s = coordinator->wait(); !s.ok()) fail(std::move(s));
     });
   }
+  // In mode REAL the kernels run and the accumulators count in the servers: what they
+  // observe joins the trace and the tally here, taken every 2 s while training runs (so
+  // that a server keeps little) and once more at the end (a server killed takes what it
+  // had not handed over along; the periodic takes say nothing of a task that is down).
+  auto absorb_observations = [&](bool sync_events, bool quiet) {
+    if (real == nullptr || (recorder == nullptr && !(sync && sync_events))) return;
+    std::vector<cluster::observed_event> events;
+    for (const std::string& task : (*cluster)->task_names()) {
+      auto taken = cluster::take_observations(**cluster, task, std::chrono::seconds(30));
+      if (!taken.ok()) {
+        if (!quiet) progress.message(str_cat("observations of task ", task, " are lost: ", taken.error().message()));
+        continue;
+      }
+      std::move(taken->begin(), taken->end(), std::back_inserter(events));
+    }
+    std::stable_sort(events.begin(), events.end(), [](const auto& a, const auto& b) { return a.at_ns < b.at_ns; });
+    auto at = [](std::int64_t ns) { return trace_clock::time_point(std::chrono::nanoseconds(ns)); };
+    for (const auto& e : events) {
+      switch (e.kind) {
+        case cluster::observed_event::span:
+          if (tracer) tracer->node_span(e.task, e.device, e.name, e.op, e.step, at(e.at_ns), at(e.end_ns), {});
+          break;
+        case cluster::observed_event::sent:
+          if (tracer) tracer->transfer_sent(e.name, e.step, e.task, e.device, at(e.at_ns));
+          break;
+        case cluster::observed_event::received:
+          if (tracer) tracer->transfer_received(e.name, e.step, e.task, e.device, at(e.at_ns));
+          break;
+        case cluster::observed_event::gradient:
+          if (sync && !e.sources.empty()) tally.gradient(e.name, e.sources.front(), e.step, e.global_step, e.kept);
+          break;
+        case cluster::observed_event::aggregated:
+          if (sync) tally.aggregated_at(e.name, e.step, e.sources, at(e.at_ns));
+          break;
+        default:
+          break;
+      }
+    }
+  };
+  std::mutex observe_mutex;
+  std::condition_variable observe_wake;
+  bool trained = false;
+  std::optional<std::thread> observer;
+  if (real != nullptr && (recorder != nullptr || sync)) {
+    observer.emplace([&] {
+      std::unique_lock<std::mutex> lock(observe_mutex);
+      while (!observe_wake.wait_for(lock, std::chrono::seconds(2), [&] { return trained; })) {
+        lock.unlock();
+        absorb_observations(/*sync_events=*/true, /*quiet=*/true);
+        lock.lock();
+      }
+    });
+  }
   std::vector<std::thread> trainers;
   for (std::size_t w = 0; w < workers.size(); ++w) {
     trainers.emplace_back([&, w] {
@@ -1046,6 +1100,14 @@ result<run_summary> run_scenario(const scenario::Scenario& sc, const run_options
     });
   }
   for (auto& th : trainers) th.join();
+  if (observer) {
+    {
+      std::lock_guard<std::mutex> lock(observe_mutex);
+      trained = true;
+    }
+    observe_wake.notify_all();
+    observer->join();
+  }
   // The coordinator ends by itself after the last step, or was stopped by end_run().
   if (sync_watch) sync_watch->join();
   faults.lift_all();  // a fault without until_step lasts to the end of training
@@ -1062,44 +1124,7 @@ result<run_summary> run_scenario(const scenario::Scenario& sc, const run_options
     progress.finish();
     return first_error;
   }
-  // In mode REAL the kernels ran and the accumulators counted in the servers: what they
-  // observed joins the trace and the tally here (a server killed took its part along).
-  auto absorb_observations = [&](bool sync_events) {
-    if (real == nullptr || (recorder == nullptr && !(sync && sync_events))) return;
-    std::vector<cluster::observed_event> events;
-    for (const std::string& task : (*cluster)->task_names()) {
-      auto taken = cluster::take_observations(**cluster, task, std::chrono::seconds(30));
-      if (!taken.ok()) {
-        progress.message(str_cat("observations of task ", task, " are lost: ", taken.error().message()));
-        continue;
-      }
-      std::move(taken->begin(), taken->end(), std::back_inserter(events));
-    }
-    std::stable_sort(events.begin(), events.end(), [](const auto& a, const auto& b) { return a.at_ns < b.at_ns; });
-    auto at = [](std::int64_t ns) { return trace_clock::time_point(std::chrono::nanoseconds(ns)); };
-    for (const auto& e : events) {
-      switch (e.kind) {
-        case cluster::observed_event::span:
-          if (tracer) tracer->node_span(e.task, e.device, e.name, e.op, e.step, at(e.at_ns), at(e.end_ns), {});
-          break;
-        case cluster::observed_event::sent:
-          if (tracer) tracer->transfer_sent(e.name, e.step, e.task, e.device, at(e.at_ns));
-          break;
-        case cluster::observed_event::received:
-          if (tracer) tracer->transfer_received(e.name, e.step, e.task, e.device, at(e.at_ns));
-          break;
-        case cluster::observed_event::gradient:
-          if (sync && !e.sources.empty()) tally.gradient(e.name, e.sources.front(), e.step, e.global_step, e.kept);
-          break;
-        case cluster::observed_event::aggregated:
-          if (sync) tally.aggregated_at(e.name, e.step, e.sources, at(e.at_ns));
-          break;
-        default:
-          break;
-      }
-    }
-  };
-  absorb_observations(/*sync_events=*/true);
+  absorb_observations(/*sync_events=*/true, /*quiet=*/false);
   run_summary summary;
   summary.restarts = supervisor->restarts();
   summary.steps_retried = retried.load();
@@ -1137,7 +1162,7 @@ result<run_summary> run_scenario(const scenario::Scenario& sc, const run_options
       << summary.final_loss << "; test accuracy " << std::to_string(summary.test_accuracy * 100).substr(0, 5)
       << "% on " << tests->labels.num_elements() << " images\n";
   if (recorder != nullptr) {
-    absorb_observations(/*sync_events=*/false);  // the evaluation's kernels (no gradients since)
+    absorb_observations(/*sync_events=*/false, /*quiet=*/false);  // the evaluation's kernels (no gradients since)
     // Faults, recoveries and checkpoints on the timeline, beside the kernels.
     for (const auto& f : faults.injected()) {
       recorder->record_mark({f.task, f.spec.kind, "fault", f.at, f.at,
