@@ -58,6 +58,8 @@ class sender {
     key_ = std::move(end->key);
     device_ = end->device;
     destination_ = device_->find_device(key_->key().recv_device);
+    remote_ = device_->remote_device(key_->key().recv_device);
+    peer_ = std::make_shared<const std::string>(str_cat("the stand-in of ", key_->key().recv_device));
     if (!destination_) {
       c.fail(not_found_error("_Send '", c.node().name(), "': no device '", key_->key().recv_device,
                              "' in the cluster"));
@@ -94,13 +96,31 @@ class sender {
     }
     return status();
   }
+  // Posts `t` and calls `done` (after failing `ctx` when it could not be sent) once the
+  // tensor is on its way: at once for a device of this process, once its bytes are on
+  // the link for a device of another (the link's credits hold the caller back).
+  void post_then(kernel_context& ctx, std::int64_t step, const tensor& t, std::function<void()> done) const {
+    if (!remote_) {
+      status s = post(step, t);
+      if (!s.ok()) ctx.fail(std::move(s));
+      return done();
+    }
+    status_reply written([&ctx, done = std::move(done)](result<done_t> r) {
+      if (!r.ok()) ctx.fail(r.error());
+      done();
+    }, peer_);
+    status s = post(step, t, &written);
+    if (!s.ok()) written(s);  // a reply answers once: the stand-in's later answer does nothing
+  }
   runtime_device* device() const { return device_; }
-  const transfer_key_ptr& key() const { return key_; }
+  bool remote() const { return remote_; }
 
  private:
   transfer_key_ptr key_;
   runtime_device* device_ = nullptr;
   caf::actor destination_;
+  bool remote_ = false;  // the destination is a stand-in for a device of another process
+  std::shared_ptr<const std::string> peer_;  // who answers a remote post, for its error
 };
 
 class send_kernel final : public kernels::op_kernel {
@@ -121,24 +141,14 @@ class send_kernel final : public kernels::op_kernel {
 // why it could not.
 class remote_send_kernel final : public kernels::async_op_kernel {
  public:
-  explicit remote_send_kernel(kernel_construction& c) : async_op_kernel(c), sender_(c) {
-    if (sender_.key() != nullptr) {
-      peer_ = std::make_shared<const std::string>(str_cat("the stand-in of ", sender_.key()->key().recv_device));
-    }
-  }
+  explicit remote_send_kernel(kernel_construction& c) : async_op_kernel(c), sender_(c) {}
   double estimated_ns(std::span<const tensor>) const override { return 0; }
   void compute_async(kernel_context& ctx, done_callback done) override {
-    status_reply written([&ctx, done](result<done_t> r) mutable {
-      if (!r.ok()) ctx.fail(r.error());
-      done();
-    }, peer_);
-    status s = sender_.post(ctx.step().step_id, ctx.input(0), &written);
-    if (!s.ok()) written(s);  // the reply answers once: a later answer does nothing
+    sender_.post_then(ctx, ctx.step().step_id, ctx.input(0), std::move(done));
   }
 
  private:
   sender sender_;
-  std::shared_ptr<const std::string> peer_ = std::make_shared<const std::string>("a stand-in");
 };
 
 // _Send on a CPU: waits for the link when its destination is in another process.
@@ -153,7 +163,8 @@ std::unique_ptr<kernels::op_kernel> make_send_kernel(kernel_construction& c) {
 
 // A _Send on a device with an accelerator (a GPU): a tensor in the device's memory is
 // copied to the host after the device's queued work (the executor's thread does not wait),
-// then posted; tensors leave a device in host memory.
+// then posted (and for a device of another process, done once its bytes are on the
+// link); tensors leave a device in host memory.
 class device_send_kernel final : public kernels::async_op_kernel {
  public:
   explicit device_send_kernel(kernel_construction& c) : async_op_kernel(c), sender_(c) {
@@ -166,9 +177,11 @@ class device_send_kernel final : public kernels::async_op_kernel {
   void compute_async(kernel_context& ctx, done_callback done) override {
     const std::int64_t step = ctx.step().step_id;
     sender_.device()->accelerator()->to_host(ctx.input(0), [this, &ctx, step, done = std::move(done)](result<tensor> r) {
-      status s = r.ok() ? sender_.post(step, *r) : r.error();
-      if (!s.ok()) ctx.fail(std::move(s));
-      done();
+      if (!r.ok()) {
+        ctx.fail(r.error());
+        return done();
+      }
+      sender_.post_then(ctx, step, *r, done);
     });
   }
 
