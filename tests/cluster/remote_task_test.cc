@@ -222,6 +222,40 @@ TEST_CASE("the wire types cross CAF's serializers: tensors as raw bytes, specs, 
   CHECK(inspect(strings, text));
 }
 
+// (That they are announced, the REAL trace test of scenarios/real_mode_test shows: spans
+// cross from the servers.)
+TEST_CASE("a server's observations cross CAF's serializers field by field", "[cluster][remote]") {
+  client_system c;
+  observed_event span;
+  span.kind = observed_event::span;
+  span.at_ns = 5;
+  span.end_ns = 9;
+  span.step = 42;
+  span.task = k_task;
+  span.device = "CPU:0";
+  span.name = "mm";
+  span.op = "MatMul";
+  observed_event aggregated;
+  aggregated.kind = observed_event::aggregated;
+  aggregated.step = 7;
+  aggregated.name = "acc";
+  aggregated.sources = {"/job:worker/task:0", "/job:worker/task:1"};
+  const caf::message out = caf::make_message(std::vector<observed_event>{span, aggregated});
+  std::vector<char> bytes;
+  caf::binary_serializer sink(*c.system, bytes);
+  REQUIRE_FALSE(sink(const_cast<caf::message&>(out)));
+  caf::binary_deserializer source(*c.system, bytes);
+  caf::message in;
+  REQUIRE_FALSE(source(in));
+  REQUIRE(in.match_elements<std::vector<observed_event>>());
+  const auto& events = in.get_as<std::vector<observed_event>>(0);
+  REQUIRE(events.size() == 2);
+  CHECK(events[0].kind == observed_event::span);
+  CHECK(events[0].end_ns == 9);
+  CHECK(events[0].op == "MatMul");
+  CHECK(events[1].sources == aggregated.sources);
+}
+
 TEST_CASE("a remote device prepares and runs partitions on another process's device", "[cluster][remote]") {
   task_process task;
   client_system c;
