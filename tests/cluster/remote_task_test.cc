@@ -437,7 +437,15 @@ TEST_CASE("a _Send to another process's device waits until its bytes are on the 
                                                       std::vector<tensor>{big}),
                                     60s);
   });
-  // Nobody reads at the PS: the bytes cannot all go out, so the step does not end.
+  // The stand-in connects (the PS's end is accepted) but nobody reads there: the bytes
+  // cannot all go out, so the step does not end.
+  for (int i = 0; i < 2000; ++i) {
+    {
+      std::lock_guard<std::mutex> lock(mutex);
+      if (accepted != nullptr) break;
+    }
+    std::this_thread::sleep_for(10ms);
+  }
   CHECK(step.wait_for(500ms) == std::future_status::timeout);
   {
     std::lock_guard<std::mutex> lock(mutex);
