@@ -24,6 +24,7 @@
 #include "checkpoint/manifest.pb.h"
 #include "core/buffer.h"
 #include "core/crc32c.h"
+#include "graph/text_proto.h"
 
 namespace troupe::checkpoint {
 
@@ -1213,14 +1214,9 @@ status directory::write_manifest(const std::vector<committed>& entries) {
     entry->set_unix_seconds(c.unix_seconds);
     entry->set_crc32c(c.crc32c);
   }
-  google::protobuf::util::JsonPrintOptions print;
-  print.preserve_proto_field_names = true;
-  print.add_whitespace = true;
-  print.always_print_primitive_fields = true;
-  std::string text;
-  const auto printed = google::protobuf::util::MessageToJsonString(manifest, &text, print);
-  if (!printed.ok()) return internal_error("printing the checkpoint manifest: ", printed.ToString());
-  return write_durably(*fs_, path_ + "/" + k_manifest, text);
+  auto text = graph::to_json(manifest, "the checkpoint manifest");
+  if (!text.ok()) return text.error();
+  return write_durably(*fs_, path_ + "/" + k_manifest, *text);
 }
 
 result<committed> directory::save(const snapshot& s) {

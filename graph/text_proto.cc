@@ -2,6 +2,7 @@
 
 #include <google/protobuf/descriptor.h>
 #include <google/protobuf/io/tokenizer.h>
+#include <google/protobuf/util/json_util.h>
 
 #include <algorithm>
 #include <map>
@@ -10,6 +11,17 @@
 namespace troupe::graph {
 
 namespace pb = google::protobuf;
+
+result<std::string> to_json(const pb::Message& m, std::string_view what) {
+  pb::util::JsonPrintOptions o;
+  o.add_whitespace = true;
+  o.always_print_primitive_fields = true;
+  o.preserve_proto_field_names = true;
+  std::string json;
+  const auto printed = pb::util::MessageToJsonString(m, &json, o);
+  if (!printed.ok()) return internal_error("printing ", what, " as JSON: ", printed.ToString());
+  return json;
+}
 
 std::string join(const std::vector<std::string>& items, std::string_view separator) {
   std::string out;

@@ -21,6 +21,11 @@ namespace troupe::graph {
 status parse_text_proto(const std::string& text, const std::string& filename, std::string_view what,
                         google::protobuf::Message* out, google::protobuf::TextFormat::ParseInfoTree* tree);
 
+// `m` as JSON the way troupe writes every JSON file (../shared/DESIGN.md: protobuf's
+// mapping, field names as the .proto spells them, every field even when default,
+// indented). INTERNAL naming `what` when protobuf cannot print it.
+result<std::string> to_json(const google::protobuf::Message& m, std::string_view what);
+
 // " (did you mean 'x'?)" when one candidate is close to `name`, else "".
 std::string suggestion(std::string_view name, const std::vector<std::string>& candidates);
 

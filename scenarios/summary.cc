@@ -1,6 +1,6 @@
 #include "scenarios/summary.h"
 
-#include <google/protobuf/util/json_util.h>
+#include "graph/text_proto.h"
 
 namespace troupe::scenarios {
 
@@ -60,14 +60,7 @@ scenario::RunSummary make_run_summary(const scenario::Scenario& s, const run_sum
 }
 
 result<std::string> summary_json(const scenario::RunSummary& summary) {
-  google::protobuf::util::JsonPrintOptions o;
-  o.add_whitespace = true;
-  o.always_print_primitive_fields = true;
-  o.preserve_proto_field_names = true;
-  std::string json;
-  auto s = google::protobuf::util::MessageToJsonString(summary, &json, o);
-  if (!s.ok()) return internal_error("the run summary as JSON: ", s.ToString());
-  return json;
+  return graph::to_json(summary, "the run summary");
 }
 
 }  // namespace troupe::scenarios

@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "core/file.h"
+#include "graph/text_proto.h"
 
 namespace troupe::sim {
 
@@ -84,14 +85,9 @@ Calibration calibration_recorder::table() const {
 }
 
 status save_calibration(const Calibration& table, const std::string& path) {
-  google::protobuf::util::JsonPrintOptions o;
-  o.add_whitespace = true;
-  o.always_print_primitive_fields = true;
-  o.preserve_proto_field_names = true;
-  std::string json;
-  auto s = google::protobuf::util::MessageToJsonString(table, &json, o);
-  if (!s.ok()) return internal_error("the calibration as JSON: ", s.ToString());
-  return write_file(path, json).with_context(str_cat("writing the calibration ", path));
+  auto json = graph::to_json(table, "the calibration");
+  if (!json.ok()) return json.error();
+  return write_file(path, *json).with_context(str_cat("writing the calibration ", path));
 }
 
 result<Calibration> load_calibration(const std::string& path) {
