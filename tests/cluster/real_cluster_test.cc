@@ -11,6 +11,7 @@
 #include "cluster/transport.h"
 #include "core/file.h"
 #include "graph/ops.h"
+#include "tests/cluster/cluster_fixture.h"
 
 #include <unistd.h>
 
@@ -135,23 +136,8 @@ TEST_CASE("a transfer hub hands tensors to the devices it hosts, refuses others,
 }
 
 // A PS and a worker with TLS certificates from `troupe cert init` (in `dir`), at free ports.
-struct tls_cluster {
-  std::string dir;
-  cluster_file file;
-};
-
-tls_cluster make_tls_cluster(const std::string& name) {
-  const std::string dir = (std::filesystem::temp_directory_path() / (name + "-" + std::to_string(::getpid()))).string();
-  std::filesystem::remove_all(dir);
-  std::filesystem::create_directories(dir);
-  const cluster_file plain =
-      parse(str_cat("job { name: \"ps\" tasks { key: 0 value: \"127.0.0.1:", free_loopback_port(), "\" } }\n",
-                    "job { name: \"worker\" tasks { key: 0 value: \"127.0.0.1:", free_loopback_port(), "\" } }\n"));
-  auto made = make_test_certificates(plain, dir + "/certs");
-  REQUIRE(made.ok());
-  auto file = cluster_file::load(made->cluster_file);
-  REQUIRE(file.ok());
-  return {dir, std::move(*file)};
+testing::loopback_cluster make_tls_cluster(const std::string& name) {
+  return testing::make_loopback_cluster(name, {{"ps", 1}, {"worker", 1}}, /*tls=*/true);
 }
 
 // y = 2a + x on the worker from a on the PS, and back = -y on the PS: tensors both ways.

@@ -14,6 +14,7 @@
 
 #include "cluster/cluster_file.h"
 #include "cluster/task_processes.h"
+#include "tests/cluster/cluster_fixture.h"
 
 namespace troupe::cluster {
 namespace {
@@ -37,21 +38,8 @@ bool becomes(int pid, char want) {
 
 bool alive(int pid) { return pid > 0 && state_of(pid) != 0 && state_of(pid) != 'Z'; }
 
-struct two_tasks {
-  std::string dir;
-  cluster_file file;
-};
-
-two_tasks make_cluster(const std::string& name) {
-  const std::string dir = (std::filesystem::temp_directory_path() / (name + "-" + std::to_string(::getpid()))).string();
-  std::filesystem::remove_all(dir);
-  std::filesystem::create_directories(dir);
-  const std::string path = dir + "/cluster.pbtxt";
-  std::ofstream(path) << "job { name: \"ps\" tasks { key: 0 value: \"127.0.0.1:" << free_loopback_port() << "\" } }\n"
-                      << "job { name: \"worker\" tasks { key: 0 value: \"127.0.0.1:" << free_loopback_port() << "\" } }\n";
-  auto file = cluster_file::load(path);
-  REQUIRE(file.ok());
-  return {dir, std::move(*file)};
+testing::loopback_cluster make_cluster(const std::string& name) {
+  return testing::make_loopback_cluster(name, {{"ps", 1}, {"worker", 1}});
 }
 
 task_processes_options options_in(const std::string& dir, const std::string& program = TROUPE_PROGRAM) {

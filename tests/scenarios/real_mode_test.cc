@@ -16,10 +16,10 @@
 #include <string>
 
 #include "checkpoint/checkpoint.h"
-#include "cluster/certificates.h"
 #include "cluster/task_processes.h"
 #include "scenarios/runner.h"
 #include "scenarios/scenario.h"
+#include "tests/cluster/cluster_fixture.h"
 
 using namespace troupe;
 
@@ -233,45 +233,29 @@ TEST_CASE("mode REAL with tls: the run's own CA and certificates, mutual TLS and
 TEST_CASE("mode REAL with a cluster_file: servers started by hand over TLS are reached as the file's client; a file "
           "of another cluster or a misplaced cluster_file is refused",
           "[real]") {
-  const std::string dir = temp_dir("troupe-real-by-hand");
-  std::filesystem::create_directories(dir);
   // The cluster of the servers, as a user writes it, then its CA and certificates.
-  std::string text;
-  for (const char* job : {"ps", "worker"}) {
-    text += std::string("job { name: \"") + job + "\"";
-    for (int t = 0; t < (std::string(job) == "ps" ? 1 : 2); ++t) {
-      text += " tasks { key: " + std::to_string(t) + " value: \"127.0.0.1:" +
-              std::to_string(cluster::free_loopback_port()) + "\" }";
-    }
-    text += " }\n";
-  }
-  const std::string plain = dir + "/cluster.pbtxt";
-  std::ofstream(plain) << text;
-  auto file = cluster::cluster_file::load(plain);
-  REQUIRE(file.ok());
-  auto made = cluster::make_test_certificates(*file, dir + "/certs", 2);
-  REQUIRE(made.ok());
-  auto tls_file = cluster::cluster_file::load(made->cluster_file);
-  REQUIRE(tls_file.ok());
-  REQUIRE(tls_file->tls().has_value());
+  const auto tls = testing::make_loopback_cluster("troupe-real-by-hand", {{"ps", 1}, {"worker", 2}}, /*tls=*/true);
+  const std::string& dir = tls.dir;
+  const std::string& cluster_file = tls.file.path();
+  REQUIRE(tls.file.tls().has_value());
   {
     cluster::task_processes_options po;  // the servers "by hand": this test starts them
     po.executable = TROUPE_PROGRAM;
     po.log_dir = dir;
-    auto servers = cluster::task_processes::start(*tls_file, po);
+    auto servers = cluster::task_processes::start(tls.file, po);
     REQUIRE(servers.ok());
     std::string output;
-    auto s = run(mlp(std::string("mode: REAL cluster_file: \"") + made->cluster_file + "\" " + k_three, "steps: 120"),
+    auto s = run(mlp(std::string("mode: REAL cluster_file: \"") + cluster_file + "\" " + k_three, "steps: 120"),
                  &output);
     INFO(output);
     REQUIRE(s.ok());
-    CHECK(output.find("servers started by hand with " + made->cluster_file + ", mutual TLS with identity proofs") !=
+    CHECK(output.find("servers started by hand with " + cluster_file + ", mutual TLS with identity proofs") !=
           std::string::npos);
     CHECK(s->steps >= 120);
     CHECK(s->test_accuracy > 0.6);
 
     // The same servers, named by a scenario whose cluster is not theirs.
-    auto other = run(mlp(std::string("mode: REAL cluster_file: \"") + made->cluster_file +
+    auto other = run(mlp(std::string("mode: REAL cluster_file: \"") + cluster_file +
                              "\" job { name: \"ps\" tasks: 1 } job { name: \"worker\" tasks: 1 }",
                          "steps: 10"));
     REQUIRE_FALSE(other.ok());
