@@ -1,12 +1,9 @@
 #include "core/random.h"
 
-#include <random>
+#include "core/env.h"
 
 namespace troupe {
 
-std::uint64_t random_seed() {
-  static thread_local std::mt19937_64 engine{std::random_device{}()};
-  return engine();
-}
+std::uint64_t random_seed() { return env::random_seed(); }
 
 }  // namespace troupe

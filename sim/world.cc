@@ -1,0 +1,263 @@
+#include "sim/world.h"
+
+#include <cstdio>
+#include <cstdlib>
+#include <thread>
+
+#include "core/status.h"
+
+namespace troupe::sim {
+
+struct world::sim_thread {
+  enum class state { running, runnable, waiting, done };
+  std::uint64_t id = 0;
+  std::string name;
+  state now = state::runnable;
+  const void* channel = nullptr;  // what it waits for
+  env::clock::time_point deadline = env::clock::time_point::max();
+  bool notified = false;
+  std::condition_variable turn;  // signalled when running_ becomes this thread's id
+  std::thread os;
+};
+
+namespace {
+thread_local world::sim_thread* t_self = nullptr;
+}  // namespace
+
+world::world(options o)
+    : options_(o), random_(o.seed), seeds_(o.seed ^ 0x9e3779b97f4a7c15ULL), now_(env::clock::time_point(k_start)) {
+  if (env::current() != nullptr) {
+    std::fprintf(stderr, "troupe: a simulated world already exists in this process\n");
+    std::abort();
+  }
+  auto root = std::make_unique<sim_thread>();
+  root->id = next_id_++;
+  root->name = "main";
+  root->now = sim_thread::state::running;
+  running_ = root->id;
+  t_self = root.get();
+  threads_.emplace(root->id, std::move(root));
+  env::install(this);
+}
+
+world::~world() {
+  env::install(nullptr);
+  t_self = nullptr;
+  if (threads_.size() != 1) {
+    std::fprintf(stderr, "troupe: a simulated world ended with %zu threads not joined\n", threads_.size() - 1);
+    std::abort();
+  }
+}
+
+void world::configure(caf::actor_system_config& config) { config.set("scheduler.policy", caf::atom("testing")); }
+
+void world::attach(caf::actor_system* system) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (system == nullptr) {
+    scheduler_ = nullptr;
+    return;
+  }
+  scheduler_ = dynamic_cast<caf::scheduler::test_coordinator*>(&system->scheduler());
+  if (scheduler_ == nullptr) {
+    std::fprintf(stderr, "troupe: a simulated world needs CAF's testing scheduler (sim::world::configure)\n");
+    std::abort();
+  }
+  scheduler_->clock().current_time = now_;
+}
+
+void world::at(env::clock::time_point t, std::function<void()> fn) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  events_.emplace(std::max(t, now_), std::move(fn));
+}
+
+std::chrono::nanoseconds world::elapsed() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return now_ - env::clock::time_point(k_start);
+}
+
+env::clock::time_point world::now() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return now_;
+}
+
+std::uint64_t world::random_seed() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return seeds_();
+}
+
+world::sim_thread* world::self_or_die(const char* what) {
+  if (t_self == nullptr) {
+    std::fprintf(stderr, "troupe: a thread outside the simulated world called %s\n", what);
+    std::abort();
+  }
+  return t_self;
+}
+
+std::uint64_t world::start_thread(std::function<void()> fn, std::string name) {
+  std::unique_lock<std::mutex> lock(mutex_);
+  auto t = std::make_unique<sim_thread>();
+  sim_thread* raw = t.get();
+  raw->id = next_id_++;
+  raw->name = std::move(name);
+  raw->now = sim_thread::state::runnable;
+  raw->os = std::thread([this, raw, fn = std::move(fn)] {
+    t_self = raw;
+    {
+      std::unique_lock<std::mutex> l(mutex_);
+      raw->turn.wait(l, [&] { return running_ == raw->id; });
+    }
+    fn();
+    std::unique_lock<std::mutex> l(mutex_);
+    raw->now = sim_thread::state::done;
+    for (auto& [id, other] : threads_) {
+      if (other->now == sim_thread::state::waiting && other->channel == raw) {
+        other->now = sim_thread::state::runnable;
+        other->notified = true;
+      }
+    }
+    hand_on(l, raw);
+    t_self = nullptr;
+  });
+  threads_.emplace(raw->id, std::move(t));
+  return raw->id;
+}
+
+void world::join_thread(std::uint64_t id) {
+  sim_thread* self = self_or_die("join");
+  std::unique_lock<std::mutex> lock(mutex_);
+  auto it = threads_.find(id);
+  if (it == threads_.end()) return;
+  sim_thread* t = it->second.get();
+  while (t->now != sim_thread::state::done) {
+    self->now = sim_thread::state::waiting;
+    self->channel = t;
+    self->deadline = env::clock::time_point::max();
+    hand_on(lock, self);
+  }
+  std::thread os = std::move(t->os);
+  threads_.erase(it);
+  lock.unlock();
+  os.join();  // it has given the turn away and only returns
+}
+
+bool world::wait(const void* channel, env::clock::time_point deadline) {
+  sim_thread* self = self_or_die("a wait or sleep");
+  std::unique_lock<std::mutex> lock(mutex_);
+  self->now = sim_thread::state::waiting;
+  self->channel = channel;
+  self->deadline = deadline;
+  self->notified = false;
+  hand_on(lock, self);
+  return self->notified;
+}
+
+void world::notify(const void* channel, bool all) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  for (auto& [id, t] : threads_) {
+    if (t->now == sim_thread::state::waiting && t->channel == channel) {
+      t->now = sim_thread::state::runnable;
+      t->notified = true;
+      if (!all) return;
+    }
+  }
+}
+
+void world::drain() {
+  const bool had_logger = caf::logger::current_logger() != nullptr;
+  for (;;) {
+    std::function<void()> event;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (scheduler_ != nullptr && scheduler_->has_job()) {
+        auto& jobs = scheduler_->jobs;
+        std::swap(jobs.front(), jobs[random_() % jobs.size()]);
+      } else if (!events_.empty() && events_.begin()->first <= now_) {
+        event = std::move(events_.begin()->second);
+        events_.erase(events_.begin());
+      } else {
+        break;
+      }
+    }
+    if (event) {
+      event();
+    } else {
+      scheduler_->run_once();
+    }
+  }
+  // Running actors on this thread may have tied it to their system (actors/spawn.h).
+  if (!had_logger) caf::logger::set_current_actor_system(nullptr);
+}
+
+void world::hand_on(std::unique_lock<std::mutex>& lock, sim_thread* self) {
+  for (;;) {
+    lock.unlock();
+    drain();
+    lock.lock();
+    if (scheduler_ != nullptr && scheduler_->has_job()) continue;  // an event made work
+    std::vector<sim_thread*> ready;
+    for (auto& [id, t] : threads_) {
+      if (t->now == sim_thread::state::runnable) ready.push_back(t.get());
+    }
+    if (!ready.empty()) {
+      sim_thread* next = ready[random_() % ready.size()];
+      next->now = sim_thread::state::running;
+      next->channel = nullptr;
+      next->deadline = env::clock::time_point::max();
+      running_ = next->id;
+      if (next == self) return;
+      next->turn.notify_one();
+      if (self->now == sim_thread::state::done) return;
+      self->turn.wait(lock, [&] { return running_ == self->id; });
+      return;
+    }
+    // Nobody may go on now: on to the next thing scheduled.
+    auto next = env::clock::time_point::max();
+    if (!events_.empty()) next = events_.begin()->first;
+    if (scheduler_ != nullptr && !scheduler_->clock().schedule().empty()) {
+      next = std::min(next, scheduler_->clock().schedule().begin()->first);
+    }
+    for (auto& [id, t] : threads_) {
+      if (t->now == sim_thread::state::waiting) next = std::min(next, t->deadline);
+    }
+    if (next == env::clock::time_point::max()) deadlock(lock);
+    if (next > now_) {
+      const auto step = next - now_;
+      now_ = next;
+      if (scheduler_ != nullptr) {
+        auto* s = scheduler_;
+        lock.unlock();
+        s->advance_time(step);  // fires CAF's due timers and delayed messages
+        lock.lock();
+      }
+    } else if (scheduler_ != nullptr && !scheduler_->clock().schedule().empty() &&
+               scheduler_->clock().schedule().begin()->first <= now_) {
+      auto* s = scheduler_;
+      lock.unlock();
+      s->advance_time(std::chrono::nanoseconds(0));
+      lock.lock();
+    }
+    for (auto& [id, t] : threads_) {
+      if (t->now == sim_thread::state::waiting && t->deadline <= now_) {
+        t->now = sim_thread::state::runnable;
+        t->notified = false;
+      }
+    }
+  }
+}
+
+void world::deadlock(std::unique_lock<std::mutex>& lock) {
+  std::string what;
+  for (auto& [id, t] : threads_) {
+    if (t->now == sim_thread::state::waiting) what += str_cat("\n  thread '", t->name, "' waits");
+  }
+  std::fprintf(stderr,
+               "troupe: the simulation can never go on (seed %llu, virtual time %.6f s): every thread waits and "
+               "nothing is scheduled:%s\n",
+               static_cast<unsigned long long>(options_.seed),
+               std::chrono::duration<double>(now_ - env::clock::time_point(k_start)).count(), what.c_str());
+  std::fflush(stderr);
+  lock.unlock();
+  std::_Exit(70);
+}
+
+}  // namespace troupe::sim
