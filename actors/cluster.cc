@@ -5,7 +5,9 @@
 #include "actors/device_actor.h"
 #include "actors/messages.h"
 #include "actors/runtime_kernels.h"
+#include "actors/simulation.h"
 #include "actors/spawn.h"
+#include "core/env.h"
 
 namespace troupe::actors {
 
@@ -23,7 +25,8 @@ result<std::shared_ptr<cluster>> cluster::create(cluster_options options) {
   std::shared_ptr<cluster> c(new cluster(std::move(options)));
   const cluster_options& o = c->options_;
   int compute = o.compute_threads > 0 ? o.compute_threads : default_num_threads();
-  c->pool_ = std::make_unique<compute_pool>(compute);
+  // Simulated: no compute threads; the world runs kernels on its turns.
+  c->pool_ = std::make_unique<compute_pool>(o.simulation != nullptr ? 0 : compute);
   c->config_ = std::make_unique<caf::actor_system_config>();
   int actor_threads = o.actor_threads > 0
                           ? o.actor_threads
@@ -33,7 +36,9 @@ result<std::shared_ptr<cluster>> cluster::create(cluster_options options) {
   c->config_->set("logger.verbosity", caf::atom("quiet"));
   c->next_step_ = o.first_step_id;
   if (o.configure_system) o.configure_system(*c->config_);
+  if (o.simulation != nullptr) o.simulation->configure(*c->config_);
   c->system_ = std::make_unique<caf::actor_system>(*c->config_);
+  if (o.simulation != nullptr) o.simulation->attach(c->system_.get());
   c->directory_ = std::make_shared<device_directory>();
   for (const placement::device_name& d : o.spec.devices()) {
     if (*d.type == "CPU") continue;
@@ -90,6 +95,7 @@ std::unique_ptr<runtime_device> cluster::start_device(const std::string& full) {
   auto dev = std::make_unique<runtime_device>(full, *name.type, placement::task_prefix(name), *system_, *pool_,
                                               accelerator == accelerators_.end() ? nullptr : accelerator->second);
   dev->set_tracer(options_.tracer);
+  dev->set_simulation(options_.simulation);
   dev->set_sync_watcher(options_.sync_watcher);
   dev->set_memory_limit(options_.memory_limit);
   dev->set_directory(directory_);
@@ -235,7 +241,7 @@ status cluster::stall_task(std::string_view task, std::chrono::milliseconds dura
     if (!control->stall) return failed_precondition_error("task '", task, "' runs in another process, which cannot be stalled");
     return control->stall(canonical_task(task), duration);
   }
-  const auto until = std::chrono::steady_clock::now() + duration;
+  const auto until = env::now() + duration;
   return for_each_device(task, [&](const std::string&, std::unique_ptr<runtime_device>& dev) { dev->stall_until(until); });
 }
 
@@ -268,7 +274,13 @@ cluster::~cluster() {
   for (auto& [name, dev] : devices_) dev->set_directory(nullptr);
   for (auto& dev : retired_) dev->set_directory(nullptr);
   directory_.reset();
-  system_->registry().await_running_count_equal(0);  // every actor has ended
+  if (options_.simulation != nullptr) {
+    // Only the world's turns run actors: give it turns until every actor has ended.
+    while (system_->registry().running() > 0) env::sleep_for(std::chrono::milliseconds(1));
+    options_.simulation->attach(nullptr);
+  } else {
+    system_->registry().await_running_count_equal(0);  // every actor has ended
+  }
   // The compute threads go before the system: a custom kernel that spawned an actor
   // from one of them without spawn_unpinned tied that thread to the system, and
   // ~actor_system would wait for it forever (actors/spawn.h).

@@ -38,6 +38,8 @@
 
 namespace troupe::actors {
 
+class simulation;
+
 struct cluster_options {
   placement::cluster_spec spec = placement::cluster_spec::local();
   int compute_threads = 0;  // the shared compute pool; 0: default_num_threads()
@@ -78,6 +80,9 @@ struct cluster_options {
     std::function<status(const std::string& task, std::chrono::milliseconds duration)> stall;  // frozen that long
   };
   std::shared_ptr<const remote_task_control> remote_tasks;
+  // Runs the cluster in a simulated world (mode SIMULATED, actors/simulation.h): virtual
+  // time, a seeded scheduler, network and compute models. Must outlive the cluster.
+  class simulation* simulation = nullptr;
   // Adjusts the actor system's configuration before the system starts (a task of a real
   // cluster loads CAF's middleman and announces the wire types: cluster/remote_task.h).
   std::function<void(caf::actor_system_config&)> configure_system = nullptr;

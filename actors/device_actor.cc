@@ -5,6 +5,8 @@
 
 #include "actors/messages.h"
 #include "actors/rendezvous.h"
+#include "actors/simulation.h"
+#include "core/env.h"
 #include "kernels/cancellation.h"
 
 namespace troupe::actors::detail {
@@ -158,6 +160,7 @@ caf::behavior device_behavior(device_actor* self, device_options options) {
         spec.device = st.options.device;
         spec.device_type = st.options.device->type();
         spec.tracer = st.options.device->tracer();
+        if (auto* sim = st.options.device->simulation()) spec.timer = sim->timer_of(st.options.device->name(), st.options.device->task());
         spec.trace_task = st.options.device->task();
         spec.trace_device = st.options.device->short_name();
         const std::uint64_t request = st.next_request++;
@@ -268,7 +271,7 @@ caf::behavior device_behavior(device_actor* self, device_options options) {
       },
       [=](sweep_atom) {
         auto& st = self->state;
-        const auto now = rendezvous_table::clock::now();
+        const auto now = env::now();
         std::set<std::int64_t> running_ids;  // once per sweep, not kept up to date per step
         for (const auto& [request, step] : st.running) running_ids.insert(step.step_id);
         st.rendezvous->sweep(now - k_orphan_age, [&](std::int64_t id) { return running_ids.count(id) > 0; });

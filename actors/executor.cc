@@ -10,6 +10,8 @@
 #include <span>
 #include <utility>
 
+#include "core/env.h"
+
 namespace troupe::actors {
 
 struct executable::plan {
@@ -451,7 +453,7 @@ struct executor_access {
     const executable_spec& spec = s->exec->spec_;
     const plan::node& pn = s->exec->plan_->nodes[static_cast<std::size_t>(index)];
     const graph::node& n = *pn.graph_node;
-    const auto end = step_tracer::clock::now();
+    const auto end = env::now();
     step_tracer::node_detail detail{
         std::span<const tensor>(s->inputs.data() + pn.input_offset, static_cast<std::size_t>(pn.num_inputs)), pn.async,
         &n.def};
@@ -504,7 +506,7 @@ struct executor_access {
       std::span<const tensor> inputs(s->inputs.data() + n.input_offset, static_cast<std::size_t>(n.num_inputs));
       std::span<tensor> outputs(output_data, static_cast<std::size_t>(n.num_outputs));
       step_tracer* tracer = s->exec->spec_.tracer;
-      const auto start = tracer != nullptr ? step_tracer::clock::now() : step_tracer::clock::time_point();
+      const auto start = tracer != nullptr ? env::now() : step_tracer::clock::time_point();
       if (n.async) {
         auto call = std::make_shared<async_call>(inputs, outputs, n.graph_node->output_types, s->info);
         // Completes the node once: with the kernel's context, or (`thrown`) with the error of
@@ -526,6 +528,19 @@ struct executor_access {
       kernels::kernel_context ctx(inputs, outputs, n.graph_node->output_types, s->info);
       status thrown = kernels::catch_exceptions([&] { n.kernel->compute(ctx); });
       if (!thrown.ok()) ctx.fail(std::move(thrown));
+      if (kernel_timer* timer = s->exec->spec_.timer) {
+        // Completes when the node's virtual time is up, as an asynchronous node would.
+        auto kept = std::make_shared<std::vector<tensor>>(std::make_move_iterator(outputs.begin()),
+                                                         std::make_move_iterator(outputs.end()));
+        timer->ran(*n.graph_node, inputs, *kept,
+                   [s, index, kept, st = ctx.get_status(), tracer](env::clock::time_point begun, env::clock::time_point) {
+                     if (tracer != nullptr) trace(s, index, begun);
+                     std::vector<int> more;
+                     complete(s, index, st, kept->data(), more);
+                     if (!more.empty()) process(s, std::move(more));
+                   });
+        continue;
+      }
       if (tracer != nullptr) trace(s, index, start);
       complete(s, index, ctx.get_status(), output_data, ready);
     }

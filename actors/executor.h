@@ -27,6 +27,7 @@
 #include <string>
 #include <vector>
 
+#include "core/env.h"
 #include "core/status.h"
 #include "core/tensor.h"
 #include "core/thread_pool.h"
@@ -36,6 +37,20 @@
 
 namespace troupe::actors {
 
+// Under a simulation (sim/simulation.h): how long a synchronous kernel takes in virtual
+// time. The executor computes a node, then hands its completion here; the node's
+// outputs reach its consumers only when `finish` is called, at the virtual time its
+// kernel ends (the compute model's duration, once a core of the device is free).
+class kernel_timer {
+ public:
+  using finish_callback = std::function<void(env::clock::time_point start, env::clock::time_point end)>;
+  virtual ~kernel_timer() = default;
+  // Node `node` ran on `inputs` (its outputs in `outputs`) on this timer's device; call
+  // `finish` once, later, with the kernel's virtual start and end.
+  virtual void ran(const graph::node& node, std::span<const tensor> inputs, std::span<const tensor> outputs,
+                   finish_callback finish) = 0;
+};
+
 struct executable_spec {
   std::shared_ptr<const graph::graph> graph;
   std::vector<int> nodes;                 // the nodes to run (any order)
@@ -44,6 +59,7 @@ struct executable_spec {
   std::string device_type = "CPU";
   kernels::device* device = nullptr;      // what kernels see as their device; may be null
   step_tracer* tracer = nullptr;          // gets a span per node when set
+  kernel_timer* timer = nullptr;          // under a simulation: synchronous kernels take virtual time
   std::string trace_task, trace_device;   // how the tracer names this device
   std::string client;                     // kernels see it as step_info::client
 };

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <functional>
 
+#include "core/env.h"
+
 namespace troupe::actors {
 
 namespace {
@@ -104,7 +106,7 @@ status rendezvous_table::send(std::int64_t step, const transfer_key_ptr& key, te
   }
   e.key = key;
   e.value = std::move(value);
-  e.arrived = clock::now();
+  e.arrived = env::now();
   bytes_ += bytes;
   return status();
 }

@@ -26,10 +26,13 @@
 #include <string>
 
 #include "actors/tracing.h"
+#include "core/env.h"
 #include "core/thread_pool.h"
 #include "kernels/device.h"
 
 namespace troupe::actors {
+
+class simulation;
 
 // Device name -> the device's current actor, for every device of the cluster (one
 // process for now). A restarted device gets a new actor under the same name: whoever
@@ -96,6 +99,10 @@ class runtime_device final : public kernels::device {
   caf::actor_system& system() const { return system_; }
   compute_pool& pool() const { return pool_; }
 
+  // Under a simulation (actors/simulation.h): its kernels' timer and the network model.
+  class simulation* simulation() const { return simulation_; }
+  void set_simulation(class simulation* s) { simulation_ = s; }
+
   // The device's own actor (set once when it is spawned).
   const caf::actor& self() const { return self_; }
   void set_self(caf::actor a) { self_ = std::move(a); }
@@ -122,7 +129,7 @@ class runtime_device final : public kernels::device {
     const std::int64_t until_ns = stalled_until_ns_.load(std::memory_order_relaxed);
     if (until_ns == 0) return delay;
     const auto until = std::chrono::steady_clock::time_point(std::chrono::steady_clock::duration(until_ns));
-    const auto now = std::chrono::steady_clock::now();
+    const auto now = env::now();
     if (until > now) delay += std::chrono::duration_cast<std::chrono::microseconds>(until - now);
     return delay;
   }
@@ -199,6 +206,7 @@ class runtime_device final : public kernels::device {
     return x ^ (x >> 31);
   }
   std::mutex links_mutex_;
+  class simulation* simulation_ = nullptr;
   std::map<std::string, link_fault, std::less<>> links_;  // by destination task
   std::atomic<bool> has_link_faults_{false};
   std::atomic<bool> killed_{false};

@@ -13,9 +13,11 @@
 
 #include "actors/actor_resource.h"
 #include "actors/rendezvous.h"
+#include "actors/simulation.h"
 #include "actors/runtime_device.h"
 #include "actors/runtime_kernels.h"
 #include "actors/withdrawable.h"
+#include "core/env.h"
 #include "graph/attr.h"
 #include "kernels/kernel_registry.h"
 
@@ -59,6 +61,7 @@ class sender {
     device_ = end->device;
     destination_ = device_->find_device(key_->key().recv_device);
     remote_ = device_->remote_device(key_->key().recv_device);
+    recv_task_ = key_->key().recv_device.substr(0, key_->key().recv_device.find("/device:"));
     peer_ = std::make_shared<const std::string>(str_cat("the stand-in of ", key_->key().recv_device));
     if (!destination_) {
       c.fail(not_found_error("_Send '", c.node().name(), "': no device '", key_->key().recv_device,
@@ -70,7 +73,7 @@ class sender {
   // process calls it once the bytes are on the link (or with why not).
   status post(std::int64_t step, const tensor& t, const status_reply* written = nullptr) const {
     if (auto* tracer = device_->tracer()) {
-      tracer->transfer_sent(key_->printed(), step, device_->task(), device_->short_name(), step_tracer::clock::now());
+      tracer->transfer_sent(key_->printed(), step, device_->task(), device_->short_name(), env::now());
     }
     bool dropped = false;
     if (auto fault = device_->link_fault_to(key_->key().recv_device, &dropped)) {
@@ -86,6 +89,12 @@ class sender {
         }
         return status();
       }
+    }
+    if (auto* sim = device_->simulation(); sim != nullptr && recv_task_ != device_->task()) {
+      // The network model's delay between the two tasks (latency, bandwidth, jitter).
+      caf::delayed_anon_send(destination_, sim->transfer_delay(device_->task(), recv_task_, static_cast<std::int64_t>(t.byte_size())),
+                             rv_send_atom::value, step, key_, t);
+      return status();
     }
     // Sent as the sending device: a destination that cannot deliver it (a stand-in for a
     // device of another process whose connection failed) aborts the step here.
@@ -120,6 +129,7 @@ class sender {
   runtime_device* device_ = nullptr;
   caf::actor destination_;
   bool remote_ = false;  // the destination is a stand-in for a device of another process
+  std::string recv_task_;  // the destination's task
   std::shared_ptr<const std::string> peer_;  // who answers a remote post, for its error
 };
 
@@ -231,7 +241,7 @@ class recv_kernel final : public kernels::async_op_kernel {
         [this, step](kernel_context& c, result<tensor> r) {
           if (auto* tracer = device_->tracer(); tracer != nullptr && r.ok()) {
             tracer->transfer_received(key_->printed(), step, device_->task(), device_->short_name(),
-                                      step_tracer::clock::now());
+                                      env::now());
           }
           if (r.ok()) c.set_output(0, std::move(*r));
           else c.fail(r.error());

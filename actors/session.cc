@@ -17,6 +17,7 @@
 #include "actors/device_actor.h"
 #include "actors/messages.h"
 #include "actors/spawn.h"
+#include "core/env.h"
 #include "core/thread_pool.h"
 #include "graph/prune.h"
 #include "placement/partition.h"
@@ -657,7 +658,7 @@ caf::behavior master_behavior(master_actor* self, std::shared_ptr<const graph::g
 // waits for them.
 struct pending_callbacks {
   std::mutex mutex;
-  std::condition_variable cv;
+  env::condition_variable cv;
   int count = 0;
   std::atomic<bool> closing{false};
 };
@@ -738,6 +739,23 @@ run_request make_request(const feed_list& feeds, const std::vector<std::string>&
 result<std::vector<tensor>> session::run(const feed_list& feeds,
                                          const std::vector<std::string>& fetches,
                                          const std::vector<std::string>& targets) {
+  if (env::simulated()) {
+    // A blocked thread would stop the simulated world: wait through env instead.
+    struct answer {
+      std::mutex mutex;
+      env::condition_variable ready;
+      std::optional<result<std::vector<tensor>>> value;
+    };
+    auto a = std::make_shared<answer>();
+    run_async(feeds, fetches, targets, [a](result<std::vector<tensor>> r) {
+      std::lock_guard<std::mutex> lock(a->mutex);
+      a->value = std::move(r);
+      a->ready.notify_all();
+    });
+    std::unique_lock<std::mutex> lock(a->mutex);
+    a->ready.wait(lock, [&] { return a->value.has_value(); });
+    return std::move(*a->value);
+  }
   unpinned_use use(impl_->owner->system());  // outlives the scoped actor
   caf::scoped_actor self{impl_->owner->system()};
   result<std::vector<tensor>> out = internal_error("no reply");

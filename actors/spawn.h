@@ -23,7 +23,12 @@
 
 #include <caf/all.hpp>
 
+#include <memory>
+#include <mutex>
 #include <utility>
+
+#include "core/env.h"
+
 
 namespace troupe::actors {
 
@@ -44,6 +49,25 @@ class unpinned_use {
   caf::logger* logger_;
   bool held_before_;
 };
+
+// Waits until actor `a` has ended (at once when it has); through env, so a simulated
+// world goes on meanwhile. Never call it on an actor's thread.
+inline void await_exit(const caf::actor& a) {
+  if (!a) return;
+  struct ended_state {
+    std::mutex mutex;
+    env::condition_variable changed;
+    bool ended = false;
+  };
+  auto state = std::make_shared<ended_state>();
+  caf::actor_cast<caf::abstract_actor*>(a)->attach_functor([state] {
+    std::lock_guard<std::mutex> lock(state->mutex);
+    state->ended = true;
+    state->changed.notify_all();
+  });
+  std::unique_lock<std::mutex> lock(state->mutex);
+  state->changed.wait(lock, [&] { return state->ended; });
+}
 
 // system.spawn(xs...), leaving the calling thread as it was (see unpinned_use).
 template <class... Ts>

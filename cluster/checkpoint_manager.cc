@@ -6,6 +6,7 @@
 #include <map>
 #include <set>
 
+#include "core/env.h"
 #include "graph/attr.h"
 #include "placement/device_name.h"
 #include "placement/placer.h"
@@ -306,7 +307,7 @@ result<std::unique_ptr<checkpoint_manager>> checkpoint_manager::create(std::shar
   if (!session.ok()) return session.error().with_context("checkpoint manager");
   m->session_ = std::move(*session);
   m->next_due_ = m->options_.every_steps;
-  m->writer_ = std::thread([p = m.get()] { p->writer_loop(); });
+  m->writer_ = env::thread([p = m.get()] { p->writer_loop(); });
   return m;
 }
 
@@ -456,8 +457,8 @@ result<std::optional<std::int64_t>> checkpoint_manager::restore_latest(std::stri
 
 result<std::optional<std::int64_t>> checkpoint_manager::restore_some(const std::vector<bool>& wanted,
                                                                      const std::vector<bool>& wanted_pipelines) {
-  std::lock_guard<std::mutex> state_lock(state_mutex_);
-  std::lock_guard<std::mutex> dir_lock(dir_mutex_);
+  std::lock_guard<env::mutex> state_lock(state_mutex_);
+  std::lock_guard<env::mutex> dir_lock(dir_mutex_);
   checkpoint::restore_request request;
   request.missing_state_ok = true;
   std::vector<std::size_t> pipelines;  // wanted, by index in pipelines_
@@ -632,12 +633,12 @@ status checkpoint_manager::count_failure(const status& s) {
 
 result<std::optional<checkpoint::snapshot>> checkpoint_manager::cut(double* stopped,
                                                                    std::optional<checkpoint::committed>* unchanged) {
-  std::lock_guard<std::mutex> state_lock(state_mutex_);
-  auto stop_started = std::chrono::steady_clock::now();
+  std::lock_guard<env::mutex> state_lock(state_mutex_);
+  auto stop_started = env::now();
   if (options_.gate != nullptr) options_.gate->close();
   auto values = session_->run({}, read_fetches_);
   if (options_.gate != nullptr) options_.gate->open();
-  *stopped = seconds(std::chrono::steady_clock::now() - stop_started).count();
+  *stopped = seconds(env::now() - stop_started).count();
   if (!values.ok()) return values.error().with_context("checkpoint: reading the variables");
 
   checkpoint::snapshot s;
@@ -682,15 +683,15 @@ result<std::optional<checkpoint::snapshot>> checkpoint_manager::cut(double* stop
 }
 
 result<checkpoint::committed> checkpoint_manager::write(const checkpoint::snapshot& s, double stopped) {
-  std::lock_guard<std::mutex> dir_lock(dir_mutex_);
-  auto write_started = std::chrono::steady_clock::now();
+  std::lock_guard<env::mutex> dir_lock(dir_mutex_);
+  auto write_started = env::now();
   auto committed = dir_->save(s);
   if (!committed.ok()) return count_failure(committed.error());
-  double wrote = seconds(std::chrono::steady_clock::now() - write_started).count();
+  double wrote = seconds(env::now() - write_started).count();
   {
     std::lock_guard<std::mutex> lock(mutex_);
     ++stats_.committed;
-    stats_.commit_times.push_back(std::chrono::steady_clock::now());
+    stats_.commit_times.push_back(env::now());
     last_committed_ = *committed;
     stats_.latest_path = committed->path;
     stats_.latest_step = committed->step;
@@ -702,7 +703,7 @@ result<checkpoint::committed> checkpoint_manager::write(const checkpoint::snapsh
 }
 
 result<checkpoint::committed> checkpoint_manager::save_now() {
-  std::lock_guard<std::mutex> one_at_a_time(save_now_mutex_);
+  std::lock_guard<env::mutex> one_at_a_time(save_now_mutex_);
   {
     // A cut being written may be this one (nothing changed since): then it is returned.
     std::unique_lock<std::mutex> lock(mutex_);

@@ -52,7 +52,6 @@
 #pragma once
 
 #include <chrono>
-#include <condition_variable>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -67,6 +66,7 @@
 #include "actors/session.h"
 #include "checkpoint/checkpoint.h"
 #include "cluster/step_gate.h"
+#include "core/env.h"
 #include "graph/graph.h"
 #include "placement/placer.h"
 
@@ -208,22 +208,22 @@ class checkpoint_manager {
   std::unique_ptr<checkpoint::directory> dir_;
 
   // Lock order: state_mutex_, then dir_mutex_.
-  std::mutex state_mutex_;  // one cut or restore at a time: a cut never sees half a restore
-  std::mutex dir_mutex_;    // dir_ (writes and restores)
-  std::mutex save_now_mutex_;  // one save_now at a time: the second sees the first's commit
+  env::mutex state_mutex_;  // one cut or restore at a time: a cut never sees half a restore
+  env::mutex dir_mutex_;    // dir_ (writes and restores)
+  env::mutex save_now_mutex_;  // one save_now at a time: the second sees the first's commit
   mutable std::mutex mutex_;
-  std::condition_variable wake_;
+  env::condition_variable wake_;
   // Guarded by mutex_.
   bool requested_ = false;
   bool stopping_ = false;
   std::optional<std::pair<checkpoint::snapshot, double>> pending_;  // cut, to be written
   bool writing_ = false;  // the writer is writing a cut taken by cut_if_due
   std::map<std::string, std::uint64_t, std::less<>> pipeline_restores_;  // by task
-  std::condition_variable written_;
+  env::condition_variable written_;
   std::int64_t next_due_ = 0;
   checkpoint_stats stats_;
   std::optional<checkpoint::committed> last_committed_;  // by this manager
-  std::thread writer_;
+  env::thread writer_;
 };
 
 }  // namespace troupe::cluster

@@ -4,6 +4,7 @@
 #include <fstream>
 
 #include "checkpoint/checkpoint.h"
+#include "core/env.h"
 #include "core/random.h"
 
 namespace troupe::cluster {
@@ -143,7 +144,7 @@ void fault_injector::lift(injected_fault& f) {
   } else {
     return;
   }
-  f.lifted_at = std::chrono::steady_clock::now();
+  f.lifted_at = env::now();
   log(str_cat("fault: ", f.spec.kind, f.task.empty() ? "" : " " + f.task, " lifted"));
 }
 
@@ -177,7 +178,7 @@ void fault_injector::fire(const fault_spec& spec, std::int64_t global_step, std:
   f.spec = spec;
   f.task = spec.task.empty() ? "" : cluster_->canonical_task(spec.task);
   f.step = global_step;
-  f.at = std::chrono::steady_clock::now();
+  f.at = env::now();
   f.detail = std::move(detail);
   f.outcome = inject(f);
   log(str_cat("fault: ", f.spec.kind, f.task.empty() ? "" : " " + f.task, " at step ", f.step,

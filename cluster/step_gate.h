@@ -28,9 +28,10 @@
 // called by a thread that holds a pass; each close() is followed by one open().
 #pragma once
 
-#include <condition_variable>
 #include <cstdint>
 #include <mutex>
+
+#include "core/env.h"
 
 namespace troupe::cluster {
 
@@ -59,7 +60,7 @@ class step_gate {
 
  private:
   mutable std::mutex mutex_;
-  std::condition_variable changed_;
+  env::condition_variable changed_;
   int inside_ = 0;
   int closers_ = 0;  // closing or closed
   int held_ = 0;     // closers whose close() has returned: the gate is closed

@@ -2,6 +2,7 @@
 
 #include "actors/messages.h"
 #include "actors/spawn.h"
+#include "core/env.h"
 
 namespace troupe::cluster {
 
@@ -67,7 +68,7 @@ result<std::unique_ptr<supervisor>> supervisor::create(std::shared_ptr<actors::c
     self->changed_.notify_all();
   });
   for (const auto& task : cluster->task_names()) s->watch(task);
-  s->thread_ = std::thread([self] { self->recovery_loop(); });
+  s->thread_ = env::thread([self] { self->recovery_loop(); });
   return s;
 }
 
@@ -79,10 +80,8 @@ supervisor::~supervisor() {
   changed_.notify_all();
   if (thread_.joinable()) thread_.join();
   // The monitor reports to this object: it must be gone first.
-  actors::unpinned_use use(cluster_->system());
-  caf::scoped_actor waiter{cluster_->system()};
   caf::anon_send_exit(monitor_, caf::exit_reason::user_shutdown);
-  waiter->wait_for(monitor_);
+  actors::await_exit(monitor_);
 }
 
 void supervisor::watch(const std::string& task) {
@@ -137,7 +136,7 @@ void supervisor::give_up(status why) {
 }
 
 void supervisor::recover(const down_notice& notice) {
-  const auto down_at = std::chrono::steady_clock::now();
+  const auto down_at = env::now();
   recovery_record record{notice.task, notice.reason, down_at};
   auto finish = [&] {
     {
@@ -198,7 +197,7 @@ void supervisor::recover(const down_notice& notice) {
     return;
   }
   record.recovered = true;
-  record.seconds = seconds(std::chrono::steady_clock::now() - down_at).count();
+  record.seconds = seconds(env::now() - down_at).count();
   if (options_.gate != nullptr) options_.gate->open();
   finish();
   log(str_cat("supervisor: restarted ", notice.task, record.restored_step >= 0

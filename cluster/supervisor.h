@@ -35,7 +35,6 @@
 #pragma once
 
 #include <chrono>
-#include <condition_variable>
 #include <cstdint>
 #include <deque>
 #include <functional>
@@ -50,6 +49,7 @@
 #include "actors/cluster.h"
 #include "cluster/checkpoint_manager.h"
 #include "cluster/step_gate.h"
+#include "core/env.h"
 #include "core/status.h"
 
 namespace troupe::cluster {
@@ -122,7 +122,7 @@ class supervisor {
   caf::actor monitor_;
 
   mutable std::mutex mutex_;
-  std::condition_variable changed_;
+  env::condition_variable changed_;
   // Guarded by mutex_.
   std::deque<down_notice> pending_;
   std::set<std::string> down_;  // tasks pending or being recovered
@@ -131,7 +131,7 @@ class supervisor {
   std::map<std::string, int> restarts_;
   std::map<std::string, std::deque<std::chrono::steady_clock::time_point>> recent_;  // restart times
   std::vector<recovery_record> recoveries_;
-  std::thread thread_;
+  env::thread thread_;
 };
 
 }  // namespace troupe::cluster

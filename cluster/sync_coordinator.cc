@@ -4,6 +4,8 @@
 #include <chrono>
 #include <optional>
 
+#include "core/env.h"
+
 namespace troupe::cluster {
 
 result<std::unique_ptr<sync_coordinator>> sync_coordinator::create(std::shared_ptr<actors::cluster> cluster,
@@ -46,7 +48,7 @@ sync_coordinator::~sync_coordinator() {
 status sync_coordinator::start() {
   auto init = session_->run({}, {}, {init_});
   if (!init.ok()) return init.error().with_context("sync coordinator: setting the accumulators' global step");
-  thread_ = std::thread([this] { loop(); });
+  thread_ = env::thread([this] { loop(); });
   return status();
 }
 
@@ -116,7 +118,7 @@ result<std::int64_t> sync_coordinator::turn(std::int64_t epoch) {
     st->answered.notify_all();
   });
   result<std::vector<tensor>> taken = internal_error("not taken");
-  const auto started = std::chrono::steady_clock::now();
+  const auto started = env::now();
   const auto limit = options_.stall_timeout.count() > 0
                          ? options_.stall_timeout
                          : std::chrono::milliseconds(std::max<std::int64_t>(5000, static_cast<std::int64_t>(50 * average_turn_ms_)));
@@ -133,7 +135,7 @@ result<std::int64_t> sync_coordinator::turn(std::int64_t epoch) {
     taken = std::move(*st->value);
   }
   if (!taken.ok()) return taken.error();
-  const double took_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - started).count();
+  const double took_ms = std::chrono::duration<double, std::milli>(env::now() - started).count();
   average_turn_ms_ = average_turn_ms_ == 0 ? took_ms : 0.9 * average_turn_ms_ + 0.1 * took_ms;
   actors::feed_list feeds;
   for (std::size_t i = 0; i < reads_.size(); ++i) feeds.emplace_back(reads_[i], (*taken)[i]);
@@ -180,7 +182,7 @@ void sync_coordinator::loop() {
       // step's gradient meanwhile compute it again; the runner's workers do so on the
       // batch they kept. Skipping the reset could leave them waiting for ever when this
       // turn's takes had consumed those gradients.)
-      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      env::sleep_for(std::chrono::milliseconds(1));
       auto inside = inside_gate();
       if (status s = reset_and_release(); !s.ok() && options_.log) {
         options_.log(str_cat("sync: resetting after a failed update: ", s.message(), "; trying again"));

@@ -33,7 +33,6 @@
 #pragma once
 
 #include <atomic>
-#include <condition_variable>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -46,6 +45,7 @@
 #include "actors/cluster.h"
 #include "actors/session.h"
 #include "cluster/step_gate.h"
+#include "core/env.h"
 #include "core/status.h"
 #include "graph/graph.h"
 #include "graph/train.h"
@@ -109,13 +109,13 @@ class sync_coordinator {
   sync_coordinator_options options_;
   std::vector<std::string> takes_, reads_, sizes_, enqueues_;
   std::string update_, step_after_, init_, close_;
-  std::thread thread_;
+  env::thread thread_;
   std::atomic<bool> stop_{false};
   // The takes of the current turn, answered on a session thread; shared with the
   // answer's callback, which may come after the coordinator gave the turn up.
   struct takes_state {
     std::mutex mutex;
-    std::condition_variable answered;
+    env::condition_variable answered;
     std::uint64_t turn = 0;
     std::optional<result<std::vector<tensor>>> value;
     bool stopped = false;
@@ -125,7 +125,7 @@ class sync_coordinator {
   std::atomic<std::int64_t> updates_{0};
   double average_turn_ms_ = 0;  // of the turns that got their gradients (the loop's thread only)
   std::mutex mutex_;
-  std::condition_variable ended_;
+  env::condition_variable ended_;
   bool done_ = false;
   status outcome_;
 };

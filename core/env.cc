@@ -27,6 +27,11 @@ void sleep_until(clock::time_point t) {
   while (w->now() < t) w->wait(&k_sleeping, t);
 }
 
+void post(std::function<void()> fn) {
+  if (world* w = current()) return w->post(std::move(fn));
+  fn();
+}
+
 std::uint64_t random_seed() {
   if (world* w = current()) return w->random_seed();
   static thread_local std::mt19937_64 engine{std::random_device{}()};
@@ -59,6 +64,28 @@ void thread::join() {
     return;
   }
   os_.join();
+}
+
+void mutex::lock() {
+  world* w = current();
+  if (w == nullptr) return real_.lock();
+  // Only one thread of the world runs at a time: no race between the test and the set.
+  while (held_) w->wait(this, clock::time_point::max());
+  held_ = true;
+}
+
+void mutex::unlock() {
+  world* w = current();
+  if (w == nullptr) return real_.unlock();
+  held_ = false;
+  w->notify(this, false);
+}
+
+bool mutex::try_lock() {
+  if (current() == nullptr) return real_.try_lock();
+  if (held_) return false;
+  held_ = true;
+  return true;
 }
 
 void condition_variable::notify_one() {

@@ -48,6 +48,8 @@ class world {
   virtual bool wait(const void* channel, clock::time_point deadline) = 0;
   virtual void notify(const void* channel, bool all) = 0;
   virtual std::uint64_t random_seed() = 0;
+  // Runs `fn` on the world's turn, after what is running now, at the same virtual time.
+  virtual void post(std::function<void()> fn) = 0;
 };
 
 // The world now in force; null for the real one.
@@ -60,6 +62,10 @@ inline bool simulated() { return current() != nullptr; }
 clock::time_point now();
 void sleep_until(clock::time_point t);
 inline void sleep_for(clock::duration d) { sleep_until(now() + d); }
+
+// Runs `fn` soon: on a simulated world's turn (world::post), or at once here in the real
+// world.
+void post(std::function<void()> fn);
 
 // A seed for a random choice: from std::random_device, or the simulation's seeded stream.
 std::uint64_t random_seed();
@@ -80,6 +86,20 @@ class thread {
   std::thread os_;
   world* world_ = nullptr;
   std::uint64_t sim_id_ = 0;
+};
+
+// A mutex that may stay locked while its holder waits (a lock held across a step): under
+// a simulation, a thread that finds it taken gives up its turn instead of blocking the
+// world. Use std::mutex for locks held only while computing.
+class mutex {
+ public:
+  void lock();
+  void unlock();
+  bool try_lock();
+
+ private:
+  std::mutex real_;
+  bool held_ = false;  // under a simulation
 };
 
 // std::condition_variable's shape over std::unique_lock<std::mutex>.

@@ -1,5 +1,6 @@
 #include "core/thread_pool.h"
 
+#include "core/env.h"
 #include "core/memory.h"
 
 #define EIGEN_USE_THREADS
@@ -22,13 +23,17 @@ struct compute_pool::impl {
 
 compute_pool::compute_pool(int num_threads, std::string /*name*/)
     : num_threads_(std::max(1, num_threads)),
-      impl_(std::make_unique<impl>(num_threads_)) {}
+      impl_(num_threads > 0 ? std::make_unique<impl>(num_threads_) : nullptr) {}
 
 compute_pool::~compute_pool() = default;
 
-void compute_pool::schedule(std::function<void()> fn) { impl_->pool.Schedule(std::move(fn)); }
+void compute_pool::schedule(std::function<void()> fn) {
+  if (impl_ == nullptr) return env::post(std::move(fn));
+  impl_->pool.Schedule(std::move(fn));
+}
 
-bool compute_pool::in_pool() const { return impl_->pool.CurrentThreadId() >= 0; }
+// Without threads, work runs wherever it is: nothing is gained by handing it on.
+bool compute_pool::in_pool() const { return impl_ == nullptr || impl_->pool.CurrentThreadId() >= 0; }
 
 namespace {
 

@@ -17,7 +17,9 @@ namespace troupe {
 
 class compute_pool {
  public:
-  // REQUIRES: num_threads >= 1.
+  // num_threads 0: no threads of its own; schedule() hands work to env::post (a simulated
+  // world's turn, or at once in the caller in the real world) and parallel_for runs in
+  // the caller.
   explicit compute_pool(int num_threads, std::string name = "troupe-compute");
   ~compute_pool();
 
@@ -37,7 +39,7 @@ class compute_pool {
   void parallel_for(std::int64_t n, double cost_per_unit,
                     const std::function<void(std::int64_t, std::int64_t)>& fn);
 
-  // True on one of this pool's threads.
+  // True on one of this pool's threads (always, for a pool without threads).
   bool in_pool() const;
 
  private:

@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <limits>
 
+#include "core/env.h"
 #include "core/status.h"
 
 namespace troupe::scenarios {
@@ -52,7 +53,7 @@ progress_reporter::~progress_reporter() { finish(); }
 
 double progress_reporter::now() const {
   if (options_.clock) return options_.clock();
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+  return std::chrono::duration<double>(env::now().time_since_epoch()).count();
 }
 
 std::string progress_reporter::format_duration(double seconds) {

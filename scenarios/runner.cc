@@ -9,7 +9,6 @@
 #include <cerrno>
 #include <cstdlib>
 #include <chrono>
-#include <condition_variable>
 #include <filesystem>
 #include <mutex>
 #include <optional>
@@ -25,6 +24,7 @@
 #include "cluster/supervisor.h"
 #include "cluster/sync_coordinator.h"
 #include "cluster/task_processes.h"
+#include "core/env.h"
 #include "core/file.h"
 #include "core/idx.h"
 #include "graph/attr.h"
@@ -39,6 +39,7 @@
 #include "scenarios/progress.h"
 #include "scenarios/scenario.h"
 #include "scenarios/trace.h"
+#include "sim/simulation.h"
 
 namespace troupe::scenarios {
 
@@ -302,7 +303,7 @@ class sync_tally final : public actors::sync_observer {
     if (!first) d->second = d->second && backup;
   }
   void aggregated(const std::string& accumulator, std::int64_t step, const std::vector<std::string>& sources) override {
-    aggregated_at(accumulator, step, sources, trace_clock::now());
+    aggregated_at(accumulator, step, sources, env::now());
   }
   // The same, told later (by a server of a real cluster): `at` is when it happened.
   void aggregated_at(const std::string&, std::int64_t step, const std::vector<std::string>& sources,
@@ -483,7 +484,7 @@ struct real_servers {
 // Waits up to `limit` until a TCP connection to host:port is accepted (a server started
 // by hand that its own supervisor brings back).
 status wait_for_address(const cluster::task_address& a, std::chrono::seconds limit) {
-  const auto deadline = std::chrono::steady_clock::now() + limit;
+  const auto deadline = env::now() + limit;
   do {
     addrinfo hints{};
     hints.ai_socktype = SOCK_STREAM;
@@ -501,8 +502,8 @@ status wait_for_address(const cluster::task_address& a, std::chrono::seconds lim
       ::freeaddrinfo(found);
       if (up) return status();
     }
-    std::this_thread::sleep_for(std::chrono::milliseconds(200));
-  } while (std::chrono::steady_clock::now() < deadline);
+    env::sleep_for(std::chrono::milliseconds(200));
+  } while (env::now() < deadline);
   return unavailable_error("task ", a.task_name(), " at ", a.host, ":", a.port, " did not come back within ",
                            limit.count(), " s (its server was started by hand: start it again there)");
 }
@@ -626,6 +627,26 @@ result<std::unique_ptr<real_servers>> start_real_servers(const scenario::Cluster
   return r;
 }
 
+// The simulation section as the simulated world's options (the table read).
+result<sim::simulation_options> simulation_options_of(const scenario::Simulation& s) {
+  sim::simulation_options o;
+  o.seed = s.seed();
+  o.network.latency_us = s.network().latency_us();
+  o.network.bandwidth_gbps = s.network().bandwidth_gbps();
+  o.network.jitter_us = s.network().jitter_us();
+  const auto& c = s.compute();
+  if (!c.table().empty()) {
+    auto table = sim::load_calibration(c.table());
+    if (!table.ok()) return table.error().with_context("simulation.compute.table");
+    o.compute.table = std::move(*table);
+  }
+  o.compute.gflops = c.gflops();
+  o.compute.memory_gbps = c.memory_gbps();
+  o.compute.kernel_overhead_us = c.kernel_overhead_us();
+  o.compute.cores_per_device = c.cores_per_device();
+  return o;
+}
+
 progress_style style_of(scenario::Report::Progress p) {
   switch (p) {
     case scenario::Report::BAR: return progress_style::bar;
@@ -638,6 +659,7 @@ progress_style style_of(scenario::Report::Progress p) {
 }  // namespace
 
 result<run_summary> run_scenario(const scenario::Scenario& sc, const run_options& options) {
+  const auto wall_started = std::chrono::steady_clock::now();
   std::ostream& out = *options.out;
   const auto& t = sc.training();
   const bool sync = t.replication() == scenario::Training::SYNC;
@@ -664,9 +686,22 @@ result<run_summary> run_scenario(const scenario::Scenario& sc, const run_options
     recorder = std::make_unique<trace_recorder>();
     tracer = std::make_unique<recorder_tracer>(*recorder);
   }
+  // SIMULATED: this thread and every thread of the run take turns in a simulated world,
+  // which outlives everything below.
+  std::unique_ptr<sim::simulation> simulated;
+  if (sc.cluster().mode() == scenario::Cluster::SIMULATED) {
+    auto o = simulation_options_of(sc.simulation());
+    if (!o.ok()) return o.error();
+    simulated = std::make_unique<sim::simulation>(std::move(*o));
+    const auto& m = sc.simulation();
+    out << "cluster: SIMULATED, virtual time (seed " << m.seed() << "; network " << m.network().latency_us()
+        << " us latency, " << m.network().bandwidth_gbps() << " Gb/s per link; compute "
+        << (m.compute().table().empty() ? std::string("by rates") : "from " + m.compute().table()) << ")\n";
+  }
   // REAL: every task in a server process of its own, this process their client.
   std::unique_ptr<real_servers> real;
   actors::cluster_options co;
+  co.simulation = simulated.get();
   if (sc.cluster().mode() == scenario::Cluster::REAL) {
     auto r = start_real_servers(sc.cluster(), *layout, options, recorder != nullptr, out);
     if (!r.ok()) return r.error();
@@ -797,7 +832,7 @@ result<run_summary> run_scenario(const scenario::Scenario& sc, const run_options
   auto retry = [&](const status& error) {
     if (!cluster::is_retryable(error) || !supervisor->failure().ok()) return false;
     ++retried;
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    env::sleep_for(std::chrono::milliseconds(1));
     return true;
   };
 
@@ -835,13 +870,14 @@ result<run_summary> run_scenario(const scenario::Scenario& sc, const run_options
   // an enqueue or a dequeue, which then fail as their threads exit. The first error is
   // the run's; what fails after it is its consequence.
   std::atomic<bool> stop{false};
-  std::once_flag queues_closed;
+  env::mutex queues_mutex;  // held while closing them
+  bool queues_closed = false;
   auto end_run = [&] {
     stop = true;
-    std::call_once(queues_closed, [&] {
-      for (auto& w : workers) (void)w->run({}, {}, {k_close});
-      if (coordinator != nullptr) coordinator->stop(/*close_tokens=*/true);
-    });
+    std::lock_guard<env::mutex> lock(queues_mutex);
+    if (std::exchange(queues_closed, true)) return;
+    for (auto& w : workers) (void)w->run({}, {}, {k_close});
+    if (coordinator != nullptr) coordinator->stop(/*close_tokens=*/true);
   };
   std::mutex error_mutex;
   status first_error;
@@ -857,7 +893,7 @@ result<run_summary> run_scenario(const scenario::Scenario& sc, const run_options
   // the gate as a feeder and enqueues only when every reader's next batch fits, so it
   // never waits in a full queue: a checkpoint's cut finds no batch between a reader and
   // its queue (the queue's contents and the reader's cursor are saved together).
-  std::vector<std::thread> readers;
+  std::vector<env::thread> readers;
   const int reader_threads = effective_readers(sc.dataset());
   const std::int64_t fill_below = sc.dataset().queue_capacity() - reader_threads * reader_batch(sc.dataset(), t.batch_size());
   for (auto& w : workers) {
@@ -877,20 +913,20 @@ result<run_summary> run_scenario(const scenario::Scenario& sc, const run_options
           if (!e.ok() && !retry(e.error())) {
             return fail(supervisor->failure().ok() ? e.error().with_context("input pipeline") : supervisor->failure());
           }
-          if (full) std::this_thread::sleep_for(std::chrono::microseconds(500));
+          if (full) env::sleep_for(std::chrono::microseconds(500));
         }
       });
     }
   }
 
-  std::mutex eval_mutex;
+  env::mutex eval_mutex;  // held while evaluating
   std::int64_t next_eval = t.eval_every() > 0 ? t.eval_every() : 0;
-  auto started = std::chrono::steady_clock::now();
+  auto started = env::now();
   // Worker 0 evaluates the model every eval_every steps (inside the gate: never on a task
   // restarted but not yet restored); false when that failed the run.
   auto evaluate_at = [&](std::int64_t step) {
     if (next_eval <= 0 || step < next_eval || step >= total_steps) return true;
-    std::lock_guard<std::mutex> lock(eval_mutex);
+    std::lock_guard<env::mutex> lock(eval_mutex);
     const result<double> acc = [&] {
       cluster::step_gate::pass inside(gate);
       return evaluate(**evaluator, *tests);
@@ -1000,7 +1036,7 @@ result<run_summary> run_scenario(const scenario::Scenario& sc, const run_options
       if (w == 0 && !evaluate_at(local)) return;
     }
   };
-  std::optional<std::thread> sync_watch;
+  std::optional<env::thread> sync_watch;
   if (coordinator != nullptr && first_step < total_steps) {
     if (status s = coordinator->start(); !s.ok()) {
       progress.finish();
@@ -1052,9 +1088,9 @@ result<run_summary> run_scenario(const scenario::Scenario& sc, const run_options
     }
   };
   std::mutex observe_mutex;
-  std::condition_variable observe_wake;
+  env::condition_variable observe_wake;
   bool trained = false;
-  std::optional<std::thread> observer;
+  std::optional<env::thread> observer;
   if (real != nullptr && (recorder != nullptr || sync)) {
     observer.emplace([&] {
       std::unique_lock<std::mutex> lock(observe_mutex);
@@ -1065,7 +1101,7 @@ result<run_summary> run_scenario(const scenario::Scenario& sc, const run_options
       }
     });
   }
-  std::vector<std::thread> trainers;
+  std::vector<env::thread> trainers;
   for (std::size_t w = 0; w < workers.size(); ++w) {
     trainers.emplace_back([&, w] {
       if (sync) return sync_worker(w);
@@ -1111,7 +1147,7 @@ result<run_summary> run_scenario(const scenario::Scenario& sc, const run_options
   // The coordinator ends by itself after the last step, or was stopped by end_run().
   if (sync_watch) sync_watch->join();
   faults.lift_all();  // a fault without until_step lasts to the end of training
-  double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  double seconds = std::chrono::duration<double>(env::now() - started).count();
   end_run();  // wakes the readers
   for (auto& th : readers) th.join();
   // Every task killed is back (or the supervisor gave up) before the end is read and saved.
@@ -1157,8 +1193,14 @@ result<run_summary> run_scenario(const scenario::Scenario& sc, const run_options
   auto acc = evaluate(**evaluator, *tests);
   if (!acc.ok()) return acc.error();
   summary.test_accuracy = *acc;
-  out << "trained " << summary.steps << " steps in " << std::to_string(seconds).substr(0, 5) << " s ("
-      << static_cast<int>(summary.steps / std::max(seconds, 1e-9)) << " steps/s); loss "
+  out << "trained " << summary.steps << " steps in " << std::to_string(seconds).substr(0, 5) << " s";
+  if (simulated != nullptr) {
+    summary.virtual_seconds = std::chrono::duration<double>(simulated->world().elapsed()).count();
+    const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - wall_started).count();
+    out << " of virtual time (" << std::to_string(wall).substr(0, 5) << " s wall for the whole run, "
+        << std::to_string(summary.virtual_seconds).substr(0, 5) << " s virtual)";
+  }
+  out << " (" << static_cast<int>(summary.steps / std::max(seconds, 1e-9)) << " steps/s); loss "
       << summary.final_loss << "; test accuracy " << std::to_string(summary.test_accuracy * 100).substr(0, 5)
       << "% on " << tests->labels.num_elements() << " images\n";
   if (recorder != nullptr) {

@@ -60,7 +60,8 @@ struct fault_record {
 
 struct run_summary {
   std::int64_t steps = 0;         // the global step reached
-  double seconds = 0;             // training time, without set-up and final evaluation
+  double seconds = 0;             // training time, without set-up and final evaluation (virtual when SIMULATED)
+  double virtual_seconds = 0;     // SIMULATED: the virtual time of the whole run
   double final_loss = 0;          // smoothed training loss at the end
   double test_accuracy = 0;       // on the whole test set, after training
   bool expectations_met = true;   // report.expect, when given

@@ -99,9 +99,14 @@ class checker {
   }
   template <class... Args>
   void error_at(location at, const std::string& path, const Args&... args) {
-    std::string where = at.line >= 0 ? str_cat(filename_, ":", at.line + 1, ":", at.column + 1)
-                                     : filename_;
-    errors_.push_back(str_cat(where, ": ", path, ": ", args...));
+    errors_.push_back(str_cat(where(at), ": ", path, ": ", args...));
+  }
+  // "file:line:col: path.field" of a field, for a note.
+  std::string where(const node& n, std::string_view field) const {
+    return str_cat(where(location_of(n, field, -1)), ": ", field_path(n, field, -1));
+  }
+  std::string where(location at) const {
+    return at.line >= 0 ? str_cat(filename_, ":", at.line + 1, ":", at.column + 1) : filename_;
   }
 
   std::string position(location at) const {
@@ -251,12 +256,63 @@ void check_cluster(checker& c, const node& parent, scenario::Cluster* cluster) {
             " jobs: give them for every job (servers started by hand) or for none (troupe run starts them)");
   }
   if (!scenario::Cluster::Mode_IsValid(cluster->mode())) {
-    c.error(n, "mode", "unknown mode ", cluster->mode(), " (valid: LOCAL, SIMULATED, REAL)");
+    c.error(n, "mode", "unknown mode ", cluster->mode(), " (valid: LOCAL, IN_PROCESS, SIMULATED, REAL)");
   } else if (cluster->mode() == scenario::Cluster::MODE_UNSPECIFIED) {
-    cluster->set_mode(total_tasks == 1 ? scenario::Cluster::LOCAL : scenario::Cluster::SIMULATED);
+    cluster->set_mode(total_tasks == 1 ? scenario::Cluster::LOCAL : scenario::Cluster::IN_PROCESS);
   } else if (cluster->mode() == scenario::Cluster::LOCAL && total_tasks != 1) {
     c.error(n, "mode", "LOCAL runs one task but the cluster has ", total_tasks,
-            "; use SIMULATED to run several tasks in this process");
+            "; use IN_PROCESS to run several tasks in this process");
+  }
+}
+
+// mode SIMULATED: the simulation section (after check_training: its seed is the default).
+void check_simulation(checker& c, const node& parent, scenario::Scenario* s, std::vector<std::string>* notes) {
+  scenario::Cluster* cluster = s->mutable_cluster();
+  if (cluster->mode() == scenario::Cluster::SIMULATED && !s->has_simulation()) {
+    // Written before IN_PROCESS existed: it meant every task in this process, in real time.
+    cluster->set_mode(scenario::Cluster::IN_PROCESS);
+    if (notes != nullptr) {
+      notes->push_back(str_cat(c.where(c.child(parent, "cluster", *cluster), "mode"),
+                               ": mode SIMULATED without a simulation section runs as IN_PROCESS (every task in this "
+                               "process, in real time), as it did before; write IN_PROCESS, or add a simulation "
+                               "section for virtual time (doc/simulation.md)"));
+    }
+    return;
+  }
+  if (!s->has_simulation()) return;
+  node n = c.child(parent, "simulation", s->simulation());
+  if (cluster->mode() != scenario::Cluster::SIMULATED) {
+    c.error(n, "seed", "a simulation section is for cluster.mode: SIMULATED (virtual time)");
+    return;
+  }
+  scenario::Simulation* sim = s->mutable_simulation();
+  if (!sim->has_seed()) sim->set_seed(s->training().seed());
+  node net = c.child(n, "network", sim->network());
+  scenario::Simulation::Network* nw = sim->mutable_network();
+  if (!nw->has_latency_us()) nw->set_latency_us(50);
+  if (!nw->has_bandwidth_gbps()) nw->set_bandwidth_gbps(10);
+  if (!(nw->latency_us() >= 0 && nw->latency_us() <= 1e7)) c.error(net, "latency_us", "must be in [0, 10^7] (is ", nw->latency_us(), ")");
+  if (!(nw->bandwidth_gbps() > 0 && nw->bandwidth_gbps() <= 1e4)) {
+    c.error(net, "bandwidth_gbps", "must be in (0, 10^4] (is ", nw->bandwidth_gbps(), ")");
+  }
+  if (!(nw->jitter_us() >= 0 && nw->jitter_us() <= 1e7)) c.error(net, "jitter_us", "must be in [0, 10^7] (is ", nw->jitter_us(), ")");
+  node cn = c.child(n, "compute", sim->compute());
+  scenario::Simulation::Compute* cp = sim->mutable_compute();
+  if (!cp->has_gflops()) cp->set_gflops(20);
+  if (!cp->has_memory_gbps()) cp->set_memory_gbps(10);
+  if (!cp->has_kernel_overhead_us()) cp->set_kernel_overhead_us(1);
+  if (!cp->has_cores_per_device()) cp->set_cores_per_device(1);
+  if (!(cp->gflops() > 0 && cp->gflops() <= 1e7)) c.error(cn, "gflops", "must be in (0, 10^7] (is ", cp->gflops(), ")");
+  if (!(cp->memory_gbps() > 0 && cp->memory_gbps() <= 1e7)) {
+    c.error(cn, "memory_gbps", "must be in (0, 10^7] (is ", cp->memory_gbps(), ")");
+  }
+  if (!(cp->kernel_overhead_us() >= 0 && cp->kernel_overhead_us() <= 1e6)) {
+    c.error(cn, "kernel_overhead_us", "must be in [0, 10^6] (is ", cp->kernel_overhead_us(), ")");
+  }
+  check_range(c, cn, "cores_per_device", cp->cores_per_device(), 1, 1024);
+  if (!sim->has_execute_kernels()) sim->set_execute_kernels(true);
+  if (!sim->execute_kernels()) {
+    c.error(n, "execute_kernels", "false (shape-only simulation) is not built yet; leave it out or write true");
   }
 }
 
@@ -662,7 +718,8 @@ const std::vector<std::string>& optimizer_names() {
   return names;
 }
 
-result<scenario::Scenario> parse_scenario(const std::string& text, const std::string& filename) {
+result<scenario::Scenario> parse_scenario(const std::string& text, const std::string& filename,
+                                          std::vector<std::string>* notes) {
   scenario::Scenario s;
   parse_tree tree;
   TROUPE_RETURN_IF_ERROR(graph::parse_text_proto(text, filename, "scenario", &s, &tree));
@@ -673,6 +730,7 @@ result<scenario::Scenario> parse_scenario(const std::string& text, const std::st
   int worker_tasks = num_tasks(s.cluster(), s.cluster().worker_job());
   check_model(c, root, s.mutable_model());
   check_training(c, root, s.mutable_training(), worker_tasks);
+  check_simulation(c, root, &s, notes);
   check_dataset(c, root, s.mutable_dataset(), std::clamp(s.training().batch_size(), 1, k_max_batch_size));
   check_report(c, root, s.mutable_report());
   check_checkpoint(c, root, &s);
@@ -682,10 +740,10 @@ result<scenario::Scenario> parse_scenario(const std::string& text, const std::st
   return s;
 }
 
-result<scenario::Scenario> load_scenario(const std::string& path) {
+result<scenario::Scenario> load_scenario(const std::string& path, std::vector<std::string>* notes) {
   auto text = read_file(path);
   if (!text.ok()) return text.error();
-  return parse_scenario(*text, path);
+  return parse_scenario(*text, path, notes);
 }
 
 std::string scenario_to_text(const scenario::Scenario& s) {

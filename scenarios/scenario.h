@@ -54,12 +54,15 @@ inline constexpr std::int32_t k_max_checkpoints_kept = 1000;    // checkpoint.ke
 inline constexpr std::int32_t k_max_restarts = 1000;            // supervision.max_restarts
 inline constexpr double k_max_window_seconds = 86400;           // supervision.within_seconds
 
-// Reads, checks and completes the scenario in `path`.
-result<scenario::Scenario> load_scenario(const std::string& path);
+// Reads, checks and completes the scenario in `path`. `notes`, when given, gets what the
+// reader should know that is not an error ("file:line:col: field: note"; an old
+// `mode: SIMULATED` without a simulation section runs as IN_PROCESS).
+result<scenario::Scenario> load_scenario(const std::string& path, std::vector<std::string>* notes = nullptr);
 
 // The same for text already in memory; `filename` names it in errors and gives the
 // default scenario name (its base name without extension).
-result<scenario::Scenario> parse_scenario(const std::string& text, const std::string& filename);
+result<scenario::Scenario> parse_scenario(const std::string& text, const std::string& filename,
+                                          std::vector<std::string>* notes = nullptr);
 
 // The complete scenario as protobuf text, to print before a run.
 std::string scenario_to_text(const scenario::Scenario& s);

@@ -39,6 +39,7 @@
 
 #include "core/env.h"
 
+
 namespace troupe::sim {
 
 class world final : public env::world {
@@ -76,6 +77,7 @@ class world final : public env::world {
   bool wait(const void* channel, env::clock::time_point deadline) override;
   void notify(const void* channel, bool all) override;
   std::uint64_t random_seed() override;
+  void post(std::function<void()> fn) override { at(env::clock::time_point(), std::move(fn)); }
 
   struct sim_thread;  // one of its threads (world.cc)
 

@@ -3,6 +3,7 @@
 // troupe graph dot SCENARIO|GRAPH.pbtxt|GRAPH.pb [--worker N] [--out FILE.dot]
 #include <chrono>
 #include <fstream>
+#include <sstream>
 #include <thread>
 
 #include "core/file.h"
@@ -20,14 +21,19 @@ namespace troupe::tools {
 namespace {
 
 // A scenario by path, or by the name of an example ("default" is scenarios/default.pbtxt).
-result<scenario::Scenario> find_scenario(const std::string& arg) {
+// The loader's notes go to `err`.
+result<scenario::Scenario> find_scenario(const std::string& arg, std::ostream& err) {
+  std::vector<std::string> notes;
+  std::string path = arg;
   std::ifstream probe(arg);
   if (!probe && arg.find('/') == std::string::npos) {
     std::string name = arg.ends_with(".pbtxt") ? arg : arg + ".pbtxt";
     std::string example = scenarios::examples_dir() + "/" + name;
-    if (std::ifstream(example)) return scenarios::load_scenario(example);
+    if (std::ifstream(example)) path = example;
   }
-  return scenarios::load_scenario(arg);
+  auto s = scenarios::load_scenario(path, &notes);
+  for (const auto& n : notes) err << "note: " << n << "\n";
+  return s;
 }
 
 bool parse_int(const std::string& s, std::int64_t* out) {
@@ -79,7 +85,7 @@ int run_command(const std::vector<std::string>& args, std::ostream& out, std::os
     err << usage;
     return 2;
   }
-  auto sc = find_scenario(path);
+  auto sc = find_scenario(path, err);
   if (!sc.ok()) {
     err << sc.error().message() << "\n";
     return 1;
@@ -151,16 +157,21 @@ int calibrate_command(const std::vector<std::string>& args, std::ostream& out, s
     err << usage;
     return 2;
   }
-  auto sc = find_scenario(path);
+  auto sc = find_scenario(path, err);
   if (!sc.ok()) {
     err << sc.error().message() << "\n";
     return 1;
   }
   // The model's kernels as they run in training, in this process: no faults, checkpoints,
   // trace or expectations, and a real cluster's tasks in this process.
+  if (sc->cluster().mode() == scenario::Cluster::SIMULATED) {
+    out << "calibrate: the cluster's tasks run in this process in real time (the kernels' real durations)\n";
+    sc->mutable_cluster()->set_mode(scenario::Cluster::IN_PROCESS);
+    sc->clear_simulation();
+  }
   if (sc->cluster().mode() == scenario::Cluster::REAL) {
     out << "calibrate: the cluster's tasks run in this process (mode REAL measures the same kernels)\n";
-    sc->mutable_cluster()->set_mode(scenario::Cluster::SIMULATED);
+    sc->mutable_cluster()->set_mode(scenario::Cluster::IN_PROCESS);
     sc->mutable_cluster()->clear_cluster_file();
     sc->mutable_cluster()->set_tls(false);
     for (auto& job : *sc->mutable_cluster()->mutable_job()) job.clear_addresses();
@@ -230,7 +241,8 @@ int graph_command(const std::vector<std::string>& args, std::ostream& out, std::
   }
   std::string dot;
   // A scenario names a model to build; anything else is read as a GraphDef.
-  auto sc = find_scenario(input);
+  std::ostringstream notes;  // a GraphDef is not a scenario: no notes then
+  auto sc = find_scenario(input, notes);
   if (sc.ok()) {
     auto d = scenarios::scenario_dot(*sc, static_cast<int>(worker));
     if (!d.ok()) {

@@ -388,7 +388,7 @@ TEST_CASE("checkpoints: saved every N steps and at the end, kept, and a later ru
   CHECK(back.global_step() == second->steps);
   CHECK(back.checkpoints().restored_step() == first->steps);
   CHECK(back.seed() == 7);
-  CHECK(back.mode() == "SIMULATED");
+  CHECK(back.mode() == "IN_PROCESS");
 
   // restore: NONE starts afresh.
   sc.mutable_checkpoint()->set_restore(scenario::Checkpoint::NONE);

@@ -3,6 +3,7 @@
 // inconsistent cluster, optimizer parameters) gives "file:line:col: field: message".
 #include <catch2/catch.hpp>
 #include <string>
+#include <vector>
 
 #include "scenarios/scenario.h"
 
@@ -47,7 +48,7 @@ TEST_CASE("The example scenarios load", "[scenario]") {
   }
   auto d = load_scenario(examples_dir() + "/default.pbtxt");
   REQUIRE(d.ok());
-  CHECK(d->cluster().mode() == scenario::Cluster::SIMULATED);
+  CHECK(d->cluster().mode() == scenario::Cluster::IN_PROCESS);
   CHECK(num_tasks(d->cluster(), "worker") == 2);
   CHECK(num_tasks(d->cluster(), "ps") == 1);
   CHECK(num_tasks(d->cluster(), "chief") == 0);
@@ -106,12 +107,12 @@ TEST_CASE("Defaults are filled in", "[scenario]") {
   CHECK(rmsprop->training().optimizer().momentum() == 0);
   CHECK(rmsprop->training().optimizer().decay() == Approx(0.9));
 
-  // Two jobs: SIMULATED, variables on "ps" when there is such a job.
+  // Two jobs: IN_PROCESS, variables on "ps" when there is such a job.
   auto cluster = parse_scenario("cluster { job { name: 'ps' } job { name: 'worker' tasks: 3 } }\n" +
                                     k_minimal,
                                 "c.pbtxt");
   REQUIRE(cluster.ok());
-  CHECK(cluster->cluster().mode() == scenario::Cluster::SIMULATED);
+  CHECK(cluster->cluster().mode() == scenario::Cluster::IN_PROCESS);
   CHECK(cluster->cluster().ps_job() == "ps");
   CHECK(num_tasks(cluster->cluster(), "worker") == 3);
 
@@ -162,7 +163,7 @@ TEST_CASE("Syntax errors and unknown fields give file:line:col", "[scenario]") {
   e = error_of(unknown_enum);
   CHECK(starts_with(e, "s.pbtxt:1:17: "));
   CHECK(contains(e, "SIMULATD"));
-  CHECK(contains(e, "(did you mean 'SIMULATED'?) Valid: LOCAL, SIMULATED, REAL."));
+  CHECK(contains(e, "(did you mean 'SIMULATED'?) Valid: LOCAL, IN_PROCESS, SIMULATED, REAL."));
 
   std::string twice = "training {\n  steps: 10\n  steps: 20\n}\n";
   e = error_of(twice);
@@ -345,7 +346,7 @@ TEST_CASE("Cluster mistakes: duplicate, unused or missing jobs, LOCAL with many 
         "s.pbtxt:1:32: cluster.job[0].tasks: must be >= 1 (is 0)");
   CHECK(error_of("cluster {\n  mode: LOCAL\n  job { name: 'ps' }\n  job { name: 'worker' tasks: 2 }\n}\n" +
                  k_minimal) ==
-        "s.pbtxt:2:3: cluster.mode: LOCAL runs one task but the cluster has 3; use SIMULATED "
+        "s.pbtxt:2:3: cluster.mode: LOCAL runs one task but the cluster has 3; use IN_PROCESS "
         "to run several tasks in this process");
 
   // Backup workers: SYNC only, fewer than the workers.
@@ -467,4 +468,54 @@ TEST_CASE("supervision: defaults follow the replication; faults: each mistake na
   CHECK(parse_scenario(base + "faults { fault { at_step: 5 kill { task: \"/job:worker/task:0\" } } }\n", "s.pbtxt").ok());
 }
 
+}  // namespace troupe::scenarios
+
+namespace troupe::scenarios {
+namespace {
+
+TEST_CASE("simulation: old SIMULATED files run IN_PROCESS with a note; the section's defaults and mistakes", "[scenario]") {
+  const std::string cluster = "cluster {\n  mode: SIMULATED\n  job { name: 'ps' }\n  job { name: 'worker' tasks: 2 }\n}\n";
+  // Written before IN_PROCESS existed: every task in this process, in real time, as then.
+  std::vector<std::string> notes;
+  auto old = parse_scenario(cluster + k_minimal, "old.pbtxt", &notes);
+  REQUIRE(old.ok());
+  CHECK(old->cluster().mode() == scenario::Cluster::IN_PROCESS);
+  REQUIRE(notes.size() == 1);
+  CHECK(starts_with(notes[0], "old.pbtxt:2:3: cluster.mode: mode SIMULATED without a simulation section runs as IN_PROCESS"));
+
+  // With a simulation section: virtual time, every default filled in.
+  notes.clear();
+  auto sim = parse_scenario(cluster + "training { steps: 10 seed: 42 }\nsimulation { network { jitter_us: 5 } }\n",
+                            "sim.pbtxt", &notes);
+  REQUIRE(sim.ok());
+  CHECK(notes.empty());
+  CHECK(sim->cluster().mode() == scenario::Cluster::SIMULATED);
+  const auto& m = sim->simulation();
+  CHECK(m.seed() == 42);  // training.seed
+  CHECK(m.network().latency_us() == 50);
+  CHECK(m.network().bandwidth_gbps() == 10);
+  CHECK(m.network().jitter_us() == 5);
+  CHECK(m.compute().table().empty());
+  CHECK(m.compute().gflops() == 20);
+  CHECK(m.compute().memory_gbps() == 10);
+  CHECK(m.compute().kernel_overhead_us() == 1);
+  CHECK(m.compute().cores_per_device() == 1);
+  CHECK(m.execute_kernels());
+  // What a run prints parses back to the same scenario.
+  auto again = parse_scenario(scenario_to_text(*sim), "sim.pbtxt");
+  REQUIRE(again.ok());
+  CHECK(again->SerializeAsString() == sim->SerializeAsString());
+
+  CHECK(error_of("cluster { mode: IN_PROCESS job { name: 'worker' tasks: 2 } }\nsimulation { seed: 1 }\n" + k_minimal) ==
+        "s.pbtxt:2:14: simulation.seed: a simulation section is for cluster.mode: SIMULATED (virtual time)");
+  CHECK(error_of(cluster + "simulation {\n  network { bandwidth_gbps: 0 latency_us: -1 }\n}\n" + k_minimal) ==
+        "s.pbtxt:7:31: simulation.network.latency_us: must be in [0, 10^7] (is -1)\n"
+        "s.pbtxt:7:13: simulation.network.bandwidth_gbps: must be in (0, 10^4] (is 0)");
+  CHECK(error_of(cluster + "simulation { compute { cores_per_device: 0 } }\n" + k_minimal) ==
+        "s.pbtxt:6:24: simulation.compute.cores_per_device: must be >= 1 (is 0)");
+  CHECK(contains(error_of(cluster + "simulation { execute_kernels: false }\n" + k_minimal),
+                 "simulation.execute_kernels: false (shape-only simulation) is not built yet"));
+}
+
+}  // namespace
 }  // namespace troupe::scenarios

@@ -1,0 +1,35 @@
+// simulation: what a cluster asks of the simulated world it runs in (mode SIMULATED,
+// sim/simulation.h implements it). With cluster_options::simulation set, the cluster's
+// actors run on CAF's testing scheduler driven by the simulated world's turns and virtual
+// clock, the compute pool has no threads, each device's synchronous kernels take the
+// virtual time the compute model gives them on the device's virtual cores, and every
+// tensor sent from one task to another arrives after the network model's delay.
+#pragma once
+
+#include <caf/all.hpp>
+
+#include <chrono>
+#include <cstdint>
+#include <string>
+
+#include "actors/executor.h"
+
+namespace troupe::actors {
+
+class simulation {
+ public:
+  virtual ~simulation() = default;
+  // Adjusts the actor system's configuration (CAF's testing scheduler).
+  virtual void configure(caf::actor_system_config& config) = 0;
+  // The actor system the world runs from now on; null before it goes.
+  virtual void attach(caf::actor_system* system) = 0;
+  // The timer of device `device`'s kernels (its virtual cores), of task `task`; it lives
+  // as long as the simulation, and a restarted device gets the same one.
+  virtual kernel_timer* timer_of(const std::string& device, const std::string& task) = 0;
+  // How long after now a transfer of `bytes` leaving task `from` now reaches task `to`
+  // (latency, the link's bandwidth shared in turn by the transfers on it, jitter).
+  virtual std::chrono::nanoseconds transfer_delay(const std::string& from, const std::string& to,
+                                                  std::int64_t bytes) = 0;
+};
+
+}  // namespace troupe::actors

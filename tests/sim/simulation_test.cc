@@ -1,0 +1,154 @@
+// The simulation (sim/simulation.h): kernels take the compute model's virtual time on a
+// device's virtual cores, transfers the network model's, and a SIMULATED scenario replays
+// byte for byte from its seed while another seed gives another interleaving.
+#include "sim/simulation.h"
+
+#include <catch2/catch.hpp>
+
+#include <unistd.h>
+
+#include <filesystem>
+#include <sstream>
+
+#include "actors/cluster.h"
+#include "actors/session.h"
+#include "core/file.h"
+#include "graph/ops.h"
+#include "scenarios/runner.h"
+#include "scenarios/scenario.h"
+#include "scenarios/summary.h"
+
+using namespace troupe;
+
+namespace {
+
+std::string temp_path(const std::string& name) {
+  return (std::filesystem::temp_directory_path() / (name + "-" + std::to_string(::getpid()) + ".json")).string();
+}
+
+// Virtual seconds of one step fetching two independent 256^3 MatMuls on one device with
+// `cores` virtual cores, at 1 GFLOP/s (each: 2 * 256^3 flops = 33.6 ms).
+double two_matmuls_seconds(int cores) {
+  sim::simulation_options o;
+  o.compute.gflops = 1;
+  o.compute.cores_per_device = cores;
+  sim::simulation s(o);
+  auto root = graph::scope::new_root();
+  auto a = ops::fill(root, ops::constant(root, tensor::from_vector<std::int32_t>({256, 256})), ops::scalar(root, 1.0f));
+  auto x = ops::matmul(root.with_name("x"), a, a);
+  auto y = ops::matmul(root.with_name("y"), a, a);
+  actors::cluster_options co;
+  co.simulation = &s;
+  auto c = actors::cluster::create(co);
+  REQUIRE(c.ok());
+  actors::session_options so;
+  so.cluster = *c;
+  auto session = actors::session::create(*root.to_graph(), so);
+  REQUIRE(session.ok());
+  const auto t0 = env::now();
+  auto out = (*session)->run({}, {"x", "y"});
+  const double took = std::chrono::duration<double>(env::now() - t0).count();
+  REQUIRE(out.ok());
+  CHECK(out->at(0).flat<float>()[0] == 256.0f);  // the kernels ran: real numbers
+  CHECK(out->at(1).flat<float>()[7] == 256.0f);
+  session->reset();
+  c->reset();
+  return took;
+}
+
+const char* k_scenario = R"(
+name: "sim"
+cluster {
+  mode: SIMULATED
+  job { name: "ps" tasks: 1 }
+  job { name: "worker" tasks: 2 }
+}
+model { name: "mlp" hidden_units: [32] }
+dataset { name: "fashion-mnist" shuffle: true reader_threads: 1 }
+training {
+  optimizer { name: "sgd" learning_rate: 0.05 }
+  steps: 60
+  batch_size: 16
+  seed: 5
+  replication: ASYNC
+  eval_every: 0
+}
+report { progress: OFF }
+)";
+
+struct outcome {
+  std::string trace, summary;  // the summary without its wall time
+  double virtual_seconds = 0, training_seconds = 0;
+};
+
+outcome run(const std::string& simulation) {
+  auto sc = scenarios::parse_scenario(std::string(k_scenario) + simulation, "sim.pbtxt");
+  REQUIRE(sc.ok());
+  std::ostringstream out;
+  scenarios::run_options o;
+  o.out = &out;
+  o.trace_file = temp_path("troupe-sim-trace");
+  auto summary = scenarios::run_scenario(*sc, o);
+  INFO(out.str());
+  REQUIRE(summary.ok());
+  CHECK(summary->steps >= 60);
+  outcome r;
+  auto trace = read_file(o.trace_file);
+  REQUIRE(trace.ok());
+  r.trace = *trace;
+  std::filesystem::remove(o.trace_file);
+  auto json = scenarios::summary_json(scenarios::make_run_summary(*sc, &*summary, status(), /*wall_seconds=*/0));
+  REQUIRE(json.ok());
+  r.summary = *json;
+  r.virtual_seconds = summary->virtual_seconds;
+  r.training_seconds = summary->seconds;
+  return r;
+}
+
+}  // namespace
+
+TEST_CASE("simulation: kernels take virtual time on the device's virtual cores", "[sim]") {
+  const double one_core = two_matmuls_seconds(1);
+  const double two_cores = two_matmuls_seconds(2);
+  // 2 x 33.6 ms one after the other; side by side on two cores.
+  CHECK(one_core == Approx(2 * 0.0336).epsilon(0.05));
+  CHECK(two_cores == Approx(0.0336).epsilon(0.05));
+}
+
+TEST_CASE("simulation: the roofline rates", "[sim]") {
+  auto root = graph::scope::new_root();
+  auto a = ops::placeholder(root.with_name("a"), dtype::float32);
+  auto m = ops::matmul(root.with_name("m"), a, a, /*transpose_a=*/true);
+  auto s = ops::add(root.with_name("s"), a, a);
+  auto g = root.to_graph();
+  REQUIRE(g.ok());
+  const tensor x(dtype::float32, {8, 4});
+  const tensor inputs[] = {x, x};
+  const tensor product(dtype::float32, {4, 4});
+  // transpose_a: [4,8] x [8,4]: k = 8; 2 * 8 * 16 outputs.
+  const sim::kernel_work mm = sim::work_of(*g->find("m"), inputs, {&product, 1});
+  CHECK(mm.flops == 2 * 8 * 16);
+  CHECK(mm.bytes == (32 + 32 + 16) * 4);
+  const sim::kernel_work add = sim::work_of(*g->find("s"), inputs, {&x, 1});
+  CHECK(add.flops == 32);
+}
+
+TEST_CASE("simulation: a scenario replays byte for byte from its seed; another seed interleaves otherwise", "[sim]") {
+  const outcome first = run("simulation { seed: 3 }\n");
+  const outcome again = run("simulation { seed: 3 }\n");
+  CHECK(first.trace == again.trace);
+  CHECK(first.summary == again.summary);
+  CHECK(first.virtual_seconds > 0);
+  CHECK(first.summary.find("\"mode\": \"SIMULATED\"") != std::string::npos);
+  const outcome other = run("simulation { seed: 4 }\n");
+  CHECK(other.trace != first.trace);
+}
+
+TEST_CASE("simulation: the network's latency is on every step's path", "[sim]") {
+  const outcome fast = run("simulation { network { latency_us: 10 } }\n");
+  const outcome slow = run("simulation { network { latency_us: 5000 } }\n");
+  // Each step of a worker waits for the variables from the PS and sends its gradients
+  // back: two latencies at least, the two workers side by side: 60 steps >= 60 x 5 ms.
+  CHECK(slow.training_seconds >= 60 * 0.005);
+  CHECK(fast.training_seconds < slow.training_seconds / 10);
+}
