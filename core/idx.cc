@@ -5,6 +5,9 @@
 #include <algorithm>
 #include <bit>
 #include <climits>
+#include <filesystem>
+#include <list>
+#include <mutex>
 #include <cstdint>
 #include <cstring>
 #include <vector>
@@ -210,7 +213,58 @@ std::string to_idx_bytes(const tensor& t) {
   return out;
 }
 
+namespace {
+
+// The last files read, by path, size and modification time: a process that runs many
+// scenarios (tests, the fault matrix, a simulation's seeds) decompresses a dataset once.
+// The tensors are shared and never written to.
+struct idx_cache {
+  struct entry {
+    std::string path;
+    std::uintmax_t size = 0;
+    std::filesystem::file_time_type modified;
+    tensor value;
+  };
+  static constexpr std::size_t k_entries = 4;
+  std::mutex mutex;
+  std::list<entry> entries;  // most recently used first
+};
+
+idx_cache& cache() {
+  static idx_cache* c = new idx_cache;  // never destroyed: used until the process ends
+  return *c;
+}
+
+result<tensor> read_idx_uncached(const std::string& path);
+
+}  // namespace
+
 result<tensor> read_idx(const std::string& path) {
+  std::error_code size_error, time_error;
+  const auto size = std::filesystem::file_size(path, size_error);
+  const auto modified = std::filesystem::last_write_time(path, time_error);
+  if (size_error || time_error) return read_idx_uncached(path);  // its error names the file
+  idx_cache& c = cache();
+  {
+    std::lock_guard<std::mutex> lock(c.mutex);
+    for (auto it = c.entries.begin(); it != c.entries.end(); ++it) {
+      if (it->path == path && it->size == size && it->modified == modified) {
+        c.entries.splice(c.entries.begin(), c.entries, it);
+        return it->value;
+      }
+    }
+  }
+  auto t = read_idx_uncached(path);
+  if (!t.ok()) return t;
+  std::lock_guard<std::mutex> lock(c.mutex);
+  c.entries.push_front({path, size, modified, *t});
+  if (c.entries.size() > idx_cache::k_entries) c.entries.pop_back();
+  return t;
+}
+
+namespace {
+
+result<tensor> read_idx_uncached(const std::string& path) {
   auto contents = read_file(path);
   if (!contents.ok()) return contents.error();
   if (!is_gzip(*contents)) return parse_idx(*contents, path);
@@ -219,6 +273,8 @@ result<tensor> read_idx(const std::string& path) {
   *contents = std::string();  // free the compressed bytes before the tensor is allocated
   return parse_idx(*plain, path);
 }
+
+}  // namespace
 
 result<idx_examples> read_idx_examples(const std::string& images_path,
                                        const std::string& labels_path) {

@@ -33,6 +33,9 @@
 namespace troupe {
 
 // Reads one IDX file, gzip-compressed or not.
+// The last four files read stay decoded in memory, keyed by path, size and modification
+// time: reading one again (another run in the same process) shares that tensor, which
+// nobody may write to.
 result<tensor> read_idx(const std::string& path);
 
 // Parses the bytes of an (uncompressed) IDX file. `what` names the source in errors.

@@ -2,6 +2,10 @@
 // CPU kernels do once per process: MatMul's gemm library (matmul_kernels.cc), a
 // convolution's path (conv_kernels.cc) and its oneDNN primitive (onednn_conv.cc).
 //
+// Under a simulation (core/env.h) nothing is timed: the first candidate is the choice,
+// so that a seed replays the same numbers on any machine (the wall clock would pick by
+// this machine's load).
+//
 // Thread safety: as safe as the candidates are.
 #pragma once
 
@@ -11,6 +15,8 @@
 #include <functional>
 #include <vector>
 
+#include "core/env.h"
+
 namespace troupe::kernels {
 
 // Runs each of `candidates` once untimed (warming caches and the allocator), then times
@@ -19,6 +25,7 @@ namespace troupe::kernels {
 // round. The last candidate is the last to run. Exceptions from a candidate propagate.
 // REQUIRES: !candidates.empty(), rounds >= 1.
 inline std::size_t fastest_candidate(const std::vector<std::function<void()>>& candidates, int rounds) {
+  if (env::simulated()) return 0;
   for (const auto& run : candidates) run();
   std::vector<double> best(candidates.size(), 0);
   for (int round = 0; round < rounds; ++round) {

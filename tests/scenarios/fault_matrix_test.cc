@@ -90,76 +90,131 @@ class watchdog {
   std::thread thread_;
 };
 
+struct matrix_run {
+  const fault_case* fc;
+  const char* replication;
+  const char* recovery;
+  int seed;
+  std::string cluster_mode;  // "" (IN_PROCESS), "mode: REAL " or "mode: SIMULATED "
+  std::string simulation;    // the simulation section, for SIMULATED
+  int steps = 240;           // past the faults' steps (100 to 160)
+};
+
+// Runs one case and checks it: it finished, recovered from every fault, and lost no
+// committed checkpoint. `replay` says how to run it again by hand.
+void run_case(const matrix_run& r, const std::string& dir, const std::string& replay) {
+  INFO(r.fc->name << ", " << r.replication << ", " << r.recovery << ", seed " << r.seed << "\nreplay: " << replay);
+  std::filesystem::remove_all(dir);
+  std::string text = std::string(R"(
+cluster { )") + r.cluster_mode + R"(job { name: "ps" tasks: 1 } job { name: "worker" tasks: 2 } }
+model { name: "mlp" hidden_units: [32] }
+training { optimizer { name: "adam" } steps: )" + std::to_string(r.steps) + R"( batch_size: 32 replication: )" + r.replication +
+                     " seed: " + std::to_string(r.seed) + R"( }
+report { progress: OFF }
+checkpoint { dir: ")" + dir + R"(" every_steps: 40 keep: 3 restore: NONE }
+supervision { recovery: )" + r.recovery + R"( }
+faults { )" + r.fc->faults + " }\n" + r.simulation;
+  auto sc = scenarios::parse_scenario(text, "matrix.pbtxt");
+  if (!sc.ok()) FAIL(sc.error().to_string());
+  std::ostringstream out;
+  scenarios::run_options o;
+  o.out = &out;
+  o.compute_threads = 2;
+  o.server_program = TROUPE_PROGRAM;
+  std::optional<watchdog> dog(std::in_place,
+                              str_cat(r.fc->name, ", ", r.replication, ", ", r.recovery, ", seed ", r.seed, " (", replay, ")"),
+                              std::chrono::seconds(240));
+  auto summary = scenarios::run_scenario(*sc, o);
+  dog.reset();
+  if (!summary.ok()) FAIL(summary.error().to_string() << "\n" << out.str());
+  INFO(out.str());
+  CHECK(summary->steps >= r.steps);
+  if (std::string(r.fc->name) != "random") REQUIRE_FALSE(summary->faults.empty());
+  for (const auto& f : summary->faults) {
+    INFO(f.kind << " " << f.task << " at step " << f.at_step);
+    CHECK(f.recovered);
+  }
+  // No committed checkpoint lost or unreadable: the manifest names `keep` of them,
+  // and each verifies (but the one damaged on purpose, if it is still listed).
+  auto d = checkpoint::directory::open(dir);
+  REQUIRE(d.ok());
+  auto list = d->list();
+  REQUIRE(list.ok());
+  CHECK(list->size() == 3);
+  int damaged = 0;
+  for (const auto& entry : *list) {
+    auto rd = checkpoint::reader::open(entry.path);
+    if (!rd.ok() || !rd->verify().ok()) ++damaged;
+  }
+  CHECK(damaged <= (std::string(r.fc->name) == "corrupt_checkpoint" ? 1 : 0));
+  CHECK(summary->checkpoints.latest_step == summary->steps);
+}
+
+std::string temp_dir() {
+  return (std::filesystem::temp_directory_path() / ("troupe-fault-matrix-" + std::to_string(::getpid()))).string();
+}
+
+// TROUPE_FAULT_MATRIX_ONLY=NAME runs only the cases whose name contains NAME.
+bool chosen(const fault_case& fc) {
+  const char* only = std::getenv("TROUPE_FAULT_MATRIX_ONLY");
+  return only == nullptr || std::string(fc.name).find(only) != std::string::npos;
+}
+
 }  // namespace
 
 TEST_CASE("fault matrix: every fault kind x replication x recovery policy x 3 seeds finishes and loses no "
           "checkpoint",
           "[faults]") {
-  const std::string dir =
-      (std::filesystem::temp_directory_path() / ("troupe-fault-matrix-" + std::to_string(::getpid()))).string();
+  const std::string dir = temp_dir();
   struct mode {
     const char* replication;
     const char* recovery;
   };
-  // TROUPE_FAULT_MATRIX_ONLY=NAME runs only the cases whose name contains NAME, and
-  // TROUPE_FAULT_MATRIX_REPEAT=N runs them N times (to chase a rare failure by hand);
-  // TROUPE_FAULT_MATRIX_MODE=REAL runs them on a real cluster (a troupe server process per
-  // task: issue 16), which CI leaves out for time.
+  // TROUPE_FAULT_MATRIX_REPEAT=N runs the cases N times (to chase a rare failure by
+  // hand); TROUPE_FAULT_MATRIX_MODE=REAL runs them on a real cluster (a troupe server
+  // process per task: issue 16), which CI leaves out for time.
   const char* mode_env = std::getenv("TROUPE_FAULT_MATRIX_MODE");
   const std::string cluster_mode = mode_env != nullptr && std::string(mode_env) == "REAL" ? "mode: REAL " : "";
-  const char* only = std::getenv("TROUPE_FAULT_MATRIX_ONLY");
   const char* repeat_env = std::getenv("TROUPE_FAULT_MATRIX_REPEAT");
   const int repeat = repeat_env != nullptr ? std::max(1, std::atoi(repeat_env)) : 1;
   for (int round = 0; round < repeat; ++round)
   for (const auto& fc : k_cases) {
-    if (only != nullptr && std::string(fc.name).find(only) == std::string::npos) continue;
+    if (!chosen(fc)) continue;
     for (const mode m : {mode{"ASYNC", "RESTORE_LOST"}, mode{"ASYNC", "ROLLBACK_ALL"}, mode{"SYNC", "ROLLBACK_ALL"}}) {
-      const char* recovery = m.recovery;
       for (int seed : {1, 2, 3}) {
-        INFO(fc.name << ", " << m.replication << ", " << recovery << ", seed " << seed);
-        std::filesystem::remove_all(dir);
-        std::string text = std::string(R"(
-cluster { )") + cluster_mode + R"(job { name: "ps" tasks: 1 } job { name: "worker" tasks: 2 } }
-model { name: "mlp" hidden_units: [32] }
-training { optimizer { name: "adam" } steps: 240 batch_size: 32 replication: )" + m.replication +
-                           " seed: " + std::to_string(seed) + R"( }
-report { progress: OFF }
-checkpoint { dir: ")" + dir + R"(" every_steps: 40 keep: 3 restore: NONE }
-supervision { recovery: )" + recovery + R"( }
-faults { )" + fc.faults + " }\n";
-        auto sc = scenarios::parse_scenario(text, "matrix.pbtxt");
-        if (!sc.ok()) FAIL(sc.error().to_string());
-        std::ostringstream out;
-        scenarios::run_options o;
-        o.out = &out;
-        o.compute_threads = 2;
-        o.server_program = TROUPE_PROGRAM;
-        std::optional<watchdog> dog(std::in_place, str_cat(fc.name, ", ", m.replication, ", ", recovery, ", seed ", seed),
-                                    std::chrono::seconds(240));
-        auto summary = scenarios::run_scenario(*sc, o);
-        dog.reset();
-        if (!summary.ok()) FAIL(summary.error().to_string() << "\n" << out.str());
-        INFO(out.str());
-        CHECK(summary->steps >= 240);
-        if (std::string(fc.name) != "random") REQUIRE_FALSE(summary->faults.empty());
-        for (const auto& f : summary->faults) {
-          INFO(f.kind << " " << f.task << " at step " << f.at_step);
-          CHECK(f.recovered);
-        }
-        // No committed checkpoint lost or unreadable: the manifest names `keep` of them,
-        // and each verifies (but the one damaged on purpose, if it is still listed).
-        auto d = checkpoint::directory::open(dir);
-        REQUIRE(d.ok());
-        auto list = d->list();
-        REQUIRE(list.ok());
-        CHECK(list->size() == 3);
-        int damaged = 0;
-        for (const auto& entry : *list) {
-          auto r = checkpoint::reader::open(entry.path);
-          if (!r.ok() || !r->verify().ok()) ++damaged;
-        }
-        CHECK(damaged <= (std::string(fc.name) == "corrupt_checkpoint" ? 1 : 0));
-        CHECK(summary->checkpoints.latest_step == summary->steps);
+        run_case({&fc, m.replication, m.recovery, seed, cluster_mode, ""}, dir,
+                 str_cat("TROUPE_FAULT_MATRIX_ONLY='", fc.name, "' build/tests/test_scenarios_fault_matrix_test '[faults]'"));
+      }
+    }
+  }
+  std::filesystem::remove_all(dir);
+}
+
+// Issue 17: the matrix in virtual time, with many seeds of the simulation: each seed is
+// another interleaving of the same run. A failing one prints the command that replays it
+// exactly (TROUPE_FAULT_MATRIX_SEED=N runs only simulation seed N). CTest runs it as four
+// tests, two at a time: each replication (TROUPE_FAULT_MATRIX_REPLICATION=ASYNC|SYNC) with
+// seeds 1-10 and 11-20 (TROUPE_FAULT_MATRIX_SEEDS=FIRST-LAST).
+TEST_CASE("fault matrix in simulation: every fault kind x {ASYNC, SYNC} x 20 seeds", "[.simulated]") {
+  const std::string dir = temp_dir();
+  const char* seed_env = std::getenv("TROUPE_FAULT_MATRIX_SEED");
+  const char* replication_env = std::getenv("TROUPE_FAULT_MATRIX_REPLICATION");
+  int first_seed = 1, last_seed = 20;
+  if (const char* range = std::getenv("TROUPE_FAULT_MATRIX_SEEDS")) {
+    REQUIRE(std::sscanf(range, "%d-%d", &first_seed, &last_seed) == 2);
+  }
+  for (const auto& fc : k_cases) {
+    if (!chosen(fc)) continue;
+    for (const char* replication : {"ASYNC", "SYNC"}) {
+      if (replication_env != nullptr && std::string(replication_env) != replication) continue;
+      for (int seed = first_seed; seed <= last_seed; ++seed) {
+        if (seed_env != nullptr && std::atoi(seed_env) != seed) continue;
+        const std::string replay =
+            str_cat("TROUPE_FAULT_MATRIX_ONLY='", fc.name, "' TROUPE_FAULT_MATRIX_REPLICATION=", replication,
+                    " TROUPE_FAULT_MATRIX_SEED=", seed, " build/tests/test_scenarios_fault_matrix_test '[simulated]'");
+        run_case({&fc, replication, "ROLLBACK_ALL", 1, "mode: SIMULATED ", str_cat("simulation { seed: ", seed, " }\n"),
+                  /*steps=*/200},
+                 dir, replay);
       }
     }
   }
