@@ -1,5 +1,7 @@
 #include "actors/executor.h"
 
+#include <time.h>
+
 #include <algorithm>
 #include <atomic>
 #include <limits>
@@ -13,6 +15,15 @@
 #include "core/env.h"
 
 namespace troupe::actors {
+
+namespace {
+// CPU time of the calling thread, in nanoseconds.
+double thread_cpu_ns() {
+  timespec t{};
+  ::clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+  return static_cast<double>(t.tv_sec) * 1e9 + static_cast<double>(t.tv_nsec);
+}
+}  // namespace
 
 struct executable::plan {
   struct edge {
@@ -449,14 +460,15 @@ struct executor_access {
     }
   }
 
-  static void trace(const std::shared_ptr<step>& s, int index, step_tracer::clock::time_point start) {
+  static void trace(const std::shared_ptr<step>& s, int index, step_tracer::clock::time_point start,
+                    double thread_cpu_ns = -1) {
     const executable_spec& spec = s->exec->spec_;
     const plan::node& pn = s->exec->plan_->nodes[static_cast<std::size_t>(index)];
     const graph::node& n = *pn.graph_node;
     const auto end = env::now();
     step_tracer::node_detail detail{
         std::span<const tensor>(s->inputs.data() + pn.input_offset, static_cast<std::size_t>(pn.num_inputs)), pn.async,
-        &n.def};
+        &n.def, thread_cpu_ns};
     spec.tracer->node_span(spec.trace_task, spec.trace_device, n.name(), n.op_name(), s->info.step_id, start, end,
                            detail);
   }
@@ -507,6 +519,7 @@ struct executor_access {
       std::span<tensor> outputs(output_data, static_cast<std::size_t>(n.num_outputs));
       step_tracer* tracer = s->exec->spec_.tracer;
       const auto start = tracer != nullptr ? env::now() : step_tracer::clock::time_point();
+      const double cpu_start = tracer != nullptr && !n.async ? thread_cpu_ns() : 0;
       if (n.async) {
         auto call = std::make_shared<async_call>(inputs, outputs, n.graph_node->output_types, s->info);
         // Completes the node once: with the kernel's context, or (`thrown`) with the error of
@@ -541,7 +554,7 @@ struct executor_access {
                    });
         continue;
       }
-      if (tracer != nullptr) trace(s, index, start);
+      if (tracer != nullptr) trace(s, index, start, thread_cpu_ns() - cpu_start);
       complete(s, index, ctx.get_status(), output_data, ready);
     }
   }

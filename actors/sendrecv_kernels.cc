@@ -91,9 +91,11 @@ class sender {
       }
     }
     if (auto* sim = device_->simulation(); sim != nullptr && recv_task_ != device_->task()) {
-      // The network model's delay between the two tasks (latency, bandwidth, jitter).
-      caf::delayed_anon_send(destination_, sim->transfer_delay(device_->task(), recv_task_, static_cast<std::int64_t>(t.byte_size())),
-                             rv_send_atom::value, step, key_, t);
+      // The network model says when it arrives (latency, bandwidth, jitter, copies).
+      sim->transfer(device_->task(), recv_task_, static_cast<std::int64_t>(t.byte_size()),
+                    [destination = destination_, step, key = key_, t] {
+                      caf::anon_send(destination, rv_send_atom::value, step, key, t);
+                    });
       return status();
     }
     // Sent as the sending device: a destination that cannot deliver it (a stand-in for a

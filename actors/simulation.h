@@ -10,6 +10,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <string>
 
 #include "actors/executor.h"
@@ -26,10 +27,11 @@ class simulation {
   // The timer of device `device`'s kernels (its virtual cores), of task `task`; it lives
   // as long as the simulation, and a restarted device gets the same one.
   virtual kernel_timer* timer_of(const std::string& device, const std::string& task) = 0;
-  // How long after now a transfer of `bytes` leaving task `from` now reaches task `to`
-  // (latency, the link's bandwidth shared in turn by the transfers on it, jitter).
-  virtual std::chrono::nanoseconds transfer_delay(const std::string& from, const std::string& to,
-                                                  std::int64_t bytes) = 0;
+  // A transfer of `bytes` leaving task `from` now for task `to`: `deliver` is called once,
+  // on the world's turn, when it arrives (latency, the link's bandwidth shared in turn by
+  // the transfers on it, jitter, and on one machine the CPU its copies take).
+  virtual void transfer(const std::string& from, const std::string& to, std::int64_t bytes,
+                        std::function<void()> deliver) = 0;
 };
 
 }  // namespace troupe::actors

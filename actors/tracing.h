@@ -31,6 +31,9 @@ class step_tracer {
     std::span<const tensor> inputs;
     bool asynchronous = false;
     const tf::NodeDef* def = nullptr;  // the node (its attributes)
+    // CPU time the calling thread spent in a synchronous kernel (its helpers on other
+    // threads not counted: with one compute thread, all of it); < 0 when not measured.
+    double thread_cpu_ns = -1;
   };
   // Node `node` (op `op`) ran on `device` of `task` during [start, end] in step `step_id`.
   virtual void node_span(const std::string& task, const std::string& device, const std::string& node,

@@ -6,6 +6,7 @@
 #include "actors/actor_resource.h"
 #include "actors/runtime_device.h"
 #include "actors/runtime_kernels.h"
+#include "actors/simulation.h"
 #include "actors/variable.h"
 #include "actors/withdrawable.h"
 #include "kernels/kernel_registry.h"
@@ -177,7 +178,11 @@ class destroy_resource_kernel final : public kernels::op_kernel {
 // every variable has its value back. Subclasses see the leased values in input order.
 class variable_update_kernel : public async_op_kernel {
  public:
-  using async_op_kernel::async_op_kernel;
+  explicit variable_update_kernel(kernel_construction& c) : async_op_kernel(c) {
+    if (auto* dev = runtime_device::from(c.device()); dev != nullptr && dev->simulation() != nullptr) {
+      timer_ = dev->simulation()->timer_of(dev->name(), dev->task());
+    }
+  }
 
   void compute_async(kernel_context& ctx, done_callback done) final {
     auto op = std::make_shared<operation>();
@@ -206,6 +211,8 @@ class variable_update_kernel : public async_op_kernel {
   }
 
  protected:
+  kernel_timer* timer_ = nullptr;  // under a simulation: the device's kernels' timer
+
   // Applies the update to `vars` (the leased values, in input order), in place.
   virtual status update(kernel_context& ctx, std::vector<tensor>& vars) const = 0;
   // Its estimated cost per element of the (first) variable, the figure its kernel's
@@ -296,6 +303,12 @@ class variable_update_kernel : public async_op_kernel {
         if (!updated.ok()) op->ctx->fail(std::move(updated));
       });
       if (!s.ok()) op->ctx->fail(std::move(s));
+      if (kernel_timer* timer = op->kernel->timer_) {
+        // Simulated: the leases are held for the update's virtual time (its estimate, as
+        // run() makes it: per element of the variable).
+        const double elements = op->values.empty() ? 0 : static_cast<double>(op->values[0].num_elements());
+        return timer->hold(elements * op->kernel->ns_per_element(), [op] { release_all(op); });
+      }
       release_all(op);
     };
     if (elements * op->kernel->ns_per_element() > kernels::op_kernel::k_inline_ns) {

@@ -18,7 +18,9 @@
 # (lscpu, free, OPENBLAS_CORETYPE, compiler); (4) for each round run every model with
 # troupe and then its PyTorch peer (the order flips every other round so drift hits both
 # alike), then the machine ceilings (FMA peak, sgemm) and runtime micro-benchmarks;
-# (5) the paper's Figures 6 and 8 once; (6) bench/report.py writes report.md, ratios.png,
+# (5) the paper's Figures 6 and 8 once, graph set-up, checkpoints, and how close the
+# simulation's step times come to measured ones (bench/sim_fidelity.py); (6)
+# bench/report.py writes report.md, ratios.png,
 # figure6.png and figure8.png into the results folder. Raw JSON and logs stay beside them.
 #
 # Peers run at their best (../shared/notes/baselines.md): tcmalloc preloaded, inter-op
@@ -206,6 +208,14 @@ log "graph set-up: 100,000 Neg nodes"
 log "checkpoint: 1 GB save and restore against raw sequential write and read"
 "$bin/bench_checkpoint" --megabytes=1024 >"$out/checkpoint.json" 2>"$out/logs/checkpoint.log" \
   || { log "  bench_checkpoint FAILED (log: $out/logs/checkpoint.log)"; failures=$((failures + 1)); }
+
+# --- 5d. Simulation fidelity (issue 17: simulated step times within 10% of measured) ---
+log "simulation fidelity: MLP and LeNet, 1 to 8 workers, IN_PROCESS and REAL against SIMULATED"
+fidelity_args=()
+[ "$mode" = quick ] && fidelity_args=(--quick --workers 1,4)
+"$python" "$root/bench/sim_fidelity.py" --troupe "$build_dir/troupe" --out "$out" "${fidelity_args[@]}" \
+  >"$out/logs/sim_fidelity.log" 2>&1 \
+  || { log "  sim_fidelity FAILED (log: $out/logs/sim_fidelity.log)"; failures=$((failures + 1)); }
 
 # --- 6. Report ---
 "$python" - "$out/machine.json" "$(cut -d' ' -f1-3 /proc/loadavg)" <<'EOF'

@@ -650,6 +650,7 @@ result<sim::simulation_options> simulation_options_of(const scenario::Simulation
   o.network.latency_us = s.network().latency_us();
   o.network.bandwidth_gbps = s.network().bandwidth_gbps();
   o.network.jitter_us = s.network().jitter_us();
+  o.network.copy_gbps = s.network().copy_gbps();
   const auto& c = s.compute();
   if (!c.table().empty()) {
     auto table = sim::load_calibration(c.table());
@@ -660,6 +661,8 @@ result<sim::simulation_options> simulation_options_of(const scenario::Simulation
   o.compute.memory_gbps = c.memory_gbps();
   o.compute.kernel_overhead_us = c.kernel_overhead_us();
   o.compute.cores_per_device = c.cores_per_device();
+  o.compute.machine_cores = c.machine_cores();
+  o.compute.intra_op_threads = c.intra_op_threads();
   return o;
 }
 

@@ -296,6 +296,7 @@ void check_simulation(checker& c, const node& parent, scenario::Scenario* s, std
     c.error(net, "bandwidth_gbps", "must be in (0, 10^4] (is ", nw->bandwidth_gbps(), ")");
   }
   if (!(nw->jitter_us() >= 0 && nw->jitter_us() <= 1e7)) c.error(net, "jitter_us", "must be in [0, 10^7] (is ", nw->jitter_us(), ")");
+  if (!(nw->copy_gbps() >= 0 && nw->copy_gbps() <= 1e4)) c.error(net, "copy_gbps", "must be in [0, 10^4] (is ", nw->copy_gbps(), ")");
   node cn = c.child(n, "compute", sim->compute());
   scenario::Simulation::Compute* cp = sim->mutable_compute();
   if (!cp->has_gflops()) cp->set_gflops(20);
@@ -310,6 +311,9 @@ void check_simulation(checker& c, const node& parent, scenario::Scenario* s, std
     c.error(cn, "kernel_overhead_us", "must be in [0, 10^6] (is ", cp->kernel_overhead_us(), ")");
   }
   check_range(c, cn, "cores_per_device", cp->cores_per_device(), 1, 1024);
+  check_range(c, cn, "machine_cores", cp->machine_cores(), 0, 1024);
+  if (!cp->has_intra_op_threads()) cp->set_intra_op_threads(1);
+  check_range(c, cn, "intra_op_threads", cp->intra_op_threads(), 1, 1024);
   if (!sim->has_execute_kernels()) sim->set_execute_kernels(true);
   if (!sim->execute_kernels()) {
     c.error(n, "execute_kernels", "false (shape-only simulation) is not built yet; leave it out or write true");

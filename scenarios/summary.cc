@@ -23,6 +23,7 @@ scenario::RunSummary make_run_summary(const scenario::Scenario& s, const run_sum
   out.set_test_accuracy(summary->test_accuracy);
   out.set_final_loss(summary->final_loss);
   out.set_virtual_seconds(summary->virtual_seconds);
+  out.set_training_seconds(summary->seconds);
   const auto& c = summary->checkpoints;
   checkpoints->set_committed(c.committed);
   checkpoints->set_failed(c.failed);

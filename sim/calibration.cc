@@ -2,6 +2,8 @@
 
 #include <google/protobuf/util/json_util.h>
 
+#include <time.h>
+
 #include <algorithm>
 
 #include "core/file.h"
@@ -39,9 +41,21 @@ std::vector<std::string> cost_attrs(const tf::NodeDef& def) {
   return out;
 }
 
+namespace {
+double process_cpu_ns() {
+  timespec t{};
+  ::clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
+  return static_cast<double>(t.tv_sec) * 1e9 + static_cast<double>(t.tv_nsec);
+}
+}  // namespace
+
 void calibration_recorder::reset() {
   std::lock_guard<std::mutex> lock(mutex_);
   samples_.clear();
+  runs_ = 0;
+  kernels_cpu_ns_ = 0;
+  window_start_.reset();
+  window_end_ = {};
 }
 
 void calibration_recorder::node_span(const std::string&, const std::string& device, const std::string&,
@@ -58,12 +72,27 @@ void calibration_recorder::node_span(const std::string&, const std::string& devi
     ++s.skipped;
   } else if (s.ns.size() < max_samples_) {
     s.ns.push_back(ns);
+    if (detail.thread_cpu_ns >= 0) s.cpu_ns.push_back(detail.thread_cpu_ns);
+  }
+  if (detail.thread_cpu_ns < 0) return;
+  ++runs_;
+  kernels_cpu_ns_ += detail.thread_cpu_ns;
+  if (runs_ == k_window_after) {
+    window_start_ = cpu_point{process_cpu_ns(), kernels_cpu_ns_, runs_};
+  } else if (window_start_ && runs_ % 256 == 0) {
+    window_end_ = cpu_point{process_cpu_ns(), kernels_cpu_ns_, runs_};
   }
 }
 
 Calibration calibration_recorder::table() const {
   std::lock_guard<std::mutex> lock(mutex_);
   Calibration out;
+  if (window_start_ && window_end_.kernels > window_start_->kernels) {
+    const double process = window_end_.process_ns - window_start_->process_ns;
+    const double kernels = window_end_.kernels_ns - window_start_->kernels_ns;
+    out.set_runtime_ns_per_kernel(std::max(0.0, process - kernels) /
+                                  static_cast<double>(window_end_.kernels - window_start_->kernels));
+  }
   for (const auto& [k, s] : samples_) {
     if (s.ns.empty()) continue;
     std::vector<double> sorted = s.ns;
@@ -80,6 +109,11 @@ Calibration calibration_recorder::table() const {
     c->set_mean_ns(sum / static_cast<double>(sorted.size()));
     c->set_p90_ns(sorted[std::min(sorted.size() - 1, sorted.size() * 9 / 10)]);
     c->set_min_ns(sorted.front());
+    if (!s.cpu_ns.empty()) {
+      std::vector<double> cpu = s.cpu_ns;
+      std::nth_element(cpu.begin(), cpu.begin() + static_cast<std::ptrdiff_t>(cpu.size() / 2), cpu.end());
+      c->set_median_cpu_ns(cpu[cpu.size() / 2]);
+    }
   }
   return out;
 }

@@ -12,6 +12,7 @@
 
 #include <map>
 #include <mutex>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -60,9 +61,20 @@ class calibration_recorder final : public actors::step_tracer {
   mutable std::mutex mutex_;
   struct samples {
     int skipped = 0;
-    std::vector<double> ns;
+    std::vector<double> ns, cpu_ns;
   };
   std::map<key, samples> samples_;
+  // The process's CPU time against its kernels', for Calibration::runtime_ns_per_kernel:
+  // a window from the k_window_after-th kernel run to the last multiple of 256.
+  static constexpr std::int64_t k_window_after = 500;
+  struct cpu_point {
+    double process_ns = 0, kernels_ns = 0;
+    std::int64_t kernels = 0;
+  };
+  std::int64_t runs_ = 0;
+  double kernels_cpu_ns_ = 0;
+  std::optional<cpu_point> window_start_;
+  cpu_point window_end_;
 };
 
 // The table as JSON (protobuf's mapping, snake_case keys) and back. Errors name the path.

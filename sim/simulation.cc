@@ -1,6 +1,9 @@
 #include "sim/simulation.h"
 
 #include <algorithm>
+#include <cmath>
+#include <limits>
+#include <list>
 #include <random>
 
 #include "graph/graph.h"
@@ -68,32 +71,118 @@ kernel_work work_of(const graph::node& node, std::span<const tensor> inputs, std
   return w;
 }
 
-// A device's virtual cores: a kernel takes the one free first, from when it is free.
+// A set of cores and the kernels running on it, shared as an operating system shares
+// them (processor sharing): each running kernel gets an equal share of the cores, at most
+// as many as it can use (its intra-op threads), and what one cannot use goes to the
+// others. A kernel ends when its work (CPU nanoseconds) is done.
+class simulation::machine {
+ public:
+  using done_callback = std::function<void(env::clock::time_point start, env::clock::time_point end)>;
+  machine(sim::world& w, int cores) : world_(w), cores_(std::max(1, cores)) {}
+
+  // A kernel of `work_ns` that may use up to `threads` cores.
+  void start(double work_ns, double threads, done_callback done) {
+    advance();
+    jobs_.push_back({std::max(work_ns, 1.0), std::clamp(threads, 1.0, static_cast<double>(cores_)), 0, world_.now(),
+                     std::move(done)});
+    reschedule();
+  }
+
+ private:
+  struct job {
+    double remaining;  // work left, ns on one core
+    double cap;        // cores it can use
+    double rate;       // cores it has now
+    env::clock::time_point start;
+    done_callback done;
+  };
+
+  // Brings every job's remaining work up to now, at the rates since the last change.
+  void advance() {
+    const auto now = world_.now();
+    const double dt = std::chrono::duration<double, std::nano>(now - last_).count();
+    if (dt > 0) {
+      for (job& j : jobs_) j.remaining -= j.rate * dt;
+    }
+    last_ = now;
+  }
+
+  // New rates (water-filling the cores) and the event of the next job to end.
+  void reschedule() {
+    std::vector<job*> by_cap;
+    for (job& j : jobs_) by_cap.push_back(&j);
+    std::stable_sort(by_cap.begin(), by_cap.end(), [](const job* a, const job* b) { return a->cap < b->cap; });
+    double left = cores_;
+    for (std::size_t i = 0; i < by_cap.size(); ++i) {
+      by_cap[i]->rate = std::min(by_cap[i]->cap, left / static_cast<double>(by_cap.size() - i));
+      left -= by_cap[i]->rate;
+    }
+    const std::uint64_t generation = ++generation_;
+    if (jobs_.empty()) return;
+    double first = std::numeric_limits<double>::infinity();
+    for (const job& j : jobs_) first = std::min(first, std::max(j.remaining, 0.0) / j.rate);
+    const auto at = world_.now() + std::chrono::nanoseconds(static_cast<std::int64_t>(std::ceil(first)));
+    world_.at(at, [this, generation] {
+      if (generation != generation_) return;  // a later start or end changed the rates
+      advance();
+      std::vector<std::pair<done_callback, env::clock::time_point>> ended;
+      for (auto it = jobs_.begin(); it != jobs_.end();) {
+        if (it->remaining <= 0.5) {
+          ended.emplace_back(std::move(it->done), it->start);
+          it = jobs_.erase(it);
+        } else {
+          ++it;
+        }
+      }
+      reschedule();
+      const auto now = world_.now();
+      for (auto& [done, began] : ended) done(began, now);
+    });
+  }
+
+  sim::world& world_;
+  const int cores_;
+  std::list<job> jobs_;  // in the order they started
+  env::clock::time_point last_{};
+  std::uint64_t generation_ = 0;
+};
+
+// A device's kernels, on its machine's cores.
 class simulation::device_timer final : public actors::kernel_timer {
  public:
-  device_timer(simulation& s, std::string type, int cores)
-      : sim_(s), type_(std::move(type)), free_at_(static_cast<std::size_t>(std::max(1, cores))) {}
+  device_timer(simulation& s, std::string type, machine& m) : sim_(s), type_(std::move(type)), machine_(m) {}
   void ran(const graph::node& node, std::span<const tensor> inputs, std::span<const tensor> outputs,
            finish_callback finish) override {
-    const auto ns = std::chrono::nanoseconds(static_cast<std::int64_t>(sim_.kernel_ns(node, type_, inputs, outputs)));
-    auto core = std::min_element(free_at_.begin(), free_at_.end());
-    const auto start = std::max(*core, sim_.world_.now());
-    const auto end = start + ns;
-    *core = end;
-    sim_.world_.at(end, [finish = std::move(finish), start, end] { finish(start, end); });
+    const double work = sim_.kernel_ns(node, type_, inputs, outputs);
+    machine_.start(work, sim_.threads_for(work), std::move(finish));
+  }
+  void hold(double ns, std::function<void()> then) override {
+    const double work = sim_.kernel_overhead_ns() + ns;
+    machine_.start(work, sim_.threads_for(work), [then = std::move(then)](env::clock::time_point, env::clock::time_point) { then(); });
   }
 
  private:
   simulation& sim_;
   const std::string type_;
-  std::vector<env::clock::time_point> free_at_;
+  machine& machine_;
 };
 
+double simulation::kernel_overhead_ns() const {
+  const auto& t = options_.compute.table;
+  return t && t->runtime_ns_per_kernel() > 0 ? t->runtime_ns_per_kernel() : options_.compute.kernel_overhead_us * 1e3;
+}
+
+double simulation::threads_for(double work_ns) const {
+  // As compute_pool::parallel_for splits work: blocks of at least 20 us.
+  return std::max(1.0, std::min(static_cast<double>(options_.compute.intra_op_threads), std::floor(work_ns / 20000)));
+}
+
 simulation::simulation(simulation_options o) : options_(std::move(o)), world_({.seed = options_.seed}) {
+  if (options_.compute.machine_cores > 0) shared_ = std::make_unique<machine>(world_, options_.compute.machine_cores);
   if (options_.compute.table) {
     for (const KernelCost& c : options_.compute.table->kernels()) {
       table_[cost_key(c.op(), c.device_type(), {c.inputs().begin(), c.inputs().end()},
-                      {c.attrs().begin(), c.attrs().end()})] = c.median_ns();
+                      {c.attrs().begin(), c.attrs().end()})] = c.median_cpu_ns() > 0 ? c.median_cpu_ns() : c.median_ns();
     }
   }
 }
@@ -109,13 +198,14 @@ double simulation::kernel_ns(const graph::node& node, const std::string& device_
     auto it = table_.find(cost_key(node.op_name(), device_type, signature, cost_attrs(node.def)));
     if (it != table_.end()) {
       ++from_table_;
-      return it->second;
+      return kernel_overhead_ns() + it->second;
     }
+    // (table_ holds each entry's CPU time when measured, else its wall time)
   }
   ++from_rates_;
   const compute_model& c = options_.compute;
   const kernel_work w = work_of(node, inputs, outputs);
-  return c.kernel_overhead_us * 1e3 + std::max(w.flops / c.gflops, w.bytes / c.memory_gbps);
+  return kernel_overhead_ns() + std::max(w.flops / c.gflops, w.bytes / c.memory_gbps);
 }
 
 actors::kernel_timer* simulation::timer_of(const std::string& device, const std::string&) {
@@ -124,12 +214,15 @@ actors::kernel_timer* simulation::timer_of(const std::string& device, const std:
     // "/job:w/replica:0/task:0/device:CPU:0" -> "CPU"
     std::string type = device.substr(device.rfind("/device:") + 8);
     type = type.substr(0, type.find(':'));
-    t = std::make_unique<device_timer>(*this, type, options_.compute.cores_per_device);
+    machine* m = shared_.get();
+    if (m == nullptr) m = own_.emplace_back(std::make_unique<machine>(world_, options_.compute.cores_per_device)).get();
+    t = std::make_unique<device_timer>(*this, type, *m);
   }
   return t.get();
 }
 
-std::chrono::nanoseconds simulation::transfer_delay(const std::string& from, const std::string& to, std::int64_t bytes) {
+void simulation::transfer(const std::string& from, const std::string& to, std::int64_t bytes,
+                          std::function<void()> deliver) {
   const network_model& n = options_.network;
   const auto now = world_.now();
   auto& free = links_free_[{from, to}];
@@ -138,7 +231,21 @@ std::chrono::nanoseconds simulation::transfer_delay(const std::string& from, con
   free = start + on_wire;
   double extra_us = n.latency_us;
   if (n.jitter_us > 0) extra_us += std::uniform_real_distribution<double>(0, n.jitter_us)(world_.random());
-  return (free - now) + std::chrono::nanoseconds(static_cast<std::int64_t>(extra_us * 1e3));
+  const auto arrives = free + std::chrono::nanoseconds(static_cast<std::int64_t>(extra_us * 1e3));
+  if (n.copy_gbps <= 0 || shared_ == nullptr) {
+    world_.at(arrives, std::move(deliver));
+    return;
+  }
+  // On one machine the copies take its cores too: the later of the two ends.
+  const double copy_ns = 2 * static_cast<double>(bytes) / n.copy_gbps;
+  auto pending = std::make_shared<int>(2);
+  auto shared = std::make_shared<std::function<void()>>(std::move(deliver));
+  auto one_done = [pending, shared] {
+    if (--*pending == 0) (*shared)();
+  };
+  world_.at(arrives, one_done);
+  shared_->start(copy_ns, /*threads=*/1,
+                 [one_done](env::clock::time_point, env::clock::time_point) { one_done(); });
 }
 
 }  // namespace troupe::sim

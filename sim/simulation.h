@@ -7,14 +7,16 @@
 //   ... sessions, steps, env::threads ...
 //   s.world().elapsed();                      // virtual time taken
 //
-// The compute model gives each synchronous kernel a virtual duration: the median that
+// The compute model gives each synchronous kernel its work: the median CPU time that
 // `troupe calibrate` measured for its op, inputs and attributes when the table has it,
 // otherwise a roofline estimate from its floating-point operations and the bytes it
-// reads and writes at stated rates. A device runs its kernels on `cores_per_device`
-// virtual cores: a kernel starts when one is free. The network model delays every tensor
-// sent between two tasks by the link's latency plus its size over the link's bandwidth,
-// with the transfers on one link (one direction between two tasks) sent one after
-// another, plus a jitter drawn from the seed.
+// reads and writes at stated rates, plus a per-kernel overhead. The kernels running at
+// once on a set of cores (a device's `cores_per_device`, or the whole cluster's
+// `machine_cores`) share them as an operating system does: each gets an equal share, at
+// most `intra_op_threads`; a kernel ends when its work is done. The network model
+// delays every tensor sent between two tasks by the link's latency plus its size over the
+// link's bandwidth, with the transfers on one link (one direction between two tasks) sent
+// one after another, plus a jitter drawn from the seed.
 #pragma once
 
 #include <chrono>
@@ -36,14 +38,25 @@ struct network_model {
   double latency_us = 50;      // one way, per transfer
   double bandwidth_gbps = 10;  // per link and direction, gigabits per second
   double jitter_us = 0;        // each transfer a further uniform [0, jitter_us)
+  // > 0 (with compute_model::machine_cores): the tasks share one machine, whose cores
+  // copy each transfer's bytes, once sending and once receiving, at this many GB/s
+  // (a loopback connection's cost); the transfer arrives when both copies are done.
+  double copy_gbps = 0;
 };
 
 struct compute_model {
   std::optional<Calibration> table;  // troupe calibrate's; kernels it lacks use the rates
   double gflops = 20;                // floating-point operations, 1e9 per second
   double memory_gbps = 10;           // bytes read and written, 1e9 per second
-  double kernel_overhead_us = 1;     // every kernel, on top
-  int cores_per_device = 1;          // kernels a device runs at once
+  double kernel_overhead_us = 1;     // every kernel, on top (unless the table measured it)
+  int cores_per_device = 1;          // each device's cores
+  // The cores one kernel can use (TensorFlow's intra_op_parallelism_threads): a kernel of
+  // w ns of work uses at most w / 20 us of them, as compute_pool::parallel_for splits it.
+  int intra_op_threads = 1;
+  // > 0: every device of every task takes its kernels' cores from one set of this many,
+  // as tasks on one machine do (IN_PROCESS, or REAL on one machine); cores_per_device
+  // is then unused.
+  int machine_cores = 0;
 };
 
 struct simulation_options {
@@ -81,14 +94,23 @@ class simulation final : public actors::simulation {
   void configure(caf::actor_system_config& config) override { world::configure(config); }
   void attach(caf::actor_system* system) override { world_.attach(system); }
   actors::kernel_timer* timer_of(const std::string& device, const std::string& task) override;
-  std::chrono::nanoseconds transfer_delay(const std::string& from, const std::string& to, std::int64_t bytes) override;
+  void transfer(const std::string& from, const std::string& to, std::int64_t bytes,
+                std::function<void()> deliver) override;
 
  private:
+  class machine;
   class device_timer;
+  // The runtime's own cost per kernel: the table's runtime_ns_per_kernel when it has
+  // one, else kernel_overhead_us.
+  double kernel_overhead_ns() const;
+  // The cores a kernel of `work_ns` can use (intra_op_threads, in blocks of 20 us).
+  double threads_for(double work_ns) const;
   const simulation_options options_;
   sim::world world_;
   std::unordered_map<std::string, double> table_;  // median ns by op, device, inputs and attributes
   std::map<std::string, std::unique_ptr<device_timer>> timers_;  // by device
+  std::unique_ptr<machine> shared_;                // compute_model::machine_cores' cores
+  std::vector<std::unique_ptr<machine>> own_;      // else each device's
   std::map<std::pair<std::string, std::string>, env::clock::time_point> links_free_;  // (from, to): the link is busy until
   std::int64_t from_table_ = 0, from_rates_ = 0;
 };

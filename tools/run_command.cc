@@ -185,6 +185,7 @@ int calibrate_command(const std::vector<std::string>& args, std::ostream& out, s
   options.out = &out;
   options.steps = steps;
   options.tracer = &recorder;
+  options.compute_threads = default_num_threads();
   auto summary = scenarios::run_scenario(*sc, options);
   if (!summary.ok()) {
     err << "troupe calibrate: " << summary.error().to_string() << "\n";
@@ -194,7 +195,7 @@ int calibrate_command(const std::vector<std::string>& args, std::ostream& out, s
   table.set_scenario(sc->name());
   table.set_machine(cpu_model());
   table.set_cores(static_cast<std::int32_t>(std::thread::hardware_concurrency()));
-  table.set_compute_threads(default_num_threads());
+  table.set_compute_threads(options.compute_threads);
   table.set_steps(summary->steps);
   table.set_skipped_per_kernel(sim::calibration_recorder::k_skipped_per_kernel);
   if (status s = sim::save_calibration(table, output_file); !s.ok()) {

@@ -118,6 +118,9 @@ report { progress: OFF }
   CHECK(forward->median_ns() > 0);
   CHECK(forward->min_ns() <= forward->median_ns());
   CHECK(forward->median_ns() <= forward->p90_ns());
+  // The CPU time of the thread that ran it, which the compute model takes.
+  CHECK(forward->median_cpu_ns() > 0);
+  CHECK(forward->median_cpu_ns() < 2 * forward->p90_ns());
   // No asynchronous kernel (a _Recv waits for its tensor) is in the table.
   for (const auto& k : t.kernels()) CHECK(k.op() != "_Recv");
   // A run cannot take both a trace file and a tracer.

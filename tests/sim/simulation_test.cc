@@ -27,11 +27,13 @@ std::string temp_path(const std::string& name) {
 }
 
 // Virtual seconds of one step fetching two independent 256^3 MatMuls on one device with
-// `cores` virtual cores, at 1 GFLOP/s (each: 2 * 256^3 flops = 33.6 ms).
-double two_matmuls_seconds(int cores) {
+// `cores` virtual cores, at 1 GFLOP/s (each: 2 * 256^3 flops = 33.6 ms of work); with
+// `one`, only the first.
+double two_matmuls_seconds(int cores, int intra_op_threads = 1, bool one = false) {
   sim::simulation_options o;
   o.compute.gflops = 1;
   o.compute.cores_per_device = cores;
+  o.compute.intra_op_threads = intra_op_threads;
   sim::simulation s(o);
   auto root = graph::scope::new_root();
   auto a = ops::fill(root, ops::constant(root, tensor::from_vector<std::int32_t>({256, 256})), ops::scalar(root, 1.0f));
@@ -46,11 +48,11 @@ double two_matmuls_seconds(int cores) {
   auto session = actors::session::create(*root.to_graph(), so);
   REQUIRE(session.ok());
   const auto t0 = env::now();
-  auto out = (*session)->run({}, {"x", "y"});
+  auto out = one ? (*session)->run({}, {"x"}) : (*session)->run({}, {"x", "y"});
   const double took = std::chrono::duration<double>(env::now() - t0).count();
   REQUIRE(out.ok());
   CHECK(out->at(0).flat<float>()[0] == 256.0f);  // the kernels ran: real numbers
-  CHECK(out->at(1).flat<float>()[7] == 256.0f);
+  if (!one) CHECK(out->at(1).flat<float>()[7] == 256.0f);
   session->reset();
   c->reset();
   return took;
@@ -107,12 +109,16 @@ outcome run(const std::string& simulation) {
 
 }  // namespace
 
-TEST_CASE("simulation: kernels take virtual time on the device's virtual cores", "[sim]") {
-  const double one_core = two_matmuls_seconds(1);
-  const double two_cores = two_matmuls_seconds(2);
-  // 2 x 33.6 ms one after the other; side by side on two cores.
-  CHECK(one_core == Approx(2 * 0.0336).epsilon(0.05));
-  CHECK(two_cores == Approx(0.0336).epsilon(0.05));
+TEST_CASE("simulation: kernels share the device's virtual cores", "[sim]") {
+  // Two kernels of 33.6 ms of work: sharing one core, both end at 67 ms; side by side on
+  // two cores, at 33.6 ms.
+  CHECK(two_matmuls_seconds(1) == Approx(2 * 0.0336).epsilon(0.05));
+  CHECK(two_matmuls_seconds(2) == Approx(0.0336).epsilon(0.05));
+  // One kernel that may use two threads takes both cores: half the time; two such
+  // kernels share them.
+  CHECK(two_matmuls_seconds(2, 2, /*one=*/true) == Approx(0.0168).epsilon(0.05));
+  CHECK(two_matmuls_seconds(2, 2) == Approx(0.0336).epsilon(0.05));
+  CHECK(two_matmuls_seconds(4, 2) == Approx(0.0168).epsilon(0.05));
 }
 
 TEST_CASE("simulation: the roofline rates", "[sim]") {
