@@ -1,7 +1,5 @@
 #include "actors/executor.h"
 
-#include <time.h>
-
 #include <algorithm>
 #include <atomic>
 #include <limits>
@@ -12,18 +10,10 @@
 #include <span>
 #include <utility>
 
+#include "core/cpu_time.h"
 #include "core/env.h"
 
 namespace troupe::actors {
-
-namespace {
-// CPU time of the calling thread, in nanoseconds.
-double thread_cpu_ns() {
-  timespec t{};
-  ::clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
-  return static_cast<double>(t.tv_sec) * 1e9 + static_cast<double>(t.tv_nsec);
-}
-}  // namespace
 
 struct executable::plan {
   struct edge {

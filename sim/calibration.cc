@@ -2,10 +2,9 @@
 
 #include <google/protobuf/util/json_util.h>
 
-#include <time.h>
-
 #include <algorithm>
 
+#include "core/cpu_time.h"
 #include "core/file.h"
 #include "graph/text_proto.h"
 
@@ -40,14 +39,6 @@ std::vector<std::string> cost_attrs(const tf::NodeDef& def) {
   std::sort(out.begin(), out.end());
   return out;
 }
-
-namespace {
-double process_cpu_ns() {
-  timespec t{};
-  ::clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
-  return static_cast<double>(t.tv_sec) * 1e9 + static_cast<double>(t.tv_nsec);
-}
-}  // namespace
 
 void calibration_recorder::reset() {
   std::lock_guard<std::mutex> lock(mutex_);
