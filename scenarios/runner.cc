@@ -10,6 +10,7 @@
 #include <cstdlib>
 #include <chrono>
 #include <filesystem>
+#include <limits>
 #include <mutex>
 #include <optional>
 #include <set>
@@ -663,6 +664,9 @@ result<sim::simulation_options> simulation_options_of(const scenario::Simulation
   o.compute.cores_per_device = c.cores_per_device();
   o.compute.machine_cores = c.machine_cores();
   o.compute.intra_op_threads = c.intra_op_threads();
+  o.swizzle.every_ms = s.swizzle().every_ms();
+  o.swizzle.clog_ms = s.swizzle().clog_ms();
+  o.swizzle.links = s.swizzle().links();
   return o;
 }
 
@@ -855,6 +859,44 @@ result<run_summary> run_scenario(const scenario::Scenario& sc, const run_options
     return true;
   };
 
+  // SIMULATED with a liveness section (issue 17): the last steps run with every fault
+  // lifted and no link clogged, and the first of them must come within within_ms.
+  struct liveness_state {
+    std::int64_t from = std::numeric_limits<std::int64_t>::max();
+    std::mutex mutex;
+    env::condition_variable changed;
+    bool started = false, progressed = false, over = false;
+    std::int64_t start_step = 0;
+    env::clock::time_point start_time;
+    double ms = -1;  // from the phase's start to its first step
+  } liveness;
+  if (simulated != nullptr && sc.simulation().liveness().steps() > 0) {
+    liveness.from = total_steps - sc.simulation().liveness().steps();
+  }
+  // Every global step a trainer or the SYNC coordinator finishes.
+  auto step_reached = [&](std::int64_t step) {
+    if (step < liveness.from) return faults.step_reached(step);
+    bool starts = false;
+    {
+      std::lock_guard<std::mutex> lock(liveness.mutex);
+      if (!liveness.started) {
+        liveness.started = starts = true;
+        liveness.start_step = step;
+        liveness.start_time = env::now();
+      } else if (!liveness.progressed && step > liveness.start_step) {
+        liveness.progressed = true;
+        liveness.ms = std::chrono::duration<double, std::milli>(env::now() - liveness.start_time).count();
+      }
+    }
+    if (starts) {
+      faults.lift_all();
+      simulated->stop_swizzle();
+      log_line(str_cat("liveness: from step ", step, " no fault and no clogged link; the next step must come within ",
+                       sc.simulation().liveness().within_ms(), " ms"));
+    }
+    liveness.changed.notify_all();
+  };
+
   if (sync) {
     train::sync_replicas_ops chief_ops;
     auto g = training_graph(sc, *layout, 0, files, &chief_ops);
@@ -865,7 +907,7 @@ result<run_summary> run_scenario(const scenario::Scenario& sc, const run_options
     o.last_step = total_steps;
     o.step_done = [&](std::int64_t step) {
       global_step = step;
-      faults.step_reached(step);
+      step_reached(step);
     };
     // The checkpoints' cuts come between an update and the tokens of the next step, when
     // every worker's input pipeline has given exactly the batches of the steps taken.
@@ -1120,6 +1162,24 @@ result<run_summary> run_scenario(const scenario::Scenario& sc, const run_options
       }
     });
   }
+  // The liveness phase's watch: no step within its limit fails the run.
+  std::optional<env::thread> liveness_watch;
+  if (liveness.from != std::numeric_limits<std::int64_t>::max()) {
+    liveness_watch.emplace([&] {
+      std::unique_lock<std::mutex> lock(liveness.mutex);
+      liveness.changed.wait(lock, [&] { return liveness.started || liveness.over; });
+      if (liveness.over) return;
+      const auto limit = std::chrono::duration_cast<env::clock::duration>(
+          std::chrono::duration<double, std::milli>(sc.simulation().liveness().within_ms()));
+      if (!liveness.changed.wait_until(lock, liveness.start_time + limit, [&] { return liveness.progressed || liveness.over; })) {
+        const std::int64_t from = liveness.start_step;
+        lock.unlock();
+        fail(deadline_exceeded_error("liveness: no global step within ", sc.simulation().liveness().within_ms(),
+                                     " ms of virtual time after the faults stopped at step ", from));
+      }
+    }, "liveness");
+  }
+  if (simulated != nullptr) simulated->start_swizzle();
   std::vector<env::thread> trainers;
   for (std::size_t w = 0; w < workers.size(); ++w) {
     trainers.emplace_back([&, w] {
@@ -1148,7 +1208,7 @@ result<run_summary> run_scenario(const scenario::Scenario& sc, const run_options
                                                  : supervisor->failure());
         }
         if (checkpoints != nullptr) checkpoints->step_done(step);
-        faults.step_reached(step);
+        step_reached(step);
         progress.update(std::max(step, seen), loss);
         if (w == 0 && !evaluate_at(step)) return;
       }
@@ -1165,6 +1225,15 @@ result<run_summary> run_scenario(const scenario::Scenario& sc, const run_options
   }
   // The coordinator ends by itself after the last step, or was stopped by end_run().
   if (sync_watch) sync_watch->join();
+  if (simulated != nullptr) simulated->stop_swizzle();
+  if (liveness_watch) {
+    {
+      std::lock_guard<std::mutex> lock(liveness.mutex);
+      liveness.over = true;
+    }
+    liveness.changed.notify_all();
+    liveness_watch->join();
+  }
   faults.lift_all();  // a fault without until_step lasts to the end of training
   double seconds = std::chrono::duration<double>(env::now() - started).count();
   end_run();  // wakes the readers
@@ -1243,6 +1312,15 @@ result<run_summary> run_scenario(const scenario::Scenario& sc, const run_options
         << " events; open it in https://ui.perfetto.dev)\n";
   }
   if (summary.steps_retried > 0) out << summary.steps_retried << " steps caught by faults were run again\n";
+  if (simulated != nullptr) {
+    summary.links_clogged = simulated->links_clogged();
+    if (summary.links_clogged > 0) out << "swizzle: " << summary.links_clogged << " link clogs\n";
+    summary.liveness_ms = liveness.ms;
+    if (liveness.started) {
+      out << "liveness: the first step after the faults stopped (step " << liveness.start_step << ") came "
+          << liveness.ms << " ms later (limit " << sc.simulation().liveness().within_ms() << " ms)\n";
+    }
+  }
   if (summary.sync.present) {
     const auto& s = summary.sync;
     out << "sync: each step averaged the gradients of " << s.replicas_to_aggregate << " of "

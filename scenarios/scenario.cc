@@ -314,6 +314,32 @@ void check_simulation(checker& c, const node& parent, scenario::Scenario* s, std
   check_range(c, cn, "machine_cores", cp->machine_cores(), 0, 1024);
   if (!cp->has_intra_op_threads()) cp->set_intra_op_threads(1);
   check_range(c, cn, "intra_op_threads", cp->intra_op_threads(), 1, 1024);
+  node sw = c.child(n, "swizzle", sim->swizzle());
+  scenario::Simulation::Swizzle* z = sim->mutable_swizzle();
+  if (!z->has_links()) z->set_links(1);
+  if (!(z->every_ms() >= 0 && z->every_ms() <= 1e7)) c.error(sw, "every_ms", "must be in [0, 10^7] (is ", z->every_ms(), ")");
+  if (z->every_ms() > 0 && !(z->clog_ms() > 0 && z->clog_ms() <= 1e7)) {
+    c.error(sw, "clog_ms", "must be in (0, 10^7] when every_ms is set (is ", z->clog_ms(), ")");
+  }
+  check_range(c, sw, "links", z->links(), 1, 1024);
+  if (sim->has_liveness()) {
+    node lv = c.child(n, "liveness", sim->liveness());
+    scenario::Simulation::Liveness* l = sim->mutable_liveness();
+    if (l->within_ms() == 0) l->set_within_ms(10000);
+    const std::int64_t total = s->training().steps();
+    if (l->steps() < 1 || l->steps() >= total) {
+      c.error(lv, "steps", "must be in [1, training.steps) = [1, ", total, ") (is ", l->steps(), ")");
+    } else {
+      const std::int64_t from = total - l->steps();
+      for (int i = 0; i < s->faults().fault_size(); ++i) {
+        if (s->faults().fault(i).at_step() >= from) {
+          c.error(lv, "steps", "the liveness phase (from global step ", from, ") has no faults, but faults.fault[", i,
+                  "] is at step ", s->faults().fault(i).at_step());
+        }
+      }
+    }
+    if (!(l->within_ms() > 0 && l->within_ms() <= 1e9)) c.error(lv, "within_ms", "must be in (0, 10^9] (is ", l->within_ms(), ")");
+  }
   if (!sim->has_execute_kernels()) sim->set_execute_kernels(true);
   if (!sim->execute_kernels()) {
     c.error(n, "execute_kernels", "false (shape-only simulation) is not built yet; leave it out or write true");

@@ -24,6 +24,8 @@ scenario::RunSummary make_run_summary(const scenario::Scenario& s, const run_sum
   out.set_final_loss(summary->final_loss);
   out.set_virtual_seconds(summary->virtual_seconds);
   out.set_training_seconds(summary->seconds);
+  out.set_liveness_ms(summary->liveness_ms);
+  out.set_links_clogged(summary->links_clogged);
   const auto& c = summary->checkpoints;
   checkpoints->set_committed(c.committed);
   checkpoints->set_failed(c.failed);

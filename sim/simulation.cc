@@ -231,7 +231,14 @@ void simulation::transfer(const std::string& from, const std::string& to, std::i
   free = start + on_wire;
   double extra_us = n.latency_us;
   if (n.jitter_us > 0) extra_us += std::uniform_real_distribution<double>(0, n.jitter_us)(world_.random());
-  const auto arrives = free + std::chrono::nanoseconds(static_cast<std::int64_t>(extra_us * 1e3));
+  auto arrives = free + std::chrono::nanoseconds(static_cast<std::int64_t>(extra_us * 1e3));
+  if (auto clog = clogged_until_.find({from, to}); clog != clogged_until_.end()) arrives = std::max(arrives, clog->second);
+  moved_since_round_ = true;
+  if (swizzling_ && !swizzle_scheduled_) {
+    swizzle_scheduled_ = true;
+    world_.at(now + std::chrono::microseconds(static_cast<std::int64_t>(options_.swizzle.every_ms * 1e3)),
+              [this] { swizzle_round(); });
+  }
   if (n.copy_gbps <= 0 || shared_ == nullptr) {
     world_.at(arrives, std::move(deliver));
     return;
@@ -246,6 +253,44 @@ void simulation::transfer(const std::string& from, const std::string& to, std::i
   world_.at(arrives, one_done);
   shared_->start(copy_ns, /*threads=*/1,
                  [one_done](env::clock::time_point, env::clock::time_point) { one_done(); });
+}
+
+void simulation::start_swizzle() {
+  if (options_.swizzle.every_ms <= 0 || options_.swizzle.clog_ms <= 0) return;
+  swizzling_ = true;
+}
+
+void simulation::stop_swizzle() {
+  swizzling_ = false;
+  clogged_until_.clear();  // what they hold arrives when it was due: at most clog_ms from now
+}
+
+void simulation::swizzle_round() {
+  swizzle_scheduled_ = false;
+  if (!swizzling_) return;
+  const auto now = world_.now();
+  for (auto it = clogged_until_.begin(); it != clogged_until_.end();) {
+    it = it->second <= now ? clogged_until_.erase(it) : std::next(it);
+  }
+  std::vector<std::pair<std::string, std::string>> known;
+  for (const auto& [link, free] : links_free_) {
+    if (clogged_until_.find(link) == clogged_until_.end()) known.push_back(link);
+  }
+  for (int i = 0; i < options_.swizzle.links && !known.empty(); ++i) {
+    const std::size_t pick = world_.random()() % known.size();
+    const double part = std::uniform_real_distribution<double>(0.5, 1.0)(world_.random());
+    clogged_until_[known[pick]] =
+        now + std::chrono::microseconds(static_cast<std::int64_t>(options_.swizzle.clog_ms * part * 1e3));
+    known.erase(known.begin() + static_cast<std::ptrdiff_t>(pick));
+    ++clogs_;
+  }
+  // The next round only while transfers come (the next transfer schedules it otherwise).
+  if (moved_since_round_) {
+    moved_since_round_ = false;
+    swizzle_scheduled_ = true;
+    world_.at(now + std::chrono::microseconds(static_cast<std::int64_t>(options_.swizzle.every_ms * 1e3)),
+              [this] { swizzle_round(); });
+  }
 }
 
 }  // namespace troupe::sim

@@ -59,10 +59,21 @@ struct compute_model {
   int machine_cores = 0;
 };
 
+// Swizzle-clogging (FoundationDB's): every `every_ms` of virtual time, `links` links
+// drawn from those that carried a transfer are clogged, each for a random part of
+// [clog_ms / 2, clog_ms]: they deliver nothing until they unclog (in a random order), and
+// then everything they held at once. 0: off.
+struct swizzle_model {
+  double every_ms = 0;
+  double clog_ms = 0;
+  int links = 1;
+};
+
 struct simulation_options {
   std::uint64_t seed = 1;
   network_model network;
   compute_model compute;
+  swizzle_model swizzle;
 };
 
 // The roofline estimate of a kernel of `op` on these inputs and outputs: floating-point
@@ -86,6 +97,11 @@ class simulation final : public actors::simulation {
   // calibration table, or by the rates.
   std::int64_t kernels_from_table() const { return from_table_; }
   std::int64_t kernels_from_rates() const { return from_rates_; }
+  // Swizzle-clogging (options().swizzle) from now on, until stop_swizzle(); links clogged
+  // so far. On the world's turn.
+  void start_swizzle();
+  void stop_swizzle();
+  std::int64_t links_clogged() const { return clogs_; }
   // The virtual nanoseconds of a kernel of `node` on these inputs and outputs.
   double kernel_ns(const graph::node& node, const std::string& device_type, std::span<const tensor> inputs,
                    std::span<const tensor> outputs);
@@ -113,6 +129,14 @@ class simulation final : public actors::simulation {
   std::vector<std::unique_ptr<machine>> own_;      // else each device's
   std::map<std::pair<std::string, std::string>, env::clock::time_point> links_free_;  // (from, to): the link is busy until
   std::int64_t from_table_ = 0, from_rates_ = 0;
+  // Swizzle-clogging: clogged links and until when; whether it is on, whether its next
+  // round is scheduled (a round is scheduled only while transfers come, so that a run
+  // with nothing moving still ends as one that can never go on), the clogs so far.
+  void swizzle_round();
+  std::map<std::pair<std::string, std::string>, env::clock::time_point> clogged_until_;
+  bool swizzling_ = false, swizzle_scheduled_ = false;
+  bool moved_since_round_ = false;
+  std::int64_t clogs_ = 0;
 };
 
 }  // namespace troupe::sim

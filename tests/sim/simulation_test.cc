@@ -158,3 +158,61 @@ TEST_CASE("simulation: the network's latency is on every step's path", "[sim]") 
   CHECK(slow.training_seconds >= 60 * 0.005);
   CHECK(fast.training_seconds < slow.training_seconds / 10);
 }
+
+namespace {
+
+result<scenarios::run_summary> run_with(const std::string& extra, std::string* output = nullptr) {
+  auto sc = scenarios::parse_scenario(std::string(k_scenario) + extra, "sim.pbtxt");
+  if (!sc.ok()) return sc.error();
+  std::ostringstream out;
+  scenarios::run_options o;
+  o.out = &out;
+  auto summary = scenarios::run_scenario(*sc, o);
+  if (output != nullptr) *output = out.str();
+  return summary;
+}
+
+}  // namespace
+
+TEST_CASE("simulation: swizzle-clogging holds links' transfers, and the run goes on", "[sim]") {
+  std::string out;
+  auto plain = run_with("simulation { seed: 3 }\n");
+  REQUIRE(plain.ok());
+  CHECK(plain->links_clogged == 0);
+  auto clogged = run_with("simulation { seed: 3 swizzle { every_ms: 2 clog_ms: 10 links: 2 } }\n", &out);
+  INFO(out);
+  REQUIRE(clogged.ok());
+  CHECK(clogged->steps >= 60);
+  CHECK(clogged->links_clogged > 0);
+  CHECK(out.find("swizzle: ") != std::string::npos);
+  // Held transfers make the training longer in virtual time.
+  CHECK(clogged->seconds > plain->seconds);
+}
+
+TEST_CASE("simulation: the liveness phase lifts the faults and needs a step within its limit", "[sim]") {
+  const std::string faults =
+      "checkpoint { dir: \"" + temp_path("troupe-sim-liveness") + "\" every_steps: 20 }\n"
+      "faults { fault { at_step: 20 until_step: 50 delay_messages { from: \"/job:worker/task:0\" to: \"/job:ps/task:0\" "
+      "delay_ms: 30 } } }\n";
+  std::string out;
+  auto live = run_with(faults + "simulation { swizzle { every_ms: 2 clog_ms: 10 } liveness { steps: 10 within_ms: 1000 } }\n",
+                       &out);
+  INFO(out);
+  REQUIRE(live.ok());
+  CHECK(live->liveness_ms >= 0);
+  CHECK(live->liveness_ms <= 1000);
+  CHECK(out.find("liveness: the first step after the faults stopped") != std::string::npos);
+  std::filesystem::remove_all(temp_path("troupe-sim-liveness"));  // or the next run would continue from it
+  // A limit no step can meet fails the run, naming the phase: each step waits for two
+  // transfers of 20 ms latency, the next global step comes well after 1 ms.
+  auto dead = run_with(faults + "simulation { network { latency_us: 20000 } liveness { steps: 10 within_ms: 1 } }\n", &out);
+  INFO(out);
+  REQUIRE_FALSE(dead.ok());
+  CHECK(dead.error().error_code() == code::deadline_exceeded);
+  CHECK_THAT(dead.error().message(), Catch::Contains("liveness: no global step within 1 ms"));
+  // No fault may be injected inside the phase.
+  auto bad = scenarios::parse_scenario(std::string(k_scenario) + faults + "simulation { liveness { steps: 45 } }\n", "l.pbtxt");
+  REQUIRE_FALSE(bad.ok());
+  CHECK_THAT(bad.error().message(), Catch::Contains("the liveness phase (from global step 15) has no faults"));
+  std::filesystem::remove_all(temp_path("troupe-sim-liveness"));
+}
