@@ -509,7 +509,8 @@ struct executor_access {
       std::span<tensor> outputs(output_data, static_cast<std::size_t>(n.num_outputs));
       step_tracer* tracer = s->exec->spec_.tracer;
       const auto start = tracer != nullptr ? env::now() : step_tracer::clock::time_point();
-      const double cpu_start = tracer != nullptr && !n.async ? thread_cpu_ns() : 0;
+      // (A simulated kernel's span is in virtual time: no CPU time is read for it.)
+      const double cpu_start = tracer != nullptr && !n.async && s->exec->spec_.timer == nullptr ? thread_cpu_ns() : 0;
       if (n.async) {
         auto call = std::make_shared<async_call>(inputs, outputs, n.graph_node->output_types, s->info);
         // Completes the node once: with the kernel's context, or (`thrown`) with the error of

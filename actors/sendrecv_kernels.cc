@@ -76,26 +76,33 @@ class sender {
       tracer->transfer_sent(key_->printed(), step, device_->task(), device_->short_name(), env::now());
     }
     bool dropped = false;
+    std::chrono::microseconds delay{0};  // an injected delay_messages fault's
     if (auto fault = device_->link_fault_to(key_->key().recv_device, &dropped)) {
       if (dropped) {
         return unavailable_error("the transfer '", key_->printed(), "' to ", key_->key().recv_device,
                                  " was lost (drop_messages fault)");
       }
-      if (fault->delay.count() > 0) {
-        if (written != nullptr) {
-          caf::delayed_anon_send(destination_, fault->delay, rv_send_atom::value, step, key_, t, *written);
-        } else {
-          caf::delayed_anon_send(destination_, fault->delay, rv_send_atom::value, step, key_, t);
-        }
-        return status();
-      }
+      delay = fault->delay;
     }
     if (auto* sim = device_->simulation(); sim != nullptr && recv_task_ != device_->task()) {
-      // The network model says when it arrives (latency, bandwidth, jitter, copies).
+      // The network model says when it arrives (latency, bandwidth, jitter, copies); an
+      // injected delay comes on top.
       sim->transfer(device_->task(), recv_task_, static_cast<std::int64_t>(t.byte_size()),
-                    [destination = destination_, step, key = key_, t] {
-                      caf::anon_send(destination, rv_send_atom::value, step, key, t);
+                    [destination = destination_, step, key = key_, t, delay] {
+                      if (delay.count() > 0) {
+                        caf::delayed_anon_send(destination, delay, rv_send_atom::value, step, key, t);
+                      } else {
+                        caf::anon_send(destination, rv_send_atom::value, step, key, t);
+                      }
                     });
+      return status();
+    }
+    if (delay.count() > 0) {
+      if (written != nullptr) {
+        caf::delayed_anon_send(destination_, delay, rv_send_atom::value, step, key_, t, *written);
+      } else {
+        caf::delayed_anon_send(destination_, delay, rv_send_atom::value, step, key_, t);
+      }
       return status();
     }
     // Sent as the sending device: a destination that cannot deliver it (a stand-in for a

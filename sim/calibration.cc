@@ -16,6 +16,13 @@ std::string input_signature(const tensor& t) {
   return out + "]";
 }
 
+std::vector<std::string> input_signatures(std::span<const tensor> inputs) {
+  std::vector<std::string> out;
+  out.reserve(inputs.size());
+  for (const tensor& t : inputs) out.push_back(input_signature(t));
+  return out;
+}
+
 std::vector<std::string> cost_attrs(const tf::NodeDef& def) {
   std::vector<std::string> out;
   for (const auto& [name, v] : def.attr()) {
@@ -53,9 +60,8 @@ void calibration_recorder::node_span(const std::string&, const std::string& devi
                                      const std::string& op, std::int64_t, clock::time_point start,
                                      clock::time_point end, const node_detail& detail) {
   if (detail.asynchronous) return;  // its time is mostly waiting, not computing
-  key k{op, device.substr(0, device.find(':')), {}, detail.def != nullptr ? cost_attrs(*detail.def) : std::vector<std::string>()};
-  k.inputs.reserve(detail.inputs.size());
-  for (const tensor& t : detail.inputs) k.inputs.push_back(input_signature(t));
+  key k{op, device.substr(0, device.find(':')), input_signatures(detail.inputs),
+        detail.def != nullptr ? cost_attrs(*detail.def) : std::vector<std::string>()};
   const double ns = std::chrono::duration<double, std::nano>(end - start).count();
   std::lock_guard<std::mutex> lock(mutex_);
   auto& s = samples_[std::move(k)];

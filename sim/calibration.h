@@ -26,6 +26,8 @@ namespace troupe::sim {
 
 // "float[64,784]" ("float[]" for a scalar).
 std::string input_signature(const tensor& t);
+// The signature of each of `inputs`, in order: a kernel's key in the table.
+std::vector<std::string> input_signatures(std::span<const tensor> inputs);
 // The attributes of `def` that can change a kernel's cost, as KernelCost::attrs says.
 std::vector<std::string> cost_attrs(const tf::NodeDef& def);
 

@@ -192,10 +192,7 @@ simulation::~simulation() = default;
 double simulation::kernel_ns(const graph::node& node, const std::string& device_type, std::span<const tensor> inputs,
                              std::span<const tensor> outputs) {
   if (!table_.empty()) {
-    std::vector<std::string> signature;
-    signature.reserve(inputs.size());
-    for (const tensor& t : inputs) signature.push_back(input_signature(t));
-    auto it = table_.find(cost_key(node.op_name(), device_type, signature, cost_attrs(node.def)));
+    auto it = table_.find(cost_key(node.op_name(), device_type, input_signatures(inputs), cost_attrs(node.def)));
     if (it != table_.end()) {
       ++from_table_;
       return kernel_overhead_ns() + it->second;

@@ -109,12 +109,7 @@ std::uint64_t world::start_thread(std::function<void()> fn, std::string name) {
     fn();
     std::unique_lock<std::mutex> l(mutex_);
     raw->now = sim_thread::state::done;
-    for (auto& [id, other] : threads_) {
-      if (other->now == sim_thread::state::waiting && other->channel == raw) {
-        other->now = sim_thread::state::runnable;
-        other->notified = true;
-      }
-    }
+    wake(raw, /*all=*/true);  // its joiners
     hand_on(l, raw);
     t_self = nullptr;
   });
@@ -153,6 +148,10 @@ bool world::wait(const void* channel, env::clock::time_point deadline) {
 
 void world::notify(const void* channel, bool all) {
   std::lock_guard<std::mutex> lock(mutex_);
+  wake(channel, all);
+}
+
+void world::wake(const void* channel, bool all) {
   for (auto& [id, t] : threads_) {
     if (t->now == sim_thread::state::waiting && t->channel == channel) {
       t->now = sim_thread::state::runnable;

@@ -83,6 +83,9 @@ class world final : public env::world {
 
  private:
   void hand_on(std::unique_lock<std::mutex>& lock, sim_thread* self);
+  // Makes the threads waiting on `channel` (the first, unless `all`) runnable. REQUIRES:
+  // mutex_ held.
+  void wake(const void* channel, bool all);
   // Runs actor jobs and due events until there are none (the turn's holder, unlocked).
   void drain();
   [[noreturn]] void deadlock(std::unique_lock<std::mutex>& lock);
