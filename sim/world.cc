@@ -1,5 +1,6 @@
 #include "sim/world.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <thread>
@@ -100,6 +101,7 @@ std::uint64_t world::start_thread(std::function<void()> fn, std::string name) {
   raw->id = next_id_++;
   raw->name = std::move(name);
   raw->now = sim_thread::state::runnable;
+  runnable_.push_back(raw);
   raw->os = std::thread([this, raw, fn = std::move(fn)] {
     t_self = raw;
     {
@@ -124,9 +126,7 @@ void world::join_thread(std::uint64_t id) {
   if (it == threads_.end()) return;
   sim_thread* t = it->second.get();
   while (t->now != sim_thread::state::done) {
-    self->now = sim_thread::state::waiting;
-    self->channel = t;
-    self->deadline = env::clock::time_point::max();
+    start_waiting(self, t, env::clock::time_point::max());
     hand_on(lock, self);
   }
   std::thread os = std::move(t->os);
@@ -138,12 +138,25 @@ void world::join_thread(std::uint64_t id) {
 bool world::wait(const void* channel, env::clock::time_point deadline) {
   sim_thread* self = self_or_die("a wait or sleep");
   std::unique_lock<std::mutex> lock(mutex_);
+  start_waiting(self, channel, deadline);
+  hand_on(lock, self);
+  return self->notified;
+}
+
+void world::start_waiting(sim_thread* self, const void* channel, env::clock::time_point deadline) {
   self->now = sim_thread::state::waiting;
   self->channel = channel;
   self->deadline = deadline;
   self->notified = false;
-  hand_on(lock, self);
-  return self->notified;
+  waiters_[channel].push_back(self);
+  if (deadline != env::clock::time_point::max()) deadlines_.emplace(deadline, self->id);
+}
+
+void world::make_runnable(sim_thread* t, bool notified) {
+  if (t->deadline != env::clock::time_point::max()) deadlines_.erase({t->deadline, t->id});
+  t->now = sim_thread::state::runnable;
+  t->notified = notified;
+  runnable_.push_back(t);
 }
 
 void world::notify(const void* channel, bool all) {
@@ -152,13 +165,15 @@ void world::notify(const void* channel, bool all) {
 }
 
 void world::wake(const void* channel, bool all) {
-  for (auto& [id, t] : threads_) {
-    if (t->now == sim_thread::state::waiting && t->channel == channel) {
-      t->now = sim_thread::state::runnable;
-      t->notified = true;
-      if (!all) return;
-    }
-  }
+  auto it = waiters_.find(channel);
+  if (it == waiters_.end()) return;
+  std::deque<sim_thread*>& q = it->second;
+  do {
+    sim_thread* t = q.front();
+    q.pop_front();
+    make_runnable(t, /*notified=*/true);
+  } while (all && !q.empty());
+  if (q.empty()) waiters_.erase(it);
 }
 
 void world::drain() {
@@ -193,12 +208,11 @@ void world::hand_on(std::unique_lock<std::mutex>& lock, sim_thread* self) {
     drain();
     lock.lock();
     if (scheduler_ != nullptr && scheduler_->has_job()) continue;  // an event made work
-    std::vector<sim_thread*> ready;
-    for (auto& [id, t] : threads_) {
-      if (t->now == sim_thread::state::runnable) ready.push_back(t.get());
-    }
-    if (!ready.empty()) {
-      sim_thread* next = ready[random_() % ready.size()];
+    if (!runnable_.empty()) {
+      const std::size_t pick = random_() % runnable_.size();
+      sim_thread* next = runnable_[pick];
+      runnable_[pick] = runnable_.back();
+      runnable_.pop_back();
       next->now = sim_thread::state::running;
       next->channel = nullptr;
       next->deadline = env::clock::time_point::max();
@@ -215,9 +229,7 @@ void world::hand_on(std::unique_lock<std::mutex>& lock, sim_thread* self) {
     if (scheduler_ != nullptr && !scheduler_->clock().schedule().empty()) {
       next = std::min(next, scheduler_->clock().schedule().begin()->first);
     }
-    for (auto& [id, t] : threads_) {
-      if (t->now == sim_thread::state::waiting) next = std::min(next, t->deadline);
-    }
+    if (!deadlines_.empty()) next = std::min(next, deadlines_.begin()->first);
     if (next == env::clock::time_point::max()) deadlock(lock);
     if (next > now_) {
       const auto step = next - now_;
@@ -235,11 +247,12 @@ void world::hand_on(std::unique_lock<std::mutex>& lock, sim_thread* self) {
       s->advance_time(std::chrono::nanoseconds(0));
       lock.lock();
     }
-    for (auto& [id, t] : threads_) {
-      if (t->now == sim_thread::state::waiting && t->deadline <= now_) {
-        t->now = sim_thread::state::runnable;
-        t->notified = false;
-      }
+    while (!deadlines_.empty() && deadlines_.begin()->first <= now_) {
+      sim_thread* t = threads_.at(deadlines_.begin()->second).get();
+      auto w = waiters_.find(t->channel);
+      w->second.erase(std::find(w->second.begin(), w->second.end(), t));
+      if (w->second.empty()) waiters_.erase(w);
+      make_runnable(t, /*notified=*/false);
     }
   }
 }

@@ -29,12 +29,15 @@
 
 #include <condition_variable>
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <random>
+#include <set>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "core/env.h"
@@ -83,9 +86,13 @@ class world final : public env::world {
 
  private:
   void hand_on(std::unique_lock<std::mutex>& lock, sim_thread* self);
-  // Makes the threads waiting on `channel` (the first, unless `all`) runnable. REQUIRES:
-  // mutex_ held.
+  // Makes the threads waiting on `channel` (the first to wait, unless `all`) runnable.
+  // REQUIRES: mutex_ held (as for every function below that touches the threads).
   void wake(const void* channel, bool all);
+  // Makes waiting thread `t` runnable (`notified`: by a notify, else by its deadline).
+  void make_runnable(sim_thread* t, bool notified);
+  // Makes `self` wait on `channel` until `deadline`.
+  void start_waiting(sim_thread* self, const void* channel, env::clock::time_point deadline);
   // Runs actor jobs and due events until there are none (the turn's holder, unlocked).
   void drain();
   [[noreturn]] void deadlock(std::unique_lock<std::mutex>& lock);
@@ -98,7 +105,13 @@ class world final : public env::world {
   env::clock::time_point now_;
   std::multimap<env::clock::time_point, std::function<void()>> events_;
   caf::scheduler::test_coordinator* scheduler_ = nullptr;
-  std::map<std::uint64_t, std::unique_ptr<sim_thread>> threads_;  // by id: the order of draws
+  std::map<std::uint64_t, std::unique_ptr<sim_thread>> threads_;  // by id
+  // Indexes of threads_ (a cluster of 200 workers has some 600 threads): the runnable
+  // ones in the order they became so (the draws' order), the waiting ones by what they
+  // wait for in the order they began, and the waiting ones with a deadline by it.
+  std::vector<sim_thread*> runnable_;
+  std::unordered_map<const void*, std::deque<sim_thread*>> waiters_;
+  std::set<std::pair<env::clock::time_point, std::uint64_t>> deadlines_;
   std::uint64_t next_id_ = 1;
   std::uint64_t running_ = 0;  // the thread whose turn it is
 };
