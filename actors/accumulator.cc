@@ -6,6 +6,7 @@
 #include <tuple>
 
 #include "actors/spawn.h"
+#include "core/phantom.h"
 #include "placement/device_name.h"
 
 namespace troupe::actors {
@@ -61,6 +62,9 @@ void by_type(dtype t, F&& f) {
 
 // The dense aggregate of `entries` (sorted).
 tensor dense_sum(const std::vector<entry>& entries, accumulator_reduction reduction) {
+  for (const entry& e : entries) {  // a shape-only simulation's gradients: their sum is one too
+    if (is_phantom(e.values)) return phantom_tensor(e.values.type(), entries.front().values.shape());
+  }
   tensor out = entries.front().values.deep_copy();
   by_type(out.type(), [&](auto zero) {
     using T = decltype(zero);
@@ -75,6 +79,14 @@ tensor dense_sum(const std::vector<entry>& entries, accumulator_reduction reduct
 // The sparse aggregate of `entries` (sorted): each index once, ascending.
 std::vector<tensor> sparse_sum(const std::vector<entry>& entries, accumulator_reduction reduction,
                                const tensor_shape& shape) {
+  if (std::any_of(entries.begin(), entries.end(), [](const entry& e) { return is_phantom(e.indices); })) {
+    // A shape-only simulation's indices: every row stands for one of its own.
+    std::vector<std::int64_t> dims = entries.front().values.shape().dims();
+    dims[0] = 0;
+    for (const entry& e : entries) dims[0] += e.indices.num_elements();
+    return {phantom_tensor(dtype::int64, tensor_shape({dims[0]})), phantom_tensor(entries.front().values.type(), tensor_shape(dims)),
+            tensor::from_vector(shape.dims())};
+  }
   std::map<std::int64_t, std::int64_t> row_of;
   for (const entry& e : entries) {
     for (std::int64_t id : e.indices.flat<std::int64_t>()) row_of.emplace(id, 0);
@@ -84,6 +96,10 @@ std::vector<tensor> sparse_sum(const std::vector<entry>& entries, accumulator_re
   for (auto& [id, row] : row_of) row = next++, ids.push_back(id);
   std::vector<std::int64_t> dims = entries.front().values.shape().dims();
   dims[0] = next;
+  if (std::any_of(entries.begin(), entries.end(), [](const entry& e) { return is_phantom(e.values); })) {
+    return {tensor::from_vector(ids), phantom_tensor(entries.front().values.type(), tensor_shape(dims)),
+            tensor::from_vector(shape.dims())};
+  }
   tensor values = tensor::zeros(entries.front().values.type(), tensor_shape(dims));
   const std::int64_t width = next == 0 ? 0 : values.num_elements() / next;
   std::vector<std::int64_t> count(static_cast<std::size_t>(next), 0);
@@ -153,7 +169,7 @@ struct accumulator_state {
                                     " but was given rows of shape ", m.gradient.shape().to_string());
     }
     shape = *merged;
-    if (shape.known_rank() && shape.dim(0) >= 0) {
+    if (shape.known_rank() && shape.dim(0) >= 0 && !is_phantom(idx)) {
       for (std::int64_t id : idx.flat<std::int64_t>()) {
         if (id < 0 || id >= shape.dim(0)) {
           return invalid_argument_error(label, ": gradient index ", id, " is outside [0, ", shape.dim(0), ")");

@@ -160,7 +160,10 @@ caf::behavior device_behavior(device_actor* self, device_options options) {
         spec.device = st.options.device;
         spec.device_type = st.options.device->type();
         spec.tracer = st.options.device->tracer();
-        if (auto* sim = st.options.device->simulation()) spec.timer = sim->timer_of(st.options.device->name(), st.options.device->task());
+        if (auto* sim = st.options.device->simulation()) {
+          spec.timer = sim->timer_of(st.options.device->name(), st.options.device->task());
+          spec.shape_only = sim->shape_only();
+        }
         spec.trace_task = st.options.device->task();
         spec.trace_device = st.options.device->short_name();
         const std::uint64_t request = st.next_request++;

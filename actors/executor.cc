@@ -7,11 +7,13 @@
 #include <future>
 #include <map>
 #include <mutex>
+#include <set>
 #include <span>
 #include <utility>
 
 #include "core/cpu_time.h"
 #include "core/env.h"
+#include "core/phantom.h"
 
 namespace troupe::actors {
 
@@ -274,6 +276,67 @@ status executable::check_feeds(const std::vector<tensor>& feeds) const {
 constexpr double k_inline_budget_off_pool_ns = 1e6;
 constexpr double k_executor_ns_per_node = 200;
 
+// Shape-only simulation (executable_spec::shape_only). Ops that only pass tensors on or
+// read their shapes run as they are, on phantoms too.
+bool passes_phantoms(std::string_view op) {
+  static const std::set<std::string, std::less<>> ops = {"Identity", "IdentityN", "StopGradient", "PreventGradient",
+                                                         "Snapshot", "Shape", "ShapeN", "Size", "Rank", "NoOp", "_Send"};
+  return ops.count(op) > 0;
+}
+
+bool plain_dtype(dtype t) { return t != dtype::string && t != dtype::resource && t != dtype::variant; }
+
+// Whether node `n` runs its kernel under a shape-only simulation: when it only passes
+// tensors on, or when its inputs are all real and its outputs small (shapes, steps,
+// labels: what the runtime and its callers read) or handles.
+bool computes_when_shape_only(const graph::node& n, std::span<const tensor> inputs) {
+  if (passes_phantoms(n.op_name())) return true;
+  if (any_phantom(inputs)) return false;
+  for (std::size_t i = 0; i < n.output_shapes.size() && i < n.output_types.size(); ++i) {
+    const partial_shape& shape = n.output_shapes[i];
+    if (plain_dtype(n.output_types[i]) && shape.fully_defined() &&
+        static_cast<std::size_t>(shape.num_elements()) * dtype_size(n.output_types[i]) > k_readable_phantom_bytes) {
+      return false;
+    }
+  }
+  return true;
+}
+
+// The phantoms standing for node `n`'s outputs on these inputs: shapes the graph knows,
+// else its shape function's on the inputs' shapes (and the values of its real inputs).
+status shape_only_outputs(const graph::node& n, std::span<const tensor> inputs, std::span<tensor> outputs) {
+  std::vector<partial_shape> shapes(n.output_shapes.begin(), n.output_shapes.end());
+  shapes.resize(outputs.size());
+  const bool known = std::all_of(shapes.begin(), shapes.end(), [](const partial_shape& p) { return p.fully_defined(); });
+  if (!known && n.op != nullptr && n.op->shape) {
+    std::vector<partial_shape> in;
+    std::vector<const tensor*> values;
+    for (const tensor& t : inputs) {
+      in.emplace_back(t.shape());
+      values.push_back(is_phantom(t) || !t.on_host() ? nullptr : &t);
+    }
+    graph::shape_context ctx(n.def, *n.op, std::move(in), std::move(values), n.input_types.to_vector(),
+                             static_cast<int>(outputs.size()));
+    TROUPE_RETURN_IF_ERROR(n.op->shape(ctx));
+    for (std::size_t i = 0; i < shapes.size(); ++i) {
+      auto merged = shapes[i].merge(ctx.outputs()[i]);
+      if (merged.ok()) shapes[i] = *merged;
+    }
+  }
+  for (std::size_t i = 0; i < outputs.size(); ++i) {
+    const dtype type = n.output_types[i];
+    if (!shapes[i].fully_defined() || !plain_dtype(type)) {
+      return unimplemented_error("shape-only simulation: node '", n.name(), "' (", n.op_name(), ") output ", i,
+                                 !plain_dtype(type) ? str_cat(" is a ", dtype_name(type), ", which no phantom stands for")
+                                                    : str_cat(" has shape ", shapes[i].to_string(),
+                                                              ", which its inputs' shapes do not determine"),
+                                 "; run this graph with simulation.execute_kernels: true");
+    }
+    outputs[i] = phantom_tensor(type, shapes[i].to_shape());
+  }
+  return status();
+}
+
 // True on a thread inside run_and_wait(): it blocks for the step anyway and is no actor's
 // thread, so like a compute thread it runs its inline work without a budget.
 thread_local bool t_caller_waits = false;
@@ -530,7 +593,9 @@ struct executor_access {
         continue;
       }
       kernels::kernel_context ctx(inputs, outputs, n.graph_node->output_types, s->info);
-      status thrown = kernels::catch_exceptions([&] { n.kernel->compute(ctx); });
+      status thrown = s->exec->spec_.shape_only && !computes_when_shape_only(*n.graph_node, inputs)
+                          ? shape_only_outputs(*n.graph_node, inputs, outputs)
+                          : kernels::catch_exceptions([&] { n.kernel->compute(ctx); });
       if (!thrown.ok()) ctx.fail(std::move(thrown));
       if (kernel_timer* timer = s->exec->spec_.timer) {
         // Completes when the node's virtual time is up, as an asynchronous node would.

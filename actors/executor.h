@@ -63,6 +63,7 @@ struct executable_spec {
   kernels::device* device = nullptr;      // what kernels see as their device; may be null
   step_tracer* tracer = nullptr;          // gets a span per node when set
   kernel_timer* timer = nullptr;          // under a simulation: synchronous kernels take virtual time
+  bool shape_only = false;                // under a shape-only simulation: see shape_only_outputs
   std::string trace_task, trace_device;   // how the tracer names this device
   std::string client;                     // kernels see it as step_info::client
 };

@@ -22,6 +22,11 @@ class simulation {
   virtual ~simulation() = default;
   // Adjusts the actor system's configuration (CAF's testing scheduler).
   virtual void configure(caf::actor_system_config& config) = 0;
+  // Shape-only (simulation.execute_kernels: false): kernels compute nothing but the shapes
+  // of their outputs, phantom tensors (core/phantom.h), unless their inputs are all real
+  // and their outputs small (shapes, steps, labels); variable updates and aggregations of
+  // phantoms leave phantoms.
+  virtual bool shape_only() const = 0;
   // The actor system the world runs from now on; null before it goes.
   virtual void attach(caf::actor_system* system) = 0;
   // The timer of device `device`'s kernels (its virtual cores), of task `task`; it lives

@@ -9,6 +9,7 @@
 #include "actors/simulation.h"
 #include "actors/variable.h"
 #include "actors/withdrawable.h"
+#include "core/phantom.h"
 #include "kernels/kernel_registry.h"
 #include "kernels/training_ops.h"
 
@@ -131,6 +132,12 @@ class resource_gather_kernel final : public async_op_kernel {
                      // The copy runs on the variable's thread when cheaper than a hand-off
                      // (the gathered bytes at ~1 ns per 8 bytes, under 20 us), else on the pool.
                      const tensor& params = *r;
+                     if (is_phantom(params) || is_phantom(ctx.input(1))) {  // a shape-only simulation's
+                       std::vector<std::int64_t> dims = ctx.input(1).shape().dims();
+                       for (int d = batch_dims + 1; d < params.rank(); ++d) dims.push_back(params.dim(d));
+                       ctx.set_output(0, phantom_tensor(params.type(), tensor_shape(std::move(dims))));
+                       return done();
+                     }
                      const double row_bytes = params.num_elements() == 0 || params.dim(0) == 0
                                                   ? 0
                                                   : static_cast<double>(params.byte_size()) / static_cast<double>(params.dim(0));
@@ -294,11 +301,22 @@ class variable_update_kernel : public async_op_kernel {
         });
   }
 
+  // A shape-only simulation's update (core/phantom.h): when a variable or an input is a
+  // phantom, every variable becomes one of its shape, and nothing is computed.
+  static bool shape_only_update(const kernel_context& ctx, std::vector<tensor>& vars) {
+    bool phantom = any_phantom(vars);
+    for (int i = 0; i < ctx.num_inputs() && !phantom; ++i) phantom = is_phantom(ctx.input(i));
+    if (!phantom) return false;
+    for (tensor& v : vars) v = phantom_tensor(v.type(), v.shape());
+    return true;
+  }
+
   static void run(std::shared_ptr<operation> op) {
     const double elements = op->values.empty() ? 0 : static_cast<double>(op->values[0].num_elements());
     auto work = [op] {
       account_scope memory(op->ctx->step().memory);
       status s = kernels::catch_exceptions([&] {
+        if (shape_only_update(*op->ctx, op->values)) return;
         status updated = op->kernel->update(*op->ctx, op->values);
         if (!updated.ok()) op->ctx->fail(std::move(updated));
       });

@@ -457,16 +457,32 @@ def plot_figure6(fig6, out):
     return path
 
 
-def section_sim_fidelity(results):
-    """bench/sim_fidelity.py's table: simulated against measured step times (issue 17)."""
-    lines = ["## Simulation fidelity", "",
-             "Step times of mode SIMULATED (one `troupe calibrate` table per model, from 2 workers) against "
-             "the same training measured in IN_PROCESS and REAL mode (issue 17: within 10%, goal 5%).", ""]
-    path = os.path.join(results, "sim_fidelity.md")
+def section_from_markdown(results, title, intro, name, script):
+    """A section whose table a script wrote into the results folder as NAME.md."""
+    lines = ["## " + title, "", intro, ""]
+    path = os.path.join(results, name + ".md")
     if not os.path.exists(path):
-        return lines + ["(bench/sim_fidelity.py did not run)", ""]
+        return lines + [f"({script} did not run)", ""]
     with open(path) as f:
         return lines + f.read().rstrip().split("\n") + [""]
+
+
+def section_sim_fidelity(results):
+    """bench/sim_fidelity.py's table: simulated against measured step times (issue 17)."""
+    return section_from_markdown(
+        results, "Simulation fidelity",
+        "Step times of mode SIMULATED (one `troupe calibrate` table per model, from 2 workers) against "
+        "the same training measured in IN_PROCESS and REAL mode (issue 17: within 10%, goal 5%).",
+        "sim_fidelity", "bench/sim_fidelity.py")
+
+
+def section_sim_scale(results):
+    """bench/sim_scale.py's table: a 200-worker cluster in virtual time (issue 17)."""
+    return section_from_markdown(
+        results, "Simulation at scale",
+        "200 workers and 16 PS tasks training asynchronously in mode SIMULATED: wall time of the whole "
+        "run against the virtual time simulated (issue 17: 1000 steps shape-only in <= 60 s).",
+        "sim_scale", "bench/sim_scale.py")
 
 
 def main():
@@ -492,6 +508,7 @@ def main():
     fig8_lines, fig8 = section_figure8(results)
     lines += fig8_lines
     lines += section_sim_fidelity(results)
+    lines += section_sim_scale(results)
 
     plots = []
     try:

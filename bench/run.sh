@@ -19,7 +19,8 @@
 # troupe and then its PyTorch peer (the order flips every other round so drift hits both
 # alike), then the machine ceilings (FMA peak, sgemm) and runtime micro-benchmarks;
 # (5) the paper's Figures 6 and 8 once, graph set-up, checkpoints, and how close the
-# simulation's step times come to measured ones (bench/sim_fidelity.py); (6)
+# simulation's step times come to measured ones (bench/sim_fidelity.py) and how fast it
+# runs 200 workers (bench/sim_scale.py); (6)
 # bench/report.py writes report.md, ratios.png,
 # figure6.png and figure8.png into the results folder. Raw JSON and logs stay beside them.
 #
@@ -216,6 +217,14 @@ fidelity_args=()
 "$python" "$root/bench/sim_fidelity.py" --troupe "$build_dir/troupe" --out "$out" "${fidelity_args[@]}" \
   >"$out/logs/sim_fidelity.log" 2>&1 \
   || { log "  sim_fidelity FAILED (log: $out/logs/sim_fidelity.log)"; failures=$((failures + 1)); }
+
+# --- 5e. Simulation at scale (issue 17: 200 workers, 16 PS, 1000 steps shape-only in <= 60 s) ---
+log "simulation at scale: 200 workers and 16 PS tasks, shape-only and with kernels"
+scale_args=()
+[ "$mode" = quick ] && scale_args=(--quick)
+"$python" "$root/bench/sim_scale.py" --troupe "$build_dir/troupe" --out "$out" "${scale_args[@]}" \
+  >"$out/logs/sim_scale.log" 2>&1 \
+  || { log "  sim_scale FAILED (log: $out/logs/sim_scale.log)"; failures=$((failures + 1)); }
 
 # --- 6. Report ---
 "$python" - "$out/machine.json" "$(cut -d' ' -f1-3 /proc/loadavg)" <<'EOF'

@@ -56,6 +56,8 @@ class buffer {
   // False when the bytes are in a device's memory: the host may not touch them.
   bool host_accessible() const { return owner_ == nullptr || owner_->host_accessible(); }
   std::size_t size() const { return size_; }
+  // Whoever lent the memory (buffer::adopt), or null for the cache's own.
+  const external_memory* owner() const { return owner_; }
 
   void ref() const { refs_.fetch_add(1, std::memory_order_relaxed); }
   // Releases one reference; the last one returns the memory to the allocator.

@@ -3,6 +3,7 @@
 #include <sstream>
 
 #include "core/memory.h"
+#include "core/phantom.h"
 #include "core/status.h"
 
 namespace troupe {
@@ -64,6 +65,7 @@ tensor tensor::reshaped(tensor_shape shape) const {
 tensor tensor::deep_copy() const {
   if (!initialized()) return tensor();
   if (dtype_ == dtype::resource) return from_resource(resource_value());
+  if (is_phantom(*this)) return phantom_tensor(dtype_, shape_);  // nothing to copy
   tensor t(dtype_, shape_);
   std::memcpy(t.raw_data(), raw_data(), byte_size());
   return t;

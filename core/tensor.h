@@ -107,6 +107,8 @@ class tensor {
   // False for a tensor in a device's memory (a GPU's): only that device's kernels and
   // copies may touch its bytes.
   bool on_host() const { return buffer_ == nullptr || buffer_->host_accessible(); }
+  // Whoever lent the bytes (buffer::adopt: a device's memory, core/phantom.h), or null.
+  const external_memory* memory_owner() const { return buffer_ != nullptr ? buffer_->owner() : nullptr; }
   template <class T>
   T* data() const {
     assert(dtype_of<T> == dtype_);
@@ -124,7 +126,8 @@ class tensor {
 
   // The same bytes seen with another shape. REQUIRES: same number of elements.
   tensor reshaped(tensor_shape shape) const;
-  // A tensor with its own copy of the bytes. REQUIRES: on_host().
+  // A tensor with its own copy of the bytes (a phantom's: another phantom, core/phantom.h).
+  // REQUIRES: on_host() or a phantom.
   tensor deep_copy() const;
 
   bool shares_buffer_with(const tensor& other) const {

@@ -97,8 +97,10 @@ void progress_reporter::update(std::int64_t step, double loss) {
   if (finished_) return;
   std::int64_t previous = step_;
   step_ = std::max(step_, step);
-  loss_ = have_loss_ ? (1 - k_loss_weight) * loss_ + k_loss_weight * loss : loss;
-  have_loss_ = true;
+  if (options_.show_loss) {
+    loss_ = have_loss_ ? (1 - k_loss_weight) * loss_ + k_loss_weight * loss : loss;
+    have_loss_ = true;
+  }
   switch (options_.style) {
     case progress_style::bar: {
       double t = now();

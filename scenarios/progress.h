@@ -46,6 +46,7 @@ struct progress_options {
   int width = 80;                                    // bar: columns of the whole line
   double min_redraw_seconds = 0.1;                   // bar: redraw at most this often
   std::function<double()> clock = {};                // seconds; empty: steady clock
+  bool show_loss = true;                             // false: no loss (a shape-only simulation's)
 };
 
 class progress_reporter {

@@ -667,6 +667,7 @@ result<sim::simulation_options> simulation_options_of(const scenario::Simulation
   o.swizzle.every_ms = s.swizzle().every_ms();
   o.swizzle.clog_ms = s.swizzle().clog_ms();
   o.swizzle.links = s.swizzle().links();
+  o.execute_kernels = s.execute_kernels();
   return o;
 }
 
@@ -719,7 +720,8 @@ result<run_summary> run_scenario(const scenario::Scenario& sc, const run_options
     const auto& m = sc.simulation();
     out << "cluster: SIMULATED, virtual time (seed " << m.seed() << "; network " << m.network().latency_us()
         << " us latency, " << m.network().bandwidth_gbps() << " Gb/s per link; compute "
-        << (m.compute().table().empty() ? std::string("by rates") : "from " + m.compute().table()) << ")\n";
+        << (m.compute().table().empty() ? std::string("by rates") : "from " + m.compute().table())
+        << (m.execute_kernels() ? "" : "; shape-only: kernels compute no values") << ")\n";
   }
   // REAL: every task in a server process of its own, this process their client.
   std::unique_ptr<real_servers> real;
@@ -763,7 +765,9 @@ result<run_summary> run_scenario(const scenario::Scenario& sc, const run_options
   eo.default_device = layout->worker(0);
   auto evaluator = actors::session::create(std::move(*eval_graph), eo);
   if (!evaluator.ok()) return evaluator.error();
-  auto tests = load_test_set(files);
+  // (A shape-only simulation evaluates nothing: its tensors are phantoms.)
+  const bool shape_only = simulated != nullptr && simulated->shape_only();
+  auto tests = shape_only ? result<test_set>(test_set{}) : load_test_set(files);
   if (!tests.ok()) return tests.error();
 
   // The chief initializes every variable once.
@@ -922,6 +926,7 @@ result<run_summary> run_scenario(const scenario::Scenario& sc, const run_options
   progress_options po;
   po.style = style_of(sc.report().progress());
   po.total_steps = total_steps;
+  po.show_loss = !shape_only;
   if (sc.report().has_progress_every()) po.every = sc.report().progress_every();
   progress_reporter& progress = progress_holder.emplace(out, po);
   reporter = &progress;
@@ -931,10 +936,27 @@ result<run_summary> run_scenario(const scenario::Scenario& sc, const run_options
   // an enqueue or a dequeue, which then fail as their threads exit. The first error is
   // the run's; what fails after it is its consequence.
   std::atomic<bool> stop{false};
+  // Batches taken from each worker's queue (its training steps), so that a reader that
+  // found the queue full waits for room instead of polling it (200 workers' readers
+  // polling every 500 us were most of a simulated run's work).
+  struct batches_taken {
+    std::mutex mutex;
+    env::condition_variable changed;
+    std::uint64_t count = 0;
+    void bump() {
+      {
+        std::lock_guard<std::mutex> lock(mutex);
+        ++count;
+      }
+      changed.notify_all();
+    }
+  };
+  std::vector<batches_taken> taken(workers.size());
   env::mutex queues_mutex;  // held while closing them
   bool queues_closed = false;
   auto end_run = [&] {
     stop = true;
+    for (auto& t : taken) t.bump();
     std::lock_guard<env::mutex> lock(queues_mutex);
     if (std::exchange(queues_closed, true)) return;
     for (auto& w : workers) (void)w->run({}, {}, {k_close});
@@ -957,12 +979,16 @@ result<run_summary> run_scenario(const scenario::Scenario& sc, const run_options
   std::vector<env::thread> readers;
   const int reader_threads = effective_readers(sc.dataset());
   const std::int64_t fill_below = sc.dataset().queue_capacity() - reader_threads * reader_batch(sc.dataset(), t.batch_size());
-  for (auto& w : workers) {
+  for (std::size_t w = 0; w < workers.size(); ++w) {
     for (int r = 0; r < reader_threads; ++r) {
-      readers.emplace_back([&, s = w.get()] {
+      readers.emplace_back([&, s = workers[w].get(), room = &taken[w]] {
         while (!stop) {
           result<std::vector<tensor>> e = internal_error("not run");
           bool full = false;
+          const std::uint64_t seen = [&] {
+            std::lock_guard<std::mutex> lock(room->mutex);
+            return room->count;
+          }();
           {
             cluster::step_gate::pass feeding(gate, cluster::step_gate::pass::kind::feeder);
             e = s->run({}, {k_queue_size});
@@ -974,7 +1000,11 @@ result<run_summary> run_scenario(const scenario::Scenario& sc, const run_options
           if (!e.ok() && !retry(e.error())) {
             return fail(supervisor->failure().ok() ? e.error().with_context("input pipeline") : supervisor->failure());
           }
-          if (full) env::sleep_for(std::chrono::microseconds(500));
+          if (full) {
+            // Until the trainer takes a batch (or, as a safeguard, 50 ms).
+            std::unique_lock<std::mutex> lock(room->mutex);
+            room->changed.wait_for(lock, std::chrono::milliseconds(50), [&] { return room->count != seen; });
+          }
         }
       });
     }
@@ -1066,6 +1096,7 @@ result<run_summary> run_scenario(const scenario::Scenario& sc, const run_options
         if (restores == local_restores && (held.step != local || held.restores != restores)) {
           r = s.run({}, {k_dequeue_images, k_dequeue_labels});
           if (r.ok()) held = {local, restores, r->at(0), r->at(1)};
+          if (r.ok()) taken[w].bump();
         }
         if (held.step == local && held.restores == restores) {
           r = s.run({{o.local_step.name(), tensor::scalar<std::int64_t>(local)},
@@ -1207,6 +1238,7 @@ result<run_summary> run_scenario(const scenario::Scenario& sc, const run_options
           return fail(supervisor->failure().ok() ? r.error().with_context(str_cat("training step on worker ", w))
                                                  : supervisor->failure());
         }
+        taken[w].bump();
         if (checkpoints != nullptr) checkpoints->step_done(step);
         step_reached(step);
         progress.update(std::max(step, seen), loss);
@@ -1277,10 +1309,13 @@ result<run_summary> run_scenario(const scenario::Scenario& sc, const run_options
   summary.steps = final_step->at(0).scalar_value<std::int64_t>();
   progress.finish();
   summary.seconds = seconds;
-  summary.final_loss = progress.smoothed_loss();
-  auto acc = evaluate(**evaluator, *tests);
-  if (!acc.ok()) return acc.error();
-  summary.test_accuracy = *acc;
+  summary.final_loss = shape_only ? 0 : progress.smoothed_loss();
+  if (!shape_only) {
+    auto acc = evaluate(**evaluator, *tests);
+    if (!acc.ok()) return acc.error();
+    summary.test_accuracy = *acc;
+  }
+  summary.shape_only = shape_only;
   out << "trained " << summary.steps << " steps in " << std::to_string(seconds).substr(0, 5) << " s";
   if (simulated != nullptr) {
     summary.virtual_seconds = std::chrono::duration<double>(simulated->world().elapsed()).count();
@@ -1288,9 +1323,13 @@ result<run_summary> run_scenario(const scenario::Scenario& sc, const run_options
     out << " of virtual time (" << std::to_string(wall).substr(0, 5) << " s wall for the whole run, "
         << std::to_string(summary.virtual_seconds).substr(0, 5) << " s virtual)";
   }
-  out << " (" << static_cast<int>(summary.steps / std::max(seconds, 1e-9)) << " steps/s); loss "
-      << summary.final_loss << "; test accuracy " << std::to_string(summary.test_accuracy * 100).substr(0, 5)
-      << "% on " << tests->labels.num_elements() << " images\n";
+  out << " (" << static_cast<int>(summary.steps / std::max(seconds, 1e-9)) << " steps/s); ";
+  if (shape_only) {
+    out << "shape-only: no loss or accuracy\n";
+  } else {
+    out << "loss " << summary.final_loss << "; test accuracy " << std::to_string(summary.test_accuracy * 100).substr(0, 5)
+        << "% on " << tests->labels.num_elements() << " images\n";
+  }
   if (recorder != nullptr) {
     absorb_observations(/*sync_events=*/false, /*quiet=*/false);  // the evaluation's kernels (no gradients since)
     // Faults, recoveries and checkpoints on the timeline, beside the kernels.

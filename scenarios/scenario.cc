@@ -342,7 +342,14 @@ void check_simulation(checker& c, const node& parent, scenario::Scenario* s, std
   }
   if (!sim->has_execute_kernels()) sim->set_execute_kernels(true);
   if (!sim->execute_kernels()) {
-    c.error(n, "execute_kernels", "false (shape-only simulation) is not built yet; leave it out or write true");
+    // Shape-only: tensors are phantoms (core/phantom.h), so there is nothing to save,
+    // evaluate or expect.
+    const char* why = "a shape-only simulation (execute_kernels: false) computes no values";
+    if (s->has_checkpoint()) c.error(n, "execute_kernels", "false cannot go with a checkpoint section: ", why, " to save");
+    if (s->training().eval_every() > 0) c.error(n, "execute_kernels", "false cannot go with training.eval_every: ", why, " to evaluate");
+    if (s->report().expect().has_min_test_accuracy() || s->report().expect().has_max_final_loss()) {
+      c.error(n, "execute_kernels", "false cannot go with report.expect: ", why, " to check");
+    }
   }
 }
 

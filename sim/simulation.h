@@ -74,6 +74,7 @@ struct simulation_options {
   network_model network;
   compute_model compute;
   swizzle_model swizzle;
+  bool execute_kernels = true;  // false: shape-only (actors::simulation::shape_only)
 };
 
 // The roofline estimate of a kernel of `op` on these inputs and outputs: floating-point
@@ -108,6 +109,7 @@ class simulation final : public actors::simulation {
 
   // actors::simulation
   void configure(caf::actor_system_config& config) override { world::configure(config); }
+  bool shape_only() const override { return !options_.execute_kernels; }
   void attach(caf::actor_system* system) override { world_.attach(system); }
   actors::kernel_timer* timer_of(const std::string& device, const std::string& task) override;
   void transfer(const std::string& from, const std::string& to, std::int64_t bytes,

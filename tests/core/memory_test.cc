@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "core/memory.h"
+#include "core/phantom.h"
 #include "core/tensor.h"
 #include "core/thread_pool.h"
 
@@ -29,6 +30,35 @@ TEST_CASE("memory sizes parse as bytes, binary units or a share of physical memo
     CHECK(r.error().error_code() == code::invalid_argument);
     CHECK(r.error().message().find("TROUPE_MEMORY_LIMIT='") != std::string::npos);
   }
+}
+
+TEST_CASE("phantom tensors have a shape and no memory; small ones read as zeros", "[memory]") {
+  auto device = memory_account::create("device d", 1 << 20, &memory_account::process());
+  account_scope scope(device.get());
+  const tensor big = phantom_tensor(dtype::float32, {1 << 20, 1 << 20});  // 4 TiB
+  CHECK(is_phantom(big));
+  CHECK_FALSE(big.on_host());
+  CHECK(big.byte_size() == (std::size_t{1} << 42));
+  CHECK(device->in_use() == 0);
+  const tensor copy = big.deep_copy();
+  CHECK(is_phantom(copy));
+  CHECK(copy.shape() == big.shape());
+  const tensor loss = phantom_tensor(dtype::float32, {});
+  CHECK(is_phantom(loss));
+  REQUIRE(loss.on_host());
+  CHECK(loss.scalar_value<float>() == 0.0f);
+  const tensor row = phantom_tensor(dtype::int64, {k_readable_phantom_bytes / 8});
+  CHECK(row.on_host());
+  CHECK(row.flat<std::int64_t>()[k_readable_phantom_bytes / 8 - 1] == 0);
+  CHECK_FALSE(phantom_tensor(dtype::int64, {k_readable_phantom_bytes / 8 + 1}).on_host());
+  CHECK_FALSE(phantom_tensor(dtype::string, {}).on_host());  // no bytes stand for a string
+  CHECK(device->in_use() == 0);
+  const tensor real = tensor::zeros(dtype::float32, {4});
+  CHECK_FALSE(is_phantom(real));
+  CHECK_FALSE(is_phantom(tensor()));
+  std::vector<tensor> some = {real, loss};
+  CHECK(any_phantom(some));
+  CHECK_FALSE(any_phantom(std::span<const tensor>(some.data(), 1)));
 }
 
 TEST_CASE("an allocation beyond its account's limit throws, naming the shape, the bytes and the account",

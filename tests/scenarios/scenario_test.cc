@@ -31,7 +31,7 @@ const std::string k_minimal = "training { steps: 10 }\n";
 }  // namespace
 
 TEST_CASE("The example scenarios load", "[scenario]") {
-  for (const char* name : {"default", "lenet", "mlp_local", "faults", "backups", "real"}) {
+  for (const char* name : {"default", "lenet", "mlp_local", "faults", "backups", "real", "simulated", "sim_scale"}) {
     INFO(name);
     std::string path = examples_dir() + "/" + name + ".pbtxt";
     auto s = load_scenario(path);
@@ -39,7 +39,9 @@ TEST_CASE("The example scenarios load", "[scenario]") {
     CHECK(s->name() == name);
     CHECK(s->training().steps() > 0);
     CHECK(s->training().has_seed());
-    CHECK(s->report().expect().has_min_test_accuracy());
+    // Each expects an accuracy, but for the shape-only one, which computes none.
+    const bool shape_only = s->simulation().has_execute_kernels() && !s->simulation().execute_kernels();
+    CHECK(s->report().expect().has_min_test_accuracy() == !shape_only);
     CHECK(check_dataset_files(s->dataset()).ok());
     // What a run prints parses back to the same scenario.
     auto again = parse_scenario(scenario_to_text(*s), path);
@@ -513,8 +515,15 @@ TEST_CASE("simulation: old SIMULATED files run IN_PROCESS with a note; the secti
         "s.pbtxt:7:13: simulation.network.bandwidth_gbps: must be in (0, 10^4] (is 0)");
   CHECK(error_of(cluster + "simulation { compute { cores_per_device: 0 } }\n" + k_minimal) ==
         "s.pbtxt:6:24: simulation.compute.cores_per_device: must be >= 1 (is 0)");
-  CHECK(contains(error_of(cluster + "simulation { execute_kernels: false }\n" + k_minimal),
-                 "simulation.execute_kernels: false (shape-only simulation) is not built yet"));
+  auto shapes = parse_scenario(cluster + "simulation { execute_kernels: false }\n" + k_minimal, "s.pbtxt");
+  REQUIRE(shapes.ok());
+  CHECK_FALSE(shapes->simulation().execute_kernels());
+  CHECK(contains(error_of(cluster + "simulation { execute_kernels: false }\ncheckpoint { dir: '/tmp/x' }\n" + k_minimal),
+                 "simulation.execute_kernels: false cannot go with a checkpoint section: a shape-only simulation "
+                 "(execute_kernels: false) computes no values to save"));
+  CHECK(contains(error_of(cluster + "simulation { execute_kernels: false }\nreport { expect { min_test_accuracy: 0.5 } }\n" +
+                          k_minimal),
+                 "simulation.execute_kernels: false cannot go with report.expect"));
 }
 
 }  // namespace

@@ -13,6 +13,7 @@
 #include "actors/cluster.h"
 #include "actors/session.h"
 #include "core/file.h"
+#include "core/phantom.h"
 #include "graph/ops.h"
 #include "scenarios/runner.h"
 #include "scenarios/scenario.h"
@@ -26,6 +27,30 @@ std::string temp_path(const std::string& name) {
   return (std::filesystem::temp_directory_path() / (name + "-" + std::to_string(::getpid()) + ".json")).string();
 }
 
+// One step of a graph in simulation `s` (one task, one device): its virtual seconds and
+// what it fetched.
+struct timed_step {
+  double seconds = 0;
+  result<std::vector<tensor>> out = internal_error("not run");
+};
+timed_step one_step(sim::simulation& s, const graph::scope& root, const std::vector<std::string>& fetch) {
+  actors::cluster_options co;
+  co.simulation = &s;
+  auto c = actors::cluster::create(co);
+  REQUIRE(c.ok());
+  actors::session_options so;
+  so.cluster = *c;
+  auto session = actors::session::create(*root.to_graph(), so);
+  REQUIRE(session.ok());
+  timed_step r;
+  const auto t0 = env::now();
+  r.out = (*session)->run({}, fetch);
+  r.seconds = std::chrono::duration<double>(env::now() - t0).count();
+  session->reset();
+  c->reset();
+  return r;
+}
+
 // Virtual seconds of one step fetching two independent 256^3 MatMuls on one device with
 // `cores` virtual cores, at 1 GFLOP/s (each: 2 * 256^3 flops = 33.6 ms of work); with
 // `one`, only the first.
@@ -37,25 +62,13 @@ double two_matmuls_seconds(int cores, int intra_op_threads = 1, bool one = false
   sim::simulation s(o);
   auto root = graph::scope::new_root();
   auto a = ops::fill(root, ops::constant(root, tensor::from_vector<std::int32_t>({256, 256})), ops::scalar(root, 1.0f));
-  auto x = ops::matmul(root.with_name("x"), a, a);
-  auto y = ops::matmul(root.with_name("y"), a, a);
-  actors::cluster_options co;
-  co.simulation = &s;
-  auto c = actors::cluster::create(co);
-  REQUIRE(c.ok());
-  actors::session_options so;
-  so.cluster = *c;
-  auto session = actors::session::create(*root.to_graph(), so);
-  REQUIRE(session.ok());
-  const auto t0 = env::now();
-  auto out = one ? (*session)->run({}, {"x"}) : (*session)->run({}, {"x", "y"});
-  const double took = std::chrono::duration<double>(env::now() - t0).count();
-  REQUIRE(out.ok());
-  CHECK(out->at(0).flat<float>()[0] == 256.0f);  // the kernels ran: real numbers
-  if (!one) CHECK(out->at(1).flat<float>()[7] == 256.0f);
-  session->reset();
-  c->reset();
-  return took;
+  ops::matmul(root.with_name("x"), a, a);
+  ops::matmul(root.with_name("y"), a, a);
+  const timed_step r = one_step(s, root, one ? std::vector<std::string>{"x"} : std::vector<std::string>{"x", "y"});
+  REQUIRE(r.out.ok());
+  CHECK(r.out->at(0).flat<float>()[0] == 256.0f);  // the kernels ran: real numbers
+  if (!one) CHECK(r.out->at(1).flat<float>()[7] == 256.0f);
+  return r.seconds;
 }
 
 const char* k_scenario = R"(
@@ -215,4 +228,97 @@ TEST_CASE("simulation: the liveness phase lifts the faults and needs a step with
   REQUIRE_FALSE(bad.ok());
   CHECK_THAT(bad.error().message(), Catch::Contains("the liveness phase (from global step 15) has no faults"));
   std::filesystem::remove_all(temp_path("troupe-sim-liveness"));
+}
+
+namespace {
+
+// One step of `fetch` on one device (four virtual cores at `gflops`) of a graph where
+// x = Fill([n, n], 1) and y = x.x; its virtual seconds and what it fetched.
+timed_step matmul_step(bool execute_kernels, std::int32_t n, std::vector<std::string> fetch, double gflops = 1) {
+  sim::simulation_options o;
+  o.compute.gflops = gflops;
+  o.compute.cores_per_device = 4;
+  o.execute_kernels = execute_kernels;
+  sim::simulation s(o);
+  auto root = graph::scope::new_root();
+  auto x = ops::fill(root.with_name("x"), ops::constant(root, tensor::from_vector<std::int32_t>({n, n})), ops::scalar(root, 1.0f));
+  auto y = ops::matmul(root.with_name("y"), x, x);
+  ops::shape(root.with_name("shape"), y);
+  auto total = ops::sum(root.with_name("total"), y, ops::constant(root, tensor::from_vector<std::int32_t>({0, 1})));
+  // A shape only y's values say: a shape-only run cannot know it.
+  auto rows = ops::cast(root, total, dtype::int32);
+  ops::reshape(root.with_name("by_value"), y, ops::stack(root, {rows, ops::scalar<std::int32_t>(root, -1)}));
+  return one_step(s, root, fetch);
+}
+
+}  // namespace
+
+TEST_CASE("simulation: shape-only moves phantoms of the right shapes in the same virtual time", "[sim]") {
+  const timed_step real = matmul_step(true, 256, {"y", "shape", "total"});
+  const timed_step shapes = matmul_step(false, 256, {"y", "shape", "total"});
+  REQUIRE(real.out.ok());
+  REQUIRE(shapes.out.ok());
+  CHECK(real.out->at(0).flat<float>()[0] == 256.0f);
+  CHECK_FALSE(is_phantom(real.out->at(0)));
+  // The MatMul's result is a phantom of its shape; Shape reads only shapes and is real.
+  const tensor& y = shapes.out->at(0);
+  CHECK(is_phantom(y));
+  CHECK_FALSE(y.on_host());
+  CHECK(y.shape() == tensor_shape({256, 256}));
+  CHECK(shapes.out->at(1).equals(tensor::from_vector<std::int32_t>({256, 256})));
+  // A small phantom (a loss, say) reads as zeros.
+  CHECK(is_phantom(shapes.out->at(2)));
+  CHECK(shapes.out->at(2).scalar_value<float>() == 0.0f);
+  // The compute model sees the same shapes: the same virtual time to the nanosecond.
+  CHECK(real.seconds > 0.03);  // 2 * 256^3 flops at 1 GFLOP/s
+  CHECK(shapes.seconds == real.seconds);
+}
+
+TEST_CASE("simulation: shape-only runs a model larger than this machine's memory", "[sim]") {
+  // x and y are 64 GiB each: nothing of them is allocated.
+  const timed_step big = matmul_step(false, 131072, {"y", "shape"}, /*gflops=*/1e6);
+  REQUIRE(big.out.ok());
+  CHECK(is_phantom(big.out->at(0)));
+  CHECK(big.out->at(0).byte_size() == std::size_t{131072} * 131072 * 4);
+  CHECK(big.out->at(1).equals(tensor::from_vector<std::int32_t>({131072, 131072})));
+  CHECK(big.seconds > 4.5);  // 2 * 2^51 flops at 10^6 GFLOP/s
+}
+
+TEST_CASE("simulation: shape-only names the node whose shape only values would give", "[sim]") {
+  const timed_step r = matmul_step(false, 64, {"by_value"});
+  REQUIRE_FALSE(r.out.ok());
+  CHECK(r.out.error().error_code() == code::unimplemented);
+  CHECK_THAT(r.out.error().message(),
+             Catch::Contains("shape-only simulation: node 'by_value' (Reshape) output 0 has shape [?,?], which its "
+                             "inputs' shapes do not determine; run this graph with simulation.execute_kernels: true"));
+}
+
+TEST_CASE("simulation: a shape-only scenario trains as the full one does, in the same virtual time", "[sim]") {
+  const outcome full = run("simulation { seed: 3 }\n");
+  const outcome shapes = run("simulation { seed: 3 execute_kernels: false }\n");
+  CHECK(shapes.summary.find("\"shape_only\": true") != std::string::npos);
+  CHECK(full.summary.find("\"shape_only\": false") != std::string::npos);
+  CHECK(shapes.training_seconds == full.training_seconds);
+  CHECK(shapes.virtual_seconds < full.virtual_seconds);  // no final evaluation
+  CHECK(shapes.trace.size() > 1000);
+}
+
+TEST_CASE("simulation: shape-only SYNC replication aggregates phantom gradients", "[sim]") {
+  auto sync = scenarios::parse_scenario(
+      [] {
+        std::string s = k_scenario;
+        s.replace(s.find("replication: ASYNC"), 18, "replication: SYNC");
+        return s + "simulation { seed: 5 execute_kernels: false }\n";
+      }(),
+      "sim.pbtxt");
+  REQUIRE(sync.ok());
+  std::ostringstream text;
+  scenarios::run_options o;
+  o.out = &text;
+  auto r = scenarios::run_scenario(*sync, o);
+  INFO(text.str());
+  REQUIRE(r.ok());
+  CHECK(r->steps == 60);
+  CHECK(r->shape_only);
+  CHECK(text.str().find("shape-only: no loss or accuracy") != std::string::npos);
 }
