@@ -121,7 +121,7 @@ result<std::int64_t> sync_coordinator::turn(std::int64_t epoch) {
   const auto started = env::now();
   const auto limit = options_.stall_timeout.count() > 0
                          ? options_.stall_timeout
-                         : std::chrono::milliseconds(std::max<std::int64_t>(5000, static_cast<std::int64_t>(50 * average_turn_ms_)));
+                         : std::chrono::milliseconds(static_cast<std::int64_t>(std::max(floor_ms_, 50 * average_turn_ms_)));
   {
     std::unique_lock<std::mutex> lock(st->mutex);
     if (!st->answered.wait_for(lock, limit, [&] { return st->value.has_value() || st->stopped; })) {
@@ -129,6 +129,9 @@ result<std::int64_t> sync_coordinator::turn(std::int64_t epoch) {
       const status lost = unavailable_error("sync coordinator: the gradients of a step did not all come within ",
                                             limit.count(), " ms (one was lost); every replica computes the step again");
       if (options_.log) options_.log(str_cat("sync: ", lost.message()));
+      // No turn has come through yet: perhaps they are just long (a model whose steps
+      // take seconds, 200 workers): wait twice as long next time, up to 10 minutes.
+      if (average_turn_ms_ == 0) floor_ms_ = std::min(2 * floor_ms_, 600000.0);
       return lost;
     }
     if (!st->value.has_value()) return cancelled_error("the coordinator was stopped while gathering gradients");

@@ -124,6 +124,10 @@ class sync_coordinator {
   std::atomic<std::int64_t> epoch_{0};
   std::atomic<std::int64_t> updates_{0};
   double average_turn_ms_ = 0;  // of the turns that got their gradients (the loop's thread only)
+  // A turn waits for its gradients max(floor_ms_, 50 x average_turn_ms_) unless
+  // options_.stall_timeout says; the floor doubles after each lost turn while none has
+  // come through (the loop's thread only).
+  double floor_ms_ = 5000;
   std::mutex mutex_;
   env::condition_variable ended_;
   bool done_ = false;

@@ -417,6 +417,9 @@ result<sync_replicas_ops> minimize(const scope& s, const sync_replicas_optimizer
   auto read_step = [&](const scope& where) {
     return where.add("ReadVariableOp", {global_step.handle}, {{"dtype", attr_value(global_step.type)}}).out();
   };
+  // The step the accumulators are set to, read beside the global step (a read colocated
+  // with a variable on another PS task could be placed nowhere).
+  const output step_for_accumulators = read_step(at_step.sub("step_for_accumulators"));
   sync_replicas_ops out;
   out.local_step = ops::placeholder(ss.with_name("local_step"), dtype::int64, partial_shape::scalar());
   const output num_required = ops::scalar<std::int32_t>(ss.with_name("num_required"), n);
@@ -454,7 +457,7 @@ result<sync_replicas_ops> minimize(const scope& s, const sync_replicas_optimizer
       takes.push_back(take);
       output mean = ops::mul(vs, take.out(1), graph::scalar_of(vs, v.type, 1.0 / n));
       taken[i].sparse.emplace_back(mean, take.out(0));
-      inits.push_back(vs.add("AccumulatorSetGlobalStep", {acc.out(), read_step(vs)}));
+      inits.push_back(vs.add("AccumulatorSetGlobalStep", {acc.out(), step_for_accumulators}));
       continue;
     }
     // Dense: every part (and any rows, made dense) summed into one gradient.
@@ -467,7 +470,7 @@ result<sync_replicas_ops> minimize(const scope& s, const sync_replicas_optimizer
     operation take = vs.add("ResourceAccumulatorTakeGradient", {acc.out(), num_required}, {{"dtype", attr_value(v.type)}});
     takes.push_back(take);
     taken[i].dense.push_back(take.out());
-    inits.push_back(vs.add("ResourceAccumulatorSetGlobalStep", {acc.out(), read_step(vs)}));
+    inits.push_back(vs.add("ResourceAccumulatorSetGlobalStep", {acc.out(), step_for_accumulators}));
   }
   // No variable changes before every accumulator has been taken from: a gradient tagged
   // with this step that reaches an accumulator after its take is stale everywhere.
