@@ -485,6 +485,19 @@ def section_sim_scale(results):
         "sim_scale", "bench/sim_scale.py")
 
 
+def section_sim_figures(results):
+    """bench/sim_figures.py's tables: the paper's Figures 7 and 8 in simulation (issue 17)."""
+    lines = section_from_markdown(
+        results, "Figures 7 and 8 in simulation",
+        "The paper's Inception-v3 cluster as a stated model in mode SIMULATED, shape-only (bench/sim_figures.py "
+        "says the parameters); plots in figure7_sim.png and figure8_sim.png.",
+        "sim_figures", "bench/sim_figures.py")
+    for png in ("figure7_sim.png", "figure8_sim.png"):
+        if os.path.exists(os.path.join(results, png)):
+            lines += [f"![{png}]({png})", ""]
+    return lines
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--results", required=True, help="the results folder of one run")
@@ -509,6 +522,7 @@ def main():
     lines += fig8_lines
     lines += section_sim_fidelity(results)
     lines += section_sim_scale(results)
+    lines += section_sim_figures(results)
 
     plots = []
     try:

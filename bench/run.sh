@@ -19,8 +19,9 @@
 # troupe and then its PyTorch peer (the order flips every other round so drift hits both
 # alike), then the machine ceilings (FMA peak, sgemm) and runtime micro-benchmarks;
 # (5) the paper's Figures 6 and 8 once, graph set-up, checkpoints, and how close the
-# simulation's step times come to measured ones (bench/sim_fidelity.py) and how fast it
-# runs 200 workers (bench/sim_scale.py); (6)
+# simulation's step times come to measured ones (bench/sim_fidelity.py), how fast it
+# runs 200 workers (bench/sim_scale.py) and the paper's Figures 7 and 8 in it
+# (bench/sim_figures.py); (6)
 # bench/report.py writes report.md, ratios.png,
 # figure6.png and figure8.png into the results folder. Raw JSON and logs stay beside them.
 #
@@ -225,6 +226,14 @@ scale_args=()
 "$python" "$root/bench/sim_scale.py" --troupe "$build_dir/troupe" --out "$out" "${scale_args[@]}" \
   >"$out/logs/sim_scale.log" 2>&1 \
   || { log "  sim_scale FAILED (log: $out/logs/sim_scale.log)"; failures=$((failures + 1)); }
+
+# --- 5f. The paper's Figures 7 and 8 in simulation (issue 17) ---
+log "figures 7 and 8 in simulation: 25-200 workers sync and async, 50 workers with 0-5 backups"
+figures_args=()
+[ "$mode" = quick ] && figures_args=(--quick)
+"$python" "$root/bench/sim_figures.py" --troupe "$build_dir/troupe" --out "$out" "${figures_args[@]}" \
+  >"$out/logs/sim_figures.log" 2>&1 \
+  || { log "  sim_figures FAILED (log: $out/logs/sim_figures.log)"; failures=$((failures + 1)); }
 
 # --- 6. Report ---
 "$python" - "$out/machine.json" "$(cut -d' ' -f1-3 /proc/loadavg)" <<'EOF'

@@ -17,13 +17,14 @@ training time (the summary's training_seconds) over the global steps. Writes
 sim_fidelity.json and sim_fidelity.md (the table) into --out; bench/run.sh runs it and
 report.md shows it. Needs only troupe and the dataset (no PyPI package).
 """
-import argparse
 import json
 import os
 import statistics
 import subprocess
 import sys
 import tempfile
+
+from scenario_runs import arguments, run
 
 MODELS = {
     # model section, optimizer, steps, batch
@@ -51,28 +52,18 @@ report {{ progress: OFF }}
 """
 
 
-def run(troupe, text, tmp, name):
-    path = os.path.join(tmp, name + ".pbtxt")
-    summary = os.path.join(tmp, name + ".json")
-    with open(path, "w") as f:
-        f.write(text)
-    done = subprocess.run([troupe, "run", path, "--summary", summary], capture_output=True, text=True)
-    if done.returncode != 0:
-        sys.exit(f"sim_fidelity: troupe run {path} failed:\n{done.stdout}\n{done.stderr}")
-    with open(summary) as f:
-        s = json.load(f)
+def step_ms(troupe, text, tmp, name):
+    """Training milliseconds per global step of a run, and its summary."""
+    s, _, _ = run(troupe, text, tmp, name, "sim_fidelity")
     return 1000.0 * s["training_seconds"] / int(s["global_step"]), s
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--troupe", default=os.path.join(os.path.dirname(__file__), "..", "build", "troupe"))
-    ap.add_argument("--out", default=".")
+    ap = arguments(__doc__, "one round, a third of the steps")
     ap.add_argument("--workers", default="1,2,4,8")
     ap.add_argument("--models", default="mlp,lenet")
     ap.add_argument("--modes", default="IN_PROCESS,REAL")
     ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--quick", action="store_true", help="one round, a third of the steps")
     a = ap.parse_args()
     cores = os.cpu_count() or 1
     rounds = 1 if a.quick else a.rounds
@@ -93,10 +84,10 @@ def main():
                 for mode in a.modes.split(","):
                     sim = (f'simulation {{ seed: 1 {NETWORKS[mode]} compute {{ table: "{table}" machine_cores: {cores} '
                            f'intra_op_threads: {cores} }} }}')
-                    simulated, s = run(a.troupe, scenario(model, workers, "SIMULATED", steps, sim), tmp,
+                    simulated, s = step_ms(a.troupe, scenario(model, workers, "SIMULATED", steps, sim), tmp,
                                        f"{model}-{workers}-{mode}-sim")
                     measured = statistics.median(
-                        run(a.troupe, scenario(model, workers, mode, steps), tmp, f"{model}-{workers}-{mode}-{r}")[0]
+                        step_ms(a.troupe, scenario(model, workers, mode, steps), tmp, f"{model}-{workers}-{mode}-{r}")[0]
                         for r in range(rounds))
                     error = 100.0 * (simulated - measured) / measured
                     rows.append({"model": model, "workers": workers, "mode": mode, "steps": steps,

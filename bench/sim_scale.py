@@ -13,16 +13,13 @@ in <= 60 s of wall time on a 2-core machine. Writes sim_scale.json and sim_scale
 table) into --out; bench/run.sh runs it and report.md shows it. Needs only troupe and the
 dataset (no PyPI package).
 """
-import argparse
 import json
 import os
 import re
-import subprocess
 import sys
 import tempfile
-import time
 
-ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
+from scenario_runs import ROOT, arguments, run
 SMALL_MLP = 'model { name: "mlp" hidden_units: [512, 512] }'
 
 
@@ -36,33 +33,16 @@ def variant(text, steps=None, model=None, execute_kernels=None):
     return text.replace("progress: PLAIN", "progress: OFF")
 
 
-def run(troupe, text, tmp, name):
-    path = os.path.join(tmp, name + ".pbtxt")
-    summary = os.path.join(tmp, name + ".json")
-    with open(path, "w") as f:
-        f.write(text)
-    start = time.monotonic()
-    child = subprocess.Popen([troupe, "run", path, "--summary", summary], stdout=subprocess.PIPE,
-                             stderr=subprocess.STDOUT, text=True)
-    output = child.stdout.read()
-    _, status, usage = os.wait4(child.pid, 0)
-    wall = time.monotonic() - start
-    if status != 0:
-        sys.exit(f"sim_scale: troupe run {path} failed:\n{output}")
-    with open(summary) as f:
-        s = json.load(f)
+def measure(troupe, text, tmp, name):
+    s, wall, rss = run(troupe, text, tmp, name, "sim_scale")
     return {"name": name, "global_step": int(s["global_step"]), "wall_seconds": wall,
             "training_virtual_seconds": s["training_seconds"], "virtual_seconds": s["virtual_seconds"],
-            "virtual_per_wall": s["virtual_seconds"] / wall, "peak_rss_mb": usage.ru_maxrss / 1024.0,
+            "virtual_per_wall": s["virtual_seconds"] / wall, "peak_rss_mb": rss,
             "shape_only": s.get("shape_only", False)}
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--troupe", default=os.path.join(ROOT, "build", "troupe"))
-    ap.add_argument("--out", default=".")
-    ap.add_argument("--quick", action="store_true", help="the target row and the comparison, not the 10x one")
-    a = ap.parse_args()
+    a = arguments(__doc__, "the target row and the comparison, not the 10x one").parse_args()
     with open(os.path.join(ROOT, "scenarios", "sim_scale.pbtxt")) as f:
         base = f.read()
     configs = [("sim_scale (30 M parameters, shape-only), 1000 steps", variant(base))]
@@ -75,7 +55,7 @@ def main():
     rows = []
     with tempfile.TemporaryDirectory(prefix="troupe-scale-") as tmp:
         for i, (label, text) in enumerate(configs):
-            r = run(a.troupe, text, tmp, f"scale{i}")
+            r = measure(a.troupe, text, tmp, f"scale{i}")
             r["label"] = label
             rows.append(r)
             print(f"{label}: {r['global_step']} steps, {r['wall_seconds']:.2f} s wall, "

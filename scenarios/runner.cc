@@ -652,6 +652,7 @@ result<sim::simulation_options> simulation_options_of(const scenario::Simulation
   o.network.bandwidth_gbps = s.network().bandwidth_gbps();
   o.network.jitter_us = s.network().jitter_us();
   o.network.copy_gbps = s.network().copy_gbps();
+  o.network.nic_gbps = s.network().nic_gbps();
   const auto& c = s.compute();
   if (!c.table().empty()) {
     auto table = sim::load_calibration(c.table());
@@ -664,6 +665,8 @@ result<sim::simulation_options> simulation_options_of(const scenario::Simulation
   o.compute.cores_per_device = c.cores_per_device();
   o.compute.machine_cores = c.machine_cores();
   o.compute.intra_op_threads = c.intra_op_threads();
+  o.compute.noise = c.noise();
+  o.compute.noise_ms = c.noise_ms();
   o.swizzle.every_ms = s.swizzle().every_ms();
   o.swizzle.clog_ms = s.swizzle().clog_ms();
   o.swizzle.links = s.swizzle().links();

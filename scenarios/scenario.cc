@@ -297,6 +297,7 @@ void check_simulation(checker& c, const node& parent, scenario::Scenario* s, std
   }
   if (!(nw->jitter_us() >= 0 && nw->jitter_us() <= 1e7)) c.error(net, "jitter_us", "must be in [0, 10^7] (is ", nw->jitter_us(), ")");
   if (!(nw->copy_gbps() >= 0 && nw->copy_gbps() <= 1e4)) c.error(net, "copy_gbps", "must be in [0, 10^4] (is ", nw->copy_gbps(), ")");
+  if (!(nw->nic_gbps() >= 0 && nw->nic_gbps() <= 1e4)) c.error(net, "nic_gbps", "must be in [0, 10^4] (is ", nw->nic_gbps(), ")");
   node cn = c.child(n, "compute", sim->compute());
   scenario::Simulation::Compute* cp = sim->mutable_compute();
   if (!cp->has_gflops()) cp->set_gflops(20);
@@ -314,6 +315,8 @@ void check_simulation(checker& c, const node& parent, scenario::Scenario* s, std
   check_range(c, cn, "machine_cores", cp->machine_cores(), 0, 1024);
   if (!cp->has_intra_op_threads()) cp->set_intra_op_threads(1);
   check_range(c, cn, "intra_op_threads", cp->intra_op_threads(), 1, 1024);
+  if (!(cp->noise() >= 0 && cp->noise() <= 100)) c.error(cn, "noise", "must be in [0, 100] (is ", cp->noise(), ")");
+  if (!(cp->noise_ms() >= 0 && cp->noise_ms() <= 1e7)) c.error(cn, "noise_ms", "must be in [0, 10^7] (is ", cp->noise_ms(), ")");
   node sw = c.child(n, "swizzle", sim->swizzle());
   scenario::Simulation::Swizzle* z = sim->mutable_swizzle();
   if (!z->has_links()) z->set_links(1);

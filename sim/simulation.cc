@@ -153,18 +153,33 @@ class simulation::device_timer final : public actors::kernel_timer {
   device_timer(simulation& s, std::string type, machine& m) : sim_(s), type_(std::move(type)), machine_(m) {}
   void ran(const graph::node& node, std::span<const tensor> inputs, std::span<const tensor> outputs,
            finish_callback finish) override {
-    const double work = sim_.kernel_ns(node, type_, inputs, outputs);
+    const double work = sim_.kernel_ns(node, type_, inputs, outputs) * noise_factor();
     machine_.start(work, sim_.threads_for(work), std::move(finish));
   }
   void hold(double ns, std::function<void()> then) override {
-    const double work = sim_.kernel_overhead_ns() + ns;
+    const double work = (sim_.kernel_overhead_ns() + ns) * noise_factor();
     machine_.start(work, sim_.threads_for(work), [then = std::move(then)](env::clock::time_point, env::clock::time_point) { then(); });
   }
 
+
  private:
+  // compute_model::noise's factor for a kernel starting now (1 without noise).
+  double noise_factor() {
+    const compute_model& c = sim_.options_.compute;
+    if (c.noise <= 0) return 1;
+    const auto now = sim_.world_.now();
+    if (c.noise_ms <= 0 || now >= redraw_at_) {
+      factor_ = 1 + std::exponential_distribution<double>(1 / c.noise)(sim_.world_.random());
+      redraw_at_ = now + std::chrono::microseconds(static_cast<std::int64_t>(c.noise_ms * 1e3));
+    }
+    return factor_;
+  }
+
   simulation& sim_;
   const std::string type_;
   machine& machine_;
+  double factor_ = 1;
+  env::clock::time_point redraw_at_;
 };
 
 double simulation::kernel_overhead_ns() const {
@@ -223,9 +238,16 @@ void simulation::transfer(const std::string& from, const std::string& to, std::i
   const network_model& n = options_.network;
   const auto now = world_.now();
   auto& free = links_free_[{from, to}];
-  const auto start = std::max(free, now);
-  const auto on_wire = std::chrono::nanoseconds(static_cast<std::int64_t>(static_cast<double>(bytes) * 8 / n.bandwidth_gbps));
+  auto start = std::max(free, now);
+  double gbps = n.bandwidth_gbps;
+  if (n.nic_gbps > 0) {
+    // The sender's egress, the link and the receiver's ingress, all at once.
+    start = std::max({start, egress_free_[from], ingress_free_[to]});
+    gbps = std::min(gbps, n.nic_gbps);
+  }
+  const auto on_wire = std::chrono::nanoseconds(static_cast<std::int64_t>(static_cast<double>(bytes) * 8 / gbps));
   free = start + on_wire;
+  if (n.nic_gbps > 0) egress_free_[from] = ingress_free_[to] = free;
   double extra_us = n.latency_us;
   if (n.jitter_us > 0) extra_us += std::uniform_real_distribution<double>(0, n.jitter_us)(world_.random());
   auto arrives = free + std::chrono::nanoseconds(static_cast<std::int64_t>(extra_us * 1e3));

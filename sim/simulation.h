@@ -16,7 +16,8 @@
 // most `intra_op_threads`; a kernel ends when its work is done. The network model
 // delays every tensor sent between two tasks by the link's latency plus its size over the
 // link's bandwidth, with the transfers on one link (one direction between two tasks) sent
-// one after another, plus a jitter drawn from the seed.
+// one after another, plus a jitter drawn from the seed; with a network interface rate,
+// a task's outgoing and incoming transfers also take turns on its interface.
 #pragma once
 
 #include <chrono>
@@ -42,6 +43,11 @@ struct network_model {
   // copy each transfer's bytes, once sending and once receiving, at this many GB/s
   // (a loopback connection's cost); the transfer arrives when both copies are done.
   double copy_gbps = 0;
+  // > 0: each task's network interface, per direction, in gigabits per second: the
+  // transfers leaving a task go through its egress one after another, those arriving
+  // through its ingress (a PS that 200 workers talk to is limited by it, not by each
+  // link). 0: only the links limit.
+  double nic_gbps = 0;
 };
 
 struct compute_model {
@@ -57,6 +63,13 @@ struct compute_model {
   // as tasks on one machine do (IN_PROCESS, or REAL on one machine); cores_per_device
   // is then unused.
   int machine_cores = 0;
+  // > 0: each device's kernels take 1 + x times their work, x drawn from the seed from
+  // an exponential distribution of this mean, drawn again for each kernel or, with
+  // noise_ms > 0, for the first kernel after every noise_ms of virtual time (how real
+  // machines vary: now and then a worker much slower than the others for a while, which
+  // backup workers are for).
+  double noise = 0;
+  double noise_ms = 0;
 };
 
 // Swizzle-clogging (FoundationDB's): every `every_ms` of virtual time, `links` links
@@ -130,6 +143,7 @@ class simulation final : public actors::simulation {
   std::unique_ptr<machine> shared_;                // compute_model::machine_cores' cores
   std::vector<std::unique_ptr<machine>> own_;      // else each device's
   std::map<std::pair<std::string, std::string>, env::clock::time_point> links_free_;  // (from, to): the link is busy until
+  std::map<std::string, env::clock::time_point> egress_free_, ingress_free_;  // by task (network_model::nic_gbps)
   std::int64_t from_table_ = 0, from_rates_ = 0;
   // Swizzle-clogging: clogged links and until when; whether it is on, whether its next
   // round is scheduled (a round is scheduled only while transfers come, so that a run

@@ -513,6 +513,10 @@ TEST_CASE("simulation: old SIMULATED files run IN_PROCESS with a note; the secti
   CHECK(error_of(cluster + "simulation {\n  network { bandwidth_gbps: 0 latency_us: -1 }\n}\n" + k_minimal) ==
         "s.pbtxt:7:31: simulation.network.latency_us: must be in [0, 10^7] (is -1)\n"
         "s.pbtxt:7:13: simulation.network.bandwidth_gbps: must be in (0, 10^4] (is 0)");
+  CHECK(contains(error_of(cluster + "simulation { network { nic_gbps: -1 } compute { noise: 101 } }\n" + k_minimal),
+                 "simulation.network.nic_gbps: must be in [0, 10^4] (is -1)"));
+  CHECK(contains(error_of(cluster + "simulation { network { nic_gbps: -1 } compute { noise: 101 } }\n" + k_minimal),
+                 "simulation.compute.noise: must be in [0, 100] (is 101)"));
   CHECK(error_of(cluster + "simulation { compute { cores_per_device: 0 } }\n" + k_minimal) ==
         "s.pbtxt:6:24: simulation.compute.cores_per_device: must be >= 1 (is 0)");
   auto shapes = parse_scenario(cluster + "simulation { execute_kernels: false }\n" + k_minimal, "s.pbtxt");

@@ -174,8 +174,19 @@ TEST_CASE("simulation: the network's latency is on every step's path", "[sim]") 
 
 namespace {
 
-result<scenarios::run_summary> run_with(const std::string& extra, std::string* output = nullptr) {
-  auto sc = scenarios::parse_scenario(std::string(k_scenario) + extra, "sim.pbtxt");
+// k_scenario with SYNC replication and `ps` PS tasks.
+std::string sync_scenario(int ps = 1) {
+  std::string text = k_scenario;
+  text.replace(text.find("replication: ASYNC"), 18, "replication: SYNC");
+  const std::string one_ps = "job { name: \"ps\" tasks: 1 }";
+  text.replace(text.find(one_ps), one_ps.size(), str_cat("job { name: \"ps\" tasks: ", ps, " }"));
+  return text;
+}
+
+// Runs `base` (k_scenario unless given) with `extra` after it.
+result<scenarios::run_summary> run_with(const std::string& extra, std::string* output = nullptr,
+                                        const std::string& base = k_scenario) {
+  auto sc = scenarios::parse_scenario(base + extra, "sim.pbtxt");
   if (!sc.ok()) return sc.error();
   std::ostringstream out;
   scenarios::run_options o;
@@ -304,21 +315,54 @@ TEST_CASE("simulation: a shape-only scenario trains as the full one does, in the
 }
 
 TEST_CASE("simulation: shape-only SYNC replication aggregates phantom gradients", "[sim]") {
-  auto sync = scenarios::parse_scenario(
-      [] {
-        std::string s = k_scenario;
-        s.replace(s.find("replication: ASYNC"), 18, "replication: SYNC");
-        return s + "simulation { seed: 5 execute_kernels: false }\n";
-      }(),
-      "sim.pbtxt");
-  REQUIRE(sync.ok());
-  std::ostringstream text;
-  scenarios::run_options o;
-  o.out = &text;
-  auto r = scenarios::run_scenario(*sync, o);
-  INFO(text.str());
+  std::string out;
+  auto r = run_with("simulation { seed: 5 execute_kernels: false }\n", &out, sync_scenario());
+  INFO(out);
   REQUIRE(r.ok());
   CHECK(r->steps == 60);
   CHECK(r->shape_only);
-  CHECK(text.str().find("shape-only: no loss or accuracy") != std::string::npos);
+  CHECK(out.find("shape-only: no loss or accuracy") != std::string::npos);
+}
+
+TEST_CASE("simulation: a task's network interface carries its transfers one after another", "[sim]") {
+  // Each of 60 steps reads the model (25,450 floats: 101,800 bytes) from the PS and sends
+  // as many bytes of gradients to it: at 0.1 Gb/s on the PS's interface, each direction
+  // takes 8.1 ms per step, whichever worker the step is from.
+  auto links = run_with("simulation { seed: 2 network { bandwidth_gbps: 10 } }\n");
+  auto nic = run_with("simulation { seed: 2 network { bandwidth_gbps: 10 nic_gbps: 0.1 } }\n");
+  REQUIRE(links.ok());
+  REQUIRE(nic.ok());
+  CHECK(nic->seconds >= 60 * 101800 * 8 / 0.1e9);
+  CHECK(links->seconds < nic->seconds / 4);
+}
+
+TEST_CASE("simulation: compute noise makes kernels slower now and then, the same for a seed", "[sim]") {
+  auto plain = run_with("simulation { seed: 2 compute { gflops: 1 } }\n");
+  auto noisy = run_with("simulation { seed: 2 compute { gflops: 1 noise: 0.5 } }\n");
+  auto again = run_with("simulation { seed: 2 compute { gflops: 1 noise: 0.5 } }\n");
+  REQUIRE(plain.ok());
+  REQUIRE(noisy.ok());
+  REQUIRE(again.ok());
+  // Kernels take 1.5 times as long on average: the steps too, give or take.
+  CHECK(noisy->seconds > 1.2 * plain->seconds);
+  CHECK(noisy->seconds < 2.0 * plain->seconds);
+  CHECK(again->seconds == noisy->seconds);
+}
+
+TEST_CASE("simulation: SYNC over several PS tasks, with steps longer than the coordinator's first wait", "[sim]") {
+  // Two PS tasks (the accumulators beside their variables, the step they are set to read
+  // beside the global step), and steps of ~8 s of virtual time: the coordinator's first
+  // wait for gradients (5 s) gives one step up, then waits twice as long, then adapts.
+  std::string log;
+  auto r = run_with("simulation { seed: 5 compute { gflops: 0.0003 } }\n", &log, sync_scenario(2));
+  INFO(log);
+  REQUIRE(r.ok());
+  CHECK(r->steps == 60);
+  CHECK(r->seconds > 60 * 5.0);
+  std::size_t lost = 0;
+  for (std::size_t at = log.find("did not all come within"); at != std::string::npos;
+       at = log.find("did not all come within", at + 1)) {
+    ++lost;
+  }
+  CHECK(lost == 1);
 }
