@@ -607,17 +607,23 @@ void checkpoint_manager::writer_loop() {
       pending_.reset();
       writing_ = true;
       lock.unlock();
-      (void)write(s, stopped);  // counted and logged there
+      if (!periodic_save_fails()) (void)write(s, stopped);  // counted and logged there
       lock.lock();
       writing_ = false;
       written_.notify_all();
     } else {
       requested_ = false;
       lock.unlock();
-      (void)save_now();
+      if (!periodic_save_fails()) (void)save_now();
       lock.lock();
     }
   }
+}
+
+bool checkpoint_manager::periodic_save_fails() {
+  if (!env::buggify("checkpoint.save_fails")) return false;
+  (void)count_failure(unavailable_error("buggify checkpoint.save_fails: a periodic save failed before writing anything"));
+  return true;
 }
 
 status checkpoint_manager::count_failure(const status& s) {

@@ -192,6 +192,9 @@ class checkpoint_manager {
   // Writes and commits `s` (whose cut held training `stopped` seconds).
   result<checkpoint::committed> write(const checkpoint::snapshot& s, double stopped);
   status count_failure(const status& s);
+  // BUGGIFY site checkpoint.save_fails (env::buggify, simulation only): true when the
+  // writer's periodic save is to fail now, counted as a failed save.
+  bool periodic_save_fails();
 
   explicit checkpoint_manager(checkpoint_manager_options options) : options_(std::move(options)) {}
   void writer_loop();

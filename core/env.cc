@@ -38,6 +38,11 @@ std::uint64_t random_seed() {
   return engine();
 }
 
+bool buggify(std::string_view site) {
+  world* w = current();
+  return w != nullptr && w->buggify(site);
+}
+
 thread::thread(std::function<void()> fn, std::string name) : world_(current()) {
   if (world_ != nullptr) {
     sim_id_ = world_->start_thread(std::move(fn), std::move(name));

@@ -26,6 +26,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <string_view>
 #include <thread>
 
 namespace troupe::env {
@@ -50,6 +51,8 @@ class world {
   virtual std::uint64_t random_seed() = 0;
   // Runs `fn` on the world's turn, after what is running now, at the same virtual time.
   virtual void post(std::function<void()> fn) = 0;
+  // Whether BUGGIFY site `site` fires now (see env::buggify). On the world's turn.
+  virtual bool buggify(std::string_view site) { return false; }
 };
 
 // The world now in force; null for the real one.
@@ -69,6 +72,17 @@ void post(std::function<void()> fn);
 
 // A seed for a random choice: from std::random_device, or the simulation's seeded stream.
 std::uint64_t random_seed();
+
+// BUGGIFY (FoundationDB's): a place in the runtime where a rare but legal behaviour can be
+// forced (a transfer much later than usual, a kernel ten times slower, a checkpoint save
+// that fails), so that a simulation explores the paths that handle it. Always false in the real world, and in a simulated one unless its buggify
+// is on (scenario faults.random.buggify): then each site is live in a run with
+// probability 1/4, drawn from the seed and the site's name, and a live site fires each
+// time with probability 1/4, drawn from the seed. Call it on the world's turn (from
+// actors, events and the world's threads) so that a seed replays the same fires.
+//
+//   if (env::buggify("network.spike")) delay += 20ms;
+bool buggify(std::string_view site);
 
 // std::thread's shape: runs `fn` at once (its turn, under a simulation); join before it
 // goes (destroying a joinable thread terminates, as std::thread does).

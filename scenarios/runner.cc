@@ -653,6 +653,7 @@ result<sim::simulation_options> simulation_options_of(const scenario::Simulation
   o.network.jitter_us = s.network().jitter_us();
   o.network.copy_gbps = s.network().copy_gbps();
   o.network.nic_gbps = s.network().nic_gbps();
+  o.network.message_cpu_us = s.network().message_cpu_us();
   const auto& c = s.compute();
   if (!c.table().empty()) {
     auto table = sim::load_calibration(c.table());
@@ -720,6 +721,7 @@ result<run_summary> run_scenario(const scenario::Scenario& sc, const run_options
     auto o = simulation_options_of(sc.simulation());
     if (!o.ok()) return o.error();
     simulated = std::make_unique<sim::simulation>(std::move(*o));
+    if (!options.no_faults && sc.faults().random().buggify()) simulated->world().set_buggify(true);
     const auto& m = sc.simulation();
     out << "cluster: SIMULATED, virtual time (seed " << m.seed() << "; network " << m.network().latency_us()
         << " us latency, " << m.network().bandwidth_gbps() << " Gb/s per link; compute "
@@ -898,6 +900,7 @@ result<run_summary> run_scenario(const scenario::Scenario& sc, const run_options
     if (starts) {
       faults.lift_all();
       simulated->stop_swizzle();
+      simulated->world().set_buggify(false);
       log_line(str_cat("liveness: from step ", step, " no fault and no clogged link; the next step must come within ",
                        sc.simulation().liveness().within_ms(), " ms"));
     }
@@ -1355,6 +1358,12 @@ result<run_summary> run_scenario(const scenario::Scenario& sc, const run_options
   }
   if (summary.steps_retried > 0) out << summary.steps_retried << " steps caught by faults were run again\n";
   if (simulated != nullptr) {
+    summary.buggify_fires = simulated->world().buggify_fires();
+    if (!summary.buggify_fires.empty()) {
+      std::string fires;
+      for (const auto& [site, n] : summary.buggify_fires) fires += str_cat(fires.empty() ? "" : ", ", site, " ", n, "x");
+      out << "buggify: live sites fired " << fires << "\n";
+    }
     summary.links_clogged = simulated->links_clogged();
     if (summary.links_clogged > 0) out << "swizzle: " << summary.links_clogged << " link clogs\n";
     summary.liveness_ms = liveness.ms;

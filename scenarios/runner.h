@@ -63,6 +63,7 @@ struct run_summary {
   double seconds = 0;             // training time, without set-up and final evaluation (virtual when SIMULATED)
   double virtual_seconds = 0;     // SIMULATED: the virtual time of the whole run
   bool shape_only = false;        // SIMULATED with execute_kernels: false (no loss or accuracy)
+  std::map<std::string, std::int64_t> buggify_fires;  // SIMULATED with faults.random.buggify: by live site
   double liveness_ms = -1;        // SIMULATED with a liveness phase: virtual ms to its first step
   std::int64_t links_clogged = 0; // SIMULATED with swizzle: the links clogged
   double final_loss = 0;          // smoothed training loss at the end

@@ -298,6 +298,9 @@ void check_simulation(checker& c, const node& parent, scenario::Scenario* s, std
   if (!(nw->jitter_us() >= 0 && nw->jitter_us() <= 1e7)) c.error(net, "jitter_us", "must be in [0, 10^7] (is ", nw->jitter_us(), ")");
   if (!(nw->copy_gbps() >= 0 && nw->copy_gbps() <= 1e4)) c.error(net, "copy_gbps", "must be in [0, 10^4] (is ", nw->copy_gbps(), ")");
   if (!(nw->nic_gbps() >= 0 && nw->nic_gbps() <= 1e4)) c.error(net, "nic_gbps", "must be in [0, 10^4] (is ", nw->nic_gbps(), ")");
+  if (!(nw->message_cpu_us() >= 0 && nw->message_cpu_us() <= 1e6)) {
+    c.error(net, "message_cpu_us", "must be in [0, 10^6] (is ", nw->message_cpu_us(), ")");
+  }
   node cn = c.child(n, "compute", sim->compute());
   scenario::Simulation::Compute* cp = sim->mutable_compute();
   if (!cp->has_gflops()) cp->set_gflops(20);
@@ -614,6 +617,9 @@ void check_faults(checker& c, const node& parent, scenario::Scenario* s) {
     if (k > 0 && !s->has_checkpoint()) {
       c.error(r, "kills_per_1000_steps", "random kills may hit tasks holding variables: they need a checkpoint ",
               "section to restore them from");
+    }
+    if (faults->random().buggify() && s->cluster().mode() != scenario::Cluster::SIMULATED) {
+      c.error(r, "buggify", "BUGGIFY sites are live only in cluster.mode: SIMULATED (virtual time, doc/simulation.md)");
     }
   }
   const auto& cl = s->cluster();

@@ -27,6 +27,7 @@ scenario::RunSummary make_run_summary(const scenario::Scenario& s, const run_sum
   out.set_liveness_ms(summary->liveness_ms);
   out.set_links_clogged(summary->links_clogged);
   out.set_shape_only(summary->shape_only);
+  for (const auto& [site, n] : summary->buggify_fires) (*out.mutable_buggify_fires())[site] = n;
   const auto& c = summary->checkpoints;
   checkpoints->set_committed(c.committed);
   checkpoints->set_failed(c.failed);

@@ -153,11 +153,13 @@ class simulation::device_timer final : public actors::kernel_timer {
   device_timer(simulation& s, std::string type, machine& m) : sim_(s), type_(std::move(type)), machine_(m) {}
   void ran(const graph::node& node, std::span<const tensor> inputs, std::span<const tensor> outputs,
            finish_callback finish) override {
-    const double work = sim_.kernel_ns(node, type_, inputs, outputs) * noise_factor();
+    double work = sim_.kernel_ns(node, type_, inputs, outputs) * noise_factor();
+    if (env::buggify("kernel.slow")) work *= 10;
     machine_.start(work, sim_.threads_for(work), std::move(finish));
   }
   void hold(double ns, std::function<void()> then) override {
-    const double work = (sim_.kernel_overhead_ns() + ns) * noise_factor();
+    double work = (sim_.kernel_overhead_ns() + ns) * noise_factor();
+    if (env::buggify("variable.slow_update")) work *= 20;
     machine_.start(work, sim_.threads_for(work), [then = std::move(then)](env::clock::time_point, env::clock::time_point) { then(); });
   }
 
@@ -250,6 +252,7 @@ void simulation::transfer(const std::string& from, const std::string& to, std::i
   if (n.nic_gbps > 0) egress_free_[from] = ingress_free_[to] = free;
   double extra_us = n.latency_us;
   if (n.jitter_us > 0) extra_us += std::uniform_real_distribution<double>(0, n.jitter_us)(world_.random());
+  if (env::buggify("network.spike")) extra_us += std::uniform_real_distribution<double>(0, 20000)(world_.random());
   auto arrives = free + std::chrono::nanoseconds(static_cast<std::int64_t>(extra_us * 1e3));
   if (auto clog = clogged_until_.find({from, to}); clog != clogged_until_.end()) arrives = std::max(arrives, clog->second);
   moved_since_round_ = true;
@@ -258,12 +261,13 @@ void simulation::transfer(const std::string& from, const std::string& to, std::i
     world_.at(now + std::chrono::microseconds(static_cast<std::int64_t>(options_.swizzle.every_ms * 1e3)),
               [this] { swizzle_round(); });
   }
-  if (n.copy_gbps <= 0 || shared_ == nullptr) {
+  if ((n.copy_gbps <= 0 && n.message_cpu_us <= 0) || shared_ == nullptr) {
     world_.at(arrives, std::move(deliver));
     return;
   }
-  // On one machine the copies take its cores too: the later of the two ends.
-  const double copy_ns = 2 * static_cast<double>(bytes) / n.copy_gbps;
+  // On one machine the copies and the messages' own cost take its cores too: the later
+  // of the two ends.
+  const double copy_ns = (n.copy_gbps > 0 ? 2 * static_cast<double>(bytes) / n.copy_gbps : 0) + 2 * n.message_cpu_us * 1e3;
   auto pending = std::make_shared<int>(2);
   auto shared = std::make_shared<std::function<void()>>(std::move(deliver));
   auto one_done = [pending, shared] {

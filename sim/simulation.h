@@ -43,6 +43,10 @@ struct network_model {
   // copy each transfer's bytes, once sending and once receiving, at this many GB/s
   // (a loopback connection's cost); the transfer arrives when both copies are done.
   double copy_gbps = 0;
+  // > 0 (with compute_model::machine_cores): each transfer also costs this many
+  // microseconds of one core at each end (a message's system calls and the transport's
+  // own work, whatever its size).
+  double message_cpu_us = 0;
   // > 0: each task's network interface, per direction, in gigabits per second: the
   // transfers leaving a task go through its egress one after another, those arriving
   // through its ingress (a PS that 200 workers talk to is limited by it, not by each

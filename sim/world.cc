@@ -257,6 +257,36 @@ void world::hand_on(std::unique_lock<std::mutex>& lock, sim_thread* self) {
   }
 }
 
+void world::set_buggify(bool on) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  buggify_ = on;
+}
+
+std::map<std::string, std::int64_t> world::buggify_fires() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return {buggify_fires_.begin(), buggify_fires_.end()};
+}
+
+bool world::buggify(std::string_view site) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (!buggify_) return false;
+  auto it = buggify_live_.find(site);
+  if (it == buggify_live_.end()) {
+    // Live with probability 1/4, from the seed and the name alone (not from the order in
+    // which sites are first asked).
+    std::uint64_t h = options_.seed ^ 0xcbf29ce484222325ULL;
+    for (char c : site) h = (h ^ static_cast<unsigned char>(c)) * 0x100000001b3ULL;
+    h ^= h >> 33;
+    h *= 0xff51afd7ed558ccdULL;
+    h ^= h >> 33;
+    it = buggify_live_.emplace(std::string(site), h % 4 == 0).first;
+    if (it->second) buggify_fires_.emplace(std::string(site), 0);
+  }
+  if (!it->second || random_() % 4 != 0) return false;
+  ++buggify_fires_.find(site)->second;
+  return true;
+}
+
 void world::deadlock(std::unique_lock<std::mutex>& lock) {
   std::string what;
   for (auto& [id, t] : threads_) {

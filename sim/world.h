@@ -81,6 +81,12 @@ class world final : public env::world {
   void notify(const void* channel, bool all) override;
   std::uint64_t random_seed() override;
   void post(std::function<void()> fn) override { at(env::clock::time_point(), std::move(fn)); }
+  bool buggify(std::string_view site) override;
+
+  // BUGGIFY sites (env::buggify) live from now on; off by default. Which sites are live
+  // depends on the seed and their names only; how often each fired so far, by name.
+  void set_buggify(bool on);
+  std::map<std::string, std::int64_t> buggify_fires() const;
 
   struct sim_thread;  // one of its threads (world.cc)
 
@@ -114,6 +120,9 @@ class world final : public env::world {
   std::set<std::pair<env::clock::time_point, std::uint64_t>> deadlines_;
   std::uint64_t next_id_ = 1;
   std::uint64_t running_ = 0;  // the thread whose turn it is
+  bool buggify_ = false;
+  std::map<std::string, bool, std::less<>> buggify_live_;           // by site, once asked
+  std::map<std::string, std::int64_t, std::less<>> buggify_fires_;  // by live site
 };
 
 }  // namespace troupe::sim

@@ -513,6 +513,9 @@ TEST_CASE("simulation: old SIMULATED files run IN_PROCESS with a note; the secti
   CHECK(error_of(cluster + "simulation {\n  network { bandwidth_gbps: 0 latency_us: -1 }\n}\n" + k_minimal) ==
         "s.pbtxt:7:31: simulation.network.latency_us: must be in [0, 10^7] (is -1)\n"
         "s.pbtxt:7:13: simulation.network.bandwidth_gbps: must be in (0, 10^4] (is 0)");
+  CHECK(contains(error_of("cluster { mode: IN_PROCESS job { name: 'worker' tasks: 2 } }\nfaults { random { buggify: true } }\n" +
+                          k_minimal),
+                 "faults.random.buggify: BUGGIFY sites are live only in cluster.mode: SIMULATED"));
   CHECK(contains(error_of(cluster + "simulation { network { nic_gbps: -1 } compute { noise: 101 } }\n" + k_minimal),
                  "simulation.network.nic_gbps: must be in [0, 10^4] (is -1)"));
   CHECK(contains(error_of(cluster + "simulation { network { nic_gbps: -1 } compute { noise: 101 } }\n" + k_minimal),

@@ -196,6 +196,18 @@ result<scenarios::run_summary> run_with(const std::string& extra, std::string* o
   return summary;
 }
 
+// Runs k_scenario with each of `extras`; each run must succeed.
+std::vector<scenarios::run_summary> runs_with(const std::vector<std::string>& extras) {
+  std::vector<scenarios::run_summary> out;
+  for (const std::string& extra : extras) {
+    auto r = run_with(extra);
+    INFO(extra);
+    REQUIRE(r.ok());
+    out.push_back(std::move(*r));
+  }
+  return out;
+}
+
 }  // namespace
 
 TEST_CASE("simulation: swizzle-clogging holds links' transfers, and the run goes on", "[sim]") {
@@ -337,16 +349,14 @@ TEST_CASE("simulation: a task's network interface carries its transfers one afte
 }
 
 TEST_CASE("simulation: compute noise makes kernels slower now and then, the same for a seed", "[sim]") {
-  auto plain = run_with("simulation { seed: 2 compute { gflops: 1 } }\n");
-  auto noisy = run_with("simulation { seed: 2 compute { gflops: 1 noise: 0.5 } }\n");
-  auto again = run_with("simulation { seed: 2 compute { gflops: 1 noise: 0.5 } }\n");
-  REQUIRE(plain.ok());
-  REQUIRE(noisy.ok());
-  REQUIRE(again.ok());
+  const auto r = runs_with({"simulation { seed: 2 compute { gflops: 1 } }\n",
+                            "simulation { seed: 2 compute { gflops: 1 noise: 0.5 } }\n",
+                            "simulation { seed: 2 compute { gflops: 1 noise: 0.5 } }\n"});
+  const auto &plain = r[0], &noisy = r[1], &again = r[2];
   // Kernels take 1.5 times as long on average: the steps too, give or take.
-  CHECK(noisy->seconds > 1.2 * plain->seconds);
-  CHECK(noisy->seconds < 2.0 * plain->seconds);
-  CHECK(again->seconds == noisy->seconds);
+  CHECK(noisy.seconds > 1.2 * plain.seconds);
+  CHECK(noisy.seconds < 2.0 * plain.seconds);
+  CHECK(again.seconds == noisy.seconds);
 }
 
 TEST_CASE("simulation: SYNC over several PS tasks, with steps longer than the coordinator's first wait", "[sim]") {
@@ -365,4 +375,50 @@ TEST_CASE("simulation: SYNC over several PS tasks, with steps longer than the co
     ++lost;
   }
   CHECK(lost == 1);
+}
+
+TEST_CASE("simulation: BUGGIFY sites fire by seed, replay alike, and every run finishes with its checkpoints", "[sim]") {
+  std::map<std::string, std::int64_t> fired;  // over all seeds
+  int failed_saves = 0;
+  for (const std::string& base : {std::string(k_scenario), sync_scenario()}) {
+    for (int seed = 1; seed <= 8; ++seed) {
+      const std::string dir = temp_path(str_cat("troupe-sim-buggify-", seed));
+      const std::string extra = "checkpoint { dir: \"" + dir + "\" every_steps: 10 }\n"
+                                "faults { random { buggify: true } }\n" +
+                                str_cat("simulation { seed: ", seed, " }\n");
+      std::string out;
+      auto r = run_with(extra, &out, base);
+      INFO(out);
+      REQUIRE(r.ok());
+      CHECK(r->steps >= 60);
+      // The final checkpoint always commits (only periodic saves are made to fail).
+      CHECK(r->checkpoints.latest_step >= 60);
+      CHECK(std::filesystem::exists(r->checkpoints.latest_path));
+      failed_saves += r->checkpoints.failed;
+      for (const auto& [site, n] : r->buggify_fires) fired[site] += n;
+      if (!r->buggify_fires.empty()) CHECK(out.find("buggify: live sites fired ") != std::string::npos);
+      std::filesystem::remove_all(dir);
+    }
+  }
+  for (const char* site : {"network.spike", "kernel.slow", "variable.slow_update", "checkpoint.save_fails"}) {
+    INFO(site);
+    CHECK(fired[site] > 0);
+  }
+  CHECK(failed_saves > 0);
+  // A seed replays its fires exactly; without buggify nothing fires.
+  const auto r = runs_with({"faults { random { buggify: true } }\nsimulation { seed: 3 }\n",
+                            "faults { random { buggify: true } }\nsimulation { seed: 3 }\n", "simulation { seed: 3 }\n"});
+  CHECK(r[0].buggify_fires == r[1].buggify_fires);
+  CHECK(r[0].seconds == r[1].seconds);
+  CHECK(r[2].buggify_fires.empty());
+}
+
+TEST_CASE("simulation: on one machine each transfer costs its cores a fixed CPU time at both ends", "[sim]") {
+  // 8 transfers per worker step (4 variables read, 4 gradients sent; 60 steps): at 500
+  // us of a core at each end, 60 x 8 x 2 x 0.5 ms over 2 cores = 240 ms more at least.
+  auto free = run_with("simulation { seed: 2 compute { machine_cores: 2 } }\n");
+  auto costly = run_with("simulation { seed: 2 network { message_cpu_us: 500 } compute { machine_cores: 2 } }\n");
+  REQUIRE(free.ok());
+  REQUIRE(costly.ok());
+  CHECK(costly->seconds >= free->seconds + 0.24);
 }
