@@ -10,9 +10,10 @@ same training runs for real (each mode, the median of --rounds runs) and in simu
 with that one table, machine_cores and intra_op_threads set to this machine's cores (the
 tasks of both real modes share them), and the mode's network: none for IN_PROCESS
 (tensors are shared: latency 0, the largest bandwidth), loopback for REAL (latency 100 us;
-each transfer's bytes copied by the machine's cores, sending and receiving, at 1.5 GB/s,
-a figure fitted once to the MLP with 2 workers and used for every REAL row; the wire
-itself not a limit). The step time is the
+each transfer's bytes copied by the machine's cores, sending and receiving, at 3 GB/s, and
+100 us of a core at each end per transfer: the pair that fitted best, once, over the MLP
+and LeNet with 2 and 8 workers, used for every REAL row; the wire itself not a limit).
+The step time is the
 training time (the summary's training_seconds) over the global steps. Writes
 sim_fidelity.json and sim_fidelity.md (the table) into --out; bench/run.sh runs it and
 report.md shows it. Needs only troupe and the dataset (no PyPI package).
@@ -35,7 +36,7 @@ MODELS = {
 # The network each real mode has, as the simulation models it.
 NETWORKS = {
     "IN_PROCESS": "network { latency_us: 0 bandwidth_gbps: 10000 }",
-    "REAL": "network { latency_us: 100 bandwidth_gbps: 1000 copy_gbps: 1.5 }",
+    "REAL": "network { latency_us: 100 bandwidth_gbps: 1000 copy_gbps: 3 message_cpu_us: 100 }",
 }
 
 
