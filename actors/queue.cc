@@ -8,6 +8,7 @@
 #include <optional>
 
 #include "actors/spawn.h"
+#include "core/phantom.h"
 #include "core/random.h"
 
 namespace troupe::actors {
@@ -185,6 +186,10 @@ std::vector<tensor> unstack_one(const run& r) {
       out.push_back(c.reshaped(std::move(shape)));
       continue;
     }
+    if (is_phantom(c)) {  // a shape-only simulation's: its element is one too
+      out.push_back(phantom_tensor(c.type(), std::move(shape)));
+      continue;
+    }
     tensor t(c.type(), std::move(shape));
     const std::size_t bytes = element_bytes(c);
     std::memcpy(t.raw_data(), static_cast<const char*>(c.raw_data()) + static_cast<std::size_t>(r.begin) * bytes, bytes);
@@ -222,6 +227,10 @@ std::vector<tensor> stack(const queue_meta& meta, const std::vector<run>& runs, 
     }
     std::vector<std::int64_t> out_dims{n};
     out_dims.insert(out_dims.end(), dims.begin(), dims.end());
+    if (std::any_of(runs.begin(), runs.end(), [&](const run& r) { return is_phantom(r.components[i]); })) {
+      out.push_back(phantom_tensor(meta.types[i], tensor_shape(out_dims)));  // a shape-only simulation's
+      continue;
+    }
     tensor t(meta.types[i], tensor_shape(out_dims));
     const std::size_t item = dtype_size(meta.types[i]);
     std::size_t slot = item;

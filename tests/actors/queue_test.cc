@@ -20,6 +20,7 @@
 #include "actors/runtime_device.h"
 #include "actors/runtime_kernels.h"
 #include "actors/session.h"
+#include "core/phantom.h"
 #include "graph/attr.h"
 #include "graph/builder.h"
 #include "graph/ops.h"
@@ -105,6 +106,26 @@ TEST_CASE("a queue answers an enqueue then a dequeue, in order", "[actors][queue
   REQUIRE(b.ok());
   CHECK(b->at(0).equals(vec({3, 4})));
   CHECK(size_of(*q) == 0);
+}
+
+TEST_CASE("a queue batches and splits phantoms (a shape-only simulation's) as phantoms", "[actors][queue]") {
+  system_fixture f;
+  auto q = f.make(fifo(10, {{4096}}));
+  REQUIRE(put(*q, {phantom_tensor(dtype::float32, {4096})}).ok());
+  REQUIRE(put(*q, {tensor::zeros(dtype::float32, {4096})}).ok());
+  element_answer two;
+  q->dequeue_many(2, two.reply());
+  auto batch = two.wait();
+  REQUIRE(batch.ok());
+  CHECK(is_phantom(batch->at(0)));  // a real element beside a phantom: a phantom batch
+  CHECK(batch->at(0).shape() == tensor_shape({2, 4096}));
+  status_answer many;
+  q->enqueue_many({phantom_tensor(dtype::float32, {3, 4096})}, many.reply());
+  REQUIRE(many.wait().ok());
+  auto one = take(*q);
+  REQUIRE(one.ok());
+  CHECK(is_phantom(one->at(0)));
+  CHECK(one->at(0).shape() == tensor_shape({4096}));
 }
 
 TEST_CASE("a dequeue before any enqueue is parked, then woken", "[actors][queue]") {
