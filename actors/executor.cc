@@ -284,8 +284,6 @@ bool passes_phantoms(std::string_view op) {
   return ops.count(op) > 0;
 }
 
-bool plain_dtype(dtype t) { return t != dtype::string && t != dtype::resource && t != dtype::variant; }
-
 // Whether node `n` runs its kernel under a shape-only simulation: when it only passes
 // tensors on, or when its inputs are all real and its outputs small (shapes, steps,
 // labels: what the runtime and its callers read) or handles.
@@ -294,7 +292,7 @@ bool computes_when_shape_only(const graph::node& n, std::span<const tensor> inpu
   if (any_phantom(inputs)) return false;
   for (std::size_t i = 0; i < n.output_shapes.size() && i < n.output_types.size(); ++i) {
     const partial_shape& shape = n.output_shapes[i];
-    if (plain_dtype(n.output_types[i]) && shape.fully_defined() &&
+    if (phantom_stands_for(n.output_types[i]) && shape.fully_defined() &&
         static_cast<std::size_t>(shape.num_elements()) * dtype_size(n.output_types[i]) > k_readable_phantom_bytes) {
       return false;
     }
@@ -325,9 +323,9 @@ status shape_only_outputs(const graph::node& n, std::span<const tensor> inputs, 
   }
   for (std::size_t i = 0; i < outputs.size(); ++i) {
     const dtype type = n.output_types[i];
-    if (!shapes[i].fully_defined() || !plain_dtype(type)) {
+    if (!shapes[i].fully_defined() || !phantom_stands_for(type)) {
       return unimplemented_error("shape-only simulation: node '", n.name(), "' (", n.op_name(), ") output ", i,
-                                 !plain_dtype(type) ? str_cat(" is a ", dtype_name(type), ", which no phantom stands for")
+                                 !phantom_stands_for(type) ? str_cat(" is a ", dtype_name(type), ", which no phantom stands for")
                                                     : str_cat(" has shape ", shapes[i].to_string(),
                                                               ", which its inputs' shapes do not determine"),
                                  "; run this graph with simulation.execute_kernels: true");

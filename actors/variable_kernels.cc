@@ -313,7 +313,7 @@ class variable_update_kernel : public async_op_kernel {
 
   static void run(std::shared_ptr<operation> op) {
     const double elements = op->values.empty() ? 0 : static_cast<double>(op->values[0].num_elements());
-    auto work = [op] {
+    auto work = [op, elements] {
       account_scope memory(op->ctx->step().memory);
       status s = kernels::catch_exceptions([&] {
         if (shape_only_update(*op->ctx, op->values)) return;
@@ -324,7 +324,6 @@ class variable_update_kernel : public async_op_kernel {
       if (kernel_timer* timer = op->kernel->timer_) {
         // Simulated: the leases are held for the update's virtual time (its estimate, as
         // run() makes it: per element of the variable).
-        const double elements = op->values.empty() ? 0 : static_cast<double>(op->values[0].num_elements());
         return timer->hold(elements * op->kernel->ns_per_element(), [op] { release_all(op); });
       }
       release_all(op);

@@ -75,8 +75,9 @@ std::uint64_t random_seed();
 
 // BUGGIFY (FoundationDB's): a place in the runtime where a rare but legal behaviour can be
 // forced (a transfer much later than usual, a kernel ten times slower, a checkpoint save
-// that fails), so that a simulation explores the paths that handle it. Always false in the real world, and in a simulated one unless its buggify
-// is on (scenario faults.random.buggify): then each site is live in a run with
+// that fails), so that a simulation explores the paths that handle it. Always false in
+// the real world, and in a simulated one unless its buggify is on (scenario
+// faults.random.buggify): then each site is live in a run with
 // probability 1/4, drawn from the seed and the site's name, and a live site fires each
 // time with probability 1/4, drawn from the seed. Call it on the world's turn (from
 // actors, events and the world's threads) so that a seed replays the same fires.

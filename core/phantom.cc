@@ -20,13 +20,15 @@ class phantom_memory final : public external_memory {
 phantom_memory g_readable(true), g_unreadable(false);
 alignas(buffer::k_alignment) unsigned char g_zeros[k_readable_phantom_bytes] = {};
 
-bool plain(dtype t) { return t != dtype::string && t != dtype::resource && t != dtype::variant; }
-
 }  // namespace
+
+bool phantom_stands_for(dtype type) {
+  return type != dtype::string && type != dtype::resource && type != dtype::variant;
+}
 
 tensor phantom_tensor(dtype type, tensor_shape shape) {
   const std::size_t bytes = static_cast<std::size_t>(std::max<std::int64_t>(shape.num_elements(), 0)) * dtype_size(type);
-  if (plain(type) && bytes <= k_readable_phantom_bytes) {
+  if (phantom_stands_for(type) && bytes <= k_readable_phantom_bytes) {
     return tensor(type, std::move(shape), buffer::adopt(g_zeros, bytes, &g_readable));
   }
   return tensor(type, std::move(shape), buffer::adopt(nullptr, bytes, &g_unreadable));

@@ -21,6 +21,10 @@ namespace troupe {
 
 inline constexpr std::size_t k_readable_phantom_bytes = 4096;
 
+// The dtypes whose values a phantom can stand for: not strings, resource handles or
+// variants (C++ objects, which no zero bytes make).
+bool phantom_stands_for(dtype type);
+
 tensor phantom_tensor(dtype type, tensor_shape shape);
 bool is_phantom(const tensor& t);
 bool any_phantom(std::span<const tensor> tensors);

@@ -163,7 +163,6 @@ class simulation::device_timer final : public actors::kernel_timer {
     machine_.start(work, sim_.threads_for(work), [then = std::move(then)](env::clock::time_point, env::clock::time_point) { then(); });
   }
 
-
  private:
   // compute_model::noise's factor for a kernel starting now (1 without noise).
   double noise_factor() {
