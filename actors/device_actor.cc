@@ -235,6 +235,16 @@ caf::behavior device_behavior(device_actor* self, device_options options) {
           self->delayed_send(self, delay, start_atom::value, request);
           return promise;
         }
+        if (auto* sim = st.options.device->simulation()) {
+          caf::actor me = caf::actor_cast<caf::actor>(self);
+          if (sim->delay_step_start(st.options.device->task(),
+                                    [me, request] { caf::anon_send(me, start_atom::value, request); })) {
+            auto& step = st.running.at(request);
+            step.delayed_exec = std::move(exec);
+            step.delayed_feeds = std::move(feeds);
+            return promise;
+          }
+        }
         start_step(request, step_id, std::move(exec), std::move(feeds), std::move(cancel));
         return promise;
       },

@@ -512,14 +512,14 @@ struct executor_access {
   }
 
   static void trace(const std::shared_ptr<step>& s, int index, step_tracer::clock::time_point start,
-                    double thread_cpu_ns = -1) {
+                    double cpu_ns = -1) {
     const executable_spec& spec = s->exec->spec_;
     const plan::node& pn = s->exec->plan_->nodes[static_cast<std::size_t>(index)];
     const graph::node& n = *pn.graph_node;
     const auto end = env::now();
     step_tracer::node_detail detail{
         std::span<const tensor>(s->inputs.data() + pn.input_offset, static_cast<std::size_t>(pn.num_inputs)), pn.async,
-        &n.def, thread_cpu_ns};
+        &n.def, cpu_ns};
     spec.tracer->node_span(spec.trace_task, spec.trace_device, n.name(), n.op_name(), s->info.step_id, start, end,
                            detail);
   }
@@ -571,14 +571,16 @@ struct executor_access {
       step_tracer* tracer = s->exec->spec_.tracer;
       const auto start = tracer != nullptr ? env::now() : step_tracer::clock::time_point();
       // (A simulated kernel's span is in virtual time: no CPU time is read for it.)
-      const double cpu_start = tracer != nullptr && !n.async && s->exec->spec_.timer == nullptr ? thread_cpu_ns() : 0;
+      // Its CPU time on every thread that worked for it (the pool's helpers too).
+      std::optional<cpu_meter> cpu;
+      if (tracer != nullptr && !n.async && s->exec->spec_.timer == nullptr) cpu.emplace();
       if (n.async) {
         auto call = std::make_shared<async_call>(inputs, outputs, n.graph_node->output_types, s->info);
         // Completes the node once: with the kernel's context, or (`thrown`) with the error of
         // an exception from compute_async, whose kernel may still answer on another thread.
         auto finish = [s, index, call, tracer, start](const status* thrown) {
           if (call->completed.exchange(true)) return;
-          if (tracer != nullptr) trace(s, index, start);
+          if (tracer != nullptr) trace(s, index, start, call->ctx.cpu_ns());
           std::vector<int> more;
           complete(s, index, thrown != nullptr ? *thrown : call->ctx.get_status(),
                    s->outputs.data() + s->exec->plan_->nodes[static_cast<std::size_t>(index)].output_offset, more);
@@ -608,7 +610,7 @@ struct executor_access {
                    });
         continue;
       }
-      if (tracer != nullptr) trace(s, index, start, thread_cpu_ns() - cpu_start);
+      if (tracer != nullptr) trace(s, index, start, cpu ? cpu->elapsed_ns() : -1);
       complete(s, index, ctx.get_status(), output_data, ready);
     }
   }

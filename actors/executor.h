@@ -49,9 +49,10 @@ class kernel_timer {
   // `finish` once, later, with the kernel's virtual start and end.
   virtual void ran(const graph::node& node, std::span<const tensor> inputs, std::span<const tensor> outputs,
                    finish_callback finish) = 0;
-  // An asynchronous kernel computed for about `ns` (a variable update, by its own
-  // estimate); call `then` once, later, when that time is over on a core of the device.
-  virtual void hold(double ns, std::function<void()> then) = 0;
+  // An asynchronous kernel of node `def` on `inputs` computed (a variable update; `ns`:
+  // its own estimate of its work); call `then` once, later, when its work is done on a
+  // core of the device.
+  virtual void hold(const tf::NodeDef& def, std::span<const tensor> inputs, double ns, std::function<void()> then) = 0;
 };
 
 struct executable_spec {

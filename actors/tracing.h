@@ -31,9 +31,10 @@ class step_tracer {
     std::span<const tensor> inputs;
     bool asynchronous = false;
     const tf::NodeDef* def = nullptr;  // the node (its attributes)
-    // CPU time the calling thread spent in a synchronous kernel (its helpers on other
-    // threads not counted: with one compute thread, all of it); < 0 when not measured.
-    double thread_cpu_ns = -1;
+    // CPU time a synchronous kernel took on every thread that worked for it (the one
+    // that ran it and the compute pool's helpers, core/cpu_time.h's cpu_meter); < 0
+    // when not measured.
+    double cpu_ns = -1;
   };
   // Node `node` (op `op`) ran on `device` of `task` during [start, end] in step `step_id`.
   virtual void node_span(const std::string& task, const std::string& device, const std::string& node,

@@ -9,6 +9,7 @@
 #include "actors/simulation.h"
 #include "actors/variable.h"
 #include "actors/withdrawable.h"
+#include "core/cpu_time.h"
 #include "core/phantom.h"
 #include "kernels/kernel_registry.h"
 #include "kernels/training_ops.h"
@@ -188,6 +189,7 @@ class variable_update_kernel : public async_op_kernel {
   explicit variable_update_kernel(kernel_construction& c) : async_op_kernel(c) {
     if (auto* dev = runtime_device::from(c.device()); dev != nullptr && dev->simulation() != nullptr) {
       timer_ = dev->simulation()->timer_of(dev->name(), dev->task());
+      def_ = c.node();
     }
   }
 
@@ -219,6 +221,7 @@ class variable_update_kernel : public async_op_kernel {
 
  protected:
   kernel_timer* timer_ = nullptr;  // under a simulation: the device's kernels' timer
+  tf::NodeDef def_;                 // and the node (its cost's key)
 
   // Applies the update to `vars` (the leased values, in input order), in place.
   virtual status update(kernel_context& ctx, std::vector<tensor>& vars) const = 0;
@@ -317,14 +320,17 @@ class variable_update_kernel : public async_op_kernel {
       account_scope memory(op->ctx->step().memory);
       status s = kernels::catch_exceptions([&] {
         if (shape_only_update(*op->ctx, op->values)) return;
+        cpu_meter cpu;
         status updated = op->kernel->update(*op->ctx, op->values);
+        op->ctx->set_cpu_ns(cpu.elapsed_ns());
         if (!updated.ok()) op->ctx->fail(std::move(updated));
       });
       if (!s.ok()) op->ctx->fail(std::move(s));
       if (kernel_timer* timer = op->kernel->timer_) {
-        // Simulated: the leases are held for the update's virtual time (its estimate, as
-        // run() makes it: per element of the variable).
-        return timer->hold(elements * op->kernel->ns_per_element(), [op] { release_all(op); });
+        // Simulated: the leases are held for the update's virtual time (the calibration's,
+        // or its estimate as run() makes it: per element of the variable).
+        return timer->hold(op->kernel->def_, op->ctx->inputs(), elements * op->kernel->ns_per_element(),
+                           [op] { release_all(op); });
       }
       release_all(op);
     };

@@ -1,5 +1,6 @@
 """What the simulation benchmarks (sim_fidelity.py, sim_scale.py, sim_figures.py) share:
-their command line's common part and one `troupe run` of a scenario text."""
+their command line's common part, one `troupe run` of a scenario text, and a steady
+state measured by differencing two runs."""
 import argparse
 import json
 import os
@@ -36,3 +37,14 @@ def run(troupe, text, tmp, name, program):
         sys.exit(f"{program}: troupe run {path} failed:\n{output[-6000:]}")
     with open(summary) as f:
         return json.load(f), wall, usage.ru_maxrss / 1024.0
+
+
+def steady_state(troupe, tmp, text_for, warm, measured, name, program):
+    """Training seconds and global steps of `measured` steps after `warm` ones: a run of
+    warm + measured steps less a run of warm (the start-up, first-step preparations and
+    warm-ups of both cancel out), and the two runs' wall seconds. `text_for(steps)` is
+    the scenario text that trains that many steps."""
+    first, wall0, _ = run(troupe, text_for(warm), tmp, name + "-warm", program)
+    both, wall1, _ = run(troupe, text_for(warm + measured), tmp, name + "-all", program)
+    return (both["training_seconds"] - first["training_seconds"],
+            int(both["global_step"]) - int(first["global_step"]), wall0 + wall1)

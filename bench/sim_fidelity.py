@@ -4,19 +4,20 @@
     bench/sim_fidelity.py [--troupe build/troupe] [--out DIR] [--workers 1,2,4,8]
                           [--models mlp,lenet] [--modes IN_PROCESS,REAL] [--rounds 3] [--quick]
 
-For each model: `troupe calibrate` measures its kernels and the runtime's cost per
-kernel once (IN_PROCESS, 2 workers, one PS task); then for each number of workers the
-same training runs for real (each mode, the median of --rounds runs) and in simulation,
-with that one table, machine_cores and intra_op_threads set to this machine's cores (the
-tasks of both real modes share them), and the mode's network: none for IN_PROCESS
-(tensors are shared: latency 0, the largest bandwidth), loopback for REAL (latency 100 us;
-each transfer's bytes copied by the machine's cores, sending and receiving, at 3 GB/s, and
-100 us of a core at each end per transfer: the pair that fitted best, once, over the MLP
-and LeNet with 2 and 8 workers, used for every REAL row; the wire itself not a limit).
-The step time is the
-training time (the summary's training_seconds) over the global steps. Writes
-sim_fidelity.json and sim_fidelity.md (the table) into --out; bench/run.sh runs it and
-report.md shows it. Needs only troupe and the dataset (no PyPI package).
+For each model: `troupe calibrate` measures its kernels once (2 workers and one PS task;
+in the steady state, each kernel also alone with one worker) and, the scenario being in
+mode REAL, what transfers between two server processes cost on this machine (the
+table's loopback). Then for each number of workers the same training runs for real (each
+mode, the median of --rounds runs) and in simulation, with that one table, machine_cores
+and intra_op_threads set to this machine's cores (the tasks of both real modes share
+them), and the mode's network: none for IN_PROCESS (tensors are shared: latency 0, the
+largest bandwidth), the measured loopback for REAL (latency, each transfer's turn,
+bandwidth, the CPU of its copies and of each message, the control plane's CPU per task
+and step). Nothing is fitted to the runs compared. The step time is the steady state's:
+training seconds over global steps of a run of warm + measured steps less a run of warm
+(the summaries' training_seconds and global_step). Writes sim_fidelity.json and
+sim_fidelity.md (the table) into --out; bench/run.sh runs it and report.md shows it.
+Needs only troupe and the dataset (no PyPI package).
 """
 import json
 import os
@@ -25,19 +26,27 @@ import subprocess
 import sys
 import tempfile
 
-from scenario_runs import arguments, run
+from scenario_runs import arguments, steady_state
 
 MODELS = {
-    # model section, optimizer, steps, batch
-    "mlp": ('model { name: "mlp" hidden_units: [512, 512] }', 'optimizer { name: "momentum" learning_rate: 0.01 momentum: 0.9 }', 600, 64),
-    "lenet": ('model { name: "lenet" }', 'optimizer { name: "adam" learning_rate: 0.001 }', 500, 64),
+    # model section, optimizer, measured steps, batch
+    "mlp": ('model { name: "mlp" hidden_units: [512, 512] }', 'optimizer { name: "momentum" learning_rate: 0.01 momentum: 0.9 }', 1200, 64),
+    "lenet": ('model { name: "lenet" }', 'optimizer { name: "adam" learning_rate: 0.001 }', 1000, 64),
 }
+WARM_STEPS = 200  # before the measured ones: start-up and warm-ups
 
-# The network each real mode has, as the simulation models it.
-NETWORKS = {
-    "IN_PROCESS": "network { latency_us: 0 bandwidth_gbps: 10000 }",
-    "REAL": "network { latency_us: 100 bandwidth_gbps: 1000 copy_gbps: 3 message_cpu_us: 100 }",
-}
+
+def network(mode, table):
+    """The simulation's network section for `mode`: IN_PROCESS shares tensors; REAL is the
+    loopback `troupe calibrate` measured (the table's)."""
+    if mode == "IN_PROCESS":
+        return "network { latency_us: 0 bandwidth_gbps: 10000 }"
+    with open(table) as f:
+        lb = json.load(f)["loopback"]
+    return ("network {{ latency_us: {latency_us:.1f} transfer_us: {transfer_us:.2f} bandwidth_gbps: {bandwidth_gbps:.2f} "
+            "copy_gbps: {copy_gbps:.3f} message_cpu_us: {message_cpu_us:.2f} step_cpu_us: {step_cpu_us:.1f} }}").format(
+                **{k: lb.get(k, 0) for k in ("latency_us", "transfer_us", "bandwidth_gbps", "copy_gbps",
+                                             "message_cpu_us", "step_cpu_us")})
 
 
 def scenario(model, workers, mode, steps, simulation=""):
@@ -53,10 +62,11 @@ report {{ progress: OFF }}
 """
 
 
-def step_ms(troupe, text, tmp, name):
-    """Training milliseconds per global step of a run, and its summary."""
-    s, _, _ = run(troupe, text, tmp, name, "sim_fidelity")
-    return 1000.0 * s["training_seconds"] / int(s["global_step"]), s
+def step_ms(troupe, text_for, warm, measured, tmp, name):
+    """Training milliseconds per global step in the steady state: `measured` steps after
+    `warm` (two runs, differenced)."""
+    seconds, steps, _ = steady_state(troupe, tmp, text_for, warm, measured, name, "sim_fidelity")
+    return 1000.0 * seconds / steps
 
 
 def main():
@@ -69,11 +79,14 @@ def main():
     cores = os.cpu_count() or 1
     rounds = 1 if a.quick else a.rounds
     rows = []
+    networks = {}  # the REAL network each model's simulation had
     with tempfile.TemporaryDirectory(prefix="troupe-fidelity-") as tmp:
         for model in a.models.split(","):
             steps = MODELS[model][2] // (3 if a.quick else 1)
+            warm = WARM_STEPS // (3 if a.quick else 1)
             table = os.path.join(tmp, model + "-calib.json")
-            text = scenario(model, 2, "IN_PROCESS", steps)
+            # A REAL scenario: calibrate measures the loopback too.
+            text = scenario(model, 2, "REAL" if "REAL" in a.modes.split(",") else "IN_PROCESS", steps)
             path = os.path.join(tmp, model + "-calibrate.pbtxt")
             with open(path, "w") as f:
                 f.write(text)
@@ -81,23 +94,25 @@ def main():
                                   capture_output=True, text=True)
             if done.returncode != 0:
                 sys.exit(f"sim_fidelity: troupe calibrate failed:\n{done.stdout}\n{done.stderr}")
+            if "REAL" in a.modes.split(","):
+                networks[model] = network("REAL", table)
             for workers in [int(w) for w in a.workers.split(",")]:
                 for mode in a.modes.split(","):
-                    sim = (f'simulation {{ seed: 1 {NETWORKS[mode]} compute {{ table: "{table}" machine_cores: {cores} '
-                           f'intra_op_threads: {cores} }} }}')
-                    simulated, s = step_ms(a.troupe, scenario(model, workers, "SIMULATED", steps, sim), tmp,
-                                       f"{model}-{workers}-{mode}-sim")
+                    sim = (f'simulation {{ seed: 1 {network(mode, table)} compute {{ table: "{table}" '
+                           f'machine_cores: {cores} intra_op_threads: {cores} }} }}')
+                    simulated = step_ms(a.troupe, lambda n: scenario(model, workers, "SIMULATED", n, sim), warm, steps,
+                                        tmp, f"{model}-{workers}-{mode}-sim")
                     measured = statistics.median(
-                        step_ms(a.troupe, scenario(model, workers, mode, steps), tmp, f"{model}-{workers}-{mode}-{r}")[0]
+                        step_ms(a.troupe, lambda n: scenario(model, workers, mode, n), warm, steps, tmp,
+                                f"{model}-{workers}-{mode}-{r}")
                         for r in range(rounds))
                     error = 100.0 * (simulated - measured) / measured
-                    rows.append({"model": model, "workers": workers, "mode": mode, "steps": steps,
+                    rows.append({"model": model, "workers": workers, "mode": mode, "warm_steps": warm, "steps": steps,
                                  "measured_ms_per_step": measured, "simulated_ms_per_step": simulated,
-                                 "error_percent": error, "simulated_wall_seconds": s["wall_seconds"],
-                                 "simulated_virtual_seconds": s["virtual_seconds"]})
+                                 "error_percent": error})
                     print(f"{model} x{workers} {mode}: measured {measured:.3f} ms/step, simulated {simulated:.3f} "
                           f"({error:+.1f}%)", file=sys.stderr)
-    result = {"cores": cores, "rounds": rounds, "rows": rows}
+    result = {"cores": cores, "rounds": rounds, "rows": rows, "networks": networks}
     os.makedirs(a.out, exist_ok=True)
     with open(os.path.join(a.out, "sim_fidelity.json"), "w") as f:
         json.dump(result, f, indent=1)
@@ -111,6 +126,9 @@ def main():
         lines.append("")
         lines.append(f"Mean absolute error {statistics.mean(errors):.1f}%, largest {max(errors):.1f}% "
                      f"({rounds} round(s) of each measured run, median; {cores} cores).")
+    for model, text in networks.items():
+        lines.append("")
+        lines.append(f"REAL's network for {model}, as `troupe calibrate` measured the loopback: `{text}`")
     with open(os.path.join(a.out, "sim_fidelity.md"), "w") as f:
         f.write("\n".join(lines) + "\n")
     print("\n".join(lines))

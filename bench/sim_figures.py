@@ -26,7 +26,7 @@ import os
 import sys
 import tempfile
 
-from scenario_runs import arguments, run
+from scenario_runs import arguments, steady_state
 BATCH = 32
 MODEL = {
     "hidden_units": [2150] * 6,
@@ -64,17 +64,10 @@ report {{ progress: OFF }}
 """
 
 
-def training_seconds(troupe, text, tmp, name):
-    s, wall, _ = run(troupe, text, tmp, name, "sim_figures")
-    return s["training_seconds"], int(s["global_step"]), wall
-
-
 def steady(troupe, tmp, workers, replication, warm, measured, backups=0):
-    """Seconds and global steps of `measured` steps after `warm` ones."""
-    name = f"{replication}-{workers}-{backups}"
-    t0, s0, w0 = training_seconds(troupe, scenario(workers, replication, warm, backups), tmp, name + "-warm")
-    t1, s1, w1 = training_seconds(troupe, scenario(workers, replication, warm + measured, backups), tmp, name + "-all")
-    return t1 - t0, s1 - s0, w0 + w1
+    """Seconds and global steps of `measured` steps after `warm` ones, and the wall time."""
+    return steady_state(troupe, tmp, lambda steps: scenario(workers, replication, steps, backups), warm, measured,
+                        f"{replication}-{workers}-{backups}", "sim_figures")
 
 
 def main():

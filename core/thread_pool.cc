@@ -1,5 +1,6 @@
 #include "core/thread_pool.h"
 
+#include "core/cpu_time.h"
 #include "core/env.h"
 #include "core/memory.h"
 
@@ -12,6 +13,7 @@
 #include <cstdlib>
 #include <exception>
 #include <mutex>
+#include <optional>
 #include <thread>
 
 namespace troupe {
@@ -48,15 +50,21 @@ struct parallel_state {
   std::condition_variable finished;
   std::exception_ptr error;  // the first exception a block threw (under mutex)
   std::atomic<bool> failed{false};
+  // With a cpu_meter open on the caller: the CPU time helpers spent on blocks.
+  bool metered = false;
+  std::atomic<std::int64_t> helpers_cpu_ns{0};
 
   // Claims and runs blocks until none is left. The first exception a block throws is
-  // kept for the caller, and blocks not yet started are skipped.
-  void work() {
+  // kept for the caller, and blocks not yet started are skipped. A helper of a metered
+  // caller reports each block's CPU time before counting it done.
+  void work(bool helper) {
     for (;;) {
       std::int64_t b = next.fetch_add(1, std::memory_order_relaxed);
       if (b >= num_blocks) return;
       std::int64_t begin = b * block_size;
       if (!failed.load(std::memory_order_relaxed)) {
+        std::optional<cpu_meter> meter;
+        if (helper && metered) meter.emplace();
         try {
           fn(begin, std::min(n, begin + block_size));
         } catch (...) {
@@ -64,6 +72,7 @@ struct parallel_state {
           if (!error) error = std::current_exception();
           failed.store(true, std::memory_order_relaxed);
         }
+        if (meter) helpers_cpu_ns.fetch_add(static_cast<std::int64_t>(meter->elapsed_ns()), std::memory_order_relaxed);
       }
       if (done.fetch_add(1, std::memory_order_acq_rel) + 1 == num_blocks) {
         std::lock_guard<std::mutex> lock(mutex);
@@ -91,6 +100,8 @@ void compute_pool::parallel_for(std::int64_t n, double cost_per_unit,
   state->block_size = (n + num_blocks - 1) / num_blocks;
   state->num_blocks = (n + state->block_size - 1) / state->block_size;
   state->fn = fn;
+  double* sink = cpu_meter::helper_sink();
+  state->metered = sink != nullptr;
   // The caller works too, so num_threads - 1 helpers keep num_threads threads busy. They
   // allocate from the caller's memory account (a kernel's device's).
   int helpers = static_cast<int>(std::min<std::int64_t>(num_threads_, state->num_blocks) - 1);
@@ -98,12 +109,13 @@ void compute_pool::parallel_for(std::int64_t n, double cost_per_unit,
   for (int i = 0; i < helpers; ++i) {
     impl_->pool.Schedule([state, account] {
       account_scope scope(account);
-      state->work();
+      state->work(/*helper=*/true);
     });
   }
-  state->work();
+  state->work(/*helper=*/false);
   std::unique_lock<std::mutex> lock(state->mutex);
   state->finished.wait(lock, [&] { return state->done.load() == state->num_blocks; });
+  if (sink != nullptr) *sink += static_cast<double>(state->helpers_cpu_ns.load(std::memory_order_relaxed));
   if (state->error) std::rethrow_exception(state->error);
 }
 

@@ -144,7 +144,13 @@ class kernel_context {
   compute_pool& pool() const { return *step_.pool; }
   cancellation_manager& cancellation() const { return *step_.cancellation; }
 
+  // An asynchronous kernel's own work, the CPU time it computed (not its waiting: a
+  // variable update's, not its leases'), for the step's tracer; < 0: not measured.
+  void set_cpu_ns(double ns) { cpu_ns_ = ns; }
+  double cpu_ns() const { return cpu_ns_; }
+
  private:
+  double cpu_ns_ = -1;
   std::span<const tensor> inputs_;
   std::span<tensor> outputs_;
   std::span<const dtype> output_types_;

@@ -654,6 +654,8 @@ result<sim::simulation_options> simulation_options_of(const scenario::Simulation
   o.network.copy_gbps = s.network().copy_gbps();
   o.network.nic_gbps = s.network().nic_gbps();
   o.network.message_cpu_us = s.network().message_cpu_us();
+  o.network.transfer_us = s.network().transfer_us();
+  o.network.step_cpu_us = s.network().step_cpu_us();
   const auto& c = s.compute();
   if (!c.table().empty()) {
     auto table = sim::load_calibration(c.table());
@@ -884,6 +886,7 @@ result<run_summary> run_scenario(const scenario::Scenario& sc, const run_options
   }
   // Every global step a trainer or the SYNC coordinator finishes.
   auto step_reached = [&](std::int64_t step) {
+    if (options.on_step) options.on_step(step);
     if (step < liveness.from) return faults.step_reached(step);
     bool starts = false;
     {

@@ -27,6 +27,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <iostream>
 #include <map>
 #include <string>
@@ -47,6 +48,9 @@ struct run_options {
   std::string server_program;
   // Told every kernel's span in this process (troupe calibrate); not with a trace file.
   actors::step_tracer* tracer = nullptr;
+  // Called with the global step each training step reached, from the thread that ran it
+  // (several at once; troupe calibrate measures from a step on).
+  std::function<void(std::int64_t step)> on_step;
 };
 
 // A fault injected during the run and how the cluster recovered from it.

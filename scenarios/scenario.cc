@@ -298,6 +298,12 @@ void check_simulation(checker& c, const node& parent, scenario::Scenario* s, std
   if (!(nw->jitter_us() >= 0 && nw->jitter_us() <= 1e7)) c.error(net, "jitter_us", "must be in [0, 10^7] (is ", nw->jitter_us(), ")");
   if (!(nw->copy_gbps() >= 0 && nw->copy_gbps() <= 1e4)) c.error(net, "copy_gbps", "must be in [0, 10^4] (is ", nw->copy_gbps(), ")");
   if (!(nw->nic_gbps() >= 0 && nw->nic_gbps() <= 1e4)) c.error(net, "nic_gbps", "must be in [0, 10^4] (is ", nw->nic_gbps(), ")");
+  if (!(nw->transfer_us() >= 0 && nw->transfer_us() <= 1e6)) {
+    c.error(net, "transfer_us", "must be in [0, 10^6] (is ", nw->transfer_us(), ")");
+  }
+  if (!(nw->step_cpu_us() >= 0 && nw->step_cpu_us() <= 1e6)) {
+    c.error(net, "step_cpu_us", "must be in [0, 10^6] (is ", nw->step_cpu_us(), ")");
+  }
   if (!(nw->message_cpu_us() >= 0 && nw->message_cpu_us() <= 1e6)) {
     c.error(net, "message_cpu_us", "must be in [0, 10^6] (is ", nw->message_cpu_us(), ")");
   }

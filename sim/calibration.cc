@@ -51,33 +51,50 @@ void calibration_recorder::reset() {
   std::lock_guard<std::mutex> lock(mutex_);
   samples_.clear();
   runs_ = 0;
-  kernels_cpu_ns_ = 0;
+  accounted_cpu_ns_ = 0;
   window_start_.reset();
   window_end_ = {};
+}
+
+void calibration_recorder::pause() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (recording_ && window_start_) window_end_ = cpu_point{process_cpu_ns(), accounted_cpu_ns_, runs_};
+  recording_ = false;
+}
+
+void calibration_recorder::resume() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  recording_ = true;
 }
 
 void calibration_recorder::node_span(const std::string&, const std::string& device, const std::string&,
                                      const std::string& op, std::int64_t, clock::time_point start,
                                      clock::time_point end, const node_detail& detail) {
-  if (detail.asynchronous) return;  // its time is mostly waiting, not computing
+  // An asynchronous kernel's time is mostly waiting: only the work it measured counts
+  // (a variable update's), and only its CPU time.
+  if (detail.asynchronous && detail.cpu_ns < 0) return;
+  if (!recording_.load(std::memory_order_relaxed)) return;
+  // This recorder's own CPU time is not the runtime's (runtime_ns_per_kernel).
+  const double own_start = thread_cpu_ns();
   key k{op, device.substr(0, device.find(':')), input_signatures(detail.inputs),
         detail.def != nullptr ? cost_attrs(*detail.def) : std::vector<std::string>()};
   const double ns = std::chrono::duration<double, std::nano>(end - start).count();
   std::lock_guard<std::mutex> lock(mutex_);
+  if (!recording_.load(std::memory_order_relaxed)) return;
   auto& s = samples_[std::move(k)];
   if (s.skipped < k_skipped_per_kernel) {
     ++s.skipped;
   } else if (s.ns.size() < max_samples_) {
     s.ns.push_back(ns);
-    if (detail.thread_cpu_ns >= 0) s.cpu_ns.push_back(detail.thread_cpu_ns);
+    if (detail.cpu_ns >= 0) s.cpu_ns.push_back(detail.cpu_ns);
   }
-  if (detail.thread_cpu_ns < 0) return;
+  if (detail.cpu_ns < 0) return;
   ++runs_;
-  kernels_cpu_ns_ += detail.thread_cpu_ns;
+  accounted_cpu_ns_ += detail.cpu_ns + (thread_cpu_ns() - own_start);
   if (runs_ == k_window_after) {
-    window_start_ = cpu_point{process_cpu_ns(), kernels_cpu_ns_, runs_};
+    window_start_ = cpu_point{process_cpu_ns(), accounted_cpu_ns_, runs_};
   } else if (window_start_ && runs_ % 256 == 0) {
-    window_end_ = cpu_point{process_cpu_ns(), kernels_cpu_ns_, runs_};
+    window_end_ = cpu_point{process_cpu_ns(), accounted_cpu_ns_, runs_};
   }
 }
 
@@ -86,8 +103,8 @@ Calibration calibration_recorder::table() const {
   Calibration out;
   if (window_start_ && window_end_.kernels > window_start_->kernels) {
     const double process = window_end_.process_ns - window_start_->process_ns;
-    const double kernels = window_end_.kernels_ns - window_start_->kernels_ns;
-    out.set_runtime_ns_per_kernel(std::max(0.0, process - kernels) /
+    const double accounted = window_end_.accounted_ns - window_start_->accounted_ns;
+    out.set_runtime_ns_per_kernel(std::max(0.0, process - accounted) /
                                   static_cast<double>(window_end_.kernels - window_start_->kernels));
   }
   for (const auto& [k, s] : samples_) {
@@ -110,9 +127,24 @@ Calibration calibration_recorder::table() const {
       std::vector<double> cpu = s.cpu_ns;
       std::nth_element(cpu.begin(), cpu.begin() + static_cast<std::ptrdiff_t>(cpu.size() / 2), cpu.end());
       c->set_median_cpu_ns(cpu[cpu.size() / 2]);
+      double cpu_sum = 0;
+      for (double x : cpu) cpu_sum += x;
+      c->set_mean_cpu_ns(cpu_sum / static_cast<double>(cpu.size()));
     }
   }
   return out;
+}
+
+int add_alone_times(Calibration& table, const Calibration& alone) {
+  int found = 0;
+  for (KernelCost& c : *table.mutable_kernels()) {
+    const KernelCost* a = find_cost(alone, c.op(), c.device_type(), {c.inputs().begin(), c.inputs().end()},
+                                    {c.attrs().begin(), c.attrs().end()});
+    if (a == nullptr) continue;
+    c.set_alone_ns(a->mean_ns());
+    ++found;
+  }
+  return found;
 }
 
 status save_calibration(const Calibration& table, const std::string& path) {

@@ -10,6 +10,7 @@
 //                                        {"transpose_a=false", "transpose_b=false"});
 #pragma once
 
+#include <atomic>
 #include <map>
 #include <mutex>
 #include <optional>
@@ -42,6 +43,11 @@ class calibration_recorder final : public actors::step_tracer {
 
   // Forgets what was recorded.
   void reset();
+  // Spans are recorded only while resumed (from construction on): troupe calibrate
+  // measures the steady state, from a quarter of the steps to the last. Pausing closes
+  // the window of runtime_ns_per_kernel too.
+  void pause();
+  void resume();
   // The recorded kernels' statistics, sorted by op, device type and inputs (the
   // Calibration's other fields are the caller's).
   Calibration table() const;
@@ -67,17 +73,24 @@ class calibration_recorder final : public actors::step_tracer {
   };
   std::map<key, samples> samples_;
   // The process's CPU time against its kernels', for Calibration::runtime_ns_per_kernel:
-  // a window from the k_window_after-th kernel run to the last multiple of 256.
+  // a window from the k_window_after-th kernel run to the last multiple of 256 (or the
+  // pause), less what this recorder itself takes.
   static constexpr std::int64_t k_window_after = 500;
   struct cpu_point {
-    double process_ns = 0, kernels_ns = 0;
+    double process_ns = 0, accounted_ns = 0;
     std::int64_t kernels = 0;
   };
+  std::atomic<bool> recording_{true};
   std::int64_t runs_ = 0;
-  double kernels_cpu_ns_ = 0;
+  double accounted_cpu_ns_ = 0;  // the kernels' CPU time and this recorder's own
   std::optional<cpu_point> window_start_;
   cpu_point window_end_;
 };
+
+// Sets each entry's alone_ns to the mean wall time of the same kernel (op, device type,
+// inputs, attributes) in `alone`, a table measured with one worker task; the entries it
+// found.
+int add_alone_times(Calibration& table, const Calibration& alone);
 
 // The table as JSON (protobuf's mapping, snake_case keys) and back. Errors name the path.
 status save_calibration(const Calibration& table, const std::string& path);

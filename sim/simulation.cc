@@ -83,7 +83,7 @@ class simulation::machine {
   // A kernel of `work_ns` that may use up to `threads` cores.
   void start(double work_ns, double threads, done_callback done) {
     advance();
-    jobs_.push_back({std::max(work_ns, 1.0), std::clamp(threads, 1.0, static_cast<double>(cores_)), 0, world_.now(),
+    jobs_.push_back({std::max(work_ns, 1.0), std::clamp(threads, 0.1, static_cast<double>(cores_)), 0, world_.now(),
                      std::move(done)});
     reschedule();
   }
@@ -153,12 +153,13 @@ class simulation::device_timer final : public actors::kernel_timer {
   device_timer(simulation& s, std::string type, machine& m) : sim_(s), type_(std::move(type)), machine_(m) {}
   void ran(const graph::node& node, std::span<const tensor> inputs, std::span<const tensor> outputs,
            finish_callback finish) override {
-    double work = sim_.kernel_ns(node, type_, inputs, outputs) * noise_factor();
+    const kernel_cost cost = sim_.kernel_cost_of(node, type_, inputs, outputs);
+    double work = cost.work_ns * noise_factor();
     if (env::buggify("kernel.slow")) work *= 10;
-    machine_.start(work, sim_.threads_for(work), std::move(finish));
+    machine_.start(work, cost.threads, std::move(finish));
   }
-  void hold(double ns, std::function<void()> then) override {
-    double work = (sim_.kernel_overhead_ns() + ns) * noise_factor();
+  void hold(const tf::NodeDef& def, std::span<const tensor> inputs, double ns, std::function<void()> then) override {
+    double work = (sim_.kernel_overhead_ns() + sim_.held_ns(def, type_, inputs, ns)) * noise_factor();
     if (env::buggify("variable.slow_update")) work *= 20;
     machine_.start(work, sim_.threads_for(work), [then = std::move(then)](env::clock::time_point, env::clock::time_point) { then(); });
   }
@@ -193,32 +194,58 @@ double simulation::threads_for(double work_ns) const {
   return std::max(1.0, std::min(static_cast<double>(options_.compute.intra_op_threads), std::floor(work_ns / 20000)));
 }
 
+namespace {
+// What a table's entry costs the cores: its mean CPU time, else (older tables) its
+// median CPU time, else its median wall time.
+double cpu_cost(const KernelCost& c) {
+  if (c.mean_cpu_ns() > 0) return c.mean_cpu_ns();
+  return c.median_cpu_ns() > 0 ? c.median_cpu_ns() : c.median_ns();
+}
+}  // namespace
+
 simulation::simulation(simulation_options o) : options_(std::move(o)), world_({.seed = options_.seed}) {
   if (options_.compute.machine_cores > 0) shared_ = std::make_unique<machine>(world_, options_.compute.machine_cores);
   if (options_.compute.table) {
     for (const KernelCost& c : options_.compute.table->kernels()) {
       table_[cost_key(c.op(), c.device_type(), {c.inputs().begin(), c.inputs().end()},
-                      {c.attrs().begin(), c.attrs().end()})] = c.median_cpu_ns() > 0 ? c.median_cpu_ns() : c.median_ns();
+                      {c.attrs().begin(), c.attrs().end()})] = {cpu_cost(c), c.alone_ns()};
     }
   }
 }
 
 simulation::~simulation() = default;
 
-double simulation::kernel_ns(const graph::node& node, const std::string& device_type, std::span<const tensor> inputs,
-                             std::span<const tensor> outputs) {
+simulation::kernel_cost simulation::kernel_cost_of(const graph::node& node, const std::string& device_type,
+                                                   std::span<const tensor> inputs, std::span<const tensor> outputs) {
+  const double overhead = kernel_overhead_ns();
   if (!table_.empty()) {
     auto it = table_.find(cost_key(node.op_name(), device_type, input_signatures(inputs), cost_attrs(node.def)));
     if (it != table_.end()) {
       ++from_table_;
-      return kernel_overhead_ns() + it->second;
+      const double work = overhead + it->second.cpu_ns;
+      if (it->second.alone_ns <= 0) return {work, threads_for(work)};
+      // Alone it took alone_ns (plus the runtime's cost): the cores it keeps busy.
+      return {work, std::min<double>(options_.compute.intra_op_threads, work / (overhead + it->second.alone_ns))};
     }
-    // (table_ holds each entry's CPU time when measured, else its wall time)
   }
   ++from_rates_;
   const compute_model& c = options_.compute;
   const kernel_work w = work_of(node, inputs, outputs);
-  return kernel_overhead_ns() + std::max(w.flops / c.gflops, w.bytes / c.memory_gbps);
+  const double work = overhead + std::max(w.flops / c.gflops, w.bytes / c.memory_gbps);
+  return {work, threads_for(work)};
+}
+
+double simulation::held_ns(const tf::NodeDef& def, const std::string& device_type, std::span<const tensor> inputs,
+                           double estimate_ns) {
+  if (!table_.empty()) {
+    auto it = table_.find(cost_key(def.op(), device_type, input_signatures(inputs), cost_attrs(def)));
+    if (it != table_.end()) {
+      ++from_table_;
+      return it->second.cpu_ns;
+    }
+  }
+  ++from_rates_;
+  return estimate_ns;
 }
 
 actors::kernel_timer* simulation::timer_of(const std::string& device, const std::string&) {
@@ -246,7 +273,8 @@ void simulation::transfer(const std::string& from, const std::string& to, std::i
     start = std::max({start, egress_free_[from], ingress_free_[to]});
     gbps = std::min(gbps, n.nic_gbps);
   }
-  const auto on_wire = std::chrono::nanoseconds(static_cast<std::int64_t>(static_cast<double>(bytes) * 8 / gbps));
+  const auto on_wire =
+      std::chrono::nanoseconds(static_cast<std::int64_t>(static_cast<double>(bytes) * 8 / gbps + n.transfer_us * 1e3));
   free = start + on_wire;
   if (n.nic_gbps > 0) egress_free_[from] = ingress_free_[to] = free;
   double extra_us = n.latency_us;
@@ -275,6 +303,17 @@ void simulation::transfer(const std::string& from, const std::string& to, std::i
   world_.at(arrives, one_done);
   shared_->start(copy_ns, /*threads=*/1,
                  [one_done](env::clock::time_point, env::clock::time_point) { one_done(); });
+}
+
+bool simulation::delay_step_start(const std::string&, std::function<void()> start) {
+  if (options_.network.step_cpu_us <= 0 || shared_ == nullptr) return false;
+  // The request's CPU (the client's and the task's), then its way to the task.
+  const auto latency = std::chrono::nanoseconds(static_cast<std::int64_t>(options_.network.latency_us * 1e3));
+  shared_->start(options_.network.step_cpu_us * 1e3, /*threads=*/1,
+                 [this, latency, start = std::move(start)](env::clock::time_point, env::clock::time_point end) {
+                   world_.at(end + latency, start);
+                 });
+  return true;
 }
 
 void simulation::start_swizzle() {

@@ -7,17 +7,21 @@
 //   ... sessions, steps, env::threads ...
 //   s.world().elapsed();                      // virtual time taken
 //
-// The compute model gives each synchronous kernel its work: the median CPU time that
-// `troupe calibrate` measured for its op, inputs and attributes when the table has it,
-// otherwise a roofline estimate from its floating-point operations and the bytes it
-// reads and writes at stated rates, plus a per-kernel overhead. The kernels running at
-// once on a set of cores (a device's `cores_per_device`, or the whole cluster's
-// `machine_cores`) share them as an operating system does: each gets an equal share, at
-// most `intra_op_threads`; a kernel ends when its work is done. The network model
-// delays every tensor sent between two tasks by the link's latency plus its size over the
-// link's bandwidth, with the transfers on one link (one direction between two tasks) sent
-// one after another, plus a jitter drawn from the seed; with a network interface rate,
-// a task's outgoing and incoming transfers also take turns on its interface.
+// The compute model gives each synchronous kernel its work: the mean CPU time that
+// `troupe calibrate` measured for its op, inputs and attributes when the table has it
+// (on as many cores as it kept busy alone), otherwise a roofline estimate from its
+// floating-point operations and the bytes it reads and writes at stated rates, plus a
+// per-kernel overhead; a variable update holds its leases for the table's CPU time or its
+// own estimate. The kernels running at once on a set of cores (a device's
+// `cores_per_device`, or the whole cluster's `machine_cores`) share them as an operating
+// system does: each gets an equal share, at most what it can keep busy; a kernel ends
+// when its work is done. The network model delays every tensor sent between two tasks by
+// the link's latency plus its size over the link's bandwidth (and a fixed time per
+// transfer), with the transfers on one link (one direction between two tasks) sent one
+// after another, plus a jitter drawn from the seed; with a network interface rate, a
+// task's outgoing and incoming transfers also take turns on its interface. On one
+// machine, transfers' copies and messages and the control plane's requests take its
+// cores too.
 #pragma once
 
 #include <chrono>
@@ -52,6 +56,13 @@ struct network_model {
   // through its ingress (a PS that 200 workers talk to is limited by it, not by each
   // link). 0: only the links limit.
   double nic_gbps = 0;
+  // Each transfer also holds its link (and interfaces) this long, whatever its size: the
+  // transport's turn per message.
+  double transfer_us = 0;
+  // > 0 (with compute_model::machine_cores): each task's part of each step takes this
+  // much of one core, then the latency, before it starts (the control plane between
+  // processes: the client's request to the task, and its answer).
+  double step_cpu_us = 0;
 };
 
 struct compute_model {
@@ -120,9 +131,14 @@ class simulation final : public actors::simulation {
   void start_swizzle();
   void stop_swizzle();
   std::int64_t links_clogged() const { return clogs_; }
-  // The virtual nanoseconds of a kernel of `node` on these inputs and outputs.
-  double kernel_ns(const graph::node& node, const std::string& device_type, std::span<const tensor> inputs,
-                   std::span<const tensor> outputs);
+  // A kernel of `node` on these inputs and outputs: its work (virtual nanoseconds on one
+  // core) and the cores it can keep busy.
+  struct kernel_cost {
+    double work_ns;
+    double threads;
+  };
+  kernel_cost kernel_cost_of(const graph::node& node, const std::string& device_type, std::span<const tensor> inputs,
+                             std::span<const tensor> outputs);
 
   // actors::simulation
   void configure(caf::actor_system_config& config) override { world::configure(config); }
@@ -131,10 +147,15 @@ class simulation final : public actors::simulation {
   actors::kernel_timer* timer_of(const std::string& device, const std::string& task) override;
   void transfer(const std::string& from, const std::string& to, std::int64_t bytes,
                 std::function<void()> deliver) override;
+  bool delay_step_start(const std::string& task, std::function<void()> start) override;
 
  private:
   class machine;
   class device_timer;
+  // A variable update's work (hold): the table's when it has the kernel, else its own
+  // estimate.
+  double held_ns(const tf::NodeDef& def, const std::string& device_type, std::span<const tensor> inputs,
+                 double estimate_ns);
   // The runtime's own cost per kernel: the table's runtime_ns_per_kernel when it has
   // one, else kernel_overhead_us.
   double kernel_overhead_ns() const;
@@ -142,7 +163,11 @@ class simulation final : public actors::simulation {
   double threads_for(double work_ns) const;
   const simulation_options options_;
   sim::world world_;
-  std::unordered_map<std::string, double> table_;  // median ns by op, device, inputs and attributes
+  struct measured {
+    double cpu_ns;    // its work: CPU time (mean, else median, else wall time)
+    double alone_ns;  // mean wall time alone; 0 when not measured
+  };
+  std::unordered_map<std::string, measured> table_;  // by op, device, inputs and attributes
   std::map<std::string, std::unique_ptr<device_timer>> timers_;  // by device
   std::unique_ptr<machine> shared_;                // compute_model::machine_cores' cores
   std::vector<std::unique_ptr<machine>> own_;      // else each device's

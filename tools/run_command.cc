@@ -1,11 +1,18 @@
 // troupe run SCENARIO [--steps N] [--trace FILE.json] [--summary FILE.json] [--no-faults]
 // troupe calibrate SCENARIO [--steps N] [--out FILE.json]
 // troupe graph dot SCENARIO|GRAPH.pbtxt|GRAPH.pb [--worker N] [--out FILE.dot]
+#include <algorithm>
+#include <atomic>
 #include <chrono>
+#include <filesystem>
 #include <fstream>
+#include <optional>
 #include <sstream>
 #include <thread>
 
+#include <unistd.h>
+
+#include "cluster/loopback_probe.h"
 #include "core/file.h"
 #include "graph/graph_io.h"
 #include "placement/graph_dot.h"
@@ -169,6 +176,36 @@ int calibrate_command(const std::vector<std::string>& args, std::ostream& out, s
     sc->mutable_cluster()->set_mode(scenario::Cluster::IN_PROCESS);
     sc->clear_simulation();
   }
+  std::optional<sim::Loopback> loopback;
+  if (sc->cluster().mode() == scenario::Cluster::REAL) {
+    // What transfers between this machine's processes cost, for the network model.
+    out << "calibrate: measuring transfers between two server processes on loopback\n";
+    std::error_code failed;
+    const std::string dir =
+        (std::filesystem::temp_directory_path() / str_cat("troupe-calibrate-", ::getpid())).string();
+    std::filesystem::create_directories(dir, failed);
+    cluster::loopback_probe_options po;
+    po.executable = std::filesystem::read_symlink("/proc/self/exe", failed).string();
+    po.dir = dir;
+    auto costs = cluster::measure_loopback(po);
+    std::filesystem::remove_all(dir, failed);
+    if (!costs.ok()) {
+      err << "troupe calibrate: " << costs.error().to_string() << "\n";
+      return 1;
+    }
+    loopback.emplace();
+    loopback->set_latency_us(costs->latency_us);
+    loopback->set_transfer_us(costs->transfer_us);
+    loopback->set_bandwidth_gbps(costs->bandwidth_gbps);
+    loopback->set_message_cpu_us(costs->message_cpu_us);
+    loopback->set_copy_gbps(costs->copy_gbps);
+    loopback->set_step_cpu_us(costs->step_cpu_us);
+    loopback->set_null_step_us(costs->null_step_us);
+    out << "calibrate: loopback: network { latency_us: " << costs->latency_us << " transfer_us: " << costs->transfer_us
+        << " bandwidth_gbps: " << costs->bandwidth_gbps << " copy_gbps: " << costs->copy_gbps
+        << " message_cpu_us: " << costs->message_cpu_us << " step_cpu_us: " << costs->step_cpu_us << " } ("
+        << costs->steps << " steps; a null step " << costs->null_step_us << " us)\n";
+  }
   if (sc->cluster().mode() == scenario::Cluster::REAL) {
     out << "calibrate: the cluster's tasks run in this process (mode REAL measures the same kernels)\n";
     sc->mutable_cluster()->set_mode(scenario::Cluster::IN_PROCESS);
@@ -180,29 +217,66 @@ int calibrate_command(const std::vector<std::string>& args, std::ostream& out, s
   sc->clear_checkpoint();
   sc->mutable_report()->clear_trace_file();
   sc->mutable_report()->clear_expect();
-  sim::calibration_recorder recorder;
   scenarios::run_options options;
   options.out = &out;
   options.steps = steps;
-  options.tracer = &recorder;
   options.compute_threads = default_num_threads();
-  auto summary = scenarios::run_scenario(*sc, options);
-  if (!summary.ok()) {
-    err << "troupe calibrate: " << summary.error().to_string() << "\n";
-    return 1;
+  // Runs `s` with the recorder as tracer: the recorder's table, or the error printed.
+  std::optional<std::int64_t> steps_run;
+  // The steady state: from a quarter of the steps (first-touch allocations, libraries
+  // timed once, caches and the memory pools filling) to the last (not the evaluation).
+  const std::int64_t from_step = std::max<std::int64_t>(1, steps / 4);
+  auto measure = [&](const scenario::Scenario& s) -> std::optional<sim::Calibration> {
+    sim::calibration_recorder recorder;
+    recorder.pause();
+    std::atomic<bool> ended{false};
+    options.tracer = &recorder;
+    options.on_step = [&](std::int64_t step) {
+      if (step >= steps) {
+        ended = true;
+        recorder.pause();
+      } else if (step >= from_step && !ended) {
+        recorder.resume();
+      }
+    };
+    auto summary = scenarios::run_scenario(s, options);
+    if (!summary.ok()) {
+      err << "troupe calibrate: " << summary.error().to_string() << "\n";
+      return std::nullopt;
+    }
+    if (!steps_run) steps_run = summary->steps;
+    return recorder.table();
+  };
+  auto measured = measure(*sc);
+  if (!measured) return 1;
+  sim::Calibration table = std::move(*measured);
+  // Each kernel alone: with one worker task no other worker's kernels want the cores, so
+  // its wall time says how many cores it keeps busy (KernelCost::alone_ns).
+  const std::string& worker_job = sc->cluster().worker_job();
+  auto workers = std::find_if(sc->mutable_cluster()->mutable_job()->begin(), sc->mutable_cluster()->mutable_job()->end(),
+                              [&](const auto& j) { return j.name() == worker_job; });
+  if (workers != sc->mutable_cluster()->mutable_job()->end() && workers->tasks() > 1) {
+    out << "calibrate: again with one worker task, each kernel alone\n";
+    workers->set_tasks(1);
+    sc->mutable_training()->clear_backup_workers();
+    auto alone = measure(*sc);
+    if (!alone) return 1;
+    sim::add_alone_times(table, *alone);
+  } else {
+    sim::add_alone_times(table, table);
   }
-  sim::Calibration table = recorder.table();
   table.set_scenario(sc->name());
   table.set_machine(cpu_model());
   table.set_cores(static_cast<std::int32_t>(std::thread::hardware_concurrency()));
   table.set_compute_threads(options.compute_threads);
-  table.set_steps(summary->steps);
+  table.set_steps(*steps_run);
+  if (loopback) *table.mutable_loopback() = *loopback;
   table.set_skipped_per_kernel(sim::calibration_recorder::k_skipped_per_kernel);
   if (status s = sim::save_calibration(table, output_file); !s.ok()) {
     err << "troupe calibrate: " << s.to_string() << "\n";
     return 1;
   }
-  out << "calibration: " << table.kernels_size() << " kernels (by op and input shapes) of " << summary->steps
+  out << "calibration: " << table.kernels_size() << " kernels (by op and input shapes) of " << *steps_run
       << " steps -> " << output_file << "\n";
   return 0;
 }

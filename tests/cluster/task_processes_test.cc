@@ -1,6 +1,7 @@
 // task_processes: the servers a run starts, as a conversation with their processes:
 // started and serving, killed, restarted at the same address, frozen and thawed, a server
-// that cannot start (its log quoted), and every one stopped and reaped at the end.
+// that cannot start (its log quoted), and every one stopped and reaped at the end; and the
+// loopback probe that `troupe calibrate` runs over such servers.
 #include <catch2/catch.hpp>
 
 #include <signal.h>
@@ -13,6 +14,7 @@
 #include <thread>
 
 #include "cluster/cluster_file.h"
+#include "cluster/loopback_probe.h"
 #include "cluster/task_processes.h"
 #include "tests/cluster/cluster_fixture.h"
 
@@ -124,6 +126,39 @@ TEST_CASE("task_processes: a server that cannot start is an error quoting its lo
     CHECK(alive(worker));  // the first run's servers are untouched
   }
   std::filesystem::remove_all(c.dir);
+}
+
+TEST_CASE("measure_loopback: what transfers between two server processes cost, in the network model's terms",
+          "[processes]") {
+  const std::string dir =
+      (std::filesystem::temp_directory_path() / ("troupe-loopback-probe-" + std::to_string(::getpid()))).string();
+  std::filesystem::create_directories(dir);
+  loopback_probe_options o;
+  o.executable = TROUPE_PROGRAM;
+  o.dir = dir;
+  o.seconds_per_graph = 0.3;
+  auto costs = measure_loopback(o);
+  REQUIRE(costs.ok());
+  INFO("null step " << costs->null_step_us << " us, latency " << costs->latency_us << " us, transfer "
+                    << costs->transfer_us << " us, " << costs->bandwidth_gbps << " Gb/s, copies " << costs->copy_gbps
+                    << " GB/s, message CPU " << costs->message_cpu_us << " us, step CPU " << costs->step_cpu_us << " us");
+  CHECK(costs->steps > 4 * 20);
+  // A step between two processes costs tens of microseconds at least, and far less than
+  // a second; 4 MB between them move at more than 50 MB/s and cost CPU to copy.
+  CHECK(costs->null_step_us > 10);
+  CHECK(costs->null_step_us < 1e5);
+  CHECK(costs->step_cpu_us > 1);
+  CHECK(costs->bandwidth_gbps > 0.4);
+  CHECK(costs->copy_gbps > 0.05);
+  CHECK(costs->latency_us >= 0);
+  CHECK(costs->transfer_us >= 0);
+  CHECK(costs->message_cpu_us >= 0);
+  // Its servers are gone, and a program that cannot serve is an error.
+  o.executable = dir + "/none";
+  auto none = measure_loopback(o);
+  REQUIRE_FALSE(none.ok());
+  CHECK(none.error().message().find("is not an executable file") != std::string::npos);
+  std::filesystem::remove_all(dir);
 }
 
 }  // namespace

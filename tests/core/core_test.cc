@@ -14,6 +14,7 @@
 #include "core/random.h"
 #include "core/tensor.h"
 #include "core/tensor_eigen.h"
+#include "core/cpu_time.h"
 #include "core/thread_pool.h"
 
 using namespace troupe;
@@ -216,6 +217,46 @@ TEST_CASE("compute_pool parallel_for covers the range exactly once, even nested"
   int calls = 0;
   pool.parallel_for(10, 1.0, [&](std::int64_t b, std::int64_t e) { calls++; });
   CHECK(calls == 1);  // too little work to split
+}
+
+TEST_CASE("cpu_meter counts the CPU time of the pool's helpers on its blocks", "[core]") {
+  compute_pool pool(2);
+  // Blocks of ~2 ms of busy work each; every block's own CPU time, whoever ran it.
+  std::atomic<std::int64_t> blocks_ns{0};
+  std::atomic<int> by_helpers{0};
+  const auto caller = std::this_thread::get_id();
+  auto spin = [&](std::int64_t b, std::int64_t e) {
+    const double t0 = thread_cpu_ns();
+    for (auto i = b; i < e; ++i) {
+      while (thread_cpu_ns() - t0 < 2e6 * static_cast<double>(i - b + 1)) {
+      }
+    }
+    blocks_ns += static_cast<std::int64_t>(thread_cpu_ns() - t0);
+    if (std::this_thread::get_id() != caller) by_helpers++;
+  };
+  double metered = 0;
+  for (int attempt = 0; attempt < 20 && by_helpers.load() == 0; ++attempt) {
+    blocks_ns = 0;
+    cpu_meter m;
+    pool.parallel_for(8, 2e6, spin);
+    metered = m.elapsed_ns();
+  }
+  REQUIRE(by_helpers.load() > 0);  // a helper ran blocks (not only the caller)
+  // Everything the blocks took, on both threads, and not much else.
+  CHECK(metered >= 0.98 * static_cast<double>(blocks_ns.load()));
+  CHECK(metered <= static_cast<double>(blocks_ns.load()) + 5e6);
+  // Without a meter open, nothing is measured; meters nest and each sees its own.
+  CHECK(cpu_meter::helper_sink() == nullptr);
+  {
+    cpu_meter outer;
+    double* outer_sink = cpu_meter::helper_sink();
+    {
+      cpu_meter inner;
+      CHECK(cpu_meter::helper_sink() != outer_sink);
+    }
+    CHECK(cpu_meter::helper_sink() == outer_sink);
+  }
+  CHECK(cpu_meter::helper_sink() == nullptr);
 }
 
 TEST_CASE(".npy round trip for every dtype, and clear errors", "[core]") {

@@ -23,13 +23,15 @@ std::string temp_path(const std::string& name) {
   return (std::filesystem::temp_directory_path() / (name + "-" + std::to_string(::getpid()) + ".json")).string();
 }
 
-// A MatMul of [2,3] x [3,4] that took `us` microseconds.
-void matmul_span(sim::calibration_recorder& r, const tf::NodeDef& def, int us, bool asynchronous = false) {
+// A MatMul of [2,3] x [3,4] that took `us` microseconds (and `cpu_us` of CPU time, when
+// >= 0).
+void matmul_span(sim::calibration_recorder& r, const tf::NodeDef& def, int us, bool asynchronous = false,
+                 double cpu_us = -1) {
   const tensor a(dtype::float32, {2, 3}), b(dtype::float32, {3, 4});
   const tensor inputs[] = {a, b};
   const auto start = clock_type::now();
   r.node_span("/job:worker/replica:0/task:0", "CPU:0", def.name(), def.op(), 1, start, start + std::chrono::microseconds(us),
-              {inputs, asynchronous, &def});
+              {inputs, asynchronous, &def, cpu_us >= 0 ? cpu_us * 1e3 : -1});
 }
 
 }  // namespace
@@ -68,6 +70,28 @@ TEST_CASE("calibration: durations by op, inputs and cost attributes, after a war
   CHECK(sim::find_cost(t, "MatMul", "CPU", {"float[2,3]"}, {"transpose_a=false", "transpose_b=false"}) == nullptr);
   CHECK(sim::find_cost(t, "MatMul", "GPU", {"float[2,3]", "float[3,4]"}, {"transpose_a=false", "transpose_b=false"}) == nullptr);
   CHECK(sim::input_signature(tensor::scalar(std::int32_t{1})) == "int32[]");
+  CHECK(c->median_cpu_ns() == 0);  // no CPU time given: none measured
+  CHECK(c->mean_cpu_ns() == 0);
+
+  // CPU times: their median and their mean (what a step's sum of kernels costs).
+  sim::calibration_recorder with_cpu;
+  for (double cpu : {5.0, 5.0, 100.0, 600.0, 200.0}) matmul_span(with_cpu, plain, 700, false, cpu);
+  const auto* cpu = sim::find_cost(with_cpu.table(), "MatMul", "CPU", {"float[2,3]", "float[3,4]"},
+                                   {"transpose_a=false", "transpose_b=false"});
+  REQUIRE(cpu != nullptr);
+  CHECK(cpu->median_cpu_ns() == Approx(200000).epsilon(0.01));
+  CHECK(cpu->mean_cpu_ns() == Approx(300000).epsilon(0.01));
+
+  // Each entry's time alone: the mean wall time of the same kernel in a table measured
+  // with one worker; entries it lacks keep none.
+  sim::calibration_recorder alone;
+  for (int us : {1, 1, 10, 20}) matmul_span(alone, plain, us);
+  sim::Calibration merged = t;
+  CHECK(sim::add_alone_times(merged, alone.table()) == 1);
+  CHECK(sim::find_cost(merged, "MatMul", "CPU", {"float[2,3]", "float[3,4]"}, {"transpose_a=false", "transpose_b=false"})
+            ->alone_ns() == Approx(15000).epsilon(0.01));
+  CHECK(sim::find_cost(merged, "MatMul", "CPU", {"float[2,3]", "float[3,4]"}, {"transpose_a=false", "transpose_b=true"})
+            ->alone_ns() == 0);
 
   // The JSON table round-trips; a damaged one is refused naming the file.
   const std::string path = temp_path("troupe-calibration");
@@ -118,9 +142,11 @@ report { progress: OFF }
   CHECK(forward->median_ns() > 0);
   CHECK(forward->min_ns() <= forward->median_ns());
   CHECK(forward->median_ns() <= forward->p90_ns());
-  // The CPU time of the thread that ran it, which the compute model takes.
+  // Its CPU time on the two compute threads, which the compute model takes: at most
+  // what two threads can spend in its wall time (and some slack for the clocks).
   CHECK(forward->median_cpu_ns() > 0);
-  CHECK(forward->median_cpu_ns() < 2 * forward->p90_ns());
+  CHECK(forward->mean_cpu_ns() > 0);
+  CHECK(forward->median_cpu_ns() < 3 * forward->p90_ns());
   // No asynchronous kernel (a _Recv waits for its tensor) is in the table.
   for (const auto& k : t.kernels()) CHECK(k.op() != "_Recv");
   // A run cannot take both a trace file and a tracer.

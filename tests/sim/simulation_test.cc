@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <filesystem>
+#include <optional>
 #include <sstream>
 
 #include "actors/cluster.h"
@@ -54,11 +55,15 @@ timed_step one_step(sim::simulation& s, const graph::scope& root, const std::vec
 // Virtual seconds of one step fetching two independent 256^3 MatMuls on one device with
 // `cores` virtual cores, at 1 GFLOP/s (each: 2 * 256^3 flops = 33.6 ms of work); with
 // `one`, only the first.
-double two_matmuls_seconds(int cores, int intra_op_threads = 1, bool one = false) {
+// With `table`, the MatMuls' costs come from it.
+double two_matmuls_seconds(int cores, int intra_op_threads = 1, bool one = false,
+                           std::optional<sim::Calibration> table = std::nullopt) {
   sim::simulation_options o;
   o.compute.gflops = 1;
   o.compute.cores_per_device = cores;
   o.compute.intra_op_threads = intra_op_threads;
+  o.compute.table = std::move(table);
+  const bool from_table = o.compute.table.has_value();
   sim::simulation s(o);
   auto root = graph::scope::new_root();
   auto a = ops::fill(root, ops::constant(root, tensor::from_vector<std::int32_t>({256, 256})), ops::scalar(root, 1.0f));
@@ -68,7 +73,26 @@ double two_matmuls_seconds(int cores, int intra_op_threads = 1, bool one = false
   REQUIRE(r.out.ok());
   CHECK(r.out->at(0).flat<float>()[0] == 256.0f);  // the kernels ran: real numbers
   if (!one) CHECK(r.out->at(1).flat<float>()[7] == 256.0f);
+  if (from_table) CHECK(s.kernels_from_table() == (one ? 1 : 2));
   return r.seconds;
+}
+
+// A table in which the 256^3 MatMul costs `cpu_ms` of CPU and took `alone_ms` alone.
+sim::Calibration matmul_table(double cpu_ms, double alone_ms) {
+  sim::Calibration t;
+  sim::KernelCost* c = t.add_kernels();
+  c->set_op("MatMul");
+  c->set_device_type("CPU");
+  c->add_inputs("float[256,256]");
+  c->add_inputs("float[256,256]");
+  c->add_attrs("transpose_a=false");
+  c->add_attrs("transpose_b=false");
+  c->set_count(10);
+  c->set_median_ns(alone_ms * 1e6);
+  c->set_median_cpu_ns(cpu_ms * 1e6);
+  c->set_mean_cpu_ns(cpu_ms * 1e6);
+  c->set_alone_ns(alone_ms * 1e6);
+  return t;
 }
 
 const char* k_scenario = R"(
@@ -132,6 +156,22 @@ TEST_CASE("simulation: kernels share the device's virtual cores", "[sim]") {
   CHECK(two_matmuls_seconds(2, 2, /*one=*/true) == Approx(0.0168).epsilon(0.05));
   CHECK(two_matmuls_seconds(2, 2) == Approx(0.0336).epsilon(0.05));
   CHECK(two_matmuls_seconds(4, 2) == Approx(0.0168).epsilon(0.05));
+}
+
+TEST_CASE("simulation: a calibrated kernel keeps busy the cores it kept busy alone", "[sim]") {
+  // 20 ms of CPU that took 10 ms alone: two cores' worth. Alone on two cores it takes
+  // 10 ms; two of them share the cores (40 ms of work on two cores: 20 ms).
+  CHECK(two_matmuls_seconds(2, 2, /*one=*/true, matmul_table(20, 10)) == Approx(0.010).epsilon(0.05));
+  CHECK(two_matmuls_seconds(2, 2, /*one=*/false, matmul_table(20, 10)) == Approx(0.020).epsilon(0.05));
+  // One that kept one core busy alone takes its CPU time, however many cores are free
+  // (the 20 us blocks of parallel_for would say two).
+  CHECK(two_matmuls_seconds(2, 2, /*one=*/true, matmul_table(20, 20)) == Approx(0.020).epsilon(0.05));
+  // One that waited half of its time alone (page faults, a lock) takes that time alone,
+  // and leaves the other core to another kernel.
+  CHECK(two_matmuls_seconds(2, 2, /*one=*/true, matmul_table(10, 20)) == Approx(0.020).epsilon(0.05));
+  CHECK(two_matmuls_seconds(1, 2, /*one=*/false, matmul_table(10, 20)) == Approx(0.020).epsilon(0.05));
+  // Never more cores than intra_op_threads.
+  CHECK(two_matmuls_seconds(4, 2, /*one=*/true, matmul_table(40, 10)) == Approx(0.020).epsilon(0.05));
 }
 
 TEST_CASE("simulation: the roofline rates", "[sim]") {
@@ -421,4 +461,63 @@ TEST_CASE("simulation: on one machine each transfer costs its cores a fixed CPU 
   REQUIRE(free.ok());
   REQUIRE(costly.ok());
   CHECK(costly->seconds >= free->seconds + 0.24);
+}
+
+TEST_CASE("simulation: each transfer holds its link for transfer_us, whatever its size", "[sim]") {
+  // A worker's step takes 4 variables over its link from the PS and sends 4 gradients
+  // back: at 2 ms per transfer held, 16 ms per step; the two workers' links side by side:
+  // 30 steps each, 0.48 s at least. The same 2 ms as latency is not held: 4 ms per step.
+  auto held = run_with("simulation { seed: 2 network { latency_us: 0 transfer_us: 2000 } }\n");
+  auto latency = run_with("simulation { seed: 2 network { latency_us: 2000 } }\n");
+  REQUIRE(held.ok());
+  REQUIRE(latency.ok());
+  CHECK(held->seconds >= 0.45);
+  CHECK(latency->seconds < held->seconds / 2);
+}
+
+TEST_CASE("simulation: on one machine each task's part of a step costs the control plane's CPU first", "[sim]") {
+  // A worker's training step has a part on its own task and one on the PS: 2 x 1 ms of
+  // the one core before they start, 60 steps: 0.12 s more at least.
+  auto free = run_with("simulation { seed: 2 network { latency_us: 0 } compute { machine_cores: 1 } }\n");
+  auto costly = run_with("simulation { seed: 2 network { latency_us: 0 step_cpu_us: 1000 } compute { machine_cores: 1 } }\n");
+  REQUIRE(free.ok());
+  REQUIRE(costly.ok());
+  CHECK(costly->seconds >= free->seconds + 0.12);
+  // Without machine_cores it is not modelled: the same run to the nanosecond.
+  auto apart = run_with("simulation { seed: 2 network { latency_us: 0 } }\n");
+  auto apart_costly = run_with("simulation { seed: 2 network { latency_us: 0 step_cpu_us: 1000 } }\n");
+  REQUIRE(apart.ok());
+  REQUIRE(apart_costly.ok());
+  CHECK(apart_costly->virtual_seconds == apart->virtual_seconds);
+}
+
+TEST_CASE("simulation: a variable update takes the calibration's time, measured as it trained", "[sim]") {
+  // The scenario trained for real with a recorder: its variable updates are measured (CPU
+  // time, not the leases' waiting) like any kernel.
+  auto sc = scenarios::parse_scenario(k_scenario, "sim.pbtxt");
+  REQUIRE(sc.ok());
+  sc->mutable_cluster()->set_mode(scenario::Cluster::IN_PROCESS);
+  sim::calibration_recorder recorder;
+  std::ostringstream out;
+  scenarios::run_options o;
+  o.out = &out;
+  o.steps = 20;
+  o.tracer = &recorder;
+  REQUIRE(scenarios::run_scenario(*sc, o).ok());
+  sim::Calibration table = recorder.table();
+  int updates = 0;
+  for (sim::KernelCost& c : *table.mutable_kernels()) {
+    if (c.op() != "ResourceApplyGradientDescent") continue;
+    ++updates;
+    CHECK(c.mean_cpu_ns() > 0);
+    c.set_mean_cpu_ns(5e6);  // 5 ms each
+  }
+  CHECK(updates == 4);  // the MLP's two weights and two biases
+  const std::string path = temp_path("troupe-sim-updates");
+  REQUIRE(sim::save_calibration(table, path).ok());
+  // 60 steps x 4 updates x 5 ms on the PS's one core: 1.2 s at least.
+  auto slow = run_with(str_cat("simulation { seed: 2 compute { table: \"", path, "\" } }\n"));
+  std::filesystem::remove(path);
+  REQUIRE(slow.ok());
+  CHECK(slow->seconds >= 1.2);
 }

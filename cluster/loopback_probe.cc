@@ -1,0 +1,148 @@
+#include "cluster/loopback_probe.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <fstream>
+#include <sstream>
+#include <vector>
+
+#include "actors/session.h"
+#include "cluster/real_cluster.h"
+#include "cluster/task_processes.h"
+#include "core/cpu_time.h"
+#include "core/file.h"
+#include "graph/builder.h"
+#include "graph/ops.h"
+#include "graph/variables.h"
+
+namespace troupe::cluster {
+namespace {
+
+constexpr int k_small = 16;  // small transfers in the many-transfers graph
+
+// CPU time of process `pid` (all its threads) from /proc/PID/stat, in nanoseconds, at
+// the clock tick's resolution; -1 when it cannot be read.
+double process_cpu_ns_of(int pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
+  std::string line;
+  if (pid <= 0 || !std::getline(in, line)) return -1;
+  const auto close = line.rfind(')');
+  if (close == std::string::npos) return -1;
+  std::istringstream fields(line.substr(close + 1));
+  std::string field;
+  double utime = -1, stime = -1;
+  // After the command's ")": field 3 (the state) first; utime is field 14, stime 15.
+  for (int i = 3; i <= 15 && fields >> field; ++i) {
+    if (i == 14) utime = std::stod(field);
+    if (i == 15) stime = std::stod(field);
+  }
+  if (utime < 0 || stime < 0) return -1;
+  return (utime + stime) * 1e9 / static_cast<double>(::sysconf(_SC_CLK_TCK));
+}
+
+// The probe's graph: a NoOp on each task, k_small scalar variables on the ps each taken
+// by an Identity on the worker, and one of options.large_bytes.
+result<graph::graph> probe_graph(std::int64_t large_bytes) {
+  auto root = graph::scope::new_root();
+  auto ps = root.with_device("/job:ps/task:0");
+  auto worker = root.with_device("/job:worker/task:0");
+  ops::no_op(ps.with_name("ps_noop"));
+  ops::no_op(worker.with_name("worker_noop"));
+  std::vector<graph::variable> vars;
+  for (int i = 0; i < k_small; ++i) {
+    vars.push_back(graph::make_variable(ps, str_cat("small_", i), tensor_shape{}, dtype::float32,
+                                        ops::scalar(ps.with_name(str_cat("one_", i)), 1.0f)));
+    ops::identity(worker.with_name(str_cat("take_small_", i)), vars.back().value);
+  }
+  const auto elements = static_cast<std::int32_t>(std::max<std::int64_t>(1, large_bytes / 4));
+  vars.push_back(graph::make_variable(
+      ps, "large", tensor_shape{elements}, dtype::float32,
+      ops::fill(ps.with_name("large_value"), ops::constant(ps.with_name("large_shape"), tensor::from_vector<std::int32_t>({elements})),
+                ops::scalar(ps.with_name("half"), 0.5f))));
+  ops::identity(worker.with_name("take_large"), vars.back().value);
+  graph::global_variables_initializer(root, vars);
+  return root.to_graph();
+}
+
+struct sample {
+  double wall_us = 0, cpu_us = 0;
+  std::int64_t steps = 0;
+};
+
+}  // namespace
+
+result<loopback_costs> measure_loopback(const loopback_probe_options& options) {
+  if (options.executable.empty() || options.dir.empty()) {
+    return invalid_argument_error("measure_loopback: needs the troupe program and a directory");
+  }
+  const std::string path = options.dir + "/loopback.pbtxt";
+  TROUPE_RETURN_IF_ERROR(write_file(path, str_cat("job { name: \"ps\" tasks { key: 0 value: \"127.0.0.1:", free_loopback_port(),
+                                                  "\" } }\njob { name: \"worker\" tasks { key: 0 value: \"127.0.0.1:",
+                                                  free_loopback_port(), "\" } }\n")));
+  auto file = cluster_file::load(path);
+  if (!file.ok()) return file.error();
+  task_processes_options po;
+  po.executable = options.executable;
+  po.log_dir = options.dir;
+  auto servers = task_processes::start(*file, po);
+  if (!servers.ok()) return servers.error().with_context("measuring the loopback");
+  auto c = process_cluster(*file, {}, str_cat("troupe calibrate (pid ", ::getpid(), ")"));
+  if (!c.ok()) return c.error().with_context("measuring the loopback");
+  auto g = probe_graph(options.large_bytes);
+  if (!g.ok()) return g.error();
+  actors::session_options so;
+  so.cluster = *c;
+  auto s = actors::session::create(std::move(*g), so);
+  if (!s.ok()) return s.error();
+  if (auto init = (*s)->run({}, {}, {"init"}); !init.ok()) return init.error().with_context("measuring the loopback");
+  const int ps_pid = (*servers)->pid("/job:ps/replica:0/task:0");
+  const int worker_pid = (*servers)->pid("/job:worker/replica:0/task:0");
+  auto all_cpu_ns = [&] { return process_cpu_ns() + process_cpu_ns_of(ps_pid) + process_cpu_ns_of(worker_pid); };
+  if (process_cpu_ns_of(ps_pid) < 0 || process_cpu_ns_of(worker_pid) < 0) {
+    return unavailable_error("measuring the loopback: cannot read the servers' CPU time from /proc");
+  }
+  loopback_costs out;
+  auto measure = [&](const std::vector<std::string>& targets) -> result<sample> {
+    for (int i = 0; i < 20; ++i) {  // warm-up (and the first step's preparation)
+      if (auto r = (*s)->run({}, {}, targets); !r.ok()) return r.error().with_context("measuring the loopback");
+    }
+    using clock = std::chrono::steady_clock;
+    const double cpu0 = all_cpu_ns();
+    const auto t0 = clock::now();
+    sample x;
+    double elapsed = 0;
+    while (elapsed < options.seconds_per_graph) {
+      if (auto r = (*s)->run({}, {}, targets); !r.ok()) return r.error().with_context("measuring the loopback");
+      ++x.steps;
+      elapsed = std::chrono::duration<double>(clock::now() - t0).count();
+    }
+    x.wall_us = elapsed * 1e6 / static_cast<double>(x.steps);
+    x.cpu_us = (all_cpu_ns() - cpu0) / 1e3 / static_cast<double>(x.steps);
+    out.steps += x.steps + 20;
+    return x;
+  };
+  std::vector<std::string> many;
+  for (int i = 0; i < k_small; ++i) many.push_back(str_cat("take_small_", i));
+  auto null_step = measure({"ps_noop", "worker_noop"});
+  if (!null_step.ok()) return null_step.error();
+  auto one = measure({"take_small_0"});
+  if (!one.ok()) return one.error();
+  auto sixteen = measure(many);
+  if (!sixteen.ok()) return sixteen.error();
+  auto large = measure({"take_large"});
+  if (!large.ok()) return large.error();
+  const double bytes = static_cast<double>(std::max<std::int64_t>(4, options.large_bytes / 4 * 4));
+  out.null_step_us = null_step->wall_us;
+  out.latency_us = std::max(0.0, one->wall_us - null_step->wall_us);
+  out.transfer_us = std::max(0.0, (sixteen->wall_us - one->wall_us) / (k_small - 1));
+  out.bandwidth_gbps = 8 * bytes / 1e3 / std::max(1.0, large->wall_us - one->wall_us);
+  out.message_cpu_us = std::max(0.0, (sixteen->cpu_us - one->cpu_us) / (k_small - 1) / 2);
+  const double copy_us = large->cpu_us - one->cpu_us;
+  out.copy_gbps = copy_us > 0 ? 2 * bytes / 1e3 / copy_us : 0;
+  out.step_cpu_us = null_step->cpu_us / 2;
+  return out;
+}
+
+}  // namespace troupe::cluster

@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# `troupe calibrate` from the command line (issue 17, doc/simulation.md): a table of a
+# two-worker scenario measured in the steady state, each kernel's time alone from a pass
+# with one worker, the variable updates' CPU time; for a REAL scenario also what transfers
+# between two server processes cost (the table's loopback); a scenario that is not there
+# is refused naming it.
+#
+#   tests/tools/calibrate_test.sh BUILD/troupe
+set -uo pipefail
+troupe="${1:?usage: calibrate_test.sh TROUPE}"
+dir="$(mktemp -d)"
+trap 'rm -rf "$dir"' EXIT
+fail() { echo "FAIL: $*" >&2; exit 1; }
+
+scenario() {  # MODE
+  cat <<SCENARIO
+name: "calibrate_test"
+cluster { mode: $1 job { name: "ps" tasks: 1 } job { name: "worker" tasks: 2 } }
+model { name: "mlp" hidden_units: [16] }
+dataset { name: "fashion-mnist" reader_threads: 1 }
+training { optimizer { name: "momentum" learning_rate: 0.01 momentum: 0.9 } steps: 40 batch_size: 16 seed: 3 replication: ASYNC eval_every: 0 }
+report { progress: OFF }
+SCENARIO
+}
+
+# Checks table $1 with Debian's python3: kernels with their CPU time and time alone, the
+# variable updates among them; a loopback section when $2 is "loopback", none otherwise.
+check_table() {
+  /usr/bin/python3 - "$1" "$2" <<'PY' || fail "table $1"
+import json, sys
+t = json.load(open(sys.argv[1]))
+kernels = t["kernels"]
+matmuls = [k for k in kernels if k["op"] == "MatMul"]
+assert matmuls and all(k.get("mean_cpu_ns", 0) > 0 and k.get("alone_ns", 0) > 0 for k in matmuls), matmuls
+updates = [k for k in kernels if k["op"] == "ResourceApplyMomentum"]
+assert len(updates) == 4 and all(k.get("mean_cpu_ns", 0) > 0 for k in updates), updates
+if sys.argv[2] == "loopback":
+    lb = t["loopback"]
+    assert lb["bandwidth_gbps"] > 0 and lb["step_cpu_us"] > 0 and lb["null_step_us"] > 0, lb
+else:
+    assert "loopback" not in t, t["loopback"]
+PY
+}
+
+scenario IN_PROCESS > "$dir/in_process.pbtxt"
+out="$("$troupe" calibrate "$dir/in_process.pbtxt" --steps 40 --out "$dir/in_process.json" 2>&1)" || fail "calibrate: $out"
+grep -q "again with one worker task, each kernel alone" <<<"$out" || fail "no pass alone: $out"
+check_table "$dir/in_process.json" none
+
+scenario REAL > "$dir/real.pbtxt"
+out="$("$troupe" calibrate "$dir/real.pbtxt" --steps 40 --out "$dir/real.json" 2>&1)" || fail "calibrate REAL: $out"
+grep -q "calibrate: loopback: network { latency_us: " <<<"$out" || fail "no loopback line: $out"
+check_table "$dir/real.json" loopback
+
+out="$("$troupe" calibrate "$dir/none.pbtxt" 2>&1)" && fail "a missing scenario was taken"
+grep -q "none.pbtxt" <<<"$out" || fail "the refusal does not name the file: $out"
+echo "calibrate_test: passed"
