@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "actors/session.h"
+#include "cluster/certificates.h"
 #include "cluster/real_cluster.h"
 #include "cluster/task_processes.h"
 #include "core/cpu_time.h"
@@ -83,6 +84,12 @@ result<loopback_costs> measure_loopback(const loopback_probe_options& options) {
                                                   free_loopback_port(), "\" } }\n")));
   auto file = cluster_file::load(path);
   if (!file.ok()) return file.error();
+  if (options.tls) {
+    auto made = make_test_certificates(*file, options.dir + "/certs", /*days=*/2);
+    if (!made.ok()) return made.error().with_context("measuring the loopback");
+    file = cluster_file::load(made->cluster_file);
+    if (!file.ok()) return file.error();
+  }
   task_processes_options po;
   po.executable = options.executable;
   po.log_dir = options.dir;

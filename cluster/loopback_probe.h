@@ -38,6 +38,9 @@ struct loopback_probe_options {
   std::string dir;                  // for the cluster file and the servers' logs; required
   double seconds_per_graph = 1.0;   // measuring time of each graph (after a warm-up)
   std::int64_t large_bytes = 4 << 20;
+  // Mutual TLS between the processes (certificates made for the probe), as a cluster with
+  // `tls: true` has: its costs are those of encrypted connections.
+  bool tls = false;
 };
 
 struct loopback_costs {

@@ -179,7 +179,8 @@ int calibrate_command(const std::vector<std::string>& args, std::ostream& out, s
   std::optional<sim::Loopback> loopback;
   if (sc->cluster().mode() == scenario::Cluster::REAL) {
     // What transfers between this machine's processes cost, for the network model.
-    out << "calibrate: measuring transfers between two server processes on loopback\n";
+    out << "calibrate: measuring transfers between two server processes on loopback"
+        << (sc->cluster().tls() ? " (mutual TLS)" : "") << "\n";
     std::error_code failed;
     const std::string dir =
         (std::filesystem::temp_directory_path() / str_cat("troupe-calibrate-", ::getpid())).string();
@@ -187,6 +188,7 @@ int calibrate_command(const std::vector<std::string>& args, std::ostream& out, s
     cluster::loopback_probe_options po;
     po.executable = std::filesystem::read_symlink("/proc/self/exe", failed).string();
     po.dir = dir;
+    po.tls = sc->cluster().tls();
     auto costs = cluster::measure_loopback(po);
     std::filesystem::remove_all(dir, failed);
     if (!costs.ok()) {

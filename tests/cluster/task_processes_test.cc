@@ -153,6 +153,16 @@ TEST_CASE("measure_loopback: what transfers between two server processes cost, i
   CHECK(costs->latency_us >= 0);
   CHECK(costs->transfer_us >= 0);
   CHECK(costs->message_cpu_us >= 0);
+  // Over mutual TLS (certificates made for the probe) too.
+  loopback_probe_options tls = o;
+  tls.dir = dir + "/tls";
+  tls.tls = true;
+  tls.seconds_per_graph = 0.2;
+  std::filesystem::create_directories(tls.dir);
+  auto encrypted = measure_loopback(tls);
+  REQUIRE(encrypted.ok());
+  CHECK(encrypted->bandwidth_gbps > 0.1);
+  CHECK(encrypted->copy_gbps > 0.01);
   // Its servers are gone, and a program that cannot serve is an error.
   o.executable = dir + "/none";
   auto none = measure_loopback(o);
