@@ -218,17 +218,12 @@ simulation::~simulation() = default;
 simulation::kernel_cost simulation::kernel_cost_of(const graph::node& node, const std::string& device_type,
                                                    std::span<const tensor> inputs, std::span<const tensor> outputs) {
   const double overhead = kernel_overhead_ns();
-  if (!table_.empty()) {
-    auto it = table_.find(cost_key(node.op_name(), device_type, input_signatures(inputs), cost_attrs(node.def)));
-    if (it != table_.end()) {
-      ++from_table_;
-      const double work = overhead + it->second.cpu_ns;
-      if (it->second.alone_ns <= 0) return {work, threads_for(work)};
-      // Alone it took alone_ns (plus the runtime's cost): the cores it keeps busy.
-      return {work, std::min<double>(options_.compute.intra_op_threads, work / (overhead + it->second.alone_ns))};
-    }
+  if (const measured* m = measured_of(node.def, device_type, inputs)) {
+    const double work = overhead + m->cpu_ns;
+    if (m->alone_ns <= 0) return {work, threads_for(work)};
+    // Alone it took alone_ns (plus the runtime's cost): the cores it keeps busy.
+    return {work, std::min<double>(options_.compute.intra_op_threads, work / (overhead + m->alone_ns))};
   }
-  ++from_rates_;
   const compute_model& c = options_.compute;
   const kernel_work w = work_of(node, inputs, outputs);
   const double work = overhead + std::max(w.flops / c.gflops, w.bytes / c.memory_gbps);
@@ -237,15 +232,20 @@ simulation::kernel_cost simulation::kernel_cost_of(const graph::node& node, cons
 
 double simulation::held_ns(const tf::NodeDef& def, const std::string& device_type, std::span<const tensor> inputs,
                            double estimate_ns) {
-  if (!table_.empty()) {
-    auto it = table_.find(cost_key(def.op(), device_type, input_signatures(inputs), cost_attrs(def)));
-    if (it != table_.end()) {
-      ++from_table_;
-      return it->second.cpu_ns;
-    }
+  const measured* m = measured_of(def, device_type, inputs);
+  return m != nullptr ? m->cpu_ns : estimate_ns;
+}
+
+const simulation::measured* simulation::measured_of(const tf::NodeDef& def, const std::string& device_type,
+                                                    std::span<const tensor> inputs) {
+  auto it = table_.empty() ? table_.end()
+                           : table_.find(cost_key(def.op(), device_type, input_signatures(inputs), cost_attrs(def)));
+  if (it == table_.end()) {
+    ++from_rates_;
+    return nullptr;
   }
-  ++from_rates_;
-  return estimate_ns;
+  ++from_table_;
+  return &it->second;
 }
 
 actors::kernel_timer* simulation::timer_of(const std::string& device, const std::string&) {

@@ -168,6 +168,9 @@ class simulation final : public actors::simulation {
     double alone_ns;  // mean wall time alone; 0 when not measured
   };
   std::unordered_map<std::string, measured> table_;  // by op, device, inputs and attributes
+  // The table's entry for node `def` on these inputs (counted in kernels_from_table), or
+  // null (counted in kernels_from_rates).
+  const measured* measured_of(const tf::NodeDef& def, const std::string& device_type, std::span<const tensor> inputs);
   std::map<std::string, std::unique_ptr<device_timer>> timers_;  // by device
   std::unique_ptr<machine> shared_;                // compute_model::machine_cores' cores
   std::vector<std::unique_ptr<machine>> own_;      // else each device's
