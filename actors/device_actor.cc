@@ -237,7 +237,9 @@ caf::behavior device_behavior(device_actor* self, device_options options) {
         }
         if (auto* sim = st.options.device->simulation()) {
           caf::actor me = caf::actor_cast<caf::actor>(self);
-          if (sim->delay_step_start(st.options.device->task(),
+          std::int64_t feed_bytes = 0;
+          for (const tensor& f : feeds) feed_bytes += f.initialized() ? static_cast<std::int64_t>(f.byte_size()) : 0;
+          if (sim->delay_step_start(st.options.device->task(), feed_bytes,
                                     [me, request] { caf::anon_send(me, start_atom::value, request); })) {
             auto& step = st.running.at(request);
             step.delayed_exec = std::move(exec);

@@ -37,10 +37,11 @@ class simulation {
   // the transfers on it, jitter, and on one machine the CPU its copies take).
   virtual void transfer(const std::string& from, const std::string& to, std::int64_t bytes,
                         std::function<void()> deliver) = 0;
-  // A part of a step about to start on a device of task `task`: true when the control
-  // plane delays it, and `start` is then called once, on the world's turn, when it may
-  // start (the network model's step_cpu_us); false: it starts at once (`start` unused).
-  virtual bool delay_step_start(const std::string& task, std::function<void()> start) = 0;
+  // A part of a step about to start on a device of task `task`, with `feed_bytes` of
+  // tensors fed by the client: true when the control plane delays it, and `start` is then
+  // called once, on the world's turn, when it may start (the network model's step_cpu_us,
+  // the feeds' copies, the latency); false: it starts at once (`start` unused).
+  virtual bool delay_step_start(const std::string& task, std::int64_t feed_bytes, std::function<void()> start) = 0;
 };
 
 }  // namespace troupe::actors

@@ -305,11 +305,14 @@ void simulation::transfer(const std::string& from, const std::string& to, std::i
                  [one_done](env::clock::time_point, env::clock::time_point) { one_done(); });
 }
 
-bool simulation::delay_step_start(const std::string&, std::function<void()> start) {
-  if (options_.network.step_cpu_us <= 0 || shared_ == nullptr) return false;
-  // The request's CPU (the client's and the task's), then its way to the task.
-  const auto latency = std::chrono::nanoseconds(static_cast<std::int64_t>(options_.network.latency_us * 1e3));
-  shared_->start(options_.network.step_cpu_us * 1e3, /*threads=*/1,
+bool simulation::delay_step_start(const std::string&, std::int64_t feed_bytes, std::function<void()> start) {
+  const network_model& n = options_.network;
+  if (n.step_cpu_us <= 0 || shared_ == nullptr) return false;
+  // The request's CPU (the client's and the task's, with the copies of what it feeds at
+  // both ends), then its way to the task.
+  const auto latency = std::chrono::nanoseconds(static_cast<std::int64_t>(n.latency_us * 1e3));
+  const double copies_ns = n.copy_gbps > 0 ? 2 * static_cast<double>(feed_bytes) / n.copy_gbps : 0;
+  shared_->start(n.step_cpu_us * 1e3 + copies_ns, /*threads=*/1,
                  [this, latency, start = std::move(start)](env::clock::time_point, env::clock::time_point end) {
                    world_.at(end + latency, start);
                  });

@@ -147,7 +147,7 @@ class simulation final : public actors::simulation {
   actors::kernel_timer* timer_of(const std::string& device, const std::string& task) override;
   void transfer(const std::string& from, const std::string& to, std::int64_t bytes,
                 std::function<void()> deliver) override;
-  bool delay_step_start(const std::string& task, std::function<void()> start) override;
+  bool delay_step_start(const std::string& task, std::int64_t feed_bytes, std::function<void()> start) override;
 
  private:
   class machine;
