@@ -181,6 +181,13 @@ int calibrate_command(const std::vector<std::string>& args, std::ostream& out, s
     // What transfers between this machine's processes cost, for the network model.
     out << "calibrate: measuring transfers between two server processes on loopback"
         << (sc->cluster().tls() ? " (mutual TLS)" : "") << "\n";
+    const bool by_hand = !sc->cluster().cluster_file().empty() ||
+                         std::any_of(sc->cluster().job().begin(), sc->cluster().job().end(),
+                                     [](const auto& j) { return j.addresses_size() > 0; });
+    if (by_hand) {
+      out << "calibrate: (this machine's loopback, not the network between the scenario's addresses: set that "
+             "network's latency and bandwidth in the simulation yourself)\n";
+    }
     std::error_code failed;
     const std::string dir =
         (std::filesystem::temp_directory_path() / str_cat("troupe-calibrate-", ::getpid())).string();
