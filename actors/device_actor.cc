@@ -228,12 +228,17 @@ caf::behavior device_behavior(device_actor* self, device_options options) {
         auto promise = self->make_response_promise<std::vector<tensor>>();
         auto cancel = std::make_shared<kernels::cancellation_manager>();
         st.running.emplace(request, device_state::running_step{step_id, promise, cancel, owner_of_request(), nullptr, {}});
-        if (const auto delay = st.options.device->start_delay(); delay.count() > 0) {
+        // A later start (a stall fault, a simulation's control plane): the step waits for
+        // its start_atom.
+        auto defer = [&] {
           auto& step = st.running.at(request);
           step.delayed_exec = std::move(exec);
           step.delayed_feeds = std::move(feeds);
-          self->delayed_send(self, delay, start_atom::value, request);
           return promise;
+        };
+        if (const auto delay = st.options.device->start_delay(); delay.count() > 0) {
+          self->delayed_send(self, delay, start_atom::value, request);
+          return defer();
         }
         if (auto* sim = st.options.device->simulation()) {
           caf::actor me = caf::actor_cast<caf::actor>(self);
@@ -241,10 +246,7 @@ caf::behavior device_behavior(device_actor* self, device_options options) {
           for (const tensor& f : feeds) feed_bytes += f.initialized() ? static_cast<std::int64_t>(f.byte_size()) : 0;
           if (sim->delay_step_start(st.options.device->task(), feed_bytes,
                                     [me, request] { caf::anon_send(me, start_atom::value, request); })) {
-            auto& step = st.running.at(request);
-            step.delayed_exec = std::move(exec);
-            step.delayed_feeds = std::move(feeds);
-            return promise;
+            return defer();
           }
         }
         start_step(request, step_id, std::move(exec), std::move(feeds), std::move(cancel));

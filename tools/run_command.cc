@@ -134,6 +134,47 @@ std::string cpu_model() {
   return {};
 }
 
+// What transfers between this machine's processes cost, for the network model of a REAL
+// cluster's simulation (troupe calibrate); null when they could not be measured (said on
+// `err`).
+std::optional<sim::Loopback> loopback_of(const scenario::Cluster& c, std::ostream& out, std::ostream& err) {
+  out << "calibrate: measuring transfers between two server processes on loopback"
+      << (c.tls() ? " (mutual TLS)" : "") << "\n";
+  const bool by_hand = !c.cluster_file().empty() ||
+                       std::any_of(c.job().begin(), c.job().end(),
+                                   [](const auto& j) { return j.addresses_size() > 0; });
+  if (by_hand) {
+    out << "calibrate: (this machine's loopback, not the network between the scenario's addresses: set that "
+           "network's latency and bandwidth in the simulation yourself)\n";
+  }
+  std::error_code failed;
+  const std::string dir = (std::filesystem::temp_directory_path() / str_cat("troupe-calibrate-", ::getpid())).string();
+  std::filesystem::create_directories(dir, failed);
+  cluster::loopback_probe_options po;
+  po.executable = std::filesystem::read_symlink("/proc/self/exe", failed).string();
+  po.dir = dir;
+  po.tls = c.tls();
+  auto costs = cluster::measure_loopback(po);
+  std::filesystem::remove_all(dir, failed);
+  if (!costs.ok()) {
+    err << "troupe calibrate: " << costs.error().to_string() << "\n";
+    return std::nullopt;
+  }
+  sim::Loopback l;
+  l.set_latency_us(costs->latency_us);
+  l.set_transfer_us(costs->transfer_us);
+  l.set_bandwidth_gbps(costs->bandwidth_gbps);
+  l.set_message_cpu_us(costs->message_cpu_us);
+  l.set_copy_gbps(costs->copy_gbps);
+  l.set_step_cpu_us(costs->step_cpu_us);
+  l.set_null_step_us(costs->null_step_us);
+  out << "calibrate: loopback: network { latency_us: " << costs->latency_us << " transfer_us: " << costs->transfer_us
+      << " bandwidth_gbps: " << costs->bandwidth_gbps << " copy_gbps: " << costs->copy_gbps
+      << " message_cpu_us: " << costs->message_cpu_us << " step_cpu_us: " << costs->step_cpu_us << " } ("
+      << costs->steps << " steps; a null step " << costs->null_step_us << " us)\n";
+  return l;
+}
+
 }  // namespace
 
 int calibrate_command(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
@@ -178,44 +219,8 @@ int calibrate_command(const std::vector<std::string>& args, std::ostream& out, s
   }
   std::optional<sim::Loopback> loopback;
   if (sc->cluster().mode() == scenario::Cluster::REAL) {
-    // What transfers between this machine's processes cost, for the network model.
-    out << "calibrate: measuring transfers between two server processes on loopback"
-        << (sc->cluster().tls() ? " (mutual TLS)" : "") << "\n";
-    const bool by_hand = !sc->cluster().cluster_file().empty() ||
-                         std::any_of(sc->cluster().job().begin(), sc->cluster().job().end(),
-                                     [](const auto& j) { return j.addresses_size() > 0; });
-    if (by_hand) {
-      out << "calibrate: (this machine's loopback, not the network between the scenario's addresses: set that "
-             "network's latency and bandwidth in the simulation yourself)\n";
-    }
-    std::error_code failed;
-    const std::string dir =
-        (std::filesystem::temp_directory_path() / str_cat("troupe-calibrate-", ::getpid())).string();
-    std::filesystem::create_directories(dir, failed);
-    cluster::loopback_probe_options po;
-    po.executable = std::filesystem::read_symlink("/proc/self/exe", failed).string();
-    po.dir = dir;
-    po.tls = sc->cluster().tls();
-    auto costs = cluster::measure_loopback(po);
-    std::filesystem::remove_all(dir, failed);
-    if (!costs.ok()) {
-      err << "troupe calibrate: " << costs.error().to_string() << "\n";
-      return 1;
-    }
-    loopback.emplace();
-    loopback->set_latency_us(costs->latency_us);
-    loopback->set_transfer_us(costs->transfer_us);
-    loopback->set_bandwidth_gbps(costs->bandwidth_gbps);
-    loopback->set_message_cpu_us(costs->message_cpu_us);
-    loopback->set_copy_gbps(costs->copy_gbps);
-    loopback->set_step_cpu_us(costs->step_cpu_us);
-    loopback->set_null_step_us(costs->null_step_us);
-    out << "calibrate: loopback: network { latency_us: " << costs->latency_us << " transfer_us: " << costs->transfer_us
-        << " bandwidth_gbps: " << costs->bandwidth_gbps << " copy_gbps: " << costs->copy_gbps
-        << " message_cpu_us: " << costs->message_cpu_us << " step_cpu_us: " << costs->step_cpu_us << " } ("
-        << costs->steps << " steps; a null step " << costs->null_step_us << " us)\n";
-  }
-  if (sc->cluster().mode() == scenario::Cluster::REAL) {
+    loopback = loopback_of(sc->cluster(), out, err);
+    if (!loopback) return 1;
     out << "calibrate: the cluster's tasks run in this process (mode REAL measures the same kernels)\n";
     sc->mutable_cluster()->set_mode(scenario::Cluster::IN_PROCESS);
     sc->mutable_cluster()->clear_cluster_file();
