@@ -576,6 +576,7 @@ struct executor_access {
       if (tracer != nullptr && !n.async && s->exec->spec_.timer == nullptr) cpu.emplace();
       if (n.async) {
         auto call = std::make_shared<async_call>(inputs, outputs, n.graph_node->output_types, s->info);
+        if (tracer != nullptr) call->ctx.want_cpu_ns();
         // Completes the node once: with the kernel's context, or (`thrown`) with the error of
         // an exception from compute_async, whose kernel may still answer on another thread.
         auto finish = [s, index, call, tracer, start](const status* thrown) {

@@ -2,6 +2,7 @@
 // (actors/variable.h): reads and assignments are one message each; updates lease their
 // variables (in the global lease order), compute, and release them.
 #include <algorithm>
+#include <optional>
 
 #include "actors/actor_resource.h"
 #include "actors/runtime_device.h"
@@ -320,9 +321,10 @@ class variable_update_kernel : public async_op_kernel {
       account_scope memory(op->ctx->step().memory);
       status s = kernels::catch_exceptions([&] {
         if (shape_only_update(*op->ctx, op->values)) return;
-        cpu_meter cpu;
+        std::optional<cpu_meter> cpu;
+        if (op->ctx->cpu_ns_wanted()) cpu.emplace();
         status updated = op->kernel->update(*op->ctx, op->values);
-        op->ctx->set_cpu_ns(cpu.elapsed_ns());
+        if (cpu) op->ctx->set_cpu_ns(cpu->elapsed_ns());
         if (!updated.ok()) op->ctx->fail(std::move(updated));
       });
       if (!s.ok()) op->ctx->fail(std::move(s));

@@ -145,11 +145,15 @@ class kernel_context {
   cancellation_manager& cancellation() const { return *step_.cancellation; }
 
   // An asynchronous kernel's own work, the CPU time it computed (not its waiting: a
-  // variable update's, not its leases'), for the step's tracer; < 0: not measured.
+  // variable update's, not its leases'), for the step's tracer: measured only when the
+  // executor asks (a tracer is there); < 0: not measured.
+  void want_cpu_ns() { cpu_wanted_ = true; }
+  bool cpu_ns_wanted() const { return cpu_wanted_; }
   void set_cpu_ns(double ns) { cpu_ns_ = ns; }
   double cpu_ns() const { return cpu_ns_; }
 
  private:
+  bool cpu_wanted_ = false;
   double cpu_ns_ = -1;
   std::span<const tensor> inputs_;
   std::span<tensor> outputs_;
