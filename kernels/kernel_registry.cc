@@ -1,5 +1,7 @@
 #include "kernels/kernel_registry.h"
 
+#include <algorithm>
+
 namespace troupe::kernels {
 
 void register_builtin_kernels(kernel_registry& registry);  // generated from the CMake list
@@ -27,6 +29,16 @@ const kernel_registry::registration* kernel_registry::find(const std::string& de
     if (match) return &r;
   }
   return nullptr;
+}
+
+std::vector<std::string> kernel_registry::device_types(std::string_view op) const {
+  std::vector<std::string> types;
+  auto it = kernels_.find(op);
+  if (it == kernels_.end()) return types;
+  for (const auto& r : it->second) types.push_back(r.device_type);
+  std::sort(types.begin(), types.end());
+  types.erase(std::unique(types.begin(), types.end()), types.end());
+  return types;
 }
 
 bool kernel_registry::has_kernel(const std::string& device_type, const tf::NodeDef& node) const {

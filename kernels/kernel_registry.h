@@ -50,6 +50,8 @@ class kernel_registry {
                                             device* dev = nullptr) const;
 
   bool has_kernel(const std::string& device_type, const tf::NodeDef& node) const;
+  // The device types with at least one kernel for `op`, sorted ("CPU", "GPU").
+  std::vector<std::string> device_types(std::string_view op) const;
 
   // Every built-in kernel (built once, on first use) plus what was added since.
   static kernel_registry& builtin();

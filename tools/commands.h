@@ -12,6 +12,9 @@ namespace troupe::tools {
 // [--cluster CLUSTER.pbtxt]: one step, here or on a real cluster's servers
 int eval_command(const std::vector<std::string>& args, std::ostream& out, std::ostream& err);
 
+// troupe ops: every op this build knows, its kernels' device types and its gradient.
+int ops_command(const std::vector<std::string>& args, std::ostream& out, std::ostream& err);
+
 // troupe demo: builds a small graph in C++, runs it, and says what happened.
 int demo_command(const std::vector<std::string>& args, std::ostream& out, std::ostream& err);
 

@@ -28,6 +28,7 @@ constexpr const char* k_usage =
     "                     a CA and per-task TLS certificates for a test cluster; a check\n"
     "  server --cluster CLUSTER.pbtxt --job NAME --task N [--listen-all] [--ready-fd FD] [--trace]\n"
     "                     serve one task of a real cluster until SIGTERM or Ctrl-C\n"
+    "  ops                every op this build knows: name, kernels' devices, gradient\n"
     "  help               this text\n";
 }
 
@@ -46,6 +47,7 @@ int main(int argc, char** argv) {
   if (command == "checkpoint") return troupe::tools::checkpoint_command(args, std::cout, std::cerr);
   if (command == "cert") return troupe::tools::cert_command(args, std::cout, std::cerr);
   if (command == "server") return troupe::tools::server_command(args, std::cout, std::cerr);
+  if (command == "ops") return troupe::tools::ops_command(args, std::cout, std::cerr);
   if (command == "demo") return troupe::tools::demo_command(args, std::cout, std::cerr);
   std::cerr << "troupe: unknown command '" << command << "'\n" << k_usage;
   return 2;

@@ -1,5 +1,5 @@
 // Op schemas: array ops that create, pass through or rearrange tensors (Const,
-// Placeholder, Identity, Reshape, Shape, Fill, Transpose, ConcatV2, Pack, ExpandDims,
+// Placeholder, Identity, Reshape, Shape, ShapeN, Fill, Range, Transpose, ConcatV2, Pack, ExpandDims,
 // Squeeze, ...), with TensorFlow's raw-op names, inputs and attributes.
 //
 // Shape functions use the graph-time value of an input when it is a Const (the shape
@@ -15,6 +15,7 @@
 #include "graph/gradients.h"
 #include "graph/op_registry.h"
 #include "graph/ops.h"
+#include "graph/ops/index_ops.h"
 
 namespace troupe::graph {
 
@@ -139,6 +140,43 @@ status reshape_shape(shape_context& ctx) {
 status shape_shape(shape_context& ctx) {
   const partial_shape& input = ctx.input(0);
   ctx.set_output(0, partial_shape{input.known_rank() ? input.rank() : -1});
+  return status();
+}
+
+result<std::int64_t> range_size_of_floats(const tensor& start, const tensor& limit, const tensor& delta) {
+  auto value = [](const tensor& t) {
+    return t.type() == dtype::float32 ? double{t.scalar_value<float>()} : t.scalar_value<double>();
+  };
+  return range_size(value(start), value(limit), value(delta));
+}
+
+status shape_n_shape(shape_context& ctx) {
+  for (int i = 0; i < ctx.num_inputs(); ++i) {
+    const partial_shape& input = ctx.input(i);
+    ctx.set_output(i, partial_shape{input.known_rank() ? input.rank() : -1});
+  }
+  return status();
+}
+
+// Range: the length when start, limit and delta are all known (a Const each), else a
+// vector of unknown length. Errors as the kernel's, found early.
+status range_shape(shape_context& ctx) {
+  for (int i = 0; i < 3; ++i) TROUPE_RETURN_IF_ERROR(ctx.require_rank(i, 0));
+  const tensor* start = ctx.input_value(0);
+  const tensor* limit = ctx.input_value(1);
+  const tensor* delta = ctx.input_value(2);
+  if (start == nullptr || limit == nullptr || delta == nullptr) {
+    ctx.set_output(0, partial_shape{-1});
+    return status();
+  }
+  result<std::int64_t> size = 0;
+  if (is_floating(start->type())) {
+    size = range_size_of_floats(*start, *limit, *delta);
+  } else {
+    size = range_size(index_values(*start)[0], index_values(*limit)[0], index_values(*delta)[0]);
+  }
+  if (!size.ok()) return ctx.error(size.error().message());
+  ctx.set_output(0, partial_shape{*size});
   return status();
 }
 
@@ -482,6 +520,14 @@ void register_array_ops(op_registry& registry) {
                        .attr("out_type: {int32, int64} = DT_INT32")
                        .shape_fn(shape_shape)
                        .no_gradient());
+  add_builtin_op(registry, op_schema("ShapeN")
+                       .input("input: N * T")
+                       .output("output: N * out_type")
+                       .attr("N: int >= 1")
+                       .attr("T: type")
+                       .attr("out_type: {int32, int64} = DT_INT32")
+                       .shape_fn(shape_n_shape)
+                       .no_gradient());
   add_builtin_op(registry, op_schema("Size")
                        .input("input: T")
                        .output("output: out_type")
@@ -504,6 +550,14 @@ void register_array_ops(op_registry& registry) {
                        .attr("index_type: {int32, int64} = DT_INT32")
                        .shape_fn(fill_shape)
                        .gradient(fill_grad));
+  add_builtin_op(registry, op_schema("Range")
+                       .input("start: Tidx")
+                       .input("limit: Tidx")
+                       .input("delta: Tidx")
+                       .output("output: Tidx")
+                       .attr("Tidx: {float, double, int32, int64} = DT_INT32")
+                       .shape_fn(range_shape)
+                       .no_gradient());
   add_builtin_op(registry, op_schema("Transpose")
                        .input("x: T")
                        .input("perm: Tperm")

@@ -12,6 +12,8 @@
 // (TopKV2's indices, Where, OneHot) carry no gradient.
 #include "graph/ops/index_ops.h"
 
+#include <cmath>
+
 #include <algorithm>
 #include <map>
 #include <optional>
@@ -22,6 +24,35 @@
 #include "graph/ops.h"
 
 namespace troupe::graph {
+
+namespace {
+template <class T>
+status check_range(T start, T limit, T delta) {
+  if (delta == 0) return invalid_argument_error("Range: delta must not be 0");
+  if (delta > 0 && start > limit) {
+    return invalid_argument_error("Range: start ", start, " is above limit ", limit, " with delta ", delta, " > 0");
+  }
+  if (delta < 0 && start < limit) {
+    return invalid_argument_error("Range: start ", start, " is below limit ", limit, " with delta ", delta, " < 0");
+  }
+  return status();
+}
+}  // namespace
+
+result<std::int64_t> range_size(std::int64_t start, std::int64_t limit, std::int64_t delta) {
+  TROUPE_RETURN_IF_ERROR(check_range(start, limit, delta));
+  auto span = static_cast<std::uint64_t>(limit > start ? limit - start : start - limit);
+  auto step = static_cast<std::uint64_t>(delta > 0 ? delta : -delta);
+  return static_cast<std::int64_t>((span + step - 1) / step);
+}
+
+result<std::int64_t> range_size(double start, double limit, double delta) {
+  TROUPE_RETURN_IF_ERROR(check_range(start, limit, delta));
+  double size = std::ceil(std::abs((limit - start) / delta));
+  if (!(size < 9.2e18)) return invalid_argument_error("Range: ", size, " elements are too many");
+  return static_cast<std::int64_t>(size);
+}
+
 
 result<strided_slice_plan> plan_strided_slice(const std::vector<std::int64_t>& input_dims,
                                               const std::vector<std::int64_t>& begin,
@@ -497,6 +528,29 @@ status where_shape(shape_context& ctx) {
   return status();
 }
 
+// ListDiff: vectors of what x keeps and where (their length depends on the values).
+status list_diff_shape(shape_context& ctx) {
+  TROUPE_RETURN_IF_ERROR(ctx.require_rank(0, 1));
+  TROUPE_RETURN_IF_ERROR(ctx.require_rank(1, 1));
+  ctx.set_output(0, partial_shape{-1});
+  ctx.set_output(1, partial_shape{-1});
+  return status();
+}
+
+// ScatterNd: the requested shape; updates must be indices.shape[:-1] + shape[K:].
+status scatter_nd_shape(shape_context& ctx) {
+  TROUPE_RETURN_IF_ERROR(ctx.require_rank_at_least(0, 1));
+  TROUPE_RETURN_IF_ERROR(ctx.require_rank(2, 1));
+  const tensor* shape = ctx.input_value(2);
+  if (shape == nullptr) {
+    std::int64_t n = vector_length(ctx, 2);
+    ctx.set_output(0, n >= 0 ? partial_shape::unknown_of_rank(static_cast<int>(n)) : partial_shape::unknown());
+    return status();
+  }
+  ctx.set_output(0, partial_shape(index_values(*shape)));
+  return status();
+}
+
 // BroadcastTo: the requested shape, which the input must broadcast to.
 status broadcast_to_shape(shape_context& ctx) {
   TROUPE_RETURN_IF_ERROR(ctx.require_rank(1, 1));
@@ -796,14 +850,37 @@ void register_index_ops(op_registry& registry) {
                                .attr("T: type")
                                .shape_fn(dynamic_partition_shape)
                                .gradient(dynamic_partition_grad));
-  add_builtin_op(registry, op_schema("DynamicStitch")
-                               .input("indices: N * int32")
-                               .input("data: N * T")
-                               .output("merged: T")
-                               .attr("N: int >= 1")
+  // ParallelDynamicStitch (TensorFlow's gradients of DynamicPartition use it) may merge
+  // its indices in any order; troupe merges as DynamicStitch does: a later index wins.
+  for (const char* name : {"DynamicStitch", "ParallelDynamicStitch"}) {
+    add_builtin_op(registry, op_schema(name)
+                                 .input("indices: N * int32")
+                                 .input("data: N * T")
+                                 .output("merged: T")
+                                 .attr("N: int >= 1")
+                                 .attr("T: type")
+                                 .shape_fn(dynamic_stitch_shape)
+                                 .gradient(dynamic_stitch_grad));
+  }
+  add_builtin_op(registry, op_schema("ListDiff")
+                               .input("x: T")
+                               .input("y: T")
+                               .output("out: T")
+                               .output("idx: out_idx")
                                .attr("T: type")
-                               .shape_fn(dynamic_stitch_shape)
-                               .gradient(dynamic_stitch_grad));
+                               .attr("out_idx: {int32, int64} = DT_INT32")
+                               .shape_fn(list_diff_shape)
+                               .no_gradient());
+  // Its gradient (GatherNd of the output's gradient) is not there yet: differentiating
+  // through ScatterNd is an error naming it.
+  add_builtin_op(registry, op_schema("ScatterNd")
+                               .input("indices: Tindices")
+                               .input("updates: T")
+                               .input("shape: Tindices")
+                               .output("output: T")
+                               .attr("T: type")
+                               .attr("Tindices: {int32, int64}")
+                               .shape_fn(scatter_nd_shape));
   add_builtin_op(registry, op_schema("OneHot")
                                .input("indices: TI")
                                .input("depth: int32")

@@ -1,3 +1,9 @@
+// Index arithmetic shared by shape functions and kernels, so that graph-time and run-time
+// shapes agree by construction.
+//
+// Range's length: TensorFlow's, ceil((limit - start) / delta) elements, an error when
+// delta is 0 or points away from limit.
+//
 // StridedSlice's index arithmetic, shared by its shape function (graph/ops/index_ops.cc)
 // and its kernels (kernels/cpu/index_kernels.cc), so that graph-time and run-time shapes
 // agree by construction. It follows TensorFlow's ValidateStridedSliceOp: the sparse spec
@@ -12,6 +18,9 @@
 #include "core/status.h"
 
 namespace troupe::graph {
+
+[[nodiscard]] result<std::int64_t> range_size(std::int64_t start, std::int64_t limit, std::int64_t delta);
+[[nodiscard]] result<std::int64_t> range_size(double start, double limit, double delta);
 
 struct strided_slice_masks {
   std::int64_t begin_mask = 0;

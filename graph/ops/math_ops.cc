@@ -2,9 +2,11 @@
 //
 //   unary      Neg Abs Square Sqrt Rsqrt Exp Log Tanh Sigmoid Relu     (x -> y; Relu:
 //              features -> activations)
-//   binary     Add AddV2 Sub Mul RealDiv Maximum Minimum               (x, y -> z),
+//   binary     Add AddV2 Sub Mul RealDiv DivNoNan (0 where y is 0) Maximum Minimum
+//              (x, y -> z),
 //              numpy broadcasting
 //   compare    Equal NotEqual Less LessEqual Greater GreaterEqual      (x, y -> z: bool)
+//   logical    LogicalAnd LogicalOr (x, y -> z, booleans, broadcasting), LogicalNot
 //   select     Select (TF1: condition of x's shape, a vector over x's first dimension,
 //              or a scalar), SelectV2 (three-way broadcasting)
 //   other      Cast (SrcT -> DstT), ZerosLike, OnesLike, AddN (N inputs of one shape)
@@ -187,6 +189,15 @@ status real_div_grad(const gradient_context& ctx, grads dx) {
   output neg_x_over_y2 = ops::div(s, ops::div(s, ops::neg(s, x), y), y);
   return binary_grads(ctx, dx, ops::div(s, dy_of(ctx), y), ops::mul(s, dy_of(ctx), neg_x_over_y2));
 }
+// DivNoNan (TensorFlow's): as RealDiv's, each quotient by y taken as 0 where y is 0.
+status div_no_nan_grad(const gradient_context& ctx, grads dx) {
+  const scope& s = ctx.s;
+  const output& x = ctx.inputs[0];
+  const output& y = ctx.inputs[1];
+  auto div_no_nan = [&](const output& a, const output& b) { return binary_op(s, "DivNoNan", a, b); };
+  return binary_grads(ctx, dx, div_no_nan(dy_of(ctx), y),
+                      ops::mul(s, dy_of(ctx), div_no_nan(div_no_nan(ops::neg(s, x), y), y)));
+}
 // Maximum/Minimum: the gradient goes to x where x wins (ties go to x, as in TensorFlow).
 status select_binary_grad(const gradient_context& ctx, grads dx, const char* x_wins) {
   const scope& s = ctx.s;
@@ -273,9 +284,23 @@ void register_math_ops(op_registry& registry) {
   add_builtin_op(registry, binary_schema("Sub", k_real_types).gradient(sub_grad));
   add_builtin_op(registry, binary_schema("Mul", k_real_types).gradient(mul_grad));
   add_builtin_op(registry, binary_schema("RealDiv", k_real_types).gradient(real_div_grad));
+  add_builtin_op(registry, binary_schema("DivNoNan", k_float_types).gradient(div_no_nan_grad));
   add_builtin_op(registry, binary_schema("Maximum", k_real_types).gradient(maximum_grad));
   add_builtin_op(registry, binary_schema("Minimum", k_real_types).gradient(minimum_grad));
 
+  for (const char* name : {"LogicalAnd", "LogicalOr"}) {
+    add_builtin_op(registry, op_schema(name)
+                         .input("x: bool")
+                         .input("y: bool")
+                         .output("z: bool")
+                         .shape_fn(broadcast_binary_shape)
+                         .no_gradient());
+  }
+  add_builtin_op(registry, op_schema("LogicalNot")
+                       .input("x: bool")
+                       .output("y: bool")
+                       .shape_fn(unchanged_shape)
+                       .no_gradient());
   add_equality(registry, "Equal");
   add_equality(registry, "NotEqual");
   add_comparison(registry, "Less");

@@ -2,6 +2,7 @@
 //
 //   Sum, Mean, Max, Min, Prod (input, reduction_indices; keep_dims)
 //   ArgMax, ArgMin            (input, dimension; output_type)
+//   Cumsum, Cumprod           (x, axis; exclusive, reverse): running sums and products
 //
 // Axes may be negative (counted from the end); an empty axis list leaves the input as it
 // is; a repeated axis is an error. Kernels: kernels/cpu/reduction_kernels.cc.
@@ -204,6 +205,37 @@ status prod_grad(const gradient_context& ctx, grads dx) {
   return status();
 }
 
+// Cumsum, Cumprod: one output of the input's shape. The axis is a scalar.
+status scan_shape(shape_context& ctx) {
+  TROUPE_RETURN_IF_ERROR(ctx.require_rank(1, 0));
+  ctx.set_output(0, ctx.input(0));
+  return status();
+}
+
+// A scan like the forward one (same axis and exclusive), running the other way.
+output reversed_scan(const gradient_context& ctx, const char* op, const output& x) {
+  bool reverse = false;
+  (void)get_attr(ctx.forward.def, "reverse", &reverse);
+  const auto& attrs = ctx.forward.def.attr();
+  return ctx.s.add(op, {x, ctx.inputs[1]}, {{"exclusive", attrs.at("exclusive")}, {"reverse", attr_value(!reverse)},
+                                            {"Tidx", attrs.at("Tidx")}}).out();
+}
+
+// TensorFlow's: the gradient of a sum of prefixes is the sum of suffixes of the gradient.
+status cumsum_grad(const gradient_context& ctx, grads dx) {
+  *dx = {reversed_scan(ctx, "Cumsum", ctx.grad_outputs[0]), output{}};
+  return status();
+}
+
+// TensorFlow's: dx = reversed cumsum(cumprod(x) * dy) / x; like TensorFlow's, only for x
+// without zeros.
+status cumprod_grad(const gradient_context& ctx, grads dx) {
+  const scope& s = ctx.s;
+  output weighted = reversed_scan(ctx, "Cumsum", ops::mul(s, ctx.outputs[0], ctx.grad_outputs[0]));
+  *dx = {ops::div(s, weighted, ctx.inputs[0]), output{}};
+  return status();
+}
+
 constexpr const char* k_reduction_types = "T: {float, double, int8, int16, int32, int64, uint8, uint16}";
 
 }  // namespace
@@ -221,6 +253,19 @@ void register_reduction_ops(op_registry& registry) {
                                .attr(k_reduction_types)
                                .attr("Tidx: {int32, int64} = DT_INT32")
                                .shape_fn(reduction_shape)
+                               .gradient(gradient));
+  }
+  const std::pair<const char*, gradient_function> scans[] = {{"Cumsum", cumsum_grad}, {"Cumprod", cumprod_grad}};
+  for (const auto& [name, gradient] : scans) {
+    add_builtin_op(registry, op_schema(name)
+                               .input("x: T")
+                               .input("axis: Tidx")
+                               .output("out: T")
+                               .attr("exclusive: bool = false")
+                               .attr("reverse: bool = false")
+                               .attr(k_reduction_types)
+                               .attr("Tidx: {int32, int64} = DT_INT32")
+                               .shape_fn(scan_shape)
                                .gradient(gradient));
   }
   for (const char* name : {"ArgMax", "ArgMin"}) {

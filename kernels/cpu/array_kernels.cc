@@ -9,6 +9,7 @@
 #include <cstring>
 #include <limits>
 
+#include "graph/ops/index_ops.h"
 #include "kernels/kernel_registry.h"
 
 namespace troupe::kernels {
@@ -318,6 +319,23 @@ class shape_kernel final : public op_kernel {
 };
 
 template <class Out>
+class shape_n_kernel final : public op_kernel {
+ public:
+  explicit shape_n_kernel(kernel_construction& c) : op_kernel(c) {}
+  memory input_memory(int) const override { return memory::any; }  // reads only shapes
+  void compute(kernel_context& ctx) override {
+    for (int k = 0; k < ctx.num_inputs(); ++k) {
+      const tensor& input = ctx.input(k);
+      tensor& out = ctx.allocate_output(k, tensor_shape{input.rank()});
+      for (int i = 0; i < input.rank(); ++i) {
+        if (!store_index(ctx, input.dim(i), &out.data<Out>()[i], input)) return;
+      }
+    }
+  }
+  double estimated_ns(std::span<const tensor>) const override { return 0; }
+};
+
+template <class Out>
 class size_kernel final : public op_kernel {
  public:
   explicit size_kernel(kernel_construction& c) : op_kernel(c) {}
@@ -336,6 +354,40 @@ class rank_kernel final : public op_kernel {
   memory input_memory(int) const override { return memory::any; }  // reads only the shape
   void compute(kernel_context& ctx) override {
     ctx.set_output(0, tensor::scalar<std::int32_t>(ctx.input(0).rank()));
+  }
+  double estimated_ns(std::span<const tensor>) const override { return 0; }
+};
+
+// ---------------------------------------------------------------------------------------
+// Range: start, start + delta, ... up to (not including) limit; the length is
+// graph::range_size's, as the shape function's.
+
+template <class T>
+class range_kernel final : public op_kernel {
+ public:
+  explicit range_kernel(kernel_construction& c) : op_kernel(c) {}
+  memory input_memory(int) const override { return memory::host; }
+
+  void compute(kernel_context& ctx) override {
+    for (int i = 0; i < 3; ++i) {
+      if (ctx.input(i).rank() != 0) {
+        ctx.fail_invalid_argument(i == 0 ? "start" : i == 1 ? "limit" : "delta", " must be a scalar, but has shape ",
+                                  ctx.input(i).shape().to_string());
+        return;
+      }
+    }
+    T start = ctx.input(0).scalar_value<T>();
+    T limit = ctx.input(1).scalar_value<T>();
+    T delta = ctx.input(2).scalar_value<T>();
+    using wide = std::conditional_t<std::is_floating_point_v<T>, double, std::int64_t>;
+    auto size = graph::range_size(wide(start), wide(limit), wide(delta));
+    if (!size.ok()) {
+      ctx.fail(size.error());
+      return;
+    }
+    tensor& out = ctx.allocate_output(0, tensor_shape{*size});
+    T* values = out.data<T>();
+    for (std::int64_t i = 0; i < *size; ++i) values[i] = static_cast<T>(start + static_cast<T>(i) * delta);
   }
   double estimated_ns(std::span<const tensor>) const override { return 0; }
 };
@@ -724,6 +776,10 @@ void register_array_kernels(kernel_registry& registry) {
       registry, "Size", "T", "out_type",
       []<class T, class Out>() -> kernel_factory { return make_kernel<size_kernel<Out>>; });
   add_for_types<all_numeric_types>(registry, "Rank", "T", make_kernel<rank_kernel>);
+  add_for_types_and_index<all_numeric_types>(
+      registry, "ShapeN", "T", "out_type",
+      []<class T, class Out>() -> kernel_factory { return make_kernel<shape_n_kernel<Out>>; });
+  add_typed_kernels<range_kernel, type_list<float, double, std::int32_t, std::int64_t>>(registry, "Range", "Tidx");
   // On GPUs, a Const answers in host memory: a kernel that reads it on the device gets a
   // copy at each step (the executor's), one that reads shapes gets it as it is; and the
   // partitioner's control-edge constants run on any device.
@@ -736,6 +792,9 @@ void register_array_kernels(kernel_registry& registry) {
       registry, "Size", "T", "out_type",
       []<class T, class Out>() -> kernel_factory { return make_kernel<size_kernel<Out>>; }, "GPU");
   add_for_types<all_numeric_types>(registry, "Rank", "T", make_kernel<rank_kernel>, "GPU");
+  add_for_types_and_index<all_numeric_types>(
+      registry, "ShapeN", "T", "out_type",
+      []<class T, class Out>() -> kernel_factory { return make_kernel<shape_n_kernel<Out>>; }, "GPU");
 
   add_for_types_and_index<all_numeric_types>(
       registry, "Fill", "T", "index_type",

@@ -314,6 +314,29 @@ struct greater_equal_op {
   }
 };
 
+struct div_no_nan_op {
+  static constexpr double cost = 1.0;
+  template <class T>
+  T operator()(T a, T b) const {
+    return b == T(0) ? T(0) : static_cast<T>(a / b);
+  }
+};
+
+struct logical_and_op {
+  static constexpr double cost = 0.3;
+  bool operator()(bool a, bool b) const { return a && b; }
+};
+
+struct logical_or_op {
+  static constexpr double cost = 0.3;
+  bool operator()(bool a, bool b) const { return a || b; }
+};
+
+struct logical_not_op {
+  static constexpr double cost = 0.3;
+  bool operator()(bool a) const { return !a; }
+};
+
 // --- Shared machinery --------------------------------------------------------------------
 
 // Element-wise work costs `ns_per_element` (the figure its parallel_for uses) per element
@@ -716,6 +739,7 @@ void register_cwise_kernels(kernel_registry& registry) {
   add_typed_kernels<binary<sub_op>::kernel, real_number_types>(registry, "Sub");
   add_typed_kernels<binary<mul_op>::kernel, real_number_types>(registry, "Mul");
   add_typed_kernels<binary<real_div_op>::kernel, real_number_types>(registry, "RealDiv");
+  add_typed_kernels<binary<div_no_nan_op>::kernel, float_types>(registry, "DivNoNan");
   add_typed_kernels<binary<maximum_op>::kernel, real_number_types>(registry, "Maximum");
   add_typed_kernels<binary<minimum_op>::kernel, real_number_types>(registry, "Minimum");
 
@@ -725,6 +749,11 @@ void register_cwise_kernels(kernel_registry& registry) {
   add_typed_kernels<binary<less_equal_op>::kernel, real_number_types>(registry, "LessEqual");
   add_typed_kernels<binary<greater_op>::kernel, real_number_types>(registry, "Greater");
   add_typed_kernels<binary<greater_equal_op>::kernel, real_number_types>(registry, "GreaterEqual");
+
+  // No type attribute: booleans only.
+  registry.add("LogicalAnd", "CPU", {}, make_kernel<binary_kernel<bool, logical_and_op>>);
+  registry.add("LogicalOr", "CPU", {}, make_kernel<binary_kernel<bool, logical_or_op>>);
+  registry.add("LogicalNot", "CPU", {}, make_kernel<unary_kernel<bool, logical_not_op>>);
 
   add_typed_kernels<select_kernel, all_numeric_types>(registry, "Select");
   add_typed_kernels<select_v2_kernel, all_numeric_types>(registry, "SelectV2");

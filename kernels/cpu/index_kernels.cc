@@ -1,7 +1,7 @@
 // CPU kernels: ops that pick, place or repeat elements by index (schemas in
 // graph/ops/index_ops.cc): Pad, PadV2, Tile, StridedSlice, StridedSliceGrad, Split, SplitV,
-// GatherV2, UnsortedSegmentSum, DynamicPartition, DynamicStitch, OneHot, TopKV2, Where,
-// BroadcastTo.
+// GatherV2, UnsortedSegmentSum, DynamicPartition, (Parallel)DynamicStitch, OneHot, TopKV2,
+// Where, BroadcastTo, ListDiff, ScatterNd.
 //
 // Most of them move elements without looking at them, so they work on bytes and serve
 // every dtype with one kernel: contiguous runs are copied with memcpy, single elements
@@ -732,6 +732,99 @@ class where_kernel final : public op_kernel {
   }
 };
 
+// ---------------------------------------------------------------------------------------
+// ListDiff: the elements of x that are not in y, in x's order, and their positions in x.
+
+template <class T>
+class list_diff_kernel final : public op_kernel {
+ public:
+  explicit list_diff_kernel(kernel_construction& c) : op_kernel(c) {}
+
+  void compute(kernel_context& ctx) override {
+    const tensor& x = ctx.input(0);
+    const tensor& y = ctx.input(1);
+    for (int i = 0; i < 2; ++i) {
+      if (ctx.input(i).rank() != 1) {
+        ctx.fail_invalid_argument(i == 0 ? "x" : "y", " must be a vector, but has shape ",
+                                  ctx.input(i).shape().to_string());
+        return;
+      }
+    }
+    std::vector<T> drop(y.flat<T>().begin(), y.flat<T>().end());
+    std::sort(drop.begin(), drop.end());
+    std::vector<std::int64_t> kept;
+    for (std::int64_t i = 0; i < x.num_elements(); ++i) {
+      if (!std::binary_search(drop.begin(), drop.end(), x.flat<T>()[static_cast<std::size_t>(i)])) kept.push_back(i);
+    }
+    const auto n = static_cast<std::int64_t>(kept.size());
+    tensor& out = ctx.allocate_output(0, tensor_shape{n});
+    tensor& idx = ctx.allocate_output(1, tensor_shape{n});
+    for (std::int64_t k = 0; k < n; ++k) {
+      const std::int64_t i = kept[static_cast<std::size_t>(k)];
+      out.data<T>()[k] = x.flat<T>()[static_cast<std::size_t>(i)];
+      if (idx.type() == dtype::int32) idx.data<std::int32_t>()[k] = static_cast<std::int32_t>(i);
+      else idx.data<std::int64_t>()[k] = i;
+    }
+  }
+};
+
+// ---------------------------------------------------------------------------------------
+// ScatterNd: zeros of `shape`, plus each update added at its index tuple (the last
+// dimension of indices, K long, indexes shape's first K dimensions; duplicates add up).
+
+template <class T>
+class scatter_nd_kernel final : public op_kernel {
+ public:
+  explicit scatter_nd_kernel(kernel_construction& c) : op_kernel(c) {}
+
+  void compute(kernel_context& ctx) override {
+    const tensor& indices = ctx.input(0);
+    const tensor& updates = ctx.input(1);
+    const tensor& shape_input = ctx.input(2);
+    if (shape_input.rank() != 1 || indices.rank() < 1) {
+      ctx.fail_invalid_argument("indices must have rank >= 1 and shape must be a vector; have ",
+                                indices.shape().to_string(), " and ", shape_input.shape().to_string());
+      return;
+    }
+    std::vector<std::int64_t> dims = index_values(shape_input);
+    auto out_shape = tensor_shape::make(dims);
+    if (!out_shape.ok()) return ctx.fail(out_shape.error());
+    const int k = static_cast<int>(indices.dim(indices.rank() - 1));
+    // updates must be indices.shape[:-1] + shape[k:].
+    std::vector<std::int64_t> want(indices.shape().dims().begin(), indices.shape().dims().end() - 1);
+    if (k <= static_cast<int>(dims.size())) want.insert(want.end(), dims.begin() + k, dims.end());
+    if (k > static_cast<int>(dims.size()) || updates.shape().dims() != want) {
+      ctx.fail_invalid_argument("updates of shape ", updates.shape().to_string(), " do not fit indices of shape ",
+                                indices.shape().to_string(), " into shape ", out_shape->to_string(),
+                                " (they must have shape indices.shape[:-1] + shape[K:], K = ", k, ")");
+      return;
+    }
+    tensor& out = ctx.allocate_output(0, *out_shape);
+    T* dst = out.data<T>();
+    std::fill(dst, dst + out.num_elements(), T(0));
+    std::int64_t slice = 1;
+    for (std::size_t d = static_cast<std::size_t>(k); d < dims.size(); ++d) slice *= dims[d];
+    const std::vector<std::int64_t> index = index_values(indices);
+    const std::int64_t n = k == 0 ? updates.num_elements() / std::max<std::int64_t>(slice, 1)
+                                  : static_cast<std::int64_t>(index.size()) / k;
+    const T* src = updates.data<T>();
+    for (std::int64_t j = 0; j < n; ++j) {
+      std::int64_t offset = 0;
+      for (int d = 0; d < k; ++d) {
+        std::int64_t i = index[static_cast<std::size_t>(j * k + d)];
+        if (i < 0 || i >= dims[static_cast<std::size_t>(d)]) {
+          ctx.fail_invalid_argument("indices", position_in(indices.shape(), j * k + d), " = ", i,
+                                    " is not in [0, ", dims[static_cast<std::size_t>(d)], ") (shape ",
+                                    out_shape->to_string(), ")");
+          return;
+        }
+        offset = offset * dims[static_cast<std::size_t>(d)] + i;
+      }
+      for (std::int64_t e = 0; e < slice; ++e) dst[offset * slice + e] += src[j * slice + e];
+    }
+  }
+};
+
 }  // namespace
 
 void register_index_kernels(kernel_registry& registry) {
@@ -747,11 +840,14 @@ void register_index_kernels(kernel_registry& registry) {
   registry.add("GatherV2", "CPU", {}, make_kernel<gather_kernel>);
   registry.add("DynamicPartition", "CPU", {}, make_kernel<dynamic_partition_kernel>);
   registry.add("DynamicStitch", "CPU", {}, make_kernel<dynamic_stitch_kernel>);
+  registry.add("ParallelDynamicStitch", "CPU", {}, make_kernel<dynamic_stitch_kernel>);
   registry.add("OneHot", "CPU", {}, make_kernel<one_hot_kernel>);
   // Arithmetic and comparisons: one kernel per dtype.
   add_typed_kernels<unsorted_segment_sum_kernel, real_number_types>(registry, "UnsortedSegmentSum");
   add_typed_kernels<top_k_kernel, real_number_types>(registry, "TopKV2");
   add_typed_kernels<where_kernel, all_numeric_types>(registry, "Where");
+  add_typed_kernels<list_diff_kernel, real_number_types>(registry, "ListDiff");
+  add_typed_kernels<scatter_nd_kernel, real_number_types>(registry, "ScatterNd");
 }
 
 }  // namespace troupe::kernels

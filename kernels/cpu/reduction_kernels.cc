@@ -1,4 +1,4 @@
-// CPU kernels: Sum, Mean, Max, Min, Prod, ArgMax, ArgMin.
+// CPU kernels: Sum, Mean, Max, Min, Prod, ArgMax, ArgMin; the scans Cumsum and Cumprod.
 //
 // How a reduction runs. The axes are normalized (negative ones counted from the end,
 // repeats rejected), then the input's dimensions are collapsed: size-1 dimensions vanish
@@ -361,6 +361,64 @@ using arg_max_kernel = arg_reduction_kernel<T, true>;
 template <class T>
 using arg_min_kernel = arg_reduction_kernel<T, false>;
 
+// ---- Scans: Cumsum, Cumprod. ----
+//
+// The input seen as [outer, n, inner] around the axis; each (outer, inner) line is scanned
+// in order (or backwards, `reverse`), each output holding the sum or product of the
+// elements before it (`exclusive`) or up to it.
+
+template <class T, bool Product>
+class scan_kernel final : public op_kernel {
+ public:
+  explicit scan_kernel(kernel_construction& c) : op_kernel(c) {
+    c.get_attrs("exclusive", &exclusive_, "reverse", &reverse_);
+  }
+
+  void compute(kernel_context& ctx) override {
+    const tensor& x = ctx.input(0);
+    const tensor& axis_input = ctx.input(1);
+    if (axis_input.rank() != 0) {
+      ctx.fail_invalid_argument("axis must be a scalar, but has shape ", axis_input.shape().to_string());
+      return;
+    }
+    std::int64_t axis = index_values(axis_input)[0];
+    if (axis < -x.rank() || axis >= x.rank()) {
+      ctx.fail_invalid_argument("axis ", axis, " is out of range for an input of shape ", x.shape().to_string(),
+                                " (valid: [", -x.rank(), ", ", x.rank(), "))");
+      return;
+    }
+    if (axis < 0) axis += x.rank();
+    std::int64_t outer = 1, inner = 1;
+    for (int d = 0; d < axis; ++d) outer *= x.dim(d);
+    for (int d = static_cast<int>(axis) + 1; d < x.rank(); ++d) inner *= x.dim(d);
+    const std::int64_t n = x.dim(static_cast<int>(axis));
+    tensor& y = ctx.allocate_output(0, x.shape());
+    const T* in = x.data<T>();
+    T* out = y.data<T>();
+    for (std::int64_t o = 0; o < outer; ++o) {
+      for (std::int64_t i = 0; i < inner; ++i) {
+        T acc = Product ? T(1) : T(0);
+        for (std::int64_t step = 0; step < n; ++step) {
+          const std::int64_t k = reverse_ ? n - 1 - step : step;
+          const std::int64_t at = (o * n + k) * inner + i;
+          if (exclusive_) out[at] = acc;
+          acc = Product ? static_cast<T>(acc * in[at]) : static_cast<T>(acc + in[at]);
+          if (!exclusive_) out[at] = acc;
+        }
+      }
+    }
+  }
+
+ private:
+  bool exclusive_ = false;
+  bool reverse_ = false;
+};
+
+template <class T>
+using cumsum_kernel = scan_kernel<T, false>;
+template <class T>
+using cumprod_kernel = scan_kernel<T, true>;
+
 }  // namespace
 
 void register_reduction_kernels(kernel_registry& registry) {
@@ -371,6 +429,8 @@ void register_reduction_kernels(kernel_registry& registry) {
   add_reduction_kernels<prod_kernel, reduction_types>(registry, "Prod", "CPU");
   add_reduction_kernels<arg_max_kernel, reduction_types>(registry, "ArgMax", "CPU");
   add_reduction_kernels<arg_min_kernel, reduction_types>(registry, "ArgMin", "CPU");
+  add_reduction_kernels<cumsum_kernel, reduction_types>(registry, "Cumsum", "CPU");
+  add_reduction_kernels<cumprod_kernel, reduction_types>(registry, "Cumprod", "CPU");
 }
 
 }  // namespace troupe::kernels

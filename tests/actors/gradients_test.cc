@@ -135,6 +135,7 @@ std::vector<gradient_case> gradient_cases() {
       {"Mul [2,3] * scalar", {{2, 3}, {}}, [](const scope& s, const v& x) { return ops::mul(s, x[0], x[1]); }},
       {"RealDiv [2,3] / [3]", {{2, 3}, {3}}, [](const scope& s, const v& x) { return ops::div(s, x[0], x[1]); }, 0.5, 2.0},
       {"RealDiv scalar / [2,1]", {{}, {2, 1}}, [](const scope& s, const v& x) { return ops::div(s, x[0], x[1]); }, 0.5, 2.0},
+      {"DivNoNan [2,3] / [3]", {{2, 3}, {3}}, [](const scope& s, const v& x) { return s.add("DivNoNan", {x[0], x[1]}).out(); }, 0.5, 2.0},
       {"Maximum [2,3], [3]", {{2, 3}, {3}}, [](const scope& s, const v& x) { return ops::maximum(s, x[0], x[1]); }},
       {"Minimum [2,1], [1,3]", {{2, 1}, {1, 3}}, [](const scope& s, const v& x) { return ops::minimum(s, x[0], x[1]); }},
       // Unary.
@@ -195,6 +196,14 @@ std::vector<gradient_case> gradient_cases() {
       // Prod, also over groups holding one zero (the zero's gradient is the product of
       // the others) and two zeros (all gradients 0); central differences are exact there,
       // the product being linear in each element.
+      {"Cumsum axis 1", {{2, 3}}, [](const scope& s, const v& x) { return s.add("Cumsum", {x[0], i32_scalar(s, 1)}).out(); }},
+      {"Cumsum axis 0, exclusive, reverse", {{3, 2}}, [](const scope& s, const v& x) {
+         return s.add("Cumsum", {x[0], i32_scalar(s, 0)}, {{"exclusive", graph::attr_value(true)}, {"reverse", graph::attr_value(true)}}).out();
+       }},
+      {"Cumprod axis -1", {{2, 3}}, [](const scope& s, const v& x) { return s.add("Cumprod", {x[0], i32_scalar(s, -1)}).out(); }, 0.5, 2.0},
+      {"Cumprod axis 0, exclusive, reverse", {{3, 2}}, [](const scope& s, const v& x) {
+         return s.add("Cumprod", {x[0], i32_scalar(s, 0)}, {{"exclusive", graph::attr_value(true)}, {"reverse", graph::attr_value(true)}}).out();
+       }, 0.5, 2.0},
       {"Prod axis 1", {{2, 3}}, [](const scope& s, const v& x) { return ops::prod(s, x[0], i32(s, {1})); }},
       {"Prod all, keep_dims", {{2, 3}}, [](const scope& s, const v& x) { return ops::prod(s, x[0], i32(s, {0, 1}), true); }},
       {"Prod axis 1, rows with one, two and no zeros", {{3, 3}}, [](const scope& s, const v& x) {

@@ -1,0 +1,732 @@
+#!/usr/bin/env python3
+"""Writes the TensorFlow GraphDef corpus: graphs TensorFlow builds, with its inputs and outputs.
+
+Needs TensorFlow (tests/tf_compat/README.md says how to install it into a git-ignored
+virtual environment); running the corpus does not. Each case is a folder under
+corpus/ (or --out) holding the GraphDef TensorFlow wrote (binary graph.pb or text
+graph.pbtxt), case.pbtxt (tests/tf_compat/tf_case.proto: a sequence of session runs with
+their feeds and expected fetches) and the tensors as .npy. Inputs are drawn from a seed
+derived from the case's name, so a rerun with the same TensorFlow writes the same files.
+
+  .venv-tf/bin/python tests/tf_compat/generate.py [--out DIR] [--only SUBSTRING]
+"""
+import argparse
+import os
+import shutil
+import sys
+import zlib
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+os.environ.setdefault("CUDA_VISIBLE_DEVICES", "")
+
+import numpy as np  # noqa: E402
+import tensorflow as tf  # noqa: E402
+
+v1 = tf.compat.v1
+raw = tf.raw_ops
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+f32, f64, i32, i64, u8, b = np.float32, np.float64, np.int32, np.int64, np.uint8, np.bool_
+
+
+# --- Inputs -------------------------------------------------------------------------------------
+
+class Inputs:
+    """Draws a case's inputs from a generator seeded by the case's name."""
+
+    def __init__(self, name):
+        self.rng = np.random.default_rng(zlib.crc32(name.encode()))
+
+    def normal(self, shape, dtype=f32, scale=1.0):
+        return (self.rng.standard_normal(shape) * scale).astype(dtype)
+
+    def uniform(self, shape, low, high, dtype=f32):
+        return self.rng.uniform(low, high, shape).astype(dtype)
+
+    def ints(self, shape, low, high, dtype=i32):
+        return self.rng.integers(low, high, shape).astype(dtype)
+
+    def bools(self, shape):
+        return self.rng.integers(0, 2, shape).astype(b)
+
+    def distinct(self, shape, dtype=f32):
+        """Values with no ties (for max, argmax, top_k, sorting)."""
+        n = int(np.prod(shape))
+        return (self.rng.permutation(n).reshape(shape) * 0.25 - n / 8).astype(dtype)
+
+
+# --- Writing cases ------------------------------------------------------------------------------
+
+def _quote(s):
+    return '"' + s.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+class Case:
+    """One corpus case: build the graph under `with case.graph.as_default()`, then add runs."""
+
+    def __init__(self, name, ops, what, binary=False, rtol=0.0, atol=0.0):
+        self.name, self.ops, self.what = name, list(ops), what
+        self.binary, self.rtol, self.atol = binary, rtol, atol
+        self.graph = tf.Graph()
+        self.runs = []  # (feeds {name: array}, fetches [(name, compare)], targets, repeat)
+        self.inputs = Inputs(name)
+
+    def run(self, fetches=(), feeds=None, targets=(), repeat=1, compare=None):
+        """A session run; `compare` maps fetch names to SHAPE or SORTED."""
+        self.runs.append((dict(feeds or {}), [(f, (compare or {}).get(f, "VALUES")) for f in fetches],
+                          list(targets), repeat))
+
+    def write(self, root):
+        folder = os.path.join(root, self.name)
+        shutil.rmtree(folder, ignore_errors=True)
+        os.makedirs(folder)
+        graph_file = "graph.pb" if self.binary else "graph.pbtxt"
+        tf.io.write_graph(self.graph.as_graph_def(), folder, graph_file, as_text=not self.binary)
+        lines = [f"# Written by tests/tf_compat/generate.py with TensorFlow {tf.__version__}.",
+                 f"graph: {_quote(graph_file)}"]
+        lines += [f"op: {_quote(op)}" for op in self.ops]
+        lines.append(f"what: {_quote(self.what)}")
+        if self.rtol:
+            lines.append(f"rtol: {self.rtol!r}")
+        if self.atol:
+            lines.append(f"atol: {self.atol!r}")
+        with v1.Session(graph=self.graph, config=v1.ConfigProto(
+                intra_op_parallelism_threads=1, inter_op_parallelism_threads=1)) as sess:
+            for r, (feeds, fetches, targets, repeat) in enumerate(self.runs):
+                feed_dict = {self.graph.get_tensor_by_name(k): v for k, v in feeds.items()}
+                values = None
+                for _ in range(repeat):
+                    values = sess.run([self.graph.get_tensor_by_name(f) for f, _ in fetches]
+                                      + [self.graph.get_operation_by_name(t) for t in targets],
+                                      feed_dict)
+                lines.append("run {")
+                for i, (k, v) in enumerate(feeds.items()):
+                    file = f"run{r}_feed{i}.npy"
+                    np.save(os.path.join(folder, file), np.require(v, requirements="C"), allow_pickle=False)
+                    lines.append(f"  feed {{ name: {_quote(k)} file: {_quote(file)} }}")
+                for i, ((f, compare), value) in enumerate(zip(fetches, values)):
+                    file = f"run{r}_fetch{i}.npy"
+                    value = np.asarray(value)
+                    if value.dtype == object:
+                        raise ValueError(f"{self.name}: fetch {f} is not numeric")
+                    np.save(os.path.join(folder, file), np.require(value, requirements="C"), allow_pickle=False)
+                    extra = f" compare: {compare}" if compare != "VALUES" else ""
+                    lines.append(f"  fetch {{ name: {_quote(f)} file: {_quote(file)}{extra} }}")
+                lines += [f"  target: {_quote(t)}" for t in targets]
+                if repeat != 1:
+                    lines.append(f"  repeat: {repeat}")
+                lines.append("}")
+        with open(os.path.join(folder, "case.pbtxt"), "w") as out:
+            out.write("\n".join(lines) + "\n")
+
+
+CASES = []
+
+
+def case(fn):
+    """Registers a function that returns one Case or a list of them."""
+    CASES.append(fn)
+    return fn
+
+
+def placeholders(values):
+    """A Placeholder named after each key, of the value's dtype and shape."""
+    return [v1.placeholder(tf.as_dtype(v.dtype), v.shape, name=k) for k, v in values.items()]
+
+
+def op_case(name, ops, what, build, feeds, grad=True, binary=False, rtol=0.0, atol=0.0, compare=None):
+    """A case that feeds `feeds` (name -> array), builds outputs with `build(*placeholders)`,
+    and fetches them; with grad, a second case `<name>_grad` fetches TensorFlow's gradient
+    graph (tf.gradients with random output gradients) for every float input."""
+    out = []
+    c = Case(name, ops, what, binary=binary, rtol=rtol, atol=atol)
+    with c.graph.as_default():
+        phs = placeholders(feeds)
+        ys = build(*phs)
+        ys = list(ys) if isinstance(ys, (list, tuple)) else [ys]
+        c.run([y.name for y in ys], {p.name: v for p, v in zip(phs, feeds.values())},
+              compare={y.name: compare for y in ys} if compare else None)
+    out.append(c)
+    if grad:
+        with v1.Session(graph=c.graph) as sess:  # the outputs' shapes, for their gradients
+            shapes = [v.shape for v in sess.run(ys, {p: v for p, v in zip(phs, feeds.values())})]
+        g = Case(name + "_grad", ops, "tf.gradients of: " + what, binary=True, rtol=rtol, atol=atol)
+        with g.graph.as_default():
+            phs = placeholders(feeds)
+            ys = build(*phs)
+            ys = list(ys) if isinstance(ys, (list, tuple)) else [ys]
+            shapes = [sh for y, sh in zip(ys, shapes) if y.dtype.is_floating]
+            ys = [y for y in ys if y.dtype.is_floating]
+            xs = [p for p in phs if p.dtype.is_floating]
+            dys = [tf.constant(g.inputs.normal(sh, y.dtype.as_numpy_dtype), name=f"dy{i}")
+                   for i, (y, sh) in enumerate(zip(ys, shapes))]
+            dxs = tf.gradients(ys, xs, grad_ys=dys)
+            dxs = [dx for dx in dxs if dx is not None]
+            if isinstance(dxs[0], tf.IndexedSlices):
+                dxs = [tf.convert_to_tensor(dx) for dx in dxs]
+            g.run([tf.identity(dx, name=f"dx{i}").name for i, dx in enumerate(dxs)],
+                  {p.name: v for p, v in zip(phs, feeds.values())})
+        out.append(g)
+    return out
+
+
+# --- Element-wise -------------------------------------------------------------------------------
+
+UNARY = {
+    # op: (function, input domain (low, high) or None for normal, differentiable)
+    "Abs": (lambda x: raw.Abs(x=x), None, True), "Neg": (lambda x: raw.Neg(x=x), None, True), "Square": (lambda x: raw.Square(x=x), None, True),
+    "Sqrt": (lambda x: raw.Sqrt(x=x), (0.1, 4.0), True), "Rsqrt": (lambda x: raw.Rsqrt(x=x), (0.1, 4.0), True),
+    "Exp": (lambda x: raw.Exp(x=x), None, True), "Log": (lambda x: raw.Log(x=x), (0.1, 4.0), True), "Tanh": (lambda x: raw.Tanh(x=x), None, True),
+    "Sigmoid": (lambda x: raw.Sigmoid(x=x), None, True), "Relu": (lambda x: raw.Relu(features=x), None, True),
+    "Relu6": (lambda x: raw.Relu6(features=x), (-3.0, 9.0), True),
+    "Elu": (lambda x: raw.Elu(features=x), None, True),
+    "Softplus": (lambda x: raw.Softplus(features=x), None, True),
+    "Sign": (lambda x: raw.Sign(x=x), None, False), "Reciprocal": (lambda x: raw.Reciprocal(x=x), (0.5, 3.0), True),
+}
+
+
+@case
+def unary_ops():
+    out = []
+    for op, (fn, domain, grad) in UNARY.items():
+        for dtype in (f32, f64):
+            name = f"{op.lower()}_{np.dtype(dtype).name}"
+            inp = Inputs(name)
+            x = inp.normal([3, 5], dtype) if domain is None else inp.uniform([3, 5], *domain, dtype)
+            out += op_case(name, [op], f"{op} of a 3x5 {np.dtype(dtype).name}", fn, {"x": x},
+                           grad=grad and dtype == f32)
+    for op in ("Abs", "Neg", "Square", "Sign"):
+        for dtype in (i32, i64):
+            name = f"{op.lower()}_{np.dtype(dtype).name}"
+            fn = getattr(raw, op)
+            out += op_case(name, [op], f"{op} of integers", lambda x, fn=fn: fn(x=x),
+                           {"x": Inputs(name).ints([7], -9, 9, dtype)}, grad=False)
+    out += op_case("leaky_relu_alpha", ["LeakyRelu"], "LeakyRelu with alpha 0.3",
+                   lambda x: raw.LeakyRelu(features=x, alpha=0.3), {"x": Inputs("lr").normal([4, 6])})
+    out += op_case("relu_empty", ["Relu"], "Relu of a 0x3 tensor",
+                   lambda x: raw.Relu(features=x), {"x": np.zeros([0, 3], f32)}, grad=False)
+    return out
+
+
+BINARY = {
+    "Add": raw.Add, "AddV2": raw.AddV2, "Sub": raw.Sub, "Mul": raw.Mul, "RealDiv": raw.RealDiv,
+    "Maximum": raw.Maximum, "Minimum": raw.Minimum, "Pow": raw.Pow,
+}
+BROADCASTS = [("same", [3, 4], [3, 4]), ("row", [3, 4], [4]), ("outer", [2, 1, 4], [3, 1]),
+              ("scalar", [], [2, 3]), ("empty", [0, 4], [4])]
+
+
+@case
+def binary_ops():
+    out = []
+    for op, fn in BINARY.items():
+        for shape_name, sx, sy in BROADCASTS:
+            name = f"{op.lower()}_{shape_name}"
+            inp = Inputs(name)
+            if op in ("Pow", "RealDiv"):
+                x, y = inp.uniform(sx, 0.5, 2.0), inp.uniform(sy, 0.5, 2.0)
+            else:
+                x, y = inp.normal(sx), inp.normal(sy)
+            out += op_case(name, [op], f"{op} of {sx} and {sy}", lambda x, y, fn=fn: fn(x=x, y=y),
+                           {"x": x, "y": y}, grad=shape_name != "empty", rtol=1e-5)
+    for op in ("Add", "AddV2", "Sub", "Mul", "Maximum", "Minimum", "FloorDiv", "FloorMod"):
+        for dtype in (i32, i64):
+            name = f"{op.lower()}_{np.dtype(dtype).name}"
+            inp = Inputs(name)
+            x = inp.ints([3, 4], -20, 20, dtype)
+            y = inp.ints([4], 1, 6, dtype) * np.where(inp.bools([4]), 1, -1).astype(dtype)
+            fn = getattr(raw, op)
+            out += op_case(name, [op], f"{op} of integers (negative operands: floor semantics)",
+                           lambda x, y, fn=fn: fn(x=x, y=y), {"x": x, "y": y}, grad=False)
+    for op in ("FloorDiv", "FloorMod"):
+        name = f"{op.lower()}_float"
+        inp = Inputs(name)
+        x, y = inp.normal([3, 4]) * 5, inp.uniform([4], 0.5, 2) * np.array([1, -1, 1, -1], f32)
+        fn = getattr(raw, op)
+        out += op_case(name, [op], f"{op} of floats", lambda x, y, fn=fn: fn(x=x, y=y),
+                       {"x": x, "y": y.astype(f32)}, grad=False)
+    inp = Inputs("div_no_nan")
+    out += op_case("div_no_nan", ["DivNoNan"], "DivNoNan with zeros in y, broadcasting",
+                   lambda x, y: tf.math.divide_no_nan(x, y),
+                   {"x": inp.normal([3, 4]), "y": np.array([0.5, 0.0, -2.0, 0.0], f32)}, rtol=1e-5)
+    out += op_case("mul_f64", ["Mul"], "Mul of float64 with broadcasting",
+                   lambda x, y: x * y, {"x": Inputs("m64").normal([2, 3], f64), "y": Inputs("m64y").normal([3], f64)})
+    return out
+
+
+@case
+def compare_ops():
+    out = []
+    for op in ("Equal", "NotEqual", "Less", "LessEqual", "Greater", "GreaterEqual"):
+        fn = getattr(raw, op)
+        for dtype in (f32, i32):
+            name = f"{op.lower()}_{np.dtype(dtype).name}"
+            inp = Inputs(name)
+            x, y = inp.ints([3, 4], -2, 3).astype(dtype), inp.ints([4], -2, 3).astype(dtype)
+            out += op_case(name, [op], f"{op} with broadcasting", lambda x, y, fn=fn: fn(x=x, y=y),
+                           {"x": x, "y": y}, grad=False)
+    inp = Inputs("equal_bool")
+    out += op_case("equal_bool", ["Equal"], "Equal of booleans", lambda x, y: raw.Equal(x=x, y=y),
+                   {"x": inp.bools([5]), "y": inp.bools([5])}, grad=False)
+    return out
+
+
+@case
+def select_cast_misc():
+    out = []
+    inp = Inputs("select")
+    out += op_case("select_vector_condition", ["Select"], "TF1 Select with a condition over the first dimension",
+                   lambda c, x, y: raw.Select(condition=c, x=x, y=y),
+                   {"c": inp.bools([3]), "x": inp.normal([3, 2]), "y": inp.normal([3, 2])})
+    out += op_case("select_same_shape", ["Select"], "Select with a condition of x's shape",
+                   lambda c, x, y: raw.Select(condition=c, x=x, y=y),
+                   {"c": inp.bools([2, 3]), "x": inp.normal([2, 3]), "y": inp.normal([2, 3])})
+    out += op_case("selectv2_broadcast", ["SelectV2"], "SelectV2 broadcasting all three",
+                   lambda c, x, y: raw.SelectV2(condition=c, t=x, e=y),
+                   {"c": inp.bools([2, 1]), "x": inp.normal([3]), "y": inp.normal([2, 3])})
+    casts = [(f32, i32, inp.normal([6]) * 3), (i32, f32, inp.ints([6], -50, 50)),
+             (f32, b, np.array([0, 1.5, -0.0, 2, 0, -3], f32)), (b, f32, inp.bools([6])),
+             (f64, f32, inp.normal([6], f64)), (i64, i32, inp.ints([6], -1000, 1000, i64)),
+             (f32, u8, inp.uniform([6], 0, 250)), (i32, i64, inp.ints([6], -9, 9))]
+    for src, dst, x in casts:
+        name = f"cast_{np.dtype(src).name}_to_{np.dtype(dst).name}"
+        out += op_case(name, ["Cast"], f"Cast {np.dtype(src).name} to {np.dtype(dst).name}",
+                       lambda x, dst=dst: tf.cast(x, dst), {"x": x},
+                       grad=src in (f32, f64) and dst in (f32, f64))
+    out += op_case("zeros_ones_like", ["ZerosLike", "OnesLike"], "ZerosLike and OnesLike",
+                   lambda x, n: [raw.ZerosLike(x=x), raw.OnesLike(x=x), raw.ZerosLike(x=n), raw.OnesLike(x=n)],
+                   {"x": inp.normal([2, 3]), "n": inp.ints([4], 0, 5)}, grad=False)
+    out += op_case("add_n", ["AddN"], "AddN of three", lambda a, b_, c: raw.AddN(inputs=[a, b_, c]),
+                   {"a": inp.normal([2, 3]), "b": inp.normal([2, 3]), "c": inp.normal([2, 3])})
+    out += op_case("clip_by_value_scalar", ["ClipByValue"], "ClipByValue with scalar bounds",
+                   lambda x: raw.ClipByValue(t=x, clip_value_min=-0.5, clip_value_max=0.7), {"x": inp.normal([3, 4])})
+    out += op_case("clip_by_value_tensor", ["ClipByValue"], "ClipByValue with bounds of t's shape",
+                   lambda x, lo, hi: raw.ClipByValue(t=x, clip_value_min=lo, clip_value_max=hi),
+                   {"x": inp.normal([3, 4]), "lo": inp.uniform([3, 4], -1, -0.2), "hi": inp.uniform([3, 4], 0.1, 1)})
+    return out
+
+
+# --- Reductions ---------------------------------------------------------------------------------
+
+@case
+def reductions():
+    out = []
+    axes_cases = [("axis1", [1], False), ("neg_keep", [-1], True), ("axes02", [0, 2], False),
+                  ("all_keep", [0, 1, 2], True), ("none", [], False)]
+    for op in ("Sum", "Mean", "Max", "Min", "Prod"):
+        fn = getattr(raw, op)
+        for tag, axes, keep in axes_cases:
+            name = f"{op.lower()}_{tag}"
+            inp = Inputs(name)
+            x = inp.distinct([2, 3, 4]) if op in ("Max", "Min") else inp.uniform([2, 3, 4], 0.5, 1.5)
+            out += op_case(name, [op], f"{op} over axes {axes}, keep_dims={keep}",
+                           lambda x, fn=fn, axes=axes, keep=keep: fn(input=x, axis=tf.constant(axes, tf.int32),
+                                                                     keep_dims=keep),
+                           {"x": x}, rtol=1e-5)
+        name = f"{op.lower()}_int32"
+        out += op_case(name, [op], f"{op} of int32 over axis 0",
+                       lambda x, fn=fn: fn(input=x, axis=tf.constant(0), keep_dims=False),
+                       {"x": Inputs(name).ints([4, 3], -5, 6)}, grad=False)
+    out += op_case("sum_int64_axis", ["Sum"], "Sum with an int64 axis",
+                   lambda x: raw.Sum(input=x, axis=tf.constant([1], tf.int64)), {"x": Inputs("s").normal([3, 4])})
+    out += op_case("sum_empty_input", ["Sum"], "Sum over an empty dimension",
+                   lambda x: raw.Sum(input=x, axis=tf.constant([0])), {"x": np.zeros([0, 3], f32)}, grad=False)
+    for op, fn in (("Cumsum", tf.math.cumsum), ("Cumprod", tf.math.cumprod)):
+        for tag, axis, exclusive, reverse in (("axis1", 1, False, False), ("exclusive_reverse", -1, True, True),
+                                              ("axis0_reverse", 0, False, True)):
+            name = f"{op.lower()}_{tag}"
+            out += op_case(name, [op], f"{op} over axis {axis}, exclusive={exclusive}, reverse={reverse}",
+                           lambda x, fn=fn, a=axis, e=exclusive, r=reverse: fn(x, a, exclusive=e, reverse=r),
+                           {"x": Inputs(name).uniform([3, 4], 0.5, 1.5)}, rtol=1e-5)
+    out += op_case("cumsum_int64", ["Cumsum"], "Cumsum of int64 with an int64 axis",
+                   lambda x: tf.math.cumsum(x, tf.constant(0, tf.int64)), {"x": Inputs("cs").ints([4, 2], -9, 9, i64)},
+                   grad=False)
+    for op in ("ArgMax", "ArgMin"):
+        fn = getattr(raw, op)
+        for axis, otype in ((1, tf.int64), (-1, tf.int32), (0, tf.int64)):
+            name = f"{op.lower()}_axis{axis}_{otype.name}"
+            out += op_case(name, [op], f"{op} over axis {axis} as {otype.name}",
+                           lambda x, fn=fn, axis=axis, otype=otype: fn(input=x, dimension=tf.constant(axis),
+                                                                       output_type=otype),
+                           {"x": Inputs(name).distinct([3, 5])}, grad=False)
+    return out
+
+
+# --- Matrices -----------------------------------------------------------------------------------
+
+@case
+def matmuls():
+    out = []
+    for ta in (False, True):
+        for tb in (False, True):
+            name = f"matmul_t{int(ta)}{int(tb)}"
+            inp = Inputs(name)
+            a = inp.normal([5, 3] if ta else [3, 5])
+            bm = inp.normal([4, 5] if tb else [5, 4])
+            out += op_case(name, ["MatMul"], f"MatMul transpose_a={ta} transpose_b={tb}",
+                           lambda a, bm, ta=ta, tb=tb: raw.MatMul(a=a, b=bm, transpose_a=ta, transpose_b=tb),
+                           {"a": a, "b": bm}, rtol=1e-5, atol=1e-6)
+    inp = Inputs("matmul_f64")
+    out += op_case("matmul_f64", ["MatMul"], "MatMul of float64", lambda a, bm: tf.matmul(a, bm),
+                   {"a": inp.normal([4, 6], f64), "b": inp.normal([6, 2], f64)})
+    out += op_case("batch_matmul_v2_broadcast", ["BatchMatMulV2"], "BatchMatMulV2 broadcasting batch dimensions",
+                   lambda a, bm: raw.BatchMatMulV2(x=a, y=bm, adj_y=True),
+                   {"a": inp.normal([2, 1, 3, 4]), "b": inp.normal([3, 5, 4])}, rtol=1e-5, atol=1e-6)
+    out += op_case("batch_matmul_adj", ["BatchMatMul"], "BatchMatMul with adj_x",
+                   lambda a, bm: raw.BatchMatMul(x=a, y=bm, adj_x=True),
+                   {"a": inp.normal([2, 4, 3]), "b": inp.normal([2, 4, 5])}, rtol=1e-5, atol=1e-6)
+    return out
+
+
+# --- Arrays -------------------------------------------------------------------------------------
+
+@case
+def array_ops():
+    out = []
+    inp = Inputs("array_ops")
+    x = inp.normal([2, 3, 4])
+    out += op_case("reshape_infer", ["Reshape"], "Reshape with -1", lambda x: tf.reshape(x, [4, -1]), {"x": x})
+    out += op_case("reshape_int64_shape", ["Reshape"], "Reshape with an int64 shape",
+                   lambda x: raw.Reshape(tensor=x, shape=tf.constant([6, 4], tf.int64)), {"x": x})
+    out += op_case("expand_dims_neg", ["ExpandDims"], "ExpandDims at axis -1",
+                   lambda x: tf.expand_dims(x, -1), {"x": x})
+    out += op_case("squeeze_axis", ["Squeeze"], "Squeeze one axis",
+                   lambda x: tf.squeeze(x, [1]), {"x": inp.normal([3, 1, 2, 1])})
+    out += op_case("squeeze_all", ["Squeeze"], "Squeeze every 1", lambda x: tf.squeeze(x),
+                   {"x": inp.normal([3, 1, 2, 1])})
+    out += op_case("shape_size_rank", ["Shape", "Size", "Rank"], "Shape (int32, int64), Size, Rank",
+                   lambda x: [tf.shape(x), tf.shape(x, out_type=tf.int64), tf.size(x), tf.rank(x)],
+                   {"x": x}, grad=False)
+    out += op_case("fill", ["Fill"], "Fill from fed dims and value",
+                   lambda d, v: tf.fill(d, v), {"d": np.array([2, 3], i32), "v": np.array(1.5, f32)}, grad=False)
+    out += op_case("identity_n_stop_gradient", ["IdentityN", "Identity", "StopGradient"],
+                   "IdentityN, Identity, StopGradient",
+                   lambda a, c: list(raw.IdentityN(input=[a, c])) + [tf.identity(a), tf.stop_gradient(a) * a],
+                   {"a": inp.normal([3]), "c": inp.ints([2], 0, 9)})
+    out += op_case("concat_neg_axis", ["ConcatV2"], "ConcatV2 of three at axis -1",
+                   lambda a, c, d: tf.concat([a, c, d], -1),
+                   {"a": inp.normal([2, 3]), "c": inp.normal([2, 1]), "d": inp.normal([2, 2])})
+    out += op_case("concat_axis0_int", ["ConcatV2"], "ConcatV2 of int32 with an empty piece",
+                   lambda a, c: tf.concat([a, c], 0), {"a": inp.ints([2, 2], 0, 9), "c": np.zeros([0, 2], i32)},
+                   grad=False)
+    out += op_case("pack_unpack", ["Pack", "Unpack"], "Pack at axis 1, Unpack at axis 0",
+                   lambda a, c: [tf.stack([a, c], axis=1)] + tf.unstack(a, axis=0),
+                   {"a": inp.normal([2, 3]), "c": inp.normal([2, 3])})
+    out += op_case("split", ["Split"], "Split into 3 along axis -1",
+                   lambda a: tf.split(a, 3, axis=-1), {"a": inp.normal([2, 6])})
+    out += op_case("split_v", ["SplitV"], "SplitV with a -1 size",
+                   lambda a: tf.split(a, [1, -1, 2], axis=0), {"a": inp.normal([6, 2])})
+    out += op_case("slice", ["Slice"], "Slice with a -1 size",
+                   lambda a: tf.slice(a, [1, 0, 1], [1, -1, 2]), {"a": x})
+    for tag, fn in (("basic", lambda a: a[1:, ::2, 1:3]), ("negative_stride", lambda a: a[::-1, 2:0:-1]),
+                    ("shrink_newaxis", lambda a: a[1, tf.newaxis, :, -1]), ("ellipsis", lambda a: a[..., 1:]),
+                    ("masks", lambda a: a[:, :2])):
+        out += op_case(f"strided_slice_{tag}", ["StridedSlice"], f"StridedSlice ({tag})", fn, {"a": x})
+    out += op_case("tile", ["Tile"], "Tile", lambda a: tf.tile(a, [2, 1, 3]), {"a": x})
+    out += op_case("transpose", ["Transpose"], "Transpose with a permutation",
+                   lambda a: tf.transpose(a, [2, 0, 1]), {"a": x})
+    out += op_case("pad", ["Pad"], "Pad", lambda a: tf.pad(a, [[1, 0], [0, 2], [1, 1]]), {"a": x})
+    out += op_case("pad_v2", ["PadV2"], "PadV2 with a constant",
+                   lambda a: tf.pad(a, [[0, 1], [2, 0]], constant_values=-3.0), {"a": inp.normal([2, 3])})
+    out += op_case("broadcast_to", ["BroadcastTo"], "BroadcastTo", lambda a: tf.broadcast_to(a, [4, 2, 3]),
+                   {"a": inp.normal([2, 1])})
+    out += op_case("one_hot", ["OneHot"], "OneHot with on/off values and an index out of range",
+                   lambda i: [tf.one_hot(i, 4, on_value=2.0, off_value=-1.0), tf.one_hot(i, 4, axis=0)],
+                   {"i": np.array([0, 3, -1, 5, 2], i32)}, grad=False)
+    out += op_case("one_hot_int64", ["OneHot"], "OneHot of int64 indices as int32",
+                   lambda i: tf.one_hot(i, 3, dtype=tf.int32), {"i": np.array([[0, 2], [1, 1]], i64)}, grad=False)
+    out += op_case("gather_v2_axis1", ["GatherV2"], "GatherV2 along axis 1",
+                   lambda p, i: tf.gather(p, i, axis=1), {"p": x, "i": np.array([[2, 0], [1, 1]], i32)})
+    out += op_case("gather_v2_negative_axis", ["GatherV2"], "GatherV2 along axis -1 with int64 indices",
+                   lambda p, i: tf.gather(p, i, axis=-1), {"p": x, "i": np.array([[3, 0], [1, 1]], i64)})
+    out += op_case("top_k", ["TopKV2"], "TopKV2", lambda a: list(tf.math.top_k(a, 3)),
+                   {"a": inp.distinct([3, 6])})
+    out += op_case("where", ["Where"], "Where of a boolean matrix", lambda c: tf.where(c),
+                   {"c": inp.bools([3, 4])}, grad=False)
+    out += op_case("invert_permutation", ["InvertPermutation"], "InvertPermutation",
+                   lambda p: tf.math.invert_permutation(p), {"p": np.array([2, 4, 0, 1, 3], i32)}, grad=False)
+    out += op_case("dynamic_partition_stitch", ["DynamicPartition", "DynamicStitch"],
+                   "DynamicPartition into 3, DynamicStitch back",
+                   lambda d, p: tf.dynamic_stitch(tf.dynamic_partition(tf.range(6), p, 3),
+                                                  tf.dynamic_partition(d, p, 3)),
+                   {"d": inp.normal([6, 2]), "p": np.array([2, 0, 1, 0, 2, 2], i32)})
+    out += op_case("unsorted_segment_sum", ["UnsortedSegmentSum"], "UnsortedSegmentSum with an id out of range",
+                   lambda d, s: tf.math.unsorted_segment_sum(d, s, 4),
+                   {"d": inp.normal([5, 3]), "s": np.array([0, 3, -1, 0, 2], i32)})
+    out += op_case("concat_offset", ["ConcatOffset"], "ConcatOffset",
+                   lambda a, c: raw.ConcatOffset(concat_dim=1, shape=[a, c]),
+                   {"a": np.array([2, 3, 5], i32), "c": np.array([2, 7, 5], i32)}, grad=False)
+    out += op_case("broadcast_gradient_args", ["BroadcastGradientArgs"], "BroadcastGradientArgs",
+                   lambda s0, s1: list(raw.BroadcastGradientArgs(s0=s0, s1=s1)),
+                   {"s0": np.array([2, 1, 4], i32), "s1": np.array([3, 1], i32)}, grad=False)
+    out += op_case("range", ["Range"], "Range of int32 (fed), float and negative steps",
+                   lambda n: [tf.range(n), tf.range(2, n, 3), tf.range(1.5, -2.0, -0.75), tf.range(10, 2, -4, tf.int64)],
+                   {"n": np.array(7, i32)}, grad=False)
+    out += op_case("shape_n", ["ShapeN"], "ShapeN of three, int64",
+                   lambda a, c, d: list(raw.ShapeN(input=[a, c, d], out_type=tf.int64)),
+                   {"a": inp.normal([2, 3]), "c": inp.normal([4]), "d": inp.normal([])}, grad=False)
+    out += op_case("logical_ops", ["LogicalAnd", "LogicalOr", "LogicalNot"], "LogicalAnd/Or with broadcasting, LogicalNot",
+                   lambda p, q: [tf.logical_and(p, q), tf.logical_or(p, q), tf.logical_not(p)],
+                   {"p": inp.bools([3, 4]), "q": inp.bools([4])}, grad=False)
+    out += op_case("list_diff", ["ListDiff"], "ListDiff (tf.compat.v1.setdiff1d) with int64 positions",
+                   lambda x_, y_: list(raw.ListDiff(x=x_, y=y_, out_idx=tf.int64)),
+                   {"x": np.array([4, 1, 7, 1, 9, 3], i32), "y": np.array([1, 3, 8], i32)}, grad=False)
+    out += op_case("scatter_nd", ["ScatterNd"], "ScatterNd of rows with a duplicate index",
+                   lambda i, u: tf.scatter_nd(i, u, [4, 3]),
+                   {"i": np.array([[1], [3], [1]], i32), "u": inp.normal([3, 3])}, grad=False)
+    out += op_case("scatter_nd_elements", ["ScatterNd"], "ScatterNd of single elements, int64 indices",
+                   lambda i, u: tf.scatter_nd(i, u, tf.constant([2, 3], tf.int64)),
+                   {"i": np.array([[0, 2], [1, 0]], i64), "u": inp.normal([2])}, grad=False)
+    out += op_case("parallel_dynamic_stitch", ["ParallelDynamicStitch"], "ParallelDynamicStitch of distinct indices",
+                   lambda d0, d1: raw.ParallelDynamicStitch(indices=[tf.constant([0, 2]), tf.constant([1, 3])], data=[d0, d1]),
+                   {"d0": inp.normal([2, 2]), "d1": inp.normal([2, 2])})
+    c = Case("placeholder_with_default", ["PlaceholderWithDefault", "Const"],
+             "PlaceholderWithDefault fed and not fed; Const of several dtypes")
+    with c.graph.as_default():
+        p = v1.placeholder_with_default(tf.constant([1.0, 2.0]), [2], name="p")
+        consts = [tf.constant(v) for v in (np.arange(6, dtype=f64).reshape(2, 3), np.array([True, False]),
+                                           np.array(7, i64), np.array([255, 0], u8))]
+        c.run([p.name] + [k.name for k in consts])
+        c.run([tf.identity(p * 2).name], {p.name: np.array([5.0, -1.0], f32)})
+    out.append(c)
+    return out
+
+
+# --- Neural network ops -------------------------------------------------------------------------
+
+@case
+def nn_ops():
+    out = []
+    inp = Inputs("nn_ops")
+    out += op_case("bias_add_nhwc", ["BiasAdd"], "BiasAdd NHWC", lambda v, bb: tf.nn.bias_add(v, bb),
+                   {"v": inp.normal([2, 3, 3, 4]), "b": inp.normal([4])})
+    out += op_case("bias_add_nchw", ["BiasAdd"], "BiasAdd NCHW",
+                   lambda v, bb: tf.nn.bias_add(v, bb, data_format="NCHW"),
+                   {"v": inp.normal([2, 4, 3, 3]), "b": inp.normal([4])})
+    for tag, strides, padding, shape, fshape, dil in (
+            ("same", 1, "SAME", [2, 5, 5, 3], [3, 3, 3, 4], 1), ("valid_s2", 2, "VALID", [1, 7, 6, 2], [3, 2, 2, 3], 1),
+            ("same_s2", 2, "SAME", [2, 6, 6, 3], [5, 5, 3, 2], 1), ("1x1", 1, "VALID", [2, 4, 4, 3], [1, 1, 3, 5], 1),
+            ("dilated", 1, "SAME", [1, 6, 6, 2], [3, 3, 2, 2], 2)):
+        name = f"conv2d_{tag}"
+        ci = Inputs(name)
+        out += op_case(name, ["Conv2D"], f"Conv2D {padding} stride {strides} dilation {dil} of {shape} by {fshape}",
+                       lambda v, f, s=strides, p=padding, d=dil: tf.nn.conv2d(v, f, s, p, dilations=d),
+                       {"x": ci.normal(shape), "f": ci.normal(fshape)}, rtol=1e-4, atol=1e-5)
+    out += op_case("conv2d_explicit_padding", ["Conv2D"], "Conv2D with EXPLICIT padding",
+                   lambda v, f: tf.nn.conv2d(v, f, 1, [[0, 0], [1, 2], [0, 1], [0, 0]]),
+                   {"x": inp.normal([1, 4, 4, 2]), "f": inp.normal([3, 3, 2, 2])}, rtol=1e-4, atol=1e-5)
+    for op, fn in (("MaxPool", tf.nn.max_pool2d), ("AvgPool", tf.nn.avg_pool2d)):
+        for tag, k, s, p in (("same", 3, 2, "SAME"), ("valid", 2, 2, "VALID"), ("overlap", 3, 1, "VALID")):
+            name = f"{op.lower()}_{tag}"
+            pi = Inputs(name)
+            out += op_case(name, [op], f"{op} {k}x{k} stride {s} {p}",
+                           lambda v, fn=fn, k=k, s=s, p=p: fn(v, k, s, p),
+                           {"x": pi.distinct([2, 6, 5, 3])}, rtol=1e-5)
+    out += op_case("lrn", ["LRN"], "LRN as AlexNet uses it",
+                   lambda v: tf.nn.local_response_normalization(v, 2, 1.0, 2e-5, 0.75),
+                   {"x": inp.normal([2, 3, 3, 8])}, rtol=1e-4, atol=1e-5)
+    out += op_case("fused_batch_norm_training", ["FusedBatchNormV3"], "FusedBatchNormV3 training",
+                   lambda v, s, o: list(tf.compat.v1.nn.fused_batch_norm(v, s, o, epsilon=1e-3))[:1],
+                   {"x": inp.normal([2, 3, 3, 4]), "scale": inp.uniform([4], 0.5, 1.5), "offset": inp.normal([4])},
+                   rtol=1e-4, atol=1e-5)
+    out += op_case("fused_batch_norm_inference", ["FusedBatchNormV3"], "FusedBatchNormV3 inference",
+                   lambda v, s, o, m, var: tf.compat.v1.nn.fused_batch_norm(v, s, o, m, var, 1e-3,
+                                                                             is_training=False)[0],
+                   {"x": inp.normal([2, 3, 3, 4]), "scale": inp.uniform([4], 0.5, 1.5), "offset": inp.normal([4]),
+                    "mean": inp.normal([4]), "var": inp.uniform([4], 0.5, 2)}, rtol=1e-4, atol=1e-5)
+    for op, fn in (("Softmax", tf.nn.softmax), ("LogSoftmax", tf.nn.log_softmax)):
+        out += op_case(op.lower(), [op], op, lambda v, fn=fn: fn(v), {"x": inp.normal([4, 7])}, rtol=1e-5, atol=1e-6)
+    out += op_case("softmax_cross_entropy", ["SoftmaxCrossEntropyWithLogits"], "softmax cross-entropy",
+                   lambda lg, lb: tf.nn.softmax_cross_entropy_with_logits(labels=lb, logits=lg),
+                   {"logits": inp.normal([4, 5]), "labels": _softmax(inp.normal([4, 5]))}, rtol=1e-5, atol=1e-6)
+    out += op_case("sparse_softmax_cross_entropy", ["SparseSoftmaxCrossEntropyWithLogits"],
+                   "sparse softmax cross-entropy, int64 labels",
+                   lambda lg, lb: tf.nn.sparse_softmax_cross_entropy_with_logits(labels=lb, logits=lg),
+                   {"logits": inp.normal([4, 5]), "labels": np.array([0, 4, 2, 2], i64)}, rtol=1e-5, atol=1e-6)
+    out += op_case("l2_loss", ["L2Loss"], "L2Loss", lambda v: tf.nn.l2_loss(v), {"x": inp.normal([3, 4])},
+                   rtol=1e-5)
+    for op, fn, lo, hi in (("Relu6", tf.nn.relu6, -2, 8), ("Elu", tf.nn.elu, -2, 2), ("Softplus", tf.nn.softplus, -3, 3)):
+        out += op_case(f"{op.lower()}_of_sum", [op], f"{op} after an Add", lambda a, c, fn=fn: fn(a + c),
+                       {"a": inp.uniform([3, 4], lo, hi), "c": inp.normal([4], scale=0.1)}, rtol=1e-5)
+    return out
+
+
+def _softmax(x):
+    e = np.exp(x - x.max(axis=-1, keepdims=True))
+    return (e / e.sum(axis=-1, keepdims=True)).astype(x.dtype)
+
+
+# --- Random ops (shapes only: troupe's generator is not TensorFlow's) ---------------------------
+
+@case
+def random_ops():
+    out = []
+    for op, fn in (("RandomUniform", lambda s: tf.random.uniform(s, seed=1)),
+                   ("RandomStandardNormal", lambda s: tf.random.normal(s, seed=2)),
+                   ("TruncatedNormal", lambda s: tf.random.truncated_normal(s, seed=3))):
+        out += op_case(op.lower(), [op], f"{op} of a fed shape (dtype and shape compared)", fn,
+                       {"shape": np.array([3, 4], i32)}, grad=False, compare="SHAPE")
+    out += op_case("log_uniform_candidate_sampler", ["LogUniformCandidateSampler"],
+                   "LogUniformCandidateSampler (shapes compared)",
+                   lambda t: list(tf.random.log_uniform_candidate_sampler(t, 1, 5, True, 20, seed=4)),
+                   {"true": np.array([[1], [7]], i64)}, grad=False, compare="SHAPE")
+    out += op_case("compute_accidental_hits", ["ComputeAccidentalHits"], "ComputeAccidentalHits",
+                   lambda t, s: list(tf.nn.compute_accidental_hits(t, s, 1)),
+                   {"true": np.array([[1], [7], [3]], i64), "sampled": np.array([7, 1, 0, 3], i64)}, grad=False)
+    return out
+
+
+# --- Variables, optimizers, queues --------------------------------------------------------------
+
+def _resource_var(name, value):
+    return v1.get_variable(name, initializer=tf.constant(value), use_resource=True)
+
+
+@case
+def variable_ops():
+    out = []
+    inp = Inputs("variables")
+    c = Case("resource_variable_ops", ["VarHandleOp", "AssignVariableOp", "ReadVariableOp",
+                                       "AssignAddVariableOp", "AssignSubVariableOp", "VarIsInitializedOp"],
+             "resource variable: initialized?, assign, add, sub, read", binary=True)
+    with c.graph.as_default():
+        v = _resource_var("v", inp.normal([2, 3]))
+        delta = v1.placeholder(tf.float32, [2, 3], name="delta")
+        is_init = raw.VarIsInitializedOp(resource=v.handle)
+        add = v.assign_add(delta, read_value=False)
+        sub = v.assign_sub(delta * 0.5, read_value=False)
+        read = tf.identity(v.read_value(), name="read")
+        c.run([is_init.name])
+        c.run(targets=[v.initializer.name])
+        c.run([is_init.name])
+        c.run(feeds={delta.name: inp.normal([2, 3])}, targets=[add.name])
+        c.run([read.name])
+        c.run(feeds={delta.name: inp.normal([2, 3])}, targets=[sub.name], repeat=2)
+        c.run([read.name])
+        c.run(targets=[v.assign(tf.ones([2, 3]) * 4.0, read_value=False).name])
+        c.run([read.name])
+    out.append(c)
+    c = Case("resource_gather_scatter", ["ResourceGather", "ResourceScatterAdd"],
+             "ResourceGather and ResourceScatterAdd (embedding rows)", binary=True)
+    with c.graph.as_default():
+        e = _resource_var("emb", inp.normal([5, 3]))
+        ids = v1.placeholder(tf.int32, [None], name="ids")
+        rows = tf.identity(tf.nn.embedding_lookup(e, ids), name="rows")
+        upd = v1.placeholder(tf.float32, [None, 3], name="updates")
+        scatter = raw.ResourceScatterAdd(resource=e.handle, indices=ids, updates=upd)
+        c.run(targets=[e.initializer.name])
+        c.run([rows.name], {ids.name: np.array([4, 0, 4], i32)})
+        c.run([tf.identity(e.read_value()).name], {ids.name: np.array([1, 1, 3], i32),
+                                                  upd.name: inp.normal([3, 3])}, targets=[scatter.name])
+    out.append(c)
+    optimizers = {
+        "gradient_descent": (["ResourceApplyGradientDescent"], lambda: v1.train.GradientDescentOptimizer(0.1)),
+        "momentum": (["ResourceApplyMomentum"], lambda: v1.train.MomentumOptimizer(0.05, 0.9)),
+        "nesterov": (["ResourceApplyMomentum"], lambda: v1.train.MomentumOptimizer(0.05, 0.9, use_nesterov=True)),
+        "adagrad": (["ResourceApplyAdagrad"], lambda: v1.train.AdagradOptimizer(0.1)),
+        "adam": (["ResourceApplyAdam"], lambda: v1.train.AdamOptimizer(0.01)),
+        "rmsprop": (["ResourceApplyRMSProp"], lambda: v1.train.RMSPropOptimizer(0.01, momentum=0.5)),
+    }
+    for tag, (ops, make) in optimizers.items():
+        c = Case(f"optimizer_{tag}", ops, f"3 steps of tf.compat.v1.train's {tag} on resource variables",
+                 binary=True, rtol=1e-5, atol=1e-6)
+        with c.graph.as_default():
+            x = v1.placeholder(tf.float32, [4, 3], name="x")
+            w = _resource_var("w", inp.normal([3, 2]))
+            bias = _resource_var("b", np.zeros([2], f32))
+            loss = tf.reduce_mean(tf.square(tf.matmul(x, w) + bias))
+            step = make().minimize(loss)
+            c.run(targets=[v1.global_variables_initializer().name])
+            c.run([loss.name], {x.name: inp.normal([4, 3])}, targets=[step.name], repeat=3)
+            c.run([tf.identity(w.read_value()).name, tf.identity(bias.read_value()).name])
+        out.append(c)
+    return out
+
+
+@case
+def queue_ops():
+    out = []
+    inp = Inputs("queues")
+    c = Case("fifo_queue", ["FIFOQueueV2", "QueueEnqueueV2", "QueueEnqueueManyV2", "QueueDequeueV2",
+                            "QueueDequeueManyV2", "QueueDequeueUpToV2", "QueueSizeV2", "QueueCloseV2"],
+             "FIFOQueue: enqueue, enqueue many, dequeue, dequeue many, size, close, dequeue up to")
+    with c.graph.as_default():
+        q = tf.queue.FIFOQueue(10, [tf.float32, tf.int32], shapes=[[2], []])
+        a = v1.placeholder(tf.float32, [None, 2], name="a")
+        n = v1.placeholder(tf.int32, [None], name="n")
+        c.run(targets=[q.enqueue_many([a, n]).name], feeds={a.name: inp.normal([3, 2]), n.name: np.array([1, 2, 3], i32)})
+        c.run(targets=[q.enqueue([tf.constant([9.0, 8.0]), tf.constant(4)]).name])
+        c.run([q.size().name])
+        c.run([t.name for t in q.dequeue()])
+        c.run([t.name for t in q.dequeue_many(2)])
+        c.run(targets=[q.close().name])
+        c.run([t.name for t in q.dequeue_up_to(5)])
+    out.append(c)
+    c = Case("padding_fifo_queue", ["PaddingFIFOQueueV2"], "PaddingFIFOQueue pads a batch to its longest")
+    with c.graph.as_default():
+        q = tf.queue.PaddingFIFOQueue(5, [tf.int32], shapes=[[None]])
+        s = v1.placeholder(tf.int32, [None], name="s")
+        enq = q.enqueue([s])
+        c.run(targets=[enq.name], feeds={s.name: np.array([1, 2, 3], i32)})
+        c.run(targets=[enq.name], feeds={s.name: np.array([4], i32)})
+        c.run([q.dequeue_many(2).name])
+    out.append(c)
+    c = Case("random_shuffle_queue", ["RandomShuffleQueueV2"],
+             "RandomShuffleQueue returns what went in (order compared sorted)")
+    with c.graph.as_default():
+        q = tf.queue.RandomShuffleQueue(10, 0, [tf.int32], shapes=[[]], seed=5)
+        c.run(targets=[q.enqueue_many([tf.range(6)]).name])
+        d = q.dequeue_many(6)
+        c.run([d.name], compare={d.name: "SORTED"})
+    out.append(c)
+    return out
+
+
+@case
+def accumulator_ops():
+    c = Case("conditional_accumulator", ["ConditionalAccumulator", "AccumulatorApplyGradient",
+                                         "AccumulatorNumAccumulated", "AccumulatorTakeGradient",
+                                         "AccumulatorSetGlobalStep"],
+             "ConditionalAccumulator averages gradients of the current step, drops stale ones")
+    inp = Inputs("accumulator")
+    with c.graph.as_default():
+        acc = v1.ConditionalAccumulator(tf.float32, shape=[2, 2], reduction_type="MEAN")
+        g = v1.placeholder(tf.float32, [2, 2], name="g")
+        t = v1.placeholder(tf.int64, [], name="t")
+        apply = acc.apply_grad(g, local_step=t)
+        c.run(targets=[apply.name], feeds={g.name: inp.normal([2, 2]), t.name: np.array(0, i64)})
+        c.run(targets=[apply.name], feeds={g.name: inp.normal([2, 2]), t.name: np.array(0, i64)})
+        c.run([acc.num_accumulated().name])
+        c.run([acc.take_grad(2).name])
+        c.run(targets=[acc.set_global_step(5).name])
+        c.run(targets=[apply.name], feeds={g.name: inp.normal([2, 2]), t.name: np.array(3, i64)})
+        c.run([acc.num_accumulated().name])
+    return [c]
+
+
+# --- Main ---------------------------------------------------------------------------------------
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", default=os.path.join(HERE, "corpus"))
+    parser.add_argument("--only", default="", help="write only the cases whose name contains this")
+    args = parser.parse_args()
+    v1.disable_eager_execution()
+    v1.set_random_seed(0)
+    names = set()
+    written = 0
+    for make in CASES:
+        cases = make()
+        for c in cases:
+            if c.name in names:
+                raise ValueError(f"two cases named {c.name}")
+            names.add(c.name)
+            if args.only in c.name:
+                c.write(args.out)
+                written += 1
+    print(f"wrote {written} cases under {args.out}", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()
