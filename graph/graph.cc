@@ -4,6 +4,8 @@
 #include <charconv>
 #include <deque>
 
+#include "graph/ref_variables.h"
+
 namespace troupe::graph {
 
 result<tensor_name> parse_tensor_name(std::string_view text) {
@@ -147,6 +149,7 @@ result<int> graph::add_node(tf::NodeDef def) {
 }
 
 result<graph> graph::from_graph_def(tf::GraphDef def, const op_registry& ops) {
+  if (has_ref_variables(def)) TROUPE_RETURN_IF_ERROR(rewrite_ref_variables(&def));
   graph g(ops);
   g.versions_ = def.versions();
   // The graph takes the GraphDef's NodeDefs themselves (GraphDef owns them one by one).

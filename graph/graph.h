@@ -74,7 +74,8 @@ class graph {
   explicit graph(const op_registry& ops = op_registry::builtin()) : ops_(&ops) {}
 
   // Takes the GraphDef by value: pass an rvalue (std::move) and its NodeDefs move into
-  // the graph instead of being copied.
+  // the graph instead of being copied. TensorFlow 1.x reference variables (VariableV2,
+  // Assign, Apply*, ...) are rewritten to resource variables first (graph/ref_variables.h).
   static result<graph> from_graph_def(tf::GraphDef def, const op_registry& ops = op_registry::builtin());
 
   // Adds one node whose inputs are all already in the graph; returns its id.

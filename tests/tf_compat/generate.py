@@ -705,6 +705,195 @@ def accumulator_ops():
     return [c]
 
 
+# --- Whole models: a training step, as TensorFlow 1.x users wrote them ---------------------------
+
+def _dense(x, inp, name, n_in, n_out, activation=None):
+    w = _resource_var(f"{name}/w", inp.normal([n_in, n_out], scale=1.0 / np.sqrt(n_in)))
+    b_ = _resource_var(f"{name}/b", inp.normal([n_out], scale=0.1))
+    y = tf.matmul(x, w) + b_
+    return activation(y) if activation else y
+
+
+def _train_case(name, ops, what, build, feeds, optimizer, steps=3, rtol=1e-4, atol=1e-5):
+    """A model whose variables start at constants: initialize, train `steps` steps on the
+    same batch (the loss fetched at each), then fetch every variable."""
+    c = Case(name, ops, what, binary=True, rtol=rtol, atol=atol)
+    with c.graph.as_default():
+        phs = placeholders(feeds)
+        loss = build(c.inputs, *phs)
+        train = optimizer().minimize(loss)
+        c.run(targets=[v1.global_variables_initializer().name])
+        feed = {p.name: v for p, v in zip(phs, feeds.values())}
+        for _ in range(steps):
+            c.run([loss.name], feed, targets=[train.name])
+        reads = [tf.identity(v.read_value()) if hasattr(v, "read_value") else tf.identity(v)
+                 for v in v1.global_variables()]
+        c.run([r.name for r in reads])
+    return c
+
+
+def _mlp_loss(inp, x, labels):
+    h = _dense(x, inp, "hidden1", 20, 16, tf.nn.relu)
+    h = _dense(h, inp, "hidden2", 16, 12, tf.nn.relu)
+    logits = _dense(h, inp, "logits", 12, 5)
+    return tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(labels=labels, logits=logits))
+
+
+def _lenet_loss(inp, images, labels):
+    k1 = _resource_var("conv1/w", inp.normal([5, 5, 1, 4], scale=0.2))
+    c1 = tf.nn.relu(tf.nn.bias_add(tf.nn.conv2d(images, k1, 1, "SAME"), _resource_var("conv1/b", np.zeros([4], f32))))
+    p1 = tf.nn.max_pool2d(c1, 2, 2, "VALID")
+    k2 = _resource_var("conv2/w", inp.normal([5, 5, 4, 6], scale=0.1))
+    c2 = tf.nn.relu(tf.nn.bias_add(tf.nn.conv2d(p1, k2, 1, "VALID"), _resource_var("conv2/b", np.zeros([6], f32))))
+    p2 = tf.nn.max_pool2d(c2, 2, 2, "VALID")
+    flat = tf.reshape(p2, [-1, 2 * 2 * 6])
+    h = _dense(flat, inp, "fc1", 24, 10, tf.nn.relu)
+    logits = _dense(h, inp, "fc2", 10, 3)
+    return tf.reduce_mean(tf.nn.softmax_cross_entropy_with_logits(labels=tf.one_hot(labels, 3), logits=logits))
+
+
+def _lstm_loss(inp, xs, target):
+    """An LSTM cell written out as TF 1.x tutorials did (one fused matmul, split into
+    gates), unrolled over the time steps of xs [time, batch, features]."""
+    n_in, n_hidden = 3, 4
+    w = _resource_var("lstm/kernel", inp.normal([n_in + n_hidden, 4 * n_hidden], scale=0.4))
+    bias = _resource_var("lstm/bias", np.zeros([4 * n_hidden], f32))
+    batch = tf.shape(xs)[1]
+    h = tf.zeros(tf.stack([batch, n_hidden]))
+    c_state = tf.zeros(tf.stack([batch, n_hidden]))
+    for x_t in tf.unstack(xs, num=4, axis=0):
+        gates = tf.matmul(tf.concat([x_t, h], 1), w) + bias
+        i, j, f, o = tf.split(gates, 4, axis=1)
+        c_state = c_state * tf.sigmoid(f + 1.0) + tf.sigmoid(i) * tf.tanh(j)
+        h = tf.tanh(c_state) * tf.sigmoid(o)
+    out = _dense(h, inp, "projection", n_hidden, 2)
+    return tf.reduce_mean(tf.square(out - target))
+
+
+def _embedding_loss(inp, ids, target):
+    """An embedding split over three variables (a PartitionedVariable's parts, "mod"
+    strategy: row r lives in part r % 3) as TF 1.x's embedding_lookup reads it."""
+    parts = [_resource_var(f"embedding/part_{k}", inp.normal([3, 4])) for k in range(3)]
+    rows = v1.nn.embedding_lookup(parts, ids, partition_strategy="mod")
+    return tf.reduce_mean(tf.square(tf.reduce_sum(rows, 1) - target))
+
+
+@case
+def models():
+    inp = Inputs("models")
+    mlp_feeds = {"x": inp.normal([8, 20]), "labels": inp.ints([8], 0, 5)}
+    lenet_feeds = {"images": inp.normal([2, 16, 16, 1]), "labels": inp.ints([2], 0, 3)}
+    lstm_feeds = {"xs": inp.normal([4, 2, 3]), "target": inp.normal([2, 2])}
+    embedding_feeds = {"ids": np.array([[0, 7], [4, 4], [8, 2]], i32), "target": inp.normal([3, 4])}
+    sgd = lambda: v1.train.GradientDescentOptimizer(0.1)  # noqa: E731
+    adam = lambda: v1.train.AdamOptimizer(0.01)  # noqa: E731
+    return [
+        _train_case("model_mlp_sgd", ["MatMul", "Relu", "SparseSoftmaxCrossEntropyWithLogits"],
+                    "MLP 20-16-12-5, 3 steps of gradient descent", _mlp_loss, mlp_feeds, sgd),
+        _train_case("model_mlp_adam", ["ResourceApplyAdam"], "MLP 20-16-12-5, 3 steps of Adam",
+                    _mlp_loss, mlp_feeds, adam),
+        _train_case("model_lenet_adam", ["Conv2D", "MaxPool", "SoftmaxCrossEntropyWithLogits"],
+                    "LeNet-5 shaped (16x16 input), 3 steps of Adam", _lenet_loss, lenet_feeds, adam),
+        _train_case("model_lstm_sgd", ["Split", "ConcatV2", "Sigmoid", "Tanh"],
+                    "an LSTM cell unrolled over 4 steps, 3 steps of gradient descent", _lstm_loss, lstm_feeds, sgd),
+        _train_case("model_embedding_partitioned", ["DynamicPartition", "DynamicStitch", "ResourceGather",
+                                                    "ResourceScatterAdd"],
+                    "embedding_lookup over a variable in 3 parts ('mod'), 3 steps of sparse gradient descent",
+                    _embedding_loss, embedding_feeds, sgd),
+    ]
+
+
+# --- Graphs as TF 1.x wrote them: reference variables, frozen graphs ----------------------------
+
+def _ref_variable_mlp(inp, x, labels):
+    w = v1.get_variable("w", initializer=tf.constant(inp.normal([20, 8], scale=0.3)))
+    b_ = v1.get_variable("b", initializer=tf.constant(np.zeros([8], f32)))
+    w2 = v1.get_variable("w2", initializer=tf.constant(inp.normal([8, 5], scale=0.3)))
+    logits = tf.matmul(tf.nn.relu(tf.matmul(x, w) + b_), w2)
+    return tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(labels=labels, logits=logits))
+
+
+@case
+def ref_variables():
+    """Written with tf.compat.v1.disable_resource_variables(), as every TF 1.x release did:
+    VariableV2, Assign, Identity reads, the ref Apply* ops."""
+    v1.disable_resource_variables()
+    try:
+        inp = Inputs("ref_variables")
+        feeds = {"x": inp.normal([6, 20]), "labels": inp.ints([6], 0, 5)}
+        out = []
+        for tag, op, make in (("sgd", "ApplyGradientDescent", lambda: v1.train.GradientDescentOptimizer(0.2)),
+                              ("momentum", "ApplyMomentum", lambda: v1.train.MomentumOptimizer(0.1, 0.9)),
+                              ("adagrad", "ApplyAdagrad", lambda: v1.train.AdagradOptimizer(0.1)),
+                              ("adam", "ApplyAdam", lambda: v1.train.AdamOptimizer(0.01)),
+                              ("rmsprop", "ApplyRMSProp", lambda: v1.train.RMSPropOptimizer(0.01))):
+            c = Case(f"ref_variables_{tag}", ["VariableV2", "Assign", "Identity", op, "AssignAdd"],
+                     f"reference variables (VariableV2) trained 3 steps with {op} and a global step",
+                     binary=True, rtol=1e-4, atol=1e-5)
+            with c.graph.as_default():
+                phs = placeholders(feeds)
+                loss = _ref_variable_mlp(c.inputs, *phs)
+                step = v1.train.get_or_create_global_step()
+                train = make().minimize(loss, global_step=step)
+                c.run(targets=[v1.global_variables_initializer().name])
+                feed = {p.name: v for p, v in zip(phs, feeds.values())}
+                for _ in range(3):
+                    c.run([loss.name], feed, targets=[train.name])
+                c.run([tf.identity(v).name for v in v1.global_variables()])
+            out.append(c)
+        c = Case("ref_variables_assign_ops", ["VariableV2", "Assign", "AssignAdd", "AssignSub", "ScatterAdd",
+                                              "IsVariableInitialized"],
+                 "Assign (its value fetched), AssignAdd, AssignSub, ScatterAdd, IsVariableInitialized", binary=True)
+        with c.graph.as_default():
+            v = v1.get_variable("v", initializer=tf.constant(inp.normal([3, 2])))
+            delta = v1.placeholder(tf.float32, [3, 2], name="delta")
+            init = v1.is_variable_initialized(v)
+            c.run([init.name])
+            c.run(targets=[v.initializer.name])
+            c.run([init.name])
+            c.run([v1.assign_add(v, delta).name], {delta.name: inp.normal([3, 2])})
+            c.run([v1.assign_sub(v, delta).name], {delta.name: inp.normal([3, 2])})
+            c.run([v1.scatter_add(v, [2, 0], tf.constant(inp.normal([2, 2]))).name])
+            c.run([v1.assign(v, delta * 2.0).name], {delta.name: inp.normal([3, 2])})
+            c.run([tf.identity(v).name, (v * 3.0).name])
+        out.append(c)
+        return out
+    finally:
+        v1.enable_resource_variables()
+
+
+@case
+def frozen_graphs():
+    """Inference graphs frozen by convert_variables_to_constants: variables folded into Consts."""
+    out = []
+    for tag, resource in (("ref", False), ("resource", True)):
+        if not resource:
+            v1.disable_resource_variables()
+        try:
+            inp = Inputs(f"frozen_{tag}")
+            x_value = inp.normal([4, 20])
+            c = Case(f"frozen_mlp_{tag}_variables", ["Const", "MatMul", "Softmax"],
+                     f"an MLP with {tag} variables frozen by convert_variables_to_constants", binary=True, rtol=1e-5,
+                     atol=1e-6)
+            trained = tf.Graph()
+            with trained.as_default():
+                x = v1.placeholder(tf.float32, [None, 20], name="x")
+                w = v1.get_variable("w", initializer=tf.constant(inp.normal([20, 6], scale=0.3)))
+                b_ = v1.get_variable("b", initializer=tf.constant(inp.normal([6], scale=0.1)))
+                tf.nn.softmax(tf.matmul(x, w) + b_, name="probabilities")
+                with v1.Session() as sess:
+                    sess.run(v1.global_variables_initializer())
+                    frozen = v1.graph_util.convert_variables_to_constants(
+                        sess, trained.as_graph_def(), ["probabilities"])
+            with c.graph.as_default():
+                tf.graph_util.import_graph_def(frozen, name="")
+                c.run(["probabilities:0"], {"x:0": x_value})
+            out.append(c)
+        finally:
+            v1.enable_resource_variables()
+    return out
+
+
 # --- Main ---------------------------------------------------------------------------------------
 
 def main():
