@@ -1,8 +1,10 @@
 // Op schemas: element-wise math, spelled as TensorFlow's raw ops.
 //
 //   unary      Neg Abs Square Sqrt Rsqrt Exp Log Tanh Sigmoid Relu     (x -> y; Relu:
-//              features -> activations)
-//   binary     Add AddV2 Sub Mul RealDiv DivNoNan (0 where y is 0) Maximum Minimum
+//              Floor Ceil Round Sin Cos Erf Expm1 Log1p                 features -> activations)
+//              IsNan IsFinite (-> bool)
+//   binary     Add AddV2 Sub Mul RealDiv Div DivNoNan (0 where y is 0) Maximum Minimum
+//              Mod (truncated, sign of x) SquaredDifference
 //              (x, y -> z),
 //              numpy broadcasting
 //   compare    Equal NotEqual Less LessEqual Greater GreaterEqual      (x, y -> z: bool)
@@ -198,6 +200,48 @@ status div_no_nan_grad(const gradient_context& ctx, grads dx) {
   return binary_grads(ctx, dx, div_no_nan(dy_of(ctx), y),
                       ops::mul(s, dy_of(ctx), div_no_nan(div_no_nan(ops::neg(s, x), y), y)));
 }
+// The gradients of the <cmath> functions (TensorFlow's math_grad.py).
+status sin_grad(const gradient_context& ctx, grads dx) {
+  *dx = {ops::mul(ctx.s, dy_of(ctx), ctx.s.add("Cos", {x_of(ctx)}).out())};
+  return status();
+}
+status cos_grad(const gradient_context& ctx, grads dx) {
+  *dx = {ops::neg(ctx.s, ops::mul(ctx.s, dy_of(ctx), ctx.s.add("Sin", {x_of(ctx)}).out()))};
+  return status();
+}
+// erf'(x) = 2 / sqrt(pi) * exp(-x^2)
+status erf_grad(const gradient_context& ctx, grads dx) {
+  const scope& s = ctx.s;
+  output two_over_sqrt_pi = scalar_of(s, x_of(ctx).type, 1.1283791670955126);
+  output e = ops::exp(s, ops::neg(s, ops::square(s, x_of(ctx))));
+  *dx = {ops::mul(s, dy_of(ctx), ops::mul(s, two_over_sqrt_pi, e))};
+  return status();
+}
+status expm1_grad(const gradient_context& ctx, grads dx) {
+  *dx = {ops::mul(ctx.s, dy_of(ctx), ops::exp(ctx.s, x_of(ctx)))};
+  return status();
+}
+status log1p_grad(const gradient_context& ctx, grads dx) {
+  const scope& s = ctx.s;
+  *dx = {ops::div(s, dy_of(ctx), ops::add(s, scalar_of(s, x_of(ctx).type, 1.0), x_of(ctx)))};
+  return status();
+}
+status squared_difference_grad(const gradient_context& ctx, grads dx) {
+  const scope& s = ctx.s;
+  output two_d = ops::mul(s, scalar_of(s, x_of(ctx).type, 2.0), ops::sub(s, ctx.inputs[0], ctx.inputs[1]));
+  output g = ops::mul(s, dy_of(ctx), two_d);
+  return binary_grads(ctx, dx, g, ops::neg(s, g));
+}
+// Mod: x - trunc(x / y) * y, so dx = dy and dy_ = -dy * trunc(x / y) (TensorFlow's FloorMod
+// gradient, with truncation for Mod's truncated quotient).
+status mod_grad(const gradient_context& ctx, grads dx) {
+  const scope& s = ctx.s;
+  const output& x = ctx.inputs[0];
+  const output& y = ctx.inputs[1];
+  output q = ops::div(s, x, y);
+  output truncated = ops::mul(s, s.add("Sign", {q}).out(), s.add("Floor", {ops::abs(s, q)}).out());
+  return binary_grads(ctx, dx, dy_of(ctx), ops::mul(s, ops::neg(s, dy_of(ctx)), truncated));
+}
 // Maximum/Minimum: the gradient goes to x where x wins (ties go to x, as in TensorFlow).
 status select_binary_grad(const gradient_context& ctx, grads dx, const char* x_wins) {
   const scope& s = ctx.s;
@@ -268,6 +312,16 @@ void add_equality(op_registry& registry, const char* name) {
 
 void register_math_ops(op_registry& registry) {
   add_builtin_op(registry, unary_schema("Neg", k_signed_types).gradient(neg_grad));
+  for (const char* name : {"Floor", "Ceil"}) add_builtin_op(registry, unary_schema(name, k_float_types).no_gradient());
+  add_builtin_op(registry, unary_schema("Round", k_signed_types).no_gradient());
+  add_builtin_op(registry, unary_schema("Sin", k_float_types).gradient(sin_grad));
+  add_builtin_op(registry, unary_schema("Cos", k_float_types).gradient(cos_grad));
+  add_builtin_op(registry, unary_schema("Erf", k_float_types).gradient(erf_grad));
+  add_builtin_op(registry, unary_schema("Expm1", k_float_types).gradient(expm1_grad));
+  add_builtin_op(registry, unary_schema("Log1p", k_float_types).gradient(log1p_grad));
+  for (const char* name : {"IsNan", "IsFinite"}) {
+    add_builtin_op(registry, unary_schema(name, k_float_types, "x: T", "y: bool").no_gradient());
+  }
   add_builtin_op(registry, unary_schema("Abs", k_signed_types).gradient(abs_grad));
   add_builtin_op(registry, unary_schema("Square", k_real_types).gradient(square_grad));
   add_builtin_op(registry, unary_schema("Sqrt", k_float_types).gradient(sqrt_grad));
@@ -285,6 +339,10 @@ void register_math_ops(op_registry& registry) {
   add_builtin_op(registry, binary_schema("Mul", k_real_types).gradient(mul_grad));
   add_builtin_op(registry, binary_schema("RealDiv", k_real_types).gradient(real_div_grad));
   add_builtin_op(registry, binary_schema("DivNoNan", k_float_types).gradient(div_no_nan_grad));
+  // Div: RealDiv for floats (its gradient too), truncating division for integers.
+  add_builtin_op(registry, binary_schema("Div", k_real_types).gradient(real_div_grad));
+  add_builtin_op(registry, binary_schema("Mod", k_real_types).gradient(mod_grad));
+  add_builtin_op(registry, binary_schema("SquaredDifference", k_real_types).gradient(squared_difference_grad));
   add_builtin_op(registry, binary_schema("Maximum", k_real_types).gradient(maximum_grad));
   add_builtin_op(registry, binary_schema("Minimum", k_real_types).gradient(minimum_grad));
 

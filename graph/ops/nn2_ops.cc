@@ -171,6 +171,14 @@ status softplus_grad(const gradient_context& ctx, grads dx) {
   *dx = {binary_op(ctx.s, "SoftplusGrad", dy_of(ctx), ctx.inputs[0])};
   return status();
 }
+status selu_grad(const gradient_context& ctx, grads dx) {
+  *dx = {binary_op(ctx.s, "SeluGrad", dy_of(ctx), ctx.outputs[0])};
+  return status();
+}
+status softsign_grad(const gradient_context& ctx, grads dx) {
+  *dx = {binary_op(ctx.s, "SoftsignGrad", dy_of(ctx), ctx.inputs[0])};
+  return status();
+}
 status leaky_relu_grad(const gradient_context& ctx, grads dx) {
   float alpha = 0.2f;
   TROUPE_RETURN_IF_ERROR(get_attr(ctx.forward.def, "alpha", &alpha));
@@ -311,6 +319,10 @@ void register_nn2_ops(op_registry& registry) {
   add_builtin_op(registry, activation_grad_schema("EluGrad", k_float_types, "outputs: T"));
   add_builtin_op(registry, activation_schema("Softplus", k_float_types).gradient(softplus_grad));
   add_builtin_op(registry, activation_grad_schema("SoftplusGrad", k_float_types, "features: T"));
+  add_builtin_op(registry, activation_schema("Selu", k_float_types).gradient(selu_grad));
+  add_builtin_op(registry, activation_grad_schema("SeluGrad", k_float_types, "outputs: T"));
+  add_builtin_op(registry, activation_schema("Softsign", k_float_types).gradient(softsign_grad));
+  add_builtin_op(registry, activation_grad_schema("SoftsignGrad", k_float_types, "features: T"));
   add_builtin_op(registry, activation_schema("LeakyRelu", k_float_types)
                                .attr("alpha: float = 0.2")
                                .gradient(leaky_relu_grad));

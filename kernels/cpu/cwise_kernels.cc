@@ -217,16 +217,8 @@ struct mul_op {
 };
 
 // Integers divide truncating toward zero; the most negative value divided by -1 wraps.
-struct real_div_op {
-  static constexpr double cost = 1.0;
-  template <class T>
-  T operator()(T a, T b) const {
-    if constexpr (std::is_signed_v<T> && std::is_integral_v<T>) {
-      if (b == T(-1)) return wrap_sub(T(0), a);
-    }
-    return static_cast<T>(a / b);
-  }
-  // Integer division by zero would trap: refuse it up front.
+// Integer division by zero would trap: the dividing ops refuse it up front.
+struct integer_divisor {
   template <class T>
   requires std::is_integral_v<T>
   static status check_rhs(std::span<const T> y) {
@@ -234,6 +226,17 @@ struct real_div_op {
       return invalid_argument_error("Integer division by zero (the divisor 'y' has a zero)");
     }
     return status();
+  }
+};
+
+struct real_div_op : integer_divisor {
+  static constexpr double cost = 1.0;
+  template <class T>
+  T operator()(T a, T b) const {
+    if constexpr (std::is_signed_v<T> && std::is_integral_v<T>) {
+      if (b == T(-1)) return wrap_sub(T(0), a);
+    }
+    return static_cast<T>(a / b);
   }
 };
 
@@ -322,6 +325,88 @@ struct div_no_nan_op {
   }
 };
 
+// Rounding and the functions of <cmath> TensorFlow has as ops. Round rounds half to even,
+// as TensorFlow's (and numpy's) does.
+struct floor_op {
+  static constexpr double cost = 0.5;
+  template <class T>
+  T operator()(T x) const { return std::floor(x); }
+};
+struct ceil_op {
+  static constexpr double cost = 0.5;
+  template <class T>
+  T operator()(T x) const { return std::ceil(x); }
+};
+struct round_op {
+  static constexpr double cost = 0.5;
+  template <class T>
+  T operator()(T x) const {
+    if constexpr (std::is_floating_point_v<T>) return std::nearbyint(x);  // FE_TONEAREST: half to even
+    else return x;
+  }
+};
+struct sin_op {
+  static constexpr double cost = 4.0;
+  template <class T>
+  T operator()(T x) const { return std::sin(x); }
+};
+struct cos_op {
+  static constexpr double cost = 4.0;
+  template <class T>
+  T operator()(T x) const { return std::cos(x); }
+};
+struct erf_op {
+  static constexpr double cost = 4.0;
+  template <class T>
+  T operator()(T x) const { return std::erf(x); }
+};
+struct expm1_op {
+  static constexpr double cost = 3.0;
+  template <class T>
+  T operator()(T x) const { return std::expm1(x); }
+};
+struct log1p_op {
+  static constexpr double cost = 3.0;
+  template <class T>
+  T operator()(T x) const { return std::log1p(x); }
+};
+struct is_nan_op {
+  static constexpr double cost = 0.3;
+  template <class T>
+  bool operator()(T x) const { return std::isnan(x); }
+};
+struct is_finite_op {
+  static constexpr double cost = 0.3;
+  template <class T>
+  bool operator()(T x) const { return std::isfinite(x); }
+};
+struct squared_difference_op {
+  static constexpr double cost = 0.5;
+  template <class T>
+  T operator()(T a, T b) const {
+    T d = wrap_sub(a, b);
+    return wrap_mul(d, d);
+  }
+};
+// TensorFlow's Div: RealDiv for floats, C++'s truncating division for integers (an
+// integer division by zero is an error, as in RealDiv).
+using div_op = real_div_op;
+// Mod: the remainder with the dividend's sign (C++'s % and fmod), as TensorFlow's.
+struct mod_op : integer_divisor {
+  static constexpr double cost = 1.0;
+  template <class T>
+  T operator()(T a, T b) const {
+    if constexpr (std::is_floating_point_v<T>) {
+      return std::fmod(a, b);
+    } else {
+      if constexpr (std::is_signed_v<T>) {
+        if (b == T(-1)) return T(0);
+      }
+      return static_cast<T>(a % b);
+    }
+  }
+};
+
 struct logical_and_op {
   static constexpr double cost = 0.3;
   bool operator()(bool a, bool b) const { return a && b; }
@@ -369,8 +454,8 @@ tensor& forward_any_input_or_allocate(kernel_context& ctx, std::initializer_list
   return ctx.allocate_output(0, std::move(shape));
 }
 
-template <class T, class Op>
-void unary_run(const Op& op, const T* x, T* y, std::int64_t n) {
+template <class T, class Out, class Op>
+void unary_run(const Op& op, const T* x, Out* y, std::int64_t n) {
   if constexpr (requires(Eigen::Map<const Eigen::Array<T, Eigen::Dynamic, 1>> a) { op.array(a); }) {
     Eigen::Map<const Eigen::Array<T, Eigen::Dynamic, 1>> in(x, n);
     Eigen::Map<Eigen::Array<T, Eigen::Dynamic, 1>> out(y, n);
@@ -418,13 +503,16 @@ void select_run(const bool* cond, std::int64_t cond_step, const T* t, std::int64
 template <class T, class Op>
 class unary_kernel final : public cwise_kernel {
  public:
+  using out_type = std::invoke_result_t<Op, T>;
+
   explicit unary_kernel(kernel_construction& c) : cwise_kernel(c, Op::cost) {}
 
   void compute(kernel_context& ctx) override {
     const tensor& x = ctx.input(0);
-    tensor& y = ctx.forward_input_or_allocate_output(0, 0, x.shape());
+    tensor& y = std::is_same_v<out_type, T> ? ctx.forward_input_or_allocate_output(0, 0, x.shape())
+                                            : ctx.allocate_output(0, x.shape());
     const T* in = x.data<T>();
-    T* out = y.data<T>();
+    out_type* out = y.data<out_type>();
     ctx.pool().parallel_for(x.num_elements(), Op::cost, [&](std::int64_t begin, std::int64_t end) {
       unary_run(Op{}, in + begin, out + begin, end - begin);
     });
@@ -733,6 +821,16 @@ void register_cwise_kernels(kernel_registry& registry) {
   add_typed_kernels<unary<tanh_op>::kernel, float_types>(registry, "Tanh");
   add_typed_kernels<unary<sigmoid_op>::kernel, float_types>(registry, "Sigmoid");
   add_typed_kernels<unary<relu_op>::kernel, real_number_types>(registry, "Relu");
+  add_typed_kernels<unary<floor_op>::kernel, float_types>(registry, "Floor");
+  add_typed_kernels<unary<ceil_op>::kernel, float_types>(registry, "Ceil");
+  add_typed_kernels<unary<round_op>::kernel, signed_types>(registry, "Round");
+  add_typed_kernels<unary<sin_op>::kernel, float_types>(registry, "Sin");
+  add_typed_kernels<unary<cos_op>::kernel, float_types>(registry, "Cos");
+  add_typed_kernels<unary<erf_op>::kernel, float_types>(registry, "Erf");
+  add_typed_kernels<unary<expm1_op>::kernel, float_types>(registry, "Expm1");
+  add_typed_kernels<unary<log1p_op>::kernel, float_types>(registry, "Log1p");
+  add_typed_kernels<unary<is_nan_op>::kernel, float_types>(registry, "IsNan");
+  add_typed_kernels<unary<is_finite_op>::kernel, float_types>(registry, "IsFinite");
 
   add_typed_kernels<binary<add_op>::kernel, real_number_types>(registry, "Add");
   add_typed_kernels<binary<add_op>::kernel, real_number_types>(registry, "AddV2");
@@ -740,6 +838,9 @@ void register_cwise_kernels(kernel_registry& registry) {
   add_typed_kernels<binary<mul_op>::kernel, real_number_types>(registry, "Mul");
   add_typed_kernels<binary<real_div_op>::kernel, real_number_types>(registry, "RealDiv");
   add_typed_kernels<binary<div_no_nan_op>::kernel, float_types>(registry, "DivNoNan");
+  add_typed_kernels<binary<div_op>::kernel, real_number_types>(registry, "Div");
+  add_typed_kernels<binary<mod_op>::kernel, real_number_types>(registry, "Mod");
+  add_typed_kernels<binary<squared_difference_op>::kernel, real_number_types>(registry, "SquaredDifference");
   add_typed_kernels<binary<maximum_op>::kernel, real_number_types>(registry, "Maximum");
   add_typed_kernels<binary<minimum_op>::kernel, real_number_types>(registry, "Minimum");
 

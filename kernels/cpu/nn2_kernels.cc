@@ -99,6 +99,44 @@ struct elu_grad_op {
   }
 };
 
+// selu(x) = scale * x for x > 0, scale * alpha * (exp(x) - 1) otherwise (TensorFlow's
+// constants); (gradients, outputs): d selu = scale for outputs > 0, outputs + scale * alpha
+// otherwise.
+constexpr double k_selu_alpha = 1.6732632423543772848170429916717;
+constexpr double k_selu_scale = 1.0507009873554804934193349852946;
+struct selu_op {
+  explicit selu_op(kernel_construction&) {}
+  template <class T>
+  T operator()(T x) const {
+    return x > T(0) ? static_cast<T>(k_selu_scale) * x : static_cast<T>(k_selu_scale * k_selu_alpha) * std::expm1(x);
+  }
+};
+struct selu_grad_op {
+  explicit selu_grad_op(kernel_construction&) {}
+  template <class T>
+  T operator()(T gradients, T outputs) const {
+    return outputs > T(0) ? gradients * static_cast<T>(k_selu_scale)
+                          : gradients * (outputs + static_cast<T>(k_selu_scale * k_selu_alpha));
+  }
+};
+
+// softsign(x) = x / (1 + |x|); (gradients, features): d softsign = 1 / (1 + |x|)^2.
+struct softsign_op {
+  explicit softsign_op(kernel_construction&) {}
+  template <class T>
+  T operator()(T x) const {
+    return x / (T(1) + std::abs(x));
+  }
+};
+struct softsign_grad_op {
+  explicit softsign_grad_op(kernel_construction&) {}
+  template <class T>
+  T operator()(T gradients, T features) const {
+    const T d = T(1) + std::abs(features);
+    return gradients / (d * d);
+  }
+};
+
 // log(1 + exp(x)) with TensorFlow's thresholds: x itself where exp(x) would swamp the 1,
 // exp(x) where the 1 would swamp exp(x).
 struct softplus_op {
@@ -740,6 +778,10 @@ void register_nn2_kernels(kernel_registry& registry) {
   add_typed_kernels<same_shape<softplus_grad_op>::kernel, float_types>(registry, "SoftplusGrad");
   add_typed_kernels<unary<leaky_relu_op>::kernel, float_types>(registry, "LeakyRelu");
   add_typed_kernels<same_shape<leaky_relu_grad_op>::kernel, float_types>(registry, "LeakyReluGrad");
+  add_typed_kernels<unary<selu_op>::kernel, float_types>(registry, "Selu");
+  add_typed_kernels<same_shape<selu_grad_op>::kernel, float_types>(registry, "SeluGrad");
+  add_typed_kernels<unary<softsign_op>::kernel, float_types>(registry, "Softsign");
+  add_typed_kernels<same_shape<softsign_grad_op>::kernel, float_types>(registry, "SoftsignGrad");
   add_typed_kernels<unary<reciprocal_op>::kernel, reciprocal_types>(registry, "Reciprocal");
   add_typed_kernels<same_shape<reciprocal_grad_op>::kernel, float_types>(registry, "ReciprocalGrad");
 

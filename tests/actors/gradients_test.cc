@@ -139,6 +139,20 @@ std::vector<gradient_case> gradient_cases() {
       {"Maximum [2,3], [3]", {{2, 3}, {3}}, [](const scope& s, const v& x) { return ops::maximum(s, x[0], x[1]); }},
       {"Minimum [2,1], [1,3]", {{2, 1}, {1, 3}}, [](const scope& s, const v& x) { return ops::minimum(s, x[0], x[1]); }},
       // Unary.
+      {"Sin", {{2, 3}}, [](const scope& s, const v& x) { return s.add("Sin", {x[0]}).out(); }},
+      {"Cos", {{2, 3}}, [](const scope& s, const v& x) { return s.add("Cos", {x[0]}).out(); }},
+      {"Erf", {{2, 3}}, [](const scope& s, const v& x) { return s.add("Erf", {x[0]}).out(); }},
+      {"Expm1", {{2, 3}}, [](const scope& s, const v& x) { return s.add("Expm1", {x[0]}).out(); }},
+      {"Log1p", {{2, 3}}, [](const scope& s, const v& x) { return s.add("Log1p", {x[0]}).out(); }, 0.5, 2.0},
+      {"Softsign", {{2, 3}}, [](const scope& s, const v& x) { return s.add("Softsign", {x[0]}).out(); }},
+      {"Selu", {{2, 3}}, [](const scope& s, const v& x) { return s.add("Selu", {x[0]}).out(); }},
+      {"SquaredDifference [2,3], [3]", {{2, 3}, {3}}, [](const scope& s, const v& x) {
+         return s.add("SquaredDifference", {x[0], x[1]}).out();
+       }},
+      {"Div [2,3] / [3]", {{2, 3}, {3}}, [](const scope& s, const v& x) { return s.add("Div", {x[0], x[1]}).out(); }, 0.5, 2.0},
+      {"Mod [2,3] % [3]", {{2, 3}, {3}}, [](const scope& s, const v& x) {
+         return s.add("Mod", {ops::mul(s, x[0], ops::scalar(s, 5.0)), x[1]}).out();
+       }, 0.6, 0.9},
       {"Neg", {{2, 3}}, [](const scope& s, const v& x) { return ops::neg(s, x[0]); }},
       {"Abs", {{2, 3}}, [](const scope& s, const v& x) { return ops::abs(s, x[0]); }},
       {"Square", {{2, 3}}, [](const scope& s, const v& x) { return ops::square(s, x[0]); }},

@@ -183,6 +183,14 @@ UNARY = {
     "Elu": (lambda x: raw.Elu(features=x), None, True),
     "Softplus": (lambda x: raw.Softplus(features=x), None, True),
     "Sign": (lambda x: raw.Sign(x=x), None, False), "Reciprocal": (lambda x: raw.Reciprocal(x=x), (0.5, 3.0), True),
+    "Floor": (lambda x: raw.Floor(x=x * 3), None, False), "Ceil": (lambda x: raw.Ceil(x=x * 3), None, False),
+    "Round": (lambda x: raw.Round(x=tf.concat([x * 3, [[0.5, 1.5, 2.5, -0.5, -2.5]]], 0)), None, False),
+    "Sin": (lambda x: raw.Sin(x=x), None, True), "Cos": (lambda x: raw.Cos(x=x), None, True),
+    "Erf": (lambda x: raw.Erf(x=x), None, True), "Expm1": (lambda x: raw.Expm1(x=x), None, True),
+    "Log1p": (lambda x: raw.Log1p(x=x), (-0.5, 3.0), True),
+    "Softsign": (lambda x: raw.Softsign(features=x), None, True), "Selu": (lambda x: raw.Selu(features=x), None, True),
+    "IsNan": (lambda x: raw.IsNan(x=tf.math.log(x)), None, False),
+    "IsFinite": (lambda x: raw.IsFinite(x=tf.math.log(x)), None, False),
 }
 
 
@@ -210,6 +218,7 @@ def unary_ops():
 
 
 BINARY = {
+    "Div": raw.Div, "SquaredDifference": raw.SquaredDifference, "Mod": raw.Mod,
     "Add": raw.Add, "AddV2": raw.AddV2, "Sub": raw.Sub, "Mul": raw.Mul, "RealDiv": raw.RealDiv,
     "Maximum": raw.Maximum, "Minimum": raw.Minimum, "Pow": raw.Pow,
 }
@@ -224,13 +233,14 @@ def binary_ops():
         for shape_name, sx, sy in BROADCASTS:
             name = f"{op.lower()}_{shape_name}"
             inp = Inputs(name)
-            if op in ("Pow", "RealDiv"):
+            if op in ("Pow", "RealDiv", "Div", "Mod"):
                 x, y = inp.uniform(sx, 0.5, 2.0), inp.uniform(sy, 0.5, 2.0)
             else:
                 x, y = inp.normal(sx), inp.normal(sy)
             out += op_case(name, [op], f"{op} of {sx} and {sy}", lambda x, y, fn=fn: fn(x=x, y=y),
-                           {"x": x, "y": y}, grad=shape_name != "empty", rtol=1e-5)
-    for op in ("Add", "AddV2", "Sub", "Mul", "Maximum", "Minimum", "FloorDiv", "FloorMod"):
+                           {"x": x, "y": y}, grad=shape_name != "empty" and op != "Mod", rtol=1e-5)
+    for op in ("Add", "AddV2", "Sub", "Mul", "Maximum", "Minimum", "FloorDiv", "FloorMod", "Div", "Mod",
+               "SquaredDifference"):
         for dtype in (i32, i64):
             name = f"{op.lower()}_{np.dtype(dtype).name}"
             inp = Inputs(name)
@@ -241,11 +251,12 @@ def binary_ops():
                            lambda x, y, fn=fn: fn(x=x, y=y), {"x": x, "y": y}, grad=False)
     for op in ("FloorDiv", "FloorMod"):
         name = f"{op.lower()}_float"
+        grad = op == "FloorMod"
         inp = Inputs(name)
         x, y = inp.normal([3, 4]) * 5, inp.uniform([4], 0.5, 2) * np.array([1, -1, 1, -1], f32)
         fn = getattr(raw, op)
         out += op_case(name, [op], f"{op} of floats", lambda x, y, fn=fn: fn(x=x, y=y),
-                       {"x": x, "y": y.astype(f32)}, grad=False)
+                       {"x": x, "y": y.astype(f32)}, grad=grad)
     inp = Inputs("div_no_nan")
     out += op_case("div_no_nan", ["DivNoNan"], "DivNoNan with zeros in y, broadcasting",
                    lambda x, y: tf.math.divide_no_nan(x, y),
@@ -396,10 +407,13 @@ def array_ops():
     out += op_case("squeeze_all", ["Squeeze"], "Squeeze every 1", lambda x: tf.squeeze(x),
                    {"x": inp.normal([3, 1, 2, 1])})
     out += op_case("shape_size_rank", ["Shape", "Size", "Rank"], "Shape (int32, int64), Size, Rank",
-                   lambda x: [tf.shape(x), tf.shape(x, out_type=tf.int64), tf.size(x), tf.rank(x)],
+                   lambda x: [raw.Shape(input=x), raw.Shape(input=x, out_type=tf.int64), raw.Size(input=x),
+                              raw.Rank(input=x)],
                    {"x": x}, grad=False)
     out += op_case("fill", ["Fill"], "Fill from fed dims and value",
-                   lambda d, v: tf.fill(d, v), {"d": np.array([2, 3], i32), "v": np.array(1.5, f32)}, grad=False)
+                   lambda d, v: tf.fill(d, v), {"d": np.array([2, 3], i32), "v": np.array(1.5, f32)})
+    out += op_case("placeholder_with_default_grad", ["PlaceholderWithDefault"], "PlaceholderWithDefault fed",
+                   lambda p: tf.square(v1.placeholder_with_default(p * 2.0, [3])), {"p": inp.normal([3])})
     out += op_case("identity_n_stop_gradient", ["IdentityN", "Identity", "StopGradient"],
                    "IdentityN, Identity, StopGradient",
                    lambda a, c: list(raw.IdentityN(input=[a, c])) + [tf.identity(a), tf.stop_gradient(a) * a],
@@ -513,6 +527,25 @@ def nn_ops():
         out += op_case(name, ["Conv2D"], f"Conv2D {padding} stride {strides} dilation {dil} of {shape} by {fshape}",
                        lambda v, f, s=strides, p=padding, d=dil: tf.nn.conv2d(v, f, s, p, dilations=d),
                        {"x": ci.normal(shape), "f": ci.normal(fshape)}, rtol=1e-4, atol=1e-5)
+    out += op_case("conv2d_backprop_input", ["Conv2DBackpropInput"], "Conv2DBackpropInput (conv2d_transpose), stride 2",
+                   lambda dy, f: raw.Conv2DBackpropInput(input_sizes=tf.constant([2, 7, 7, 3]), filter=f, out_backprop=dy,
+                                                         strides=[1, 2, 2, 1], padding="SAME"),
+                   {"dy": inp.normal([2, 4, 4, 2]), "f": inp.normal([3, 3, 3, 2])}, rtol=1e-4, atol=1e-5)
+    out += op_case("conv2d_backprop_filter", ["Conv2DBackpropFilter"], "Conv2DBackpropFilter, VALID",
+                   lambda v, dy: raw.Conv2DBackpropFilter(input=v, filter_sizes=tf.constant([3, 3, 2, 4]), out_backprop=dy,
+                                                          strides=[1, 1, 1, 1], padding="VALID"),
+                   {"x": inp.normal([2, 6, 5, 2]), "dy": inp.normal([2, 4, 3, 4])}, rtol=1e-4, atol=1e-5)
+    out += op_case("avg_pool_grad", ["AvgPoolGrad"], "AvgPoolGrad 3x3 stride 2 SAME",
+                   lambda dy: raw.AvgPoolGrad(orig_input_shape=tf.constant([2, 5, 5, 3]), grad=dy, ksize=[1, 3, 3, 1],
+                                              strides=[1, 2, 2, 1], padding="SAME"),
+                   {"dy": inp.normal([2, 3, 3, 3])}, rtol=1e-5)
+    out += op_case("selu_softsign_grad", ["SeluGrad", "SoftsignGrad"], "SeluGrad and SoftsignGrad",
+                   lambda dy, o, v: [raw.SeluGrad(gradients=dy, outputs=o), raw.SoftsignGrad(gradients=dy, features=v)],
+                   {"dy": inp.normal([3, 4]), "outputs": inp.normal([3, 4]), "x": inp.normal([3, 4])}, grad=False,
+                   rtol=1e-5)
+    out += op_case("softplus_grad", ["SoftplusGrad"], "SoftplusGrad",
+                   lambda dy, v: raw.SoftplusGrad(gradients=dy, features=v),
+                   {"dy": inp.normal([3, 4]), "x": inp.normal([3, 4])}, grad=False, rtol=1e-5)
     out += op_case("conv2d_explicit_padding", ["Conv2D"], "Conv2D with EXPLICIT padding",
                    lambda v, f: tf.nn.conv2d(v, f, 1, [[0, 0], [1, 2], [0, 1], [0, 0]]),
                    {"x": inp.normal([1, 4, 4, 2]), "f": inp.normal([3, 3, 2, 2])}, rtol=1e-4, atol=1e-5)
@@ -607,8 +640,8 @@ def variable_ops():
         c.run(targets=[v.assign(tf.ones([2, 3]) * 4.0, read_value=False).name])
         c.run([read.name])
     out.append(c)
-    c = Case("resource_gather_scatter", ["ResourceGather", "ResourceScatterAdd"],
-             "ResourceGather and ResourceScatterAdd (embedding rows)", binary=True)
+    c = Case("resource_gather_scatter", ["ResourceGather", "ResourceScatterAdd", "DestroyResourceOp"],
+             "ResourceGather, ResourceScatterAdd (embedding rows), DestroyResourceOp", binary=True)
     with c.graph.as_default():
         e = _resource_var("emb", inp.normal([5, 3]))
         ids = v1.placeholder(tf.int32, [None], name="ids")
@@ -617,8 +650,9 @@ def variable_ops():
         scatter = raw.ResourceScatterAdd(resource=e.handle, indices=ids, updates=upd)
         c.run(targets=[e.initializer.name])
         c.run([rows.name], {ids.name: np.array([4, 0, 4], i32)})
-        c.run([tf.identity(e.read_value()).name], {ids.name: np.array([1, 1, 3], i32),
-                                                  upd.name: inp.normal([3, 3])}, targets=[scatter.name])
+        c.run([], {ids.name: np.array([1, 1, 3], i32), upd.name: inp.normal([3, 3])}, targets=[scatter.name])
+        c.run([tf.identity(e.read_value()).name])
+        c.run(targets=[raw.DestroyResourceOp(resource=e.handle).name])
     out.append(c)
     optimizers = {
         "gradient_descent": (["ResourceApplyGradientDescent"], lambda: v1.train.GradientDescentOptimizer(0.1)),
@@ -683,6 +717,43 @@ def queue_ops():
     return out
 
 
+def _raw_accumulator_case(name, sparse):
+    """The ref-handle accumulators (what TF 1.x graphs have), through raw ops."""
+    ops = (["SparseConditionalAccumulator", "SparseAccumulatorApplyGradient", "SparseAccumulatorTakeGradient"]
+           if sparse else ["ConditionalAccumulator", "AccumulatorApplyGradient", "AccumulatorNumAccumulated",
+                           "AccumulatorSetGlobalStep", "AccumulatorTakeGradient"])
+    c = Case(name, ops, f"{ops[0]} (reference handle): apply, count, take, stale gradients dropped")
+    inp = Inputs(name)
+    with c.graph.as_default():
+        if sparse:
+            acc = raw.SparseConditionalAccumulator(dtype=tf.float32, shape=[4, 2], shared_name="acc")
+            idx = v1.placeholder(tf.int64, [None], name="indices")
+            val = v1.placeholder(tf.float32, [None, 2], name="values")
+            t = v1.placeholder(tf.int64, [], name="t")
+            apply = raw.SparseAccumulatorApplyGradient(handle=acc, local_step=t, gradient_indices=idx,
+                                                       gradient_values=val, gradient_shape=tf.constant([4, 2], tf.int64),
+                                                       has_known_shape=True)
+            c.run(targets=[apply.name], feeds={idx.name: np.array([0, 3], i64), val.name: inp.normal([2, 2]),
+                                               t.name: np.array(0, i64)})
+            c.run(targets=[apply.name], feeds={idx.name: np.array([3], i64), val.name: inp.normal([1, 2]),
+                                               t.name: np.array(0, i64)})
+            took = raw.SparseAccumulatorTakeGradient(handle=acc, num_required=2, dtype=tf.float32)
+            c.run([took.indices.name, took.values.name, took.shape.name])
+        else:
+            acc = raw.ConditionalAccumulator(dtype=tf.float32, shape=[2, 2], shared_name="acc", reduction_type="SUM")
+            g = v1.placeholder(tf.float32, [2, 2], name="g")
+            t = v1.placeholder(tf.int64, [], name="t")
+            apply = raw.AccumulatorApplyGradient(handle=acc, local_step=t, gradient=g)
+            c.run(targets=[apply.name], feeds={g.name: inp.normal([2, 2]), t.name: np.array(0, i64)})
+            c.run(targets=[apply.name], feeds={g.name: inp.normal([2, 2]), t.name: np.array(0, i64)})
+            c.run([raw.AccumulatorNumAccumulated(handle=acc).name])
+            c.run([raw.AccumulatorTakeGradient(handle=acc, num_required=2, dtype=tf.float32).name])
+            c.run(targets=[raw.AccumulatorSetGlobalStep(handle=acc, new_global_step=4).name])
+            c.run(targets=[apply.name], feeds={g.name: inp.normal([2, 2]), t.name: np.array(1, i64)})
+            c.run([raw.AccumulatorNumAccumulated(handle=acc).name])
+    return c
+
+
 @case
 def accumulator_ops():
     c = Case("conditional_accumulator", ["ConditionalAccumulator", "AccumulatorApplyGradient",
@@ -702,7 +773,8 @@ def accumulator_ops():
         c.run(targets=[acc.set_global_step(5).name])
         c.run(targets=[apply.name], feeds={g.name: inp.normal([2, 2]), t.name: np.array(3, i64)})
         c.run([acc.num_accumulated().name])
-    return [c]
+    return [c, _raw_accumulator_case("accumulator_ref_handle", False),
+            _raw_accumulator_case("sparse_accumulator_ref_handle", True)]
 
 
 # --- Whole models: a training step, as TensorFlow 1.x users wrote them ---------------------------
