@@ -150,6 +150,15 @@ result<std::int64_t> range_size_of_floats(const tensor& start, const tensor& lim
   return range_size(value(start), value(limit), value(delta));
 }
 
+status check_numerics_grad(const gradient_context& ctx, std::vector<output>* dx) {
+  std::string message;
+  TROUPE_RETURN_IF_ERROR(get_attr(ctx.forward.def, "message", &message));
+  *dx = {ctx.s.add("CheckNumerics", {ctx.grad_outputs[0]},
+                   {{"message", attr_value("Not a number (NaN) or infinity (Inf) values detected in gradient. " +
+                                           message)}}).out()};
+  return status();
+}
+
 status shape_n_shape(shape_context& ctx) {
   for (int i = 0; i < ctx.num_inputs(); ++i) {
     const partial_shape& input = ctx.input(i);
@@ -499,6 +508,16 @@ void register_array_ops(op_registry& registry) {
                        .shape_fn(identity_n_shape)
                        .gradient(pass_through_gradient));
   add_builtin_op(registry, op_schema("NoOp").shape_fn(no_outputs_shape).no_gradient());
+  // CheckNumerics: the tensor, or an error (invalid_argument: "<message> : Tensor had NaN
+  // values" or "Inf values") when it holds one. Its gradient checks the gradient.
+  add_builtin_op(registry, op_schema("CheckNumerics")
+                       .input("tensor: T")
+                       .output("output: T")
+                       .attr("T: {float, double}")
+                       .attr("message: string")
+                       .stateful()
+                       .shape_fn(unchanged_shape)
+                       .gradient(check_numerics_grad));
   add_builtin_op(registry, op_schema("StopGradient")
                        .input("input: T")
                        .output("output: T")

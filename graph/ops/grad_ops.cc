@@ -33,6 +33,15 @@ status broadcast_gradient_args_shape(shape_context& ctx) {
   return status();
 }
 
+status broadcast_args_shape(shape_context& ctx) {
+  TROUPE_RETURN_IF_ERROR(ctx.require_rank(0, 1));
+  TROUPE_RETURN_IF_ERROR(ctx.require_rank(1, 1));
+  std::int64_t n0 = ctx.input(0).known_rank() ? ctx.input(0).dim(0) : -1;
+  std::int64_t n1 = ctx.input(1).known_rank() ? ctx.input(1).dim(0) : -1;
+  ctx.set_output(0, partial_shape{n0 >= 0 && n1 >= 0 ? std::max(n0, n1) : -1});
+  return status();
+}
+
 status slice_shape(shape_context& ctx) {
   TROUPE_RETURN_IF_ERROR(ctx.require_rank(1, 1));
   TROUPE_RETURN_IF_ERROR(ctx.require_rank(2, 1));
@@ -148,6 +157,13 @@ void register_grad_ops(op_registry& registry) {
                              .output("r1: T")
                              .attr("T: {int32, int64} = DT_INT32")
                              .shape_fn(broadcast_gradient_args_shape)
+                             .no_gradient());
+  add_builtin_op(registry, op_schema("BroadcastArgs")
+                             .input("s0: T")
+                             .input("s1: T")
+                             .output("r0: T")
+                             .attr("T: {int32, int64} = DT_INT32")
+                             .shape_fn(broadcast_args_shape)
                              .no_gradient());
   add_builtin_op(registry, op_schema("ReluGrad")
                              .input("gradients: T")

@@ -551,6 +551,35 @@ status scatter_nd_shape(shape_context& ctx) {
   return status();
 }
 
+// GatherNd: indices.shape[:-1] + params.shape[K:], K = indices.shape[-1].
+status gather_nd_shape(shape_context& ctx) {
+  TROUPE_RETURN_IF_ERROR(ctx.require_rank_at_least(1, 1));
+  const partial_shape& params = ctx.input(0);
+  const partial_shape& indices = ctx.input(1);
+  if (!params.known_rank() || !indices.known_rank() || indices.dim(indices.rank() - 1) < 0) {
+    ctx.set_output(0, partial_shape::unknown());
+    return status();
+  }
+  const std::int64_t k = indices.dim(indices.rank() - 1);
+  if (k > params.rank()) {
+    return ctx.error("indices of shape ", indices.to_string(), " index ", k, " dimensions of params of shape ",
+                     params.to_string(), ", which has ", params.rank());
+  }
+  std::vector<std::int64_t> dims(indices.dims().begin(), indices.dims().end() - 1);
+  dims.insert(dims.end(), params.dims().begin() + k, params.dims().end());
+  ctx.set_output(0, partial_shape(std::move(dims)));
+  return status();
+}
+
+// Unique: two vectors, the distinct values (their count depends on the values) and x's
+// positions among them.
+status unique_shape(shape_context& ctx) {
+  TROUPE_RETURN_IF_ERROR(ctx.require_rank(0, 1));
+  ctx.set_output(0, partial_shape{-1});
+  ctx.set_output(1, ctx.input(0));
+  return status();
+}
+
 // BroadcastTo: the requested shape, which the input must broadcast to.
 status broadcast_to_shape(shape_context& ctx) {
   TROUPE_RETURN_IF_ERROR(ctx.require_rank(1, 1));
@@ -696,6 +725,23 @@ status unsorted_segment_sum_grad(const gradient_context& ctx, grads dx) {
   const scope& s = ctx.s;
   *dx = {s.add("GatherV2", {ctx.grad_outputs[0], ctx.inputs[1], ops::scalar<std::int32_t>(s, 0)}).out(),
          output{}, output{}};
+  return status();
+}
+
+// GatherNd and ScatterNd are each other's gradients (TensorFlow's array_grad.py).
+status gather_nd_grad(const gradient_context& ctx, grads dx) {
+  const scope& s = ctx.s;
+  const output& indices = ctx.inputs[1];
+  output shape = ops::cast(s, shape_of(s, ctx.inputs[0]), indices.type);
+  *dx = {s.add("ScatterNd", {indices, ctx.grad_outputs[0], shape}).out(), output{}};
+  return status();
+}
+status scatter_nd_grad(const gradient_context& ctx, grads dx) {
+  *dx = {output{}, ctx.s.add("GatherNd", {ctx.grad_outputs[0], ctx.inputs[0]}).out(), output{}};
+  return status();
+}
+status reverse_grad(const gradient_context& ctx, grads dx) {
+  *dx = {ctx.s.add("ReverseV2", {ctx.grad_outputs[0], ctx.inputs[1]}).out(), output{}};
   return status();
 }
 
@@ -871,8 +917,6 @@ void register_index_ops(op_registry& registry) {
                                .attr("out_idx: {int32, int64} = DT_INT32")
                                .shape_fn(list_diff_shape)
                                .no_gradient());
-  // Its gradient (GatherNd of the output's gradient) is not there yet: differentiating
-  // through ScatterNd is an error naming it.
   add_builtin_op(registry, op_schema("ScatterNd")
                                .input("indices: Tindices")
                                .input("updates: T")
@@ -880,7 +924,33 @@ void register_index_ops(op_registry& registry) {
                                .output("output: T")
                                .attr("T: type")
                                .attr("Tindices: {int32, int64}")
-                               .shape_fn(scatter_nd_shape));
+                               .shape_fn(scatter_nd_shape)
+                               .gradient(scatter_nd_grad));
+  add_builtin_op(registry, op_schema("GatherNd")
+                               .input("params: Tparams")
+                               .input("indices: Tindices")
+                               .output("output: Tparams")
+                               .attr("Tparams: type")
+                               .attr("Tindices: {int32, int64}")
+                               .attr("bad_indices_policy: string = ''")
+                               .shape_fn(gather_nd_shape)
+                               .gradient(gather_nd_grad));
+  add_builtin_op(registry, op_schema("ReverseV2")
+                               .input("tensor: T")
+                               .input("axis: Tidx")
+                               .output("output: T")
+                               .attr("Tidx: {int32, int64} = DT_INT32")
+                               .attr("T: type")
+                               .shape_fn(unchanged_shape)
+                               .gradient(reverse_grad));
+  add_builtin_op(registry, op_schema("Unique")
+                               .input("x: T")
+                               .output("y: T")
+                               .output("idx: out_idx")
+                               .attr("T: type")
+                               .attr("out_idx: {int32, int64} = DT_INT32")
+                               .shape_fn(unique_shape)
+                               .no_gradient());
   add_builtin_op(registry, op_schema("OneHot")
                                .input("indices: TI")
                                .input("depth: int32")

@@ -6,6 +6,7 @@
 // (Transpose, ConcatV2, Pack) depend only on the element size, so they are written once
 // per size (1, 2, 4, 8 bytes) rather than once per dtype.
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <limits>
 
@@ -356,6 +357,33 @@ class rank_kernel final : public op_kernel {
     ctx.set_output(0, tensor::scalar<std::int32_t>(ctx.input(0).rank()));
   }
   double estimated_ns(std::span<const tensor>) const override { return 0; }
+};
+
+// ---------------------------------------------------------------------------------------
+// CheckNumerics: passes the tensor on, or fails naming the first NaN or infinity.
+
+template <class T>
+class check_numerics_kernel final : public op_kernel {
+ public:
+  explicit check_numerics_kernel(kernel_construction& c) : op_kernel(c) { c.get_attr("message", &message_); }
+
+  void compute(kernel_context& ctx) override {
+    const tensor& x = ctx.input(0);
+    bool nan = false, inf = false;
+    for (T v : x.flat<T>()) {
+      nan = nan || std::isnan(v);
+      inf = inf || std::isinf(v);
+    }
+    if (nan || inf) {
+      ctx.fail_invalid_argument(message_, " : Tensor had ", nan && inf ? "Inf and NaN" : nan ? "NaN" : "Inf",
+                                " values");
+      return;
+    }
+    ctx.set_output(0, x);
+  }
+
+ private:
+  std::string message_;
 };
 
 // ---------------------------------------------------------------------------------------
@@ -779,6 +807,7 @@ void register_array_kernels(kernel_registry& registry) {
   add_for_types_and_index<all_numeric_types>(
       registry, "ShapeN", "T", "out_type",
       []<class T, class Out>() -> kernel_factory { return make_kernel<shape_n_kernel<Out>>; });
+  add_typed_kernels<check_numerics_kernel, type_list<float, double>>(registry, "CheckNumerics");
   add_typed_kernels<range_kernel, type_list<float, double, std::int32_t, std::int64_t>>(registry, "Range", "Tidx");
   // On GPUs, a Const answers in host memory: a kernel that reads it on the device gets a
   // copy at each step (the executor's), one that reads shapes gets it as it is; and the

@@ -1,5 +1,5 @@
 // CPU kernels: the helper ops of gradients (schemas in graph/ops/grad_ops.cc):
-// BroadcastGradientArgs, ReluGrad, TanhGrad, SigmoidGrad, SqrtGrad, RsqrtGrad, Sign, Slice,
+// BroadcastGradientArgs, BroadcastArgs, ReluGrad, TanhGrad, SigmoidGrad, SqrtGrad, RsqrtGrad, Sign, Slice,
 // Unpack, InvertPermutation, ConcatOffset.
 //
 // Slice and Unpack move elements without looking at them, so they copy bytes and serve
@@ -21,41 +21,51 @@ tensor vector_of(dtype type, const std::vector<std::int64_t>& values) {
   return t;
 }
 
-// r0 holds the axes (of the broadcast shape) where s0, padded on the left with ones, has
-// size 1; r1 the same for s1. Summing a gradient over them and reshaping gives the
-// gradient of each operand. (Axes where both have size 1 appear in both, as in TensorFlow.)
-template <class T>
-class broadcast_gradient_args_kernel final : public op_kernel {
+// BroadcastGradientArgs: r0 holds the axes (of the broadcast shape) where s0, padded on
+// the left with ones, has size 1; r1 the same for s1. Summing a gradient over them and
+// reshaping gives the gradient of each operand. (Axes where both have size 1 appear in
+// both, as in TensorFlow.) BroadcastArgs (ShapeOnly): the broadcast shape itself.
+template <class T, bool ShapeOnly>
+class broadcast_args_kernel final : public op_kernel {
  public:
-  explicit broadcast_gradient_args_kernel(kernel_construction& c) : op_kernel(c) {}
+  explicit broadcast_args_kernel(kernel_construction& c) : op_kernel(c) {}
   double estimated_ns(std::span<const tensor>) const override { return 0; }
 
   void compute(kernel_context& ctx) override {
     const tensor& s0 = ctx.input(0);
     const tensor& s1 = ctx.input(1);
+    const char* op = ShapeOnly ? "BroadcastArgs" : "BroadcastGradientArgs";
     if (s0.rank() != 1 || s1.rank() != 1) {
-      ctx.fail_invalid_argument("BroadcastGradientArgs inputs must be shape vectors, but are ",
-                                s0.shape(), " and ", s1.shape());
+      ctx.fail_invalid_argument(op, " inputs must be shape vectors, but are ", s0.shape(), " and ", s1.shape());
       return;
     }
     std::vector<std::int64_t> a = index_values(s0), b = index_values(s1);
     std::size_t rank = std::max(a.size(), b.size());
     a.insert(a.begin(), rank - a.size(), 1);
     b.insert(b.begin(), rank - b.size(), 1);
-    std::vector<std::int64_t> r0, r1;
+    std::vector<std::int64_t> r0, r1, shape;
     for (std::size_t i = 0; i < rank; ++i) {
       if (a[i] != b[i] && a[i] != 1 && b[i] != 1) {
-        ctx.fail_invalid_argument("BroadcastGradientArgs: shapes ", s0.debug_string(), " and ",
-                                  s1.debug_string(), " do not broadcast (dimension ", i, ")");
+        ctx.fail_invalid_argument(op, ": shapes ", s0.debug_string(), " and ", s1.debug_string(),
+                                  " do not broadcast (dimension ", i, ")");
         return;
       }
       if (a[i] == 1) r0.push_back(static_cast<std::int64_t>(i));
       if (b[i] == 1) r1.push_back(static_cast<std::int64_t>(i));
+      shape.push_back(a[i] == 1 ? b[i] : a[i]);
     }
-    ctx.set_output(0, vector_of<T>(s0.type(), r0));
-    ctx.set_output(1, vector_of<T>(s0.type(), r1));
+    if constexpr (ShapeOnly) {
+      ctx.set_output(0, vector_of<T>(s0.type(), shape));
+    } else {
+      ctx.set_output(0, vector_of<T>(s0.type(), r0));
+      ctx.set_output(1, vector_of<T>(s0.type(), r1));
+    }
   }
 };
+template <class T>
+using broadcast_gradient_args_kernel = broadcast_args_kernel<T, false>;
+template <class T>
+using broadcast_shape_kernel = broadcast_args_kernel<T, true>;
 
 // z[i] = f(a[i], b[i]) for two inputs of one shape.
 template <class T, class F>
@@ -321,6 +331,7 @@ using signed_types = type_list<float, double, std::int8_t, std::int16_t, std::in
 
 void register_grad_kernels(kernel_registry& registry) {
   add_typed_kernels<broadcast_gradient_args_kernel, index_types>(registry, "BroadcastGradientArgs");
+  add_typed_kernels<broadcast_shape_kernel, index_types>(registry, "BroadcastArgs");
   add_typed_kernels<relu_grad_kernel, real_number_types>(registry, "ReluGrad");
   add_typed_kernels<tanh_grad_kernel, float_types>(registry, "TanhGrad");
   add_typed_kernels<sigmoid_grad_kernel, float_types>(registry, "SigmoidGrad");

@@ -1,7 +1,7 @@
 // CPU kernels: ops that pick, place or repeat elements by index (schemas in
 // graph/ops/index_ops.cc): Pad, PadV2, Tile, StridedSlice, StridedSliceGrad, Split, SplitV,
 // GatherV2, UnsortedSegmentSum, DynamicPartition, (Parallel)DynamicStitch, OneHot, TopKV2,
-// Where, BroadcastTo, ListDiff, ScatterNd.
+// Where, BroadcastTo, ListDiff, ScatterNd, GatherNd, ReverseV2, Unique.
 //
 // Most of them move elements without looking at them, so they work on bytes and serve
 // every dtype with one kernel: contiguous runs are copied with memcpy, single elements
@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <cassert>
 #include <cstring>
+#include <map>
 #include <numeric>
 #include <sstream>
 #include <vector>
@@ -769,9 +770,48 @@ class list_diff_kernel final : public op_kernel {
 };
 
 // ---------------------------------------------------------------------------------------
-// ScatterNd: zeros of `shape`, plus each update added at its index tuple (the last
-// dimension of indices, K long, indexes shape's first K dimensions; duplicates add up).
+// ScatterNd and GatherNd: indices [..., K] whose last dimension indexes the first K
+// dimensions of a tensor of shape `dims`; each index tuple names a slice of
+// prod(dims[K:]) elements.
 
+struct nd_slices {
+  std::vector<std::int64_t> offsets;  // each tuple's slice, in slices from the start
+  std::int64_t slice = 1;             // elements per slice
+};
+
+// What the index tuples point at, every index checked against `dims` (`what` names them).
+result<nd_slices> nd_slices_of(const tensor& indices, const std::vector<std::int64_t>& dims, const char* what) {
+  if (indices.rank() < 1) {
+    return invalid_argument_error("indices must have rank >= 1, but have shape ", indices.shape().to_string());
+  }
+  const std::int64_t k = indices.dim(indices.rank() - 1);
+  if (k > static_cast<std::int64_t>(dims.size())) {
+    return invalid_argument_error("indices of shape ", indices.shape().to_string(), " index ", k, " dimensions of ",
+                                  what, ", which has ", dims.size());
+  }
+  nd_slices out;
+  for (std::size_t d = static_cast<std::size_t>(k); d < dims.size(); ++d) out.slice *= dims[d];
+  const std::vector<std::int64_t> index = index_values(indices);
+  std::int64_t tuples = 1;
+  for (int d = 0; d + 1 < indices.rank(); ++d) tuples *= indices.dim(d);
+  out.offsets.resize(static_cast<std::size_t>(tuples));
+  for (std::int64_t j = 0; j < tuples; ++j) {
+    std::int64_t offset = 0;
+    for (std::int64_t d = 0; d < k; ++d) {
+      const std::int64_t i = index[static_cast<std::size_t>(j * k + d)];
+      const std::int64_t size = dims[static_cast<std::size_t>(d)];
+      if (i < 0 || i >= size) {
+        return invalid_argument_error("indices", position_in(indices.shape(), j * k + d), " = ", i, " is not in [0, ",
+                                      size, ") (dimension ", d, " of ", what, ")");
+      }
+      offset = offset * size + i;
+    }
+    out.offsets[static_cast<std::size_t>(j)] = offset;
+  }
+  return out;
+}
+
+// ScatterNd: zeros of `shape`, plus each update added at its index tuple (duplicates add up).
 template <class T>
 class scatter_nd_kernel final : public op_kernel {
  public:
@@ -781,19 +821,20 @@ class scatter_nd_kernel final : public op_kernel {
     const tensor& indices = ctx.input(0);
     const tensor& updates = ctx.input(1);
     const tensor& shape_input = ctx.input(2);
-    if (shape_input.rank() != 1 || indices.rank() < 1) {
-      ctx.fail_invalid_argument("indices must have rank >= 1 and shape must be a vector; have ",
-                                indices.shape().to_string(), " and ", shape_input.shape().to_string());
+    if (shape_input.rank() != 1) {
+      ctx.fail_invalid_argument("shape must be a vector, but has shape ", shape_input.shape().to_string());
       return;
     }
     std::vector<std::int64_t> dims = index_values(shape_input);
     auto out_shape = tensor_shape::make(dims);
     if (!out_shape.ok()) return ctx.fail(out_shape.error());
-    const int k = static_cast<int>(indices.dim(indices.rank() - 1));
-    // updates must be indices.shape[:-1] + shape[k:].
+    auto slices = nd_slices_of(indices, dims, "shape");
+    if (!slices.ok()) return ctx.fail(slices.error());
+    // updates must be indices.shape[:-1] + shape[K:].
+    const auto k = static_cast<std::size_t>(indices.dim(indices.rank() - 1));
     std::vector<std::int64_t> want(indices.shape().dims().begin(), indices.shape().dims().end() - 1);
-    if (k <= static_cast<int>(dims.size())) want.insert(want.end(), dims.begin() + k, dims.end());
-    if (k > static_cast<int>(dims.size()) || updates.shape().dims() != want) {
+    want.insert(want.end(), dims.begin() + static_cast<std::ptrdiff_t>(k), dims.end());
+    if (updates.shape().dims() != want) {
       ctx.fail_invalid_argument("updates of shape ", updates.shape().to_string(), " do not fit indices of shape ",
                                 indices.shape().to_string(), " into shape ", out_shape->to_string(),
                                 " (they must have shape indices.shape[:-1] + shape[K:], K = ", k, ")");
@@ -802,26 +843,113 @@ class scatter_nd_kernel final : public op_kernel {
     tensor& out = ctx.allocate_output(0, *out_shape);
     T* dst = out.data<T>();
     std::fill(dst, dst + out.num_elements(), T(0));
-    std::int64_t slice = 1;
-    for (std::size_t d = static_cast<std::size_t>(k); d < dims.size(); ++d) slice *= dims[d];
-    const std::vector<std::int64_t> index = index_values(indices);
-    const std::int64_t n = k == 0 ? updates.num_elements() / std::max<std::int64_t>(slice, 1)
-                                  : static_cast<std::int64_t>(index.size()) / k;
     const T* src = updates.data<T>();
-    for (std::int64_t j = 0; j < n; ++j) {
-      std::int64_t offset = 0;
-      for (int d = 0; d < k; ++d) {
-        std::int64_t i = index[static_cast<std::size_t>(j * k + d)];
-        if (i < 0 || i >= dims[static_cast<std::size_t>(d)]) {
-          ctx.fail_invalid_argument("indices", position_in(indices.shape(), j * k + d), " = ", i,
-                                    " is not in [0, ", dims[static_cast<std::size_t>(d)], ") (shape ",
-                                    out_shape->to_string(), ")");
-          return;
-        }
-        offset = offset * dims[static_cast<std::size_t>(d)] + i;
-      }
-      for (std::int64_t e = 0; e < slice; ++e) dst[offset * slice + e] += src[j * slice + e];
+    const std::int64_t slice = slices->slice;
+    for (std::size_t j = 0; j < slices->offsets.size(); ++j) {
+      const std::int64_t at = slices->offsets[j] * slice;
+      for (std::int64_t e = 0; e < slice; ++e) dst[at + e] += src[static_cast<std::int64_t>(j) * slice + e];
     }
+  }
+};
+
+// GatherNd: the slices the index tuples name, in order (an index out of range is an
+// error, as on TensorFlow's CPU).
+class gather_nd_kernel final : public op_kernel {
+ public:
+  explicit gather_nd_kernel(kernel_construction& c) : op_kernel(c) {}
+
+  void compute(kernel_context& ctx) override {
+    const tensor& params = ctx.input(0);
+    const tensor& indices = ctx.input(1);
+    const std::vector<std::int64_t> dims(params.shape().dims().begin(), params.shape().dims().end());
+    auto slices = nd_slices_of(indices, dims, "params");
+    if (!slices.ok()) return ctx.fail(slices.error());
+    const auto k = static_cast<std::ptrdiff_t>(indices.dim(indices.rank() - 1));
+    std::vector<std::int64_t> out_dims(indices.shape().dims().begin(), indices.shape().dims().end() - 1);
+    out_dims.insert(out_dims.end(), dims.begin() + k, dims.end());
+    tensor& out = ctx.allocate_output(0, tensor_shape(out_dims));
+    const std::size_t bytes = static_cast<std::size_t>(slices->slice) * dtype_size(params.type());
+    if (bytes == 0) return;
+    const char* src = static_cast<const char*>(params.raw_data());
+    char* dst = static_cast<char*>(out.raw_data());
+    for (std::size_t j = 0; j < slices->offsets.size(); ++j) {
+      std::memcpy(dst + j * bytes, src + static_cast<std::size_t>(slices->offsets[j]) * bytes, bytes);
+    }
+  }
+};
+
+// ---------------------------------------------------------------------------------------
+// ReverseV2: the tensor with the order of the listed axes reversed.
+
+class reverse_kernel final : public op_kernel {
+ public:
+  explicit reverse_kernel(kernel_construction& c) : op_kernel(c) {}
+
+  void compute(kernel_context& ctx) override {
+    const tensor& x = ctx.input(0);
+    const tensor& axes = ctx.input(1);
+    if (axes.rank() != 1) {
+      ctx.fail_invalid_argument("axis must be a vector, but has shape ", axes.shape().to_string());
+      return;
+    }
+    std::vector<bool> reversed(static_cast<std::size_t>(x.rank()), false);
+    for (std::int64_t a : index_values(axes)) {
+      if (a < -x.rank() || a >= x.rank()) {
+        ctx.fail_invalid_argument("axis ", a, " is out of range for a tensor of shape ", x.shape().to_string(),
+                                  " (valid: [", -x.rank(), ", ", x.rank(), "))");
+        return;
+      }
+      const auto d = static_cast<std::size_t>(a < 0 ? a + x.rank() : a);
+      if (reversed[d]) {
+        ctx.fail_invalid_argument("axis ", a, " is given twice in ", axes.debug_string());
+        return;
+      }
+      reversed[d] = true;
+    }
+    tensor& out = ctx.allocate_output(0, x.shape());
+    const std::size_t element = dtype_size(x.type());
+    const auto* src = static_cast<const char*>(x.raw_data());
+    auto* dst = static_cast<char*>(out.raw_data());
+    std::vector<std::int64_t> index(static_cast<std::size_t>(x.rank()), 0);
+    const std::vector<std::int64_t> dims(x.shape().dims().begin(), x.shape().dims().end());
+    for (std::int64_t i = 0; i < x.num_elements(); ++i) {
+      std::int64_t from = 0;
+      for (std::size_t d = 0; d < dims.size(); ++d) {
+        from = from * dims[d] + (reversed[d] ? dims[d] - 1 - index[d] : index[d]);
+      }
+      std::memcpy(dst + static_cast<std::size_t>(i) * element, src + static_cast<std::size_t>(from) * element, element);
+      next_index(index, dims);
+    }
+  }
+};
+
+// ---------------------------------------------------------------------------------------
+// Unique: the distinct values of a vector in the order they first appear, and where each
+// element of x went.
+
+template <class T>
+class unique_kernel final : public op_kernel {
+ public:
+  explicit unique_kernel(kernel_construction& c) : op_kernel(c) {}
+
+  void compute(kernel_context& ctx) override {
+    const tensor& x = ctx.input(0);
+    if (x.rank() != 1) {
+      ctx.fail_invalid_argument("x must be a vector, but has shape ", x.shape().to_string());
+      return;
+    }
+    std::map<T, std::int64_t> seen;
+    std::vector<T> values;
+    tensor& idx = ctx.allocate_output(1, x.shape());
+    for (std::int64_t i = 0; i < x.num_elements(); ++i) {
+      const T v = x.flat<T>()[static_cast<std::size_t>(i)];
+      auto [it, inserted] = seen.emplace(v, static_cast<std::int64_t>(values.size()));
+      if (inserted) values.push_back(v);
+      if (idx.type() == dtype::int32) idx.data<std::int32_t>()[i] = static_cast<std::int32_t>(it->second);
+      else idx.data<std::int64_t>()[i] = it->second;
+    }
+    tensor& y = ctx.allocate_output(0, tensor_shape{static_cast<std::int64_t>(values.size())});
+    std::copy(values.begin(), values.end(), y.data<T>());
   }
 };
 
@@ -848,6 +976,9 @@ void register_index_kernels(kernel_registry& registry) {
   add_typed_kernels<where_kernel, all_numeric_types>(registry, "Where");
   add_typed_kernels<list_diff_kernel, real_number_types>(registry, "ListDiff");
   add_typed_kernels<scatter_nd_kernel, real_number_types>(registry, "ScatterNd");
+  registry.add("GatherNd", "CPU", {}, make_kernel<gather_nd_kernel>);
+  registry.add("ReverseV2", "CPU", {}, make_kernel<reverse_kernel>);
+  add_typed_kernels<unique_kernel, real_number_types>(registry, "Unique");
 }
 
 }  // namespace troupe::kernels

@@ -337,6 +337,19 @@ std::vector<gradient_case> gradient_cases() {
          auto parts = s.add("SplitV", {x[0], i32(s, {2, -1, 1}), i32_scalar(s, -1)}, {{"num_split", graph::attr_value(3)}});
          return ops::mul(s, parts.out(0), parts.out(1));
        }},
+      {"GatherNd rows, a repeated one", {{4, 2}}, [](const scope& s, const v& x) {
+         return s.add("GatherNd", {x[0], ops::constant(s, tensor::from_vector<std::int32_t>({2, 0, 2}, tensor_shape{3, 1}))}).out();
+       }},
+      {"ScatterNd elements, a duplicate", {{3}}, [](const scope& s, const v& x) {
+         output indices = ops::constant(s, tensor::from_vector<std::int32_t>({0, 1, 1, 0, 0, 1}, tensor_shape{3, 2}));
+         return s.add("ScatterNd", {indices, x[0], i32(s, {2, 2})}).out();
+       }},
+      {"ReverseV2 axes 0 and -1", {{2, 3}}, [](const scope& s, const v& x) {
+         return s.add("ReverseV2", {x[0], i32(s, {0, -1})}).out();
+       }},
+      {"CheckNumerics", {{2, 3}}, [](const scope& s, const v& x) {
+         return s.add("CheckNumerics", {x[0]}, {{"message", graph::attr_value(std::string("x"))}}).out();
+       }},
       {"GatherV2 axis 0, repeated index", {{4, 2}}, [](const scope& s, const v& x) {
          return s.add("GatherV2", {x[0], i32(s, {2, 0, 2}), i32_scalar(s, 0)}).out();
        }},

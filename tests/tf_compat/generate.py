@@ -72,10 +72,11 @@ class Case:
         self.runs = []  # (feeds {name: array}, fetches [(name, compare)], targets, repeat)
         self.inputs = Inputs(name)
 
-    def run(self, fetches=(), feeds=None, targets=(), repeat=1, compare=None):
-        """A session run; `compare` maps fetch names to SHAPE or SORTED."""
+    def run(self, fetches=(), feeds=None, targets=(), repeat=1, compare=None, error=""):
+        """A session run; `compare` maps fetch names to SHAPE or SORTED; `error`: the run
+        fails in TensorFlow with a message containing it (and must in troupe)."""
         self.runs.append((dict(feeds or {}), [(f, (compare or {}).get(f, "VALUES")) for f in fetches],
-                          list(targets), repeat))
+                          list(targets), repeat, error))
 
     def write(self, root):
         folder = os.path.join(root, self.name)
@@ -93,19 +94,31 @@ class Case:
             lines.append(f"atol: {self.atol!r}")
         with v1.Session(graph=self.graph, config=v1.ConfigProto(
                 intra_op_parallelism_threads=1, inter_op_parallelism_threads=1)) as sess:
-            for r, (feeds, fetches, targets, repeat) in enumerate(self.runs):
+            for r, (feeds, fetches, targets, repeat, error) in enumerate(self.runs):
                 feed_dict = {self.graph.get_tensor_by_name(k): v for k, v in feeds.items()}
                 values = None
                 for _ in range(repeat):
-                    values = sess.run([self.graph.get_tensor_by_name(f) for f, _ in fetches]
-                                      + [self.graph.get_operation_by_name(t) for t in targets],
-                                      feed_dict)
+                    try:
+                        values = sess.run([self.graph.get_tensor_by_name(f) for f, _ in fetches]
+                                          + [self.graph.get_operation_by_name(t) for t in targets],
+                                          feed_dict)
+                    except tf.errors.OpError as e:
+                        if not error or error not in e.message:
+                            raise
+                        values = [None] * len(fetches)
+                        break
+                    else:
+                        if error:
+                            raise ValueError(f"{self.name}: run {r} was expected to fail with '{error}'")
                 lines.append("run {")
                 for i, (k, v) in enumerate(feeds.items()):
                     file = f"run{r}_feed{i}.npy"
                     np.save(os.path.join(folder, file), np.require(v, requirements="C"), allow_pickle=False)
                     lines.append(f"  feed {{ name: {_quote(k)} file: {_quote(file)} }}")
                 for i, ((f, compare), value) in enumerate(zip(fetches, values)):
+                    if error:
+                        lines.append(f"  fetch {{ name: {_quote(f)} }}")
+                        continue
                     file = f"run{r}_fetch{i}.npy"
                     value = np.asarray(value)
                     if value.dtype == object:
@@ -116,6 +129,8 @@ class Case:
                 lines += [f"  target: {_quote(t)}" for t in targets]
                 if repeat != 1:
                     lines.append(f"  repeat: {repeat}")
+                if error:
+                    lines.append(f"  error: {_quote(error)}")
                 lines.append("}")
         with open(os.path.join(folder, "case.pbtxt"), "w") as out:
             out.write("\n".join(lines) + "\n")
@@ -488,10 +503,30 @@ def array_ops():
                    {"x": np.array([4, 1, 7, 1, 9, 3], i32), "y": np.array([1, 3, 8], i32)}, grad=False)
     out += op_case("scatter_nd", ["ScatterNd"], "ScatterNd of rows with a duplicate index",
                    lambda i, u: tf.scatter_nd(i, u, [4, 3]),
-                   {"i": np.array([[1], [3], [1]], i32), "u": inp.normal([3, 3])}, grad=False)
+                   {"i": np.array([[1], [3], [1]], i32), "u": inp.normal([3, 3])})
     out += op_case("scatter_nd_elements", ["ScatterNd"], "ScatterNd of single elements, int64 indices",
                    lambda i, u: tf.scatter_nd(i, u, tf.constant([2, 3], tf.int64)),
-                   {"i": np.array([[0, 2], [1, 0]], i64), "u": inp.normal([2])}, grad=False)
+                   {"i": np.array([[0, 2], [1, 0]], i64), "u": inp.normal([2])})
+    out += op_case("gather_nd_elements", ["GatherNd"], "GatherNd of single elements",
+                   lambda p, i: tf.gather_nd(p, i), {"p": inp.normal([3, 4]), "i": np.array([[0, 3], [2, 1], [0, 3]], i32)})
+    out += op_case("gather_nd_slices", ["GatherNd"], "GatherNd of rows with batch-shaped int64 indices",
+                   lambda p, i: tf.gather_nd(p, i), {"p": x, "i": np.array([[[1], [0]], [[1], [1]]], i64)})
+    out += op_case("reverse_v2", ["ReverseV2"], "ReverseV2 over axes 0 and -1",
+                   lambda a: tf.reverse(a, [0, -1]), {"a": x})
+    out += op_case("unique", ["Unique"], "Unique with int64 positions",
+                   lambda a: list(tf.unique(a, out_idx=tf.int64)), {"a": np.array([3, 1, 3, 7, 1, 0], i32)}, grad=False)
+    out += op_case("broadcast_args", ["BroadcastArgs"], "BroadcastArgs",
+                   lambda s0, s1: raw.BroadcastArgs(s0=s0, s1=s1),
+                   {"s0": np.array([2, 1, 4], i32), "s1": np.array([3, 1], i32)}, grad=False)
+    out += op_case("check_numerics", ["CheckNumerics"], "CheckNumerics of finite values",
+                   lambda a: tf.debugging.check_numerics(a * 2.0, "doubled"), {"a": inp.normal([3])})
+    c = Case("check_numerics_nan", ["CheckNumerics"], "CheckNumerics fails on a NaN, naming its message")
+    with c.graph.as_default():
+        a = v1.placeholder(tf.float32, [3], name="a")
+        checked = tf.debugging.check_numerics(tf.math.log(a), "log of a")
+        c.run([checked.name], {a.name: np.array([1.0, 2.0, 3.0], f32)})
+        c.run([checked.name], {a.name: np.array([1.0, -1.0, 3.0], f32)}, error="log of a : Tensor had NaN values")
+    out.append(c)
     out += op_case("parallel_dynamic_stitch", ["ParallelDynamicStitch"], "ParallelDynamicStitch of distinct indices",
                    lambda d0, d1: raw.ParallelDynamicStitch(indices=[tf.constant([0, 2]), tf.constant([1, 3])], data=[d0, d1]),
                    {"d0": inp.normal([2, 2]), "d1": inp.normal([2, 2])})

@@ -115,8 +115,17 @@ std::string run_case(const fs::path& folder) {
     result<std::vector<tensor>> out = std::vector<tensor>{};
     for (int i = 0; i < std::max(1, run.repeat()); ++i) {
       out = (*s)->run(feeds, fetches, targets);
+      if (!run.error().empty()) {
+        if (out.ok()) return "run " + std::to_string(r) + " succeeded; TensorFlow failed with '" + run.error() + "'";
+        if (out.error().message().find(run.error()) == std::string::npos) {
+          return "run " + std::to_string(r) + " failed with " + out.error().to_string() + "; TensorFlow's error has '" +
+                 run.error() + "'";
+        }
+        break;
+      }
       if (!out.ok()) return "run " + std::to_string(r) + ": " + out.error().to_string();
     }
+    if (!run.error().empty()) continue;
     for (int i = 0; i < run.fetch_size(); ++i) {
       const auto& f = run.fetch(i);
       auto want = read_npy((folder / f.file()).string());
