@@ -32,6 +32,11 @@ PAPER_NULL_OPS_PER_S = 2_000_000
 PAPER_FIGURE8 = {"best_median_backups": 4, "best_median_s": 1.93, "best_speedup_backups": 3, "best_speedup": 1.095}
 PAPER_FIGURE6 = "null step median 1.8 ms with 1 worker, 8.8 ms with 100; sparse (32 rows of a 1 GB or 16 GB embedding) 5-20 ms"
 
+# Peers beside PyTorch 1.13 (bench/peers/, from PyPI in git-ignored virtual environments):
+# <stem>.tf.r<k>.json (tf_peer.py, TensorFlow in graph mode) and <stem>.torch2.r<k>.json
+# (the PyTorch peers run with the newest PyTorch).
+OTHER_PEERS = {"tf": "TensorFlow", "torch2": "PyTorch 2"}
+
 MODELS = [
     # (report name, troupe program, benchmark prefix, peer file stem, unit)
     ("MLP 784-512-512-10, batch 64", "mlp", "mlp_step", "mlp", "examples/s"),
@@ -186,21 +191,36 @@ def model_rows(results):
                 continue
             t = int(m.group(1))
             troupe[t] = {"ms": runs.ms(name), "items_per_s": runs.counter(name, "items_per_second")}
-        peer = {}
         peer_docs = rounds_of(results, f"{peer_stem}.peer.r*.json")
-        for t in sorted({r["threads"] for d in peer_docs for r in d["results"]}):
-            per = [r for d in peer_docs for r in d["results"] if r["threads"] == t]
-            peer[t] = {"ms": median([r["ms_per_step"] for r in per]),
-                       "items_per_s": median([r["items_per_s"] for r in per])}
+        peer, best_p = peer_figures(peer_docs)
         best_t = min(troupe, key=lambda t: troupe[t]["ms"]) if troupe else None
-        best_p = min(peer, key=lambda t: peer[t]["ms"]) if peer else None
         ratio = None
         if best_t is not None and best_p is not None:
             ratio = troupe[best_t]["items_per_s"] / peer[best_p]["items_per_s"]
+        others = {}
+        for kind in OTHER_PEERS:
+            figures, best = peer_figures(rounds_of(results, f"{peer_stem}.{kind}.r*.json"))
+            if best is not None:
+                others[kind] = {"threads": best, **figures[best],
+                                "ratio": (troupe[best_t]["items_per_s"] / figures[best]["items_per_s"]
+                                          if best_t is not None else None)}
         rows.append({"title": title, "unit": unit, "troupe": troupe, "peer": peer,
                      "best_troupe": best_t, "best_peer": best_p, "ratio": ratio, "error": error,
-                     "peer_tcmalloc": all(d.get("tcmalloc") for d in peer_docs) if peer_docs else None})
+                     "peer_tcmalloc": all(d.get("tcmalloc") for d in peer_docs) if peer_docs else None,
+                     "others": others})
     return rows
+
+
+def peer_figures(docs):
+    """A peer's median ms per step and throughput at each thread count over rounds, and
+    its best thread count (None when it did not run)."""
+    figures = {}
+    for t in sorted({str(r["threads"]) for d in docs for r in d["results"]}):
+        per = [r for d in docs for r in d["results"] if str(r["threads"]) == t]
+        figures[t] = {"ms": median([r["ms_per_step"] for r in per]),
+                      "items_per_s": median([r["items_per_s"] for r in per])}
+    best = min(figures, key=lambda t: figures[t]["ms"]) if figures else None
+    return {int(t) if t.isdigit() else t: v for t, v in figures.items()}, (int(best) if best and best.isdigit() else best)
 
 
 def section_models(rows):
@@ -268,6 +288,65 @@ def section_conv(results):
             lines.append(f"| {layer} | {op} | {fmt(t)} | {fmt(t_nchw)} | {fmt(floor)} | {fmt(p)} | "
                          f"{ratio_text(ratio)} | {ratio_text(ratio_nchw)} |")
     lines.append("")
+    return lines
+
+
+def section_other_peers(rows, results):
+    if not any(r["others"] for r in rows) and not rounds_of(results, "null_ops.tf.r*.json"):
+        return []
+    versions = {}
+    for kind in OTHER_PEERS:
+        for d in rounds_of(results, f"*.{kind}.r*.json"):
+            versions[kind] = d.get("tensorflow") or d.get("torch")
+    lines = ["## Training steps: troupe against TensorFlow (graph mode) and PyTorch 2", "",
+             ", ".join(f"{OTHER_PEERS[k]} {v}" for k, v in versions.items()) + ". Each at its best: "
+             "TensorFlow in `tf.compat.v1.Session` graph mode as it ships (oneDNN on), intra-op and inter-op "
+             "threads tried at 1 and 2 (`intra/inter`); PyTorch 2 as the PyTorch 1.13 peer is run. "
+             "troupe/peer above 1: troupe is faster.", "",
+             "| model | troupe ms/step | " + " | ".join(f"{OTHER_PEERS[k]} ms/step | troupe/{OTHER_PEERS[k]}"
+                                                     for k in OTHER_PEERS) + " |",
+             "|---|---|" + "---|---|" * len(OTHER_PEERS)]
+    for r in rows:
+        t = r["best_troupe"]
+        cells = [f"{fmt(r['troupe'][t]['ms'])} ({t} thr)" if t is not None else "not run"]
+        for kind in OTHER_PEERS:
+            o = r["others"].get(kind)
+            cells += [f"{fmt(o['ms'])} ({o['threads']} thr)", ratio_text(o["ratio"])] if o else ["not run", ""]
+        lines.append(f"| {r['title']} | " + " | ".join(cells) + " |")
+    lines.append("")
+    null_docs = rounds_of(results, "null_ops.tf.r*.json")
+    if null_docs:
+        ex = gbench_runs(rounds_of(results, "executor.troupe.r*.json"))
+        troupe_ops = {}
+        for name in ex.names():
+            for kind in ("chain", "fan"):
+                if name.startswith(f"run_session/{kind}"):
+                    troupe_ops[kind] = ex.counter(name, "items_per_second")
+            if name.startswith("null_step"):
+                troupe_ops["step"] = ex.ms(name) * 1e3
+        lines += ["| executor, through the session | troupe | TensorFlow |", "|---|---|---|"]
+        for kind in ("chain", "fan"):
+            tf_best = median([d[f"best_{kind}"]["null_ops_per_s"] for d in null_docs])
+            lines.append(f"| {kind} of {null_docs[0]['nodes']:,} NoOps | {fmt(troupe_ops.get(kind))} null ops/s | "
+                         f"{fmt(tf_best)} null ops/s |")
+        tf_step = median([d["best_step"]["ms_per_run"] * 1e3 for d in null_docs])
+        lines += [f"| null step (one NoOp), latency | {fmt(troupe_ops.get('step'))} us | {fmt(tf_step)} us |", "",
+                  f"TensorFlow's NoOps measured with Grappler off (it would prune them); the paper's executor: "
+                  f"about {PAPER_NULL_OPS_PER_S:,} null ops/s.", ""]
+    dist = load_json(os.path.join(results, "tf_distributed.json")) if os.path.exists(
+        os.path.join(results, "tf_distributed.json")) else None
+    remote = load_json(os.path.join(results, "remote_step.json")) if os.path.exists(
+        os.path.join(results, "remote_step.json")) else None
+    if dist:
+        lines += ["| between two processes on loopback | troupe (REAL) | TensorFlow (gRPC) |", "|---|---|---|"]
+        rs = remote or {}
+        lines.append(f"| remote step p50 (a scalar read on a PS process) | {fmt(rs.get('remote_p50_us'))} us | "
+                     f"{fmt(dist['remote_step_us']['p50'])} us |")
+        lines.append(f"| remote step p99 | {fmt(rs.get('remote_p99_us'))} us | "
+                     f"{fmt(dist['remote_step_us']['p99'])} us |")
+        for t in dist["transfer"]:
+            lines.append(f"| {t['megabytes']} MB PS -> worker | | {fmt(t['mb_per_s'])} MB/s |")
+        lines.append("")
     return lines
 
 
@@ -514,6 +593,7 @@ def main():
                   f"{machine.get('date')}, commit {machine.get('commit')}.", ""]
     lines += section_machine(machine)
     lines += section_models(rows)
+    lines += section_other_peers(rows, results)
     lines += section_conv(results)
     lines += section_ceilings(results)
     lines += section_runtime(results)

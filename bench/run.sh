@@ -11,10 +11,13 @@
 #                  tools/setup.sh when missing)
 #   --out DIR      results folder (default bench/results/<date>-<time>)
 #   --no-peers     troupe only (no PyTorch, nothing installed)
+#   --no-pypi-peers  without TensorFlow and the newest PyTorch (which step 2 otherwise
+#                  installs from PyPI into .venv-tf and .venv-torch, git-ignored)
 #
 # Steps: (1) build the benchmark programs; (2) install the peers when missing
 # (python3-torch, libgoogle-perftools4 for tcmalloc, python3-matplotlib for the plots:
-# Debian packages, installed only here, never by set-up or CI); (3) record the machine
+# Debian packages, installed only here, never by set-up or CI; TensorFlow 2.21 and the
+# newest PyTorch from PyPI into git-ignored virtual environments, also only here); (3) record the machine
 # (lscpu, free, OPENBLAS_CORETYPE, compiler); (4) for each round run every model with
 # troupe and then its PyTorch peer (the order flips every other round so drift hits both
 # alike), then the machine ceilings (FMA peak, sgemm) and runtime micro-benchmarks;
@@ -37,15 +40,17 @@ rounds=""
 build_dir="$root/build"
 out=""
 peers=1
+pypi_peers=1
 while [ $# -gt 0 ]; do
   case "$1" in
     --quick) mode=quick ;;
     --rounds) rounds="${2:?--rounds needs a number}"; shift ;;
     --build-dir) build_dir="${2:?--build-dir needs a folder}"; shift ;;
     --out) out="${2:?--out needs a folder}"; shift ;;
-    --no-peers) peers=0 ;;
+    --no-peers) peers=0; pypi_peers=0 ;;
+    --no-pypi-peers) pypi_peers=0 ;;
     -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
-    *) echo "run.sh: unknown argument '$1' (valid: --quick, --rounds N, --build-dir DIR, --out DIR, --no-peers)" >&2; exit 2 ;;
+    *) echo "run.sh: unknown argument '$1' (valid: --quick, --rounds N, --build-dir DIR, --out DIR, --no-peers, --no-pypi-peers)" >&2; exit 2 ;;
   esac
   shift
 done
@@ -108,6 +113,24 @@ if [ "$peers" = 1 ]; then
 fi
 command -v "$python" >/dev/null || { log "need $python for the report"; exit 1; }
 
+# --- 2b. PyPI peers: TensorFlow (graph mode) and the newest PyTorch, in .venv-tf and .venv-torch ---
+tf_python="" torch2_python=""
+if [ "$pypi_peers" = 1 ]; then
+  venv_peer() {  # venv_peer DIR MODULE PIP-SPEC...: the venv's python once MODULE imports there
+    local dir="$root/$1" module="$2"
+    shift 2
+    if ! "$dir/bin/python" -c "import $module" 2>/dev/null; then
+      log "installing $* into ${dir#"$root"/} (PyPI)"
+      { python3 -m venv "$dir" && "$dir/bin/pip" install -q "$@"; } >>"$out/logs/pip.log" 2>&1 \
+        || { log "WARNING: could not install $* (log: $out/logs/pip.log)"; return 0; }
+    fi
+    "$dir/bin/python" -c "import $module" 2>/dev/null && echo "$dir/bin/python"
+    return 0
+  }
+  tf_python="$(venv_peer .venv-tf tensorflow tensorflow-cpu==2.21.0)"
+  torch2_python="$(venv_peer .venv-torch torch torch numpy)"
+fi
+
 # --- 3. The machine ---
 load_before="$(cut -d' ' -f1-3 /proc/loadavg)"
 torch_version=""
@@ -164,6 +187,18 @@ peer() {
     >"$out/$name.peer.r$round.json" 2>>"$out/logs/$name.peer.log" \
     || { log "  FAILED (log: $out/logs/$name.peer.log)"; rm -f "$out/$name.peer.r$round.json"; failures=$((failures + 1)); }
 }
+# pypi_peer KIND NAME SCRIPT [ARGS...]: TensorFlow (KIND tf) or PyTorch 2 (KIND torch2),
+# JSON to NAME.KIND.r<round>.json.
+pypi_peer() {
+  local kind="$1" name="$2" script="$3" py
+  shift 3
+  py="$tf_python"; [ "$kind" = torch2 ] && py="$torch2_python"
+  [ -n "$py" ] || return 0
+  log "round $round: $kind $name"
+  env ${tcmalloc:+LD_PRELOAD="$tcmalloc"} "$py" "$root/bench/peers/$script" "$@" \
+    >"$out/$name.$kind.r$round.json" 2>>"$out/logs/$name.$kind.log" \
+    || { log "  FAILED (log: $out/logs/$name.$kind.log)"; rm -f "$out/$name.$kind.r$round.json"; failures=$((failures + 1)); }
+}
 # pair: troupe then peer, or the other way round in even rounds.
 pair() {
   local troupe_call="$1" peer_call="$2"
@@ -185,6 +220,15 @@ for round in $(seq 1 "$rounds"); do
   else
     troupe matmul bench_matmul --benchmark_filter='N:1024'
   fi
+  for m in mlp lenet alexnet lstm_full lstm_sampled; do
+    pypi_peer tf "$m" tf_peer.py --model "$m" "${peer_args[@]}"
+  done
+  pypi_peer tf null_ops tf_peer.py --model null_ops "${peer_args[@]}"
+  pypi_peer torch2 mlp mlp_peer.py "${peer_args[@]}"
+  pypi_peer torch2 lenet lenet_peer.py "${peer_args[@]}"
+  pypi_peer torch2 alexnet alexnet_peer.py "${peer_args[@]}"
+  pypi_peer torch2 lstm_full lstm_peer.py --loss full "${peer_args[@]}"
+  pypi_peer torch2 lstm_sampled lstm_peer.py --loss sampled "${peer_args[@]}"
   troupe executor bench_executor
   troupe sendrecv bench_sendrecv
   troupe variable bench_variable
@@ -200,6 +244,16 @@ log "Figure 6: ${figure6_args[*]}"
 log "Figure 8: ${figure8_args[*]}"
 "$bin/bench_figure8" "${figure8_args[@]}" >"$out/figure8.json" 2>"$out/logs/figure8.log" \
   || { log "  bench_figure8 FAILED (log: $out/logs/figure8.log)"; failures=$((failures + 1)); }
+
+# --- 5a'. A small step on another process, troupe's REAL transport and TensorFlow's gRPC ---
+log "remote step: troupe (REAL) and TensorFlow's distributed runtime on loopback"
+"$bin/bench_remote_step" --steps=2000 >"$out/remote_step.json" 2>"$out/logs/remote_step.log" \
+  || { log "  bench_remote_step FAILED (log: $out/logs/remote_step.log)"; failures=$((failures + 1)); }
+if [ -n "$tf_python" ]; then
+  "$tf_python" "$root/bench/peers/tf_distributed_peer.py" --steps 2000 >"$out/tf_distributed.json" \
+    2>"$out/logs/tf_distributed.log" \
+    || { log "  tf_distributed_peer FAILED (log: $out/logs/tf_distributed.log)"; failures=$((failures + 1)); }
+fi
 
 # --- 5b. Graph set-up at scale (issue 13: <= 1.5 s and <= 150 MB for 100,000 nodes) ---
 log "graph set-up: 100,000 Neg nodes"

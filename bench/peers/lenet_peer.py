@@ -29,7 +29,7 @@ def main():
         return peer_common.sgd_step(model, torch.optim.SGD(model.parameters(), lr=0.01),
                                     nn.functional.cross_entropy, batches)
 
-    peer_common.run("lenet", "images", batch, make_step, args)
+    peer_common.run("lenet", "images", batch, make_step, args, conv=True)
 
 
 if __name__ == "__main__":

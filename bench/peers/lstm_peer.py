@@ -117,7 +117,7 @@ def main():
         return step
 
     peer_common.run(f"lstm_{loss}", "words", batch * unroll, make_step, args,
-                    extra={"loss": loss, "samples": samples if sampled else None})
+                    extra={"loss": loss, "samples": samples if sampled else None}, sgd=False)
 
 
 if __name__ == "__main__":

@@ -1,4 +1,5 @@
-"""Shared timing and reporting for the PyTorch peers of bench/run.sh.
+"""Shared timing and reporting for the peers of bench/run.sh (PyTorch's here; TensorFlow's
+tf_peer.py uses the timing and options without importing torch).
 
 Each peer builds one model with PyTorch 1.13 (Debian's python3-torch), makes its input
 batches once, and times full training steps (zero_grad, forward, loss, backward, SGD
@@ -19,8 +20,6 @@ import json
 import statistics
 import sys
 import time
-
-import torch
 
 
 def parse_args(description):
@@ -96,21 +95,49 @@ def time_steps(step, seconds, repeats):
     return statistics.median(samples), samples
 
 
-def run(model, items_name, items_per_step, make_step, args, extra=None):
-    """Times make_step() (a fresh step function per thread count) and prints the JSON."""
+# How sgd_step builds the step being timed: PyTorch 2 is also tried compiled
+# (torch.compile of the model) and, for convnets, in channels-last memory format; the
+# fastest is kept and named in "threads" ("2+compile", "1+channels_last").
+_variant = {"compile": False, "channels_last": False}
+
+
+def variants_of(torch, conv):
+    out = [{"compile": False, "channels_last": False}]
+    if int(torch.__version__.split(".")[0]) >= 2:
+        out.append({"compile": True, "channels_last": False})
+        if conv:
+            out += [{"compile": False, "channels_last": True}, {"compile": True, "channels_last": True}]
+    return out
+
+
+def run(model, items_name, items_per_step, make_step, args, extra=None, conv=False, sgd=True):
+    """Times make_step() (a fresh step function per thread count and variant) and prints the
+    JSON. `sgd`: make_step builds its step with sgd_step (so variants apply); `conv`: the
+    model takes NCHW images (so channels-last is tried)."""
+    global _variant
+    import torch
     torch.set_num_interop_threads(1)
     results = []
     blas = None
     for threads in args.threads:
         torch.set_num_threads(threads)
         blas = set_blas_threads(threads) or blas
-        torch.manual_seed(0)
-        step = make_step()
-        ms, samples = time_steps(step, args.seconds, args.repeats)
-        results.append({"threads": threads, "ms_per_step": ms,
-                        "items_per_s": items_per_step / ms * 1e3,
-                        "samples_ms": [round(s, 4) for s in samples]})
-        print(f"{model}: {threads} thread(s) {ms:.2f} ms/step", file=sys.stderr)
+        for variant in (variants_of(torch, conv) if sgd else variants_of(torch, False)[:1]):
+            _variant = variant
+            name = str(threads) + "".join(f"+{k}" for k, on in variant.items() if on)
+            torch.manual_seed(0)
+            try:
+                step = make_step()
+                ms, samples = time_steps(step, args.seconds, args.repeats)
+            except Exception as e:  # a variant this PyTorch cannot run (no compiler, ...)
+                if variant["compile"] or variant["channels_last"]:
+                    print(f"{model}: {name}: skipped ({type(e).__name__}: {e})", file=sys.stderr)
+                    continue
+                raise
+            results.append({"threads": threads if name == str(threads) else name, "ms_per_step": ms,
+                            "items_per_s": items_per_step / ms * 1e3,
+                            "samples_ms": [round(s, 4) for s in samples]})
+            print(f"{model}: {name} thread(s) {ms:.2f} ms/step", file=sys.stderr)
     best = min(results, key=lambda r: r["ms_per_step"])
     out = {"model": model, "torch": torch.__version__, "tcmalloc": tcmalloc_loaded(),
            "interop_threads": 1, "openblas": blas, "items": items_name, "items_per_step": items_per_step,
@@ -121,7 +148,15 @@ def run(model, items_name, items_per_step, make_step, args, extra=None):
 
 
 def sgd_step(model, optimizer, loss_fn, batches):
-    """A step function cycling through `batches` (tuples of inputs, the last the target)."""
+    """A step function cycling through `batches` (tuples of inputs, the last the target),
+    built as run()'s current variant says."""
+    import torch
+    if _variant["channels_last"]:
+        model = model.to(memory_format=torch.channels_last)
+        batches = [tuple(t.contiguous(memory_format=torch.channels_last) if t.dim() == 4 else t for t in b)
+                   for b in batches]
+    if _variant["compile"]:
+        model = torch.compile(model)
     state = {"next": 0}
 
     def step():

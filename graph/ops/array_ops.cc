@@ -1,5 +1,5 @@
 // Op schemas: array ops that create, pass through or rearrange tensors (Const,
-// Placeholder, Identity, Reshape, Shape, ShapeN, Fill, Range, Transpose, ConcatV2, Pack, ExpandDims,
+// Placeholder, Identity, Reshape, Shape, ShapeN, Fill, Range, LinSpace, Transpose, ConcatV2, Pack, ExpandDims,
 // Squeeze, ...), with TensorFlow's raw-op names, inputs and attributes.
 //
 // Shape functions use the graph-time value of an input when it is a Const (the shape
@@ -186,6 +186,20 @@ status range_shape(shape_context& ctx) {
   }
   if (!size.ok()) return ctx.error(size.error().message());
   ctx.set_output(0, partial_shape{*size});
+  return status();
+}
+
+// LinSpace: a vector of num elements (known when num is a Const).
+status lin_space_shape(shape_context& ctx) {
+  for (int i = 0; i < 3; ++i) TROUPE_RETURN_IF_ERROR(ctx.require_rank(i, 0));
+  const tensor* num = ctx.input_value(2);
+  if (num == nullptr) {
+    ctx.set_output(0, partial_shape{-1});
+    return status();
+  }
+  std::int64_t n = index_values(*num)[0];
+  if (n <= 0) return ctx.error("num must be positive, but is ", n);
+  ctx.set_output(0, partial_shape{n});
   return status();
 }
 
@@ -576,6 +590,15 @@ void register_array_ops(op_registry& registry) {
                        .output("output: Tidx")
                        .attr("Tidx: {float, double, int32, int64} = DT_INT32")
                        .shape_fn(range_shape)
+                       .no_gradient());
+  add_builtin_op(registry, op_schema("LinSpace")
+                       .input("start: T")
+                       .input("stop: T")
+                       .input("num: Tidx")
+                       .output("output: T")
+                       .attr("T: {float, double}")
+                       .attr("Tidx: {int32, int64} = DT_INT32")
+                       .shape_fn(lin_space_shape)
                        .no_gradient());
   add_builtin_op(registry, op_schema("Transpose")
                        .input("x: T")

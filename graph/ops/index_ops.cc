@@ -571,6 +571,16 @@ status gather_nd_shape(shape_context& ctx) {
   return status();
 }
 
+// InTopKV2: one boolean per row of predictions.
+status in_top_k_shape(shape_context& ctx) {
+  TROUPE_RETURN_IF_ERROR(ctx.require_rank(0, 2));
+  TROUPE_RETURN_IF_ERROR(ctx.require_rank(1, 1));
+  TROUPE_RETURN_IF_ERROR(ctx.require_rank(2, 0));
+  const partial_shape& p = ctx.input(0);
+  ctx.set_output(0, partial_shape{p.known_rank() ? p.dim(0) : -1});
+  return status();
+}
+
 // Unique: two vectors, the distinct values (their count depends on the values) and x's
 // positions among them.
 status unique_shape(shape_context& ctx) {
@@ -943,6 +953,14 @@ void register_index_ops(op_registry& registry) {
                                .attr("T: type")
                                .shape_fn(unchanged_shape)
                                .gradient(reverse_grad));
+  add_builtin_op(registry, op_schema("InTopKV2")
+                               .input("predictions: float")
+                               .input("targets: T")
+                               .input("k: T")
+                               .output("precision: bool")
+                               .attr("T: {int32, int64} = DT_INT32")
+                               .shape_fn(in_top_k_shape)
+                               .no_gradient());
   add_builtin_op(registry, op_schema("Unique")
                                .input("x: T")
                                .output("y: T")

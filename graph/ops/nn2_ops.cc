@@ -13,7 +13,7 @@
 //   L2Loss                          (t -> output) sum(t^2) / 2, a scalar
 //   LRN, LRNGrad                    local response normalization over the last dimension
 //                                   of an NHWC tensor
-//   FusedBatchNormV3, FusedBatchNormGradV3   batch normalization per channel (NHWC, NCHW,
+//   FusedBatchNorm(V2, V3), FusedBatchNormGrad(V2, V3)   batch normalization per channel (NHWC, NCHW,
 //                                   NDHWC, NCDHW); in training y uses the batch's biased
 //                                   variance while the batch_variance output is the
 //                                   Bessel-corrected one
@@ -131,7 +131,7 @@ status fused_batch_norm_shape(shape_context& ctx) {
   }
   ctx.set_output(0, x);
   for (int i = 1; i <= 4; ++i) ctx.set_output(i, partial_shape{channels});
-  ctx.set_output(5, partial_shape::unknown());
+  if (ctx.num_outputs() > 5) ctx.set_output(5, partial_shape::unknown());  // V3's reserve_space_3
   return status();
 }
 
@@ -270,9 +270,10 @@ status fused_batch_norm_grad(const gradient_context& ctx, grads dx) {
   TROUPE_RETURN_IF_ERROR(get_attr(def, "is_training", &is_training));
   output mean = is_training ? ctx.outputs[3] : ctx.inputs[3];
   output variance = is_training ? ctx.outputs[4] : ctx.inputs[4];
+  // FusedBatchNorm and FusedBatchNormV2 have no reserve_space_3 (V3's is an unused scalar).
+  output reserve_3 = ctx.outputs.size() > 5 ? ctx.outputs[5] : scalar_of(ctx.s, ctx.outputs[1].type, 0.0);
   auto grad = ctx.s.add("FusedBatchNormGradV3",
-                        {grad_or_zeros(ctx, 0), ctx.inputs[0], ctx.inputs[1], mean, variance,
-                         ctx.outputs[5]},
+                        {grad_or_zeros(ctx, 0), ctx.inputs[0], ctx.inputs[1], mean, variance, reserve_3},
                         {{"epsilon", attr_value(epsilon)},
                          {"data_format", attr_value(data_format)},
                          {"is_training", attr_value(is_training)}});
@@ -370,44 +371,50 @@ void register_nn2_ops(op_registry& registry) {
                                          .output("output: T"))
                                .shape_fn(lrn_grad_shape));
 
-  add_builtin_op(registry, op_schema("FusedBatchNormV3")
-                               .input("x: T")
-                               .input("scale: U")
-                               .input("offset: U")
-                               .input("mean: U")
-                               .input("variance: U")
-                               .output("y: T")
-                               .output("batch_mean: U")
-                               .output("batch_variance: U")
-                               .output("reserve_space_1: U")
-                               .output("reserve_space_2: U")
-                               .output("reserve_space_3: U")
-                               .attr("T: {float, double}")
-                               .attr("U: {float, double}")
-                               .attr("epsilon: float = 0.0001")
-                               .attr("exponential_avg_factor: float = 1.0")
-                               .attr("data_format: {'NHWC', 'NCHW', 'NDHWC', 'NCDHW'} = 'NHWC'")
-                               .attr("is_training: bool = true")
-                               .shape_fn(fused_batch_norm_shape)
-                               .gradient(fused_batch_norm_grad));
-  add_builtin_op(registry, op_schema("FusedBatchNormGradV3")
-                               .input("y_backprop: T")
-                               .input("x: T")
-                               .input("scale: U")
-                               .input("reserve_space_1: U")
-                               .input("reserve_space_2: U")
-                               .input("reserve_space_3: U")
-                               .output("x_backprop: T")
-                               .output("scale_backprop: U")
-                               .output("offset_backprop: U")
-                               .output("reserve_space_4: U")
-                               .output("reserve_space_5: U")
-                               .attr("T: {float, double}")
-                               .attr("U: {float, double}")
-                               .attr("epsilon: float = 0.0001")
-                               .attr("data_format: {'NHWC', 'NCHW', 'NDHWC', 'NCDHW'} = 'NHWC'")
-                               .attr("is_training: bool = true")
-                               .shape_fn(fused_batch_norm_grad_shape));
+  // FusedBatchNorm (TF 1.x before 1.5: float only, no U), FusedBatchNormV2 (no
+  // reserve_space_3) and FusedBatchNormV3, with their gradients: one kernel for all.
+  for (int version = 1; version <= 3; ++version) {
+    const std::string suffix = version == 1 ? "" : "V" + std::to_string(version);
+    const char* u = version == 1 ? "T" : "U";
+    op_schema forward("FusedBatchNorm" + suffix);
+    forward.input("x: T")
+        .input(std::string("scale: ") + u)
+        .input(std::string("offset: ") + u)
+        .input(std::string("mean: ") + u)
+        .input(std::string("variance: ") + u)
+        .output("y: T")
+        .output(std::string("batch_mean: ") + u)
+        .output(std::string("batch_variance: ") + u)
+        .output(std::string("reserve_space_1: ") + u)
+        .output(std::string("reserve_space_2: ") + u);
+    if (version == 3) forward.output("reserve_space_3: U");
+    forward.attr(version == 1 ? "T: {float}" : "T: {float, double}");
+    if (version != 1) forward.attr("U: {float, double}");
+    add_builtin_op(registry, std::move(forward.attr("epsilon: float = 0.0001")
+                                           .attr("exponential_avg_factor: float = 1.0")
+                                           .attr("data_format: {'NHWC', 'NCHW', 'NDHWC', 'NCDHW'} = 'NHWC'")
+                                           .attr("is_training: bool = true")
+                                           .shape_fn(fused_batch_norm_shape)
+                                           .gradient(fused_batch_norm_grad)));
+    op_schema backward("FusedBatchNormGrad" + suffix);
+    backward.input("y_backprop: T")
+        .input("x: T")
+        .input(std::string("scale: ") + u)
+        .input(std::string("reserve_space_1: ") + u)
+        .input(std::string("reserve_space_2: ") + u);
+    if (version == 3) backward.input("reserve_space_3: U");
+    backward.output("x_backprop: T")
+        .output(std::string("scale_backprop: ") + u)
+        .output(std::string("offset_backprop: ") + u)
+        .output(std::string("reserve_space_") + (version == 3 ? "4" : "3") + ": " + u)
+        .output(std::string("reserve_space_") + (version == 3 ? "5" : "4") + ": " + u)
+        .attr(version == 1 ? "T: {float}" : "T: {float, double}");
+    if (version != 1) backward.attr("U: {float, double}");
+    add_builtin_op(registry, std::move(backward.attr("epsilon: float = 0.0001")
+                                           .attr("data_format: {'NHWC', 'NCHW', 'NDHWC', 'NCDHW'} = 'NHWC'")
+                                           .attr("is_training: bool = true")
+                                           .shape_fn(fused_batch_norm_grad_shape)));
+  }
 }
 
 }  // namespace troupe::graph

@@ -60,6 +60,19 @@ op_schema random_op(std::string name) {
 void register_random_ops(op_registry& registry) {
   // Uniform in [0, 1).
   add_builtin_op(registry, random_op("RandomUniform"));
+  // Integers uniform in [minval, maxval) (minval and maxval scalars of Tout).
+  add_builtin_op(registry, op_schema("RandomUniformInt")
+                               .input("shape: T")
+                               .input("minval: Tout")
+                               .input("maxval: Tout")
+                               .output("output: Tout")
+                               .attr("seed: int = 0")
+                               .attr("seed2: int = 0")
+                               .attr("Tout: {int32, int64}")
+                               .attr("T: {int32, int64}")
+                               .stateful()
+                               .shape_fn(shape_from_shape_vector)
+                               .no_gradient());
   // Mean 0, standard deviation 1.
   add_builtin_op(registry, random_op("RandomStandardNormal"));
   // Mean 0, standard deviation 1, values more than 2 standard deviations from the mean

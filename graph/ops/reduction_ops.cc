@@ -3,6 +3,7 @@
 //   Sum, Mean, Max, Min, Prod (input, reduction_indices; keep_dims)
 //   ArgMax, ArgMin            (input, dimension; output_type)
 //   Cumsum, Cumprod           (x, axis; exclusive, reverse): running sums and products
+//   All, Any                  (booleans, reduction_indices; keep_dims)
 //
 // Axes may be negative (counted from the end); an empty axis list leaves the input as it
 // is; a repeated axis is an error. Kernels: kernels/cpu/reduction_kernels.cc.
@@ -254,6 +255,17 @@ void register_reduction_ops(op_registry& registry) {
                                .attr("Tidx: {int32, int64} = DT_INT32")
                                .shape_fn(reduction_shape)
                                .gradient(gradient));
+  }
+  // All, Any: the logical and / or of booleans over the axes.
+  for (const char* name : {"All", "Any"}) {
+    add_builtin_op(registry, op_schema(name)
+                               .input("input: bool")
+                               .input("reduction_indices: Tidx")
+                               .output("output: bool")
+                               .attr("keep_dims: bool = false")
+                               .attr("Tidx: {int32, int64} = DT_INT32")
+                               .shape_fn(reduction_shape)
+                               .no_gradient());
   }
   const std::pair<const char*, gradient_function> scans[] = {{"Cumsum", cumsum_grad}, {"Cumprod", cumprod_grad}};
   for (const auto& [name, gradient] : scans) {

@@ -387,6 +387,21 @@ class check_numerics_kernel final : public op_kernel {
 };
 
 // ---------------------------------------------------------------------------------------
+// Range and LinSpace.
+
+// True when every input is a scalar; else fails naming the first that is not.
+bool inputs_are_scalars(kernel_context& ctx, std::initializer_list<const char*> names) {
+  int i = 0;
+  for (const char* name : names) {
+    if (ctx.input(i).rank() != 0) {
+      ctx.fail_invalid_argument(name, " must be a scalar, but has shape ", ctx.input(i).shape().to_string());
+      return false;
+    }
+    ++i;
+  }
+  return true;
+}
+
 // Range: start, start + delta, ... up to (not including) limit; the length is
 // graph::range_size's, as the shape function's.
 
@@ -397,13 +412,7 @@ class range_kernel final : public op_kernel {
   memory input_memory(int) const override { return memory::host; }
 
   void compute(kernel_context& ctx) override {
-    for (int i = 0; i < 3; ++i) {
-      if (ctx.input(i).rank() != 0) {
-        ctx.fail_invalid_argument(i == 0 ? "start" : i == 1 ? "limit" : "delta", " must be a scalar, but has shape ",
-                                  ctx.input(i).shape().to_string());
-        return;
-      }
-    }
+    if (!inputs_are_scalars(ctx, {"start", "limit", "delta"})) return;
     T start = ctx.input(0).scalar_value<T>();
     T limit = ctx.input(1).scalar_value<T>();
     T delta = ctx.input(2).scalar_value<T>();
@@ -416,6 +425,32 @@ class range_kernel final : public op_kernel {
     tensor& out = ctx.allocate_output(0, tensor_shape{*size});
     T* values = out.data<T>();
     for (std::int64_t i = 0; i < *size; ++i) values[i] = static_cast<T>(start + static_cast<T>(i) * delta);
+  }
+  double estimated_ns(std::span<const tensor>) const override { return 0; }
+};
+
+// ---------------------------------------------------------------------------------------
+// LinSpace: num values from start to stop, evenly spaced, both ends included.
+
+template <class T>
+class lin_space_kernel final : public op_kernel {
+ public:
+  explicit lin_space_kernel(kernel_construction& c) : op_kernel(c) {}
+  memory input_memory(int) const override { return memory::host; }
+
+  void compute(kernel_context& ctx) override {
+    if (!inputs_are_scalars(ctx, {"start", "stop", "num"})) return;
+    const T start = ctx.input(0).scalar_value<T>();
+    const T stop = ctx.input(1).scalar_value<T>();
+    const std::int64_t num = index_values(ctx.input(2))[0];
+    if (num <= 0) {
+      ctx.fail_invalid_argument("num must be positive, but is ", num);
+      return;
+    }
+    tensor& out = ctx.allocate_output(0, tensor_shape{num});
+    T* values = out.data<T>();
+    const T step = num > 1 ? (stop - start) / static_cast<T>(num - 1) : T(0);
+    for (std::int64_t i = 0; i < num; ++i) values[i] = start + step * static_cast<T>(i);
   }
   double estimated_ns(std::span<const tensor>) const override { return 0; }
 };
@@ -807,6 +842,7 @@ void register_array_kernels(kernel_registry& registry) {
   add_for_types_and_index<all_numeric_types>(
       registry, "ShapeN", "T", "out_type",
       []<class T, class Out>() -> kernel_factory { return make_kernel<shape_n_kernel<Out>>; });
+  add_typed_kernels<lin_space_kernel, type_list<float, double>>(registry, "LinSpace");
   add_typed_kernels<check_numerics_kernel, type_list<float, double>>(registry, "CheckNumerics");
   add_typed_kernels<range_kernel, type_list<float, double, std::int32_t, std::int64_t>>(registry, "Range", "Tidx");
   // On GPUs, a Const answers in host memory: a kernel that reads it on the device gets a

@@ -1,7 +1,7 @@
 // CPU kernels: ops that pick, place or repeat elements by index (schemas in
 // graph/ops/index_ops.cc): Pad, PadV2, Tile, StridedSlice, StridedSliceGrad, Split, SplitV,
 // GatherV2, UnsortedSegmentSum, DynamicPartition, (Parallel)DynamicStitch, OneHot, TopKV2,
-// Where, BroadcastTo, ListDiff, ScatterNd, GatherNd, ReverseV2, Unique.
+// Where, BroadcastTo, ListDiff, ScatterNd, GatherNd, ReverseV2, Unique, InTopKV2.
 //
 // Most of them move elements without looking at them, so they work on bytes and serve
 // every dtype with one kernel: contiguous runs are copied with memcpy, single elements
@@ -11,6 +11,7 @@
 // names the operand, the position and the value, and what would be valid.
 #include <algorithm>
 #include <cassert>
+#include <cmath>
 #include <cstring>
 #include <map>
 #include <numeric>
@@ -924,6 +925,52 @@ class reverse_kernel final : public op_kernel {
 };
 
 // ---------------------------------------------------------------------------------------
+// InTopKV2: whether each row's target class is among its k largest predictions, as
+// TensorFlow counts it: fewer than k classes predicted strictly higher; false for a
+// target out of range or a prediction that is not finite.
+
+class in_top_k_kernel final : public op_kernel {
+ public:
+  explicit in_top_k_kernel(kernel_construction& c) : op_kernel(c) {}
+
+  void compute(kernel_context& ctx) override {
+    const tensor& predictions = ctx.input(0);
+    const tensor& targets = ctx.input(1);
+    const tensor& k_input = ctx.input(2);
+    if (predictions.rank() != 2 || targets.rank() != 1 || targets.dim(0) != predictions.dim(0) ||
+        k_input.rank() != 0) {
+      ctx.fail_invalid_argument("predictions must be [batch, classes], targets [batch] and k a scalar; have ",
+                                predictions.shape().to_string(), ", ", targets.shape().to_string(), " and ",
+                                k_input.shape().to_string());
+      return;
+    }
+    const std::int64_t batch = predictions.dim(0), classes = predictions.dim(1);
+    const std::int64_t k = index_values(k_input)[0];
+    const std::vector<std::int64_t> target = index_values(targets);
+    tensor& out = ctx.allocate_output(0, tensor_shape{batch});
+    const float* p = predictions.data<float>();
+    for (std::int64_t b = 0; b < batch; ++b) {
+      const std::int64_t t = target[static_cast<std::size_t>(b)];
+      bool in = t >= 0 && t < classes && std::isfinite(p[b * classes + t]);
+      if (in) {
+        const float mine = p[b * classes + t];
+        std::int64_t higher = 0;
+        for (std::int64_t c = 0; c < classes; ++c) {
+          const float v = p[b * classes + c];
+          if (!std::isfinite(v)) {
+            in = false;
+            break;
+          }
+          if (v > mine) ++higher;
+        }
+        in = in && higher < k;
+      }
+      out.data<bool>()[b] = in;
+    }
+  }
+};
+
+// ---------------------------------------------------------------------------------------
 // Unique: the distinct values of a vector in the order they first appear, and where each
 // element of x went.
 
@@ -978,6 +1025,7 @@ void register_index_kernels(kernel_registry& registry) {
   add_typed_kernels<scatter_nd_kernel, real_number_types>(registry, "ScatterNd");
   registry.add("GatherNd", "CPU", {}, make_kernel<gather_nd_kernel>);
   registry.add("ReverseV2", "CPU", {}, make_kernel<reverse_kernel>);
+  registry.add("InTopKV2", "CPU", {}, make_kernel<in_top_k_kernel>);
   add_typed_kernels<unique_kernel, real_number_types>(registry, "Unique");
 }
 

@@ -618,7 +618,7 @@ class fused_batch_norm_kernel final : public batch_norm_kernel_base {
     U* batch_variance = ctx.allocate_output(2, vector).data<U>();
     U* saved_mean = ctx.allocate_output(3, vector).data<U>();
     U* saved_variance = ctx.allocate_output(4, vector).data<U>();
-    ctx.allocate_output(5, tensor_shape{}).data<U>()[0] = U(0);
+    if (ctx.num_outputs() > 5) ctx.allocate_output(5, tensor_shape{}).data<U>()[0] = U(0);  // V3 only
 
     std::vector<double> mean(static_cast<std::size_t>(channels));
     std::vector<double> variance(static_cast<std::size_t>(channels));
@@ -793,8 +793,14 @@ void register_nn2_kernels(kernel_registry& registry) {
 
   add_typed_kernels<lrn_kernel, float_types>(registry, "LRN");
   add_typed_kernels<lrn_grad_kernel, float_types>(registry, "LRNGrad");
-  add_batch_norm_kernels<fused_batch_norm_kernel>(registry, "FusedBatchNormV3");
-  add_batch_norm_kernels<fused_batch_norm_grad_kernel>(registry, "FusedBatchNormGradV3");
+  for (const char* version : {"V2", "V3"}) {
+    add_batch_norm_kernels<fused_batch_norm_kernel>(registry, std::string("FusedBatchNorm") + version);
+    add_batch_norm_kernels<fused_batch_norm_grad_kernel>(registry, std::string("FusedBatchNormGrad") + version);
+  }
+  // FusedBatchNorm and its gradient (TF 1.x's first version): float, no U attribute.
+  registry.add("FusedBatchNorm", "CPU", {{"T", dtype::float32}}, make_kernel<fused_batch_norm_kernel<float, float>>);
+  registry.add("FusedBatchNormGrad", "CPU", {{"T", dtype::float32}},
+               make_kernel<fused_batch_norm_grad_kernel<float, float>>);
 }
 
 }  // namespace troupe::kernels

@@ -1,5 +1,5 @@
-// CPU kernels: RandomUniform, RandomStandardNormal, TruncatedNormal, and the save and
-// restore of their generators (RandomGeneratorSaveState, RandomGeneratorRestoreState).
+// CPU kernels: RandomUniform, RandomUniformInt, RandomStandardNormal, TruncatedNormal, and
+// the save and restore of their generators (RandomGeneratorSaveState, RandomGeneratorRestoreState).
 //
 // Each op's Philox generator (kernels/cpu/random_generator.h: a device resource) is seeded
 // from (seed, seed2), or from a fresh random seed when both are 0 (as TensorFlow). A
@@ -159,6 +159,58 @@ class random_kernel final : public op_kernel {
   std::shared_ptr<random_generator> generator_;
 };
 
+// RandomUniformInt: minval + (random bits mod (maxval - minval)), 32 bits of the stream
+// per int32 and 64 per int64 (as TensorFlow draws them; its numbers differ all the same).
+template <class T>
+class random_int_kernel final : public op_kernel {
+ public:
+  explicit random_int_kernel(kernel_construction& c) : op_kernel(c) {
+    generator_ = generator_of(c, /*require_shared_name=*/false);
+  }
+
+  void compute(kernel_context& ctx) override {
+    auto shape = shape_from_tensor(ctx.input(0));
+    if (!shape.ok()) return ctx.fail(shape.error());
+    const tensor& lo = ctx.input(1);
+    const tensor& hi = ctx.input(2);
+    if (lo.rank() != 0 || hi.rank() != 0) {
+      ctx.fail_invalid_argument("minval and maxval must be scalars, but have shapes ", lo.shape().to_string(),
+                                " and ", hi.shape().to_string());
+      return;
+    }
+    const T minval = lo.scalar_value<T>(), maxval = hi.scalar_value<T>();
+    tensor& out = ctx.allocate_output(0, std::move(*shape));
+    const std::int64_t n = out.num_elements();
+    if (n == 0) return;
+    if (!(minval < maxval)) {
+      ctx.fail_invalid_argument("need minval < maxval, but have minval ", minval, " and maxval ", maxval);
+      return;
+    }
+    using bits = std::conditional_t<sizeof(T) == 4, std::uint32_t, std::uint64_t>;
+    const auto range = static_cast<bits>(static_cast<bits>(maxval) - static_cast<bits>(minval));
+    constexpr std::int64_t per_block = sizeof(T) == 4 ? 4 : 2;
+    const std::int64_t blocks = (n + per_block - 1) / per_block;
+    const philox base = generator_->reserve(static_cast<std::uint64_t>(n) * k_reserved_blocks_per_output);
+    T* data = out.data<T>();
+    ctx.pool().parallel_for(blocks, 10.0 * per_block, [&](std::int64_t begin, std::int64_t end) {
+      for (std::int64_t b = begin; b < end; ++b) {
+        philox gen = base;
+        gen.skip(static_cast<std::uint64_t>(b));
+        const philox::block words = gen.next();
+        for (std::int64_t i = 0; i < per_block && b * per_block + i < n; ++i) {
+          bits r = sizeof(T) == 4 ? static_cast<bits>(words[static_cast<std::size_t>(i)])
+                                  : static_cast<bits>((static_cast<std::uint64_t>(words[static_cast<std::size_t>(2 * i)]) << 32) |
+                                                      words[static_cast<std::size_t>(2 * i + 1)]);
+          data[b * per_block + i] = static_cast<T>(static_cast<bits>(minval) + r % range);
+        }
+      }
+    });
+  }
+
+ private:
+  std::shared_ptr<random_generator> generator_;
+};
+
 // RandomGeneratorSaveState: int64 [6], the generator's key (2 words) and counter (4).
 class generator_save_kernel final : public op_kernel {
  public:
@@ -230,6 +282,11 @@ void register_random_kernels(kernel_registry& registry) {
   registry.add("RandomGeneratorRestoreState", "CPU", {}, make_kernel<generator_restore_kernel>);
   add_random_kernels<uniform_distribution>(registry, "RandomUniform");
   add_random_kernels<normal_distribution>(registry, "RandomStandardNormal");
+  for_each_type<index_types>([&]<class T>() {
+    for_each_type<index_types>([&]<class I>() {
+      registry.add("RandomUniformInt", "CPU", {{"Tout", dtype_of<T>}, {"T", dtype_of<I>}}, make_kernel<random_int_kernel<T>>);
+    });
+  });
   add_random_kernels<truncated_normal_distribution>(registry, "TruncatedNormal");
 }
 

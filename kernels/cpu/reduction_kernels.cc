@@ -1,4 +1,5 @@
-// CPU kernels: Sum, Mean, Max, Min, Prod, ArgMax, ArgMin; the scans Cumsum and Cumprod.
+// CPU kernels: Sum, Mean, Max, Min, Prod, ArgMax, ArgMin, All, Any; the scans Cumsum and
+// Cumprod.
 //
 // How a reduction runs. The axes are normalized (negative ones counted from the end,
 // repeats rejected), then the input's dimensions are collapsed: size-1 dimensions vanish
@@ -102,6 +103,25 @@ struct min_reducer {
     else return b < a ? b : a;
   }
   static T finish(acc a, std::int64_t) { return a; }
+};
+
+// All and Any over booleans, accumulated in bytes (a std::vector<bool> has no data()).
+template <class T>
+struct all_reducer {
+  using acc = std::uint8_t;
+  static acc identity() { return 1; }
+  static acc from(T x) { return x ? 1 : 0; }
+  static acc combine(acc a, acc b) { return a & b; }
+  static T finish(acc a, std::int64_t) { return a != 0; }
+};
+
+template <class T>
+struct any_reducer {
+  using acc = std::uint8_t;
+  static acc identity() { return 0; }
+  static acc from(T x) { return x ? 1 : 0; }
+  static acc combine(acc a, acc b) { return a | b; }
+  static T finish(acc a, std::int64_t) { return a != 0; }
 };
 
 // ---- One pass: [outer, reduce, inner] -> [outer, inner], in the accumulator type. ----
@@ -429,6 +449,9 @@ void register_reduction_kernels(kernel_registry& registry) {
   add_reduction_kernels<prod_kernel, reduction_types>(registry, "Prod", "CPU");
   add_reduction_kernels<arg_max_kernel, reduction_types>(registry, "ArgMax", "CPU");
   add_reduction_kernels<arg_min_kernel, reduction_types>(registry, "ArgMin", "CPU");
+  // All and Any: booleans only, no type attribute.
+  registry.add("All", "CPU", {}, make_kernel<reduction_kernel<bool, all_reducer>>);
+  registry.add("Any", "CPU", {}, make_kernel<reduction_kernel<bool, any_reducer>>);
   add_reduction_kernels<cumsum_kernel, reduction_types>(registry, "Cumsum", "CPU");
   add_reduction_kernels<cumprod_kernel, reduction_types>(registry, "Cumprod", "CPU");
 }

@@ -354,6 +354,11 @@ def reductions():
         out += op_case(name, [op], f"{op} of int32 over axis 0",
                        lambda x, fn=fn: fn(input=x, axis=tf.constant(0), keep_dims=False),
                        {"x": Inputs(name).ints([4, 3], -5, 6)}, grad=False)
+    inp = Inputs("all_any")
+    out += op_case("all_any", ["All", "Any"], "All and Any over an axis, keep_dims, and over all",
+                   lambda c: [tf.reduce_all(c, 1), tf.reduce_any(c, -1, keepdims=True), tf.reduce_all(c),
+                              tf.reduce_any(c, [0, 1])],
+                   {"c": inp.bools([4, 3])}, grad=False)
     out += op_case("sum_int64_axis", ["Sum"], "Sum with an int64 axis",
                    lambda x: raw.Sum(input=x, axis=tf.constant([1], tf.int64)), {"x": Inputs("s").normal([3, 4])})
     out += op_case("sum_empty_input", ["Sum"], "Sum over an empty dimension",
@@ -492,6 +497,14 @@ def array_ops():
     out += op_case("range", ["Range"], "Range of int32 (fed), float and negative steps",
                    lambda n: [tf.range(n), tf.range(2, n, 3), tf.range(1.5, -2.0, -0.75), tf.range(10, 2, -4, tf.int64)],
                    {"n": np.array(7, i32)}, grad=False)
+    out += op_case("lin_space", ["LinSpace"], "LinSpace of float and double, num fed and 1",
+                   lambda n: [tf.linspace(-1.0, 2.0, n), tf.linspace(tf.constant(0.5, tf.float64), 3.0, 7),
+                              tf.linspace(3.0, 4.0, 1)],
+                   {"n": np.array(5, i32)}, grad=False)
+    out += op_case("in_top_k", ["InTopKV2"], "InTopKV2 (tf.math.in_top_k) with ties and k 1 and 2",
+                   lambda p, t: [tf.math.in_top_k(t, p, 1), tf.math.in_top_k(t, p, 2)],
+                   {"p": np.array([[0.1, 0.5, 0.5, 0.2], [0.9, 0.1, 0.3, 0.3], [0.2, 0.2, 0.2, 0.2]], f32),
+                    "t": np.array([2, 3, 0], i32)}, grad=False)
     out += op_case("shape_n", ["ShapeN"], "ShapeN of three, int64",
                    lambda a, c, d: list(raw.ShapeN(input=[a, c, d], out_type=tf.int64)),
                    {"a": inp.normal([2, 3]), "c": inp.normal([4]), "d": inp.normal([])}, grad=False)
@@ -603,6 +616,19 @@ def nn_ops():
                                                                              is_training=False)[0],
                    {"x": inp.normal([2, 3, 3, 4]), "scale": inp.uniform([4], 0.5, 1.5), "offset": inp.normal([4]),
                     "mean": inp.normal([4]), "var": inp.uniform([4], 0.5, 2)}, rtol=1e-4, atol=1e-5)
+    for op in ("FusedBatchNorm", "FusedBatchNormV2"):
+        fn = getattr(raw, op)
+        for training in (True, False):
+            name = f"{op.lower()}_{'training' if training else 'inference'}"
+            bi = Inputs(name)
+            out += op_case(name, [op], f"{op} (TF 1.x's), is_training={training}",
+                           lambda v, sc, of, m, var, fn=fn, tr=training: fn(x=v, scale=sc, offset=of, mean=m,
+                                                                             variance=var, epsilon=1e-3,
+                                                                             is_training=tr)[0],
+                           {"x": bi.normal([2, 3, 3, 4]), "scale": bi.uniform([4], 0.5, 1.5), "offset": bi.normal([4]),
+                            "mean": bi.normal([4]) if not training else np.zeros([4], f32),
+                            "var": bi.uniform([4], 0.5, 2) if not training else np.ones([4], f32)},
+                           rtol=1e-4, atol=1e-5)
     for op, fn in (("Softmax", tf.nn.softmax), ("LogSoftmax", tf.nn.log_softmax)):
         out += op_case(op.lower(), [op], op, lambda v, fn=fn: fn(v), {"x": inp.normal([4, 7])}, rtol=1e-5, atol=1e-6)
     out += op_case("softmax_cross_entropy", ["SoftmaxCrossEntropyWithLogits"], "softmax cross-entropy",
@@ -635,6 +661,10 @@ def random_ops():
                    ("TruncatedNormal", lambda s: tf.random.truncated_normal(s, seed=3))):
         out += op_case(op.lower(), [op], f"{op} of a fed shape (dtype and shape compared)", fn,
                        {"shape": np.array([3, 4], i32)}, grad=False, compare="SHAPE")
+    out += op_case("random_uniform_int", ["RandomUniformInt"], "RandomUniformInt, int32 and int64 (shapes compared)",
+                   lambda s_: [tf.random.uniform(s_, 0, 10, tf.int32, seed=5),
+                               tf.random.uniform(s_, -5, 5, tf.int64, seed=6)],
+                   {"shape": np.array([3, 4], i32)}, grad=False, compare="SHAPE")
     out += op_case("log_uniform_candidate_sampler", ["LogUniformCandidateSampler"],
                    "LogUniformCandidateSampler (shapes compared)",
                    lambda t: list(tf.random.log_uniform_candidate_sampler(t, 1, 5, True, 20, seed=4)),
