@@ -36,6 +36,7 @@ PAPER_FIGURE6 = "null step median 1.8 ms with 1 worker, 8.8 ms with 100; sparse 
 # <stem>.tf.r<k>.json (tf_peer.py, TensorFlow in graph mode) and <stem>.torch2.r<k>.json
 # (the PyTorch peers run with the newest PyTorch).
 OTHER_PEERS = {"tf": "TensorFlow", "torch2": "PyTorch 2"}
+PEER_NAMES = {**OTHER_PEERS, "peer": "PyTorch 1.13"}
 
 MODELS = [
     # (report name, troupe program, benchmark prefix, peer file stem, unit)
@@ -204,10 +205,16 @@ def model_rows(results):
                 others[kind] = {"threads": best, **figures[best],
                                 "ratio": (troupe[best_t]["items_per_s"] / figures[best]["items_per_s"]
                                           if best_t is not None else None)}
+        # Every peer's best: PyTorch 1.13 ("peer") and the OTHER_PEERS; the fastest of them.
+        peers = dict(others)
+        if best_p is not None:
+            peers["peer"] = {"threads": best_p, **peer[best_p], "ratio": ratio}
+        fastest = max(peers, key=lambda k: peers[k]["items_per_s"]) if peers else None
         rows.append({"title": title, "unit": unit, "troupe": troupe, "peer": peer,
                      "best_troupe": best_t, "best_peer": best_p, "ratio": ratio, "error": error,
                      "peer_tcmalloc": all(d.get("tcmalloc") for d in peer_docs) if peer_docs else None,
-                     "others": others})
+                     "others": others, "peers": peers, "fastest": fastest,
+                     "ratio_fastest": peers[fastest]["ratio"] if fastest else None})
     return rows
 
 
@@ -223,21 +230,29 @@ def peer_figures(docs):
     return {int(t) if t.isdigit() else t: v for t, v in figures.items()}, (int(best) if best and best.isdigit() else best)
 
 
-def section_models(rows):
-    lines = ["## Training steps: troupe against PyTorch 1.13", "",
-             "Each side at its better thread count (both tried at 1 and 2); ms per step, "
-             "throughput, and the ratio of troupe's throughput to the peer's (above 1: "
-             "troupe is faster).", "",
-             "| model | troupe ms/step | troupe throughput | peer ms/step | peer throughput | troupe/peer |",
-             "|---|---|---|---|---|---|"]
+def section_models(rows, results):
+    versions = {"peer": "1.13"}
+    for kind in OTHER_PEERS:
+        for d in rounds_of(results, f"*.{kind}.r*.json"):
+            versions[kind] = d.get("tensorflow") or d.get("torch")
+    systems = [k for k in ("tf", "torch2", "peer") if any(k in r["peers"] for r in rows)]
+    lines = ["## Training steps: troupe against TensorFlow, PyTorch 2 and PyTorch 1.13", "",
+             "Each system at its best: troupe and the PyTorch peers at 1 and 2 threads; TensorFlow "
+             f"{versions.get('tf', '')} in graph mode (`tf.compat.v1.Session`, oneDNN on as it ships) with intra-op "
+             f"and inter-op threads at 1 and 2 (`intra/inter`); PyTorch {versions.get('torch2', '2')} also compiled "
+             "(`torch.compile`) and, for the convnets, channels-last, the fastest kept and named (`2+compile`). "
+             "ms per step (threads); the last columns: troupe's throughput over the fastest peer's (above 1: troupe "
+             "is faster) and which peer that is.", "",
+             "| model | troupe | " + " | ".join(PEER_NAMES[k] for k in systems) + " | troupe/fastest peer | fastest |",
+             "|---|---|" + "---|" * len(systems) + "---|---|"]
     for r in rows:
-        t, p = r["best_troupe"], r["best_peer"]
-        tt = (f"{fmt(r['troupe'][t]['ms'])} ({t} thr)" if t is not None
-              else ("error" if r["error"] else "not run"))
-        ti = f"{fmt(r['troupe'][t]['items_per_s'])} {r['unit']}" if t is not None else ""
-        pt = f"{fmt(r['peer'][p]['ms'])} ({p} thr)" if p is not None else "not run"
-        pi = f"{fmt(r['peer'][p]['items_per_s'])} {r['unit']}" if p is not None else ""
-        lines.append(f"| {r['title']} | {tt} | {ti} | {pt} | {pi} | {ratio_text(r['ratio'])} |")
+        t = r["best_troupe"]
+        cells = [f"{fmt(r['troupe'][t]['ms'])} ({t})" if t is not None else ("error" if r["error"] else "not run")]
+        for k in systems:
+            o = r["peers"].get(k)
+            cells.append(f"{fmt(o['ms'])} ({o['threads']})" if o else "not run")
+        cells += [ratio_text(r["ratio_fastest"]), PEER_NAMES.get(r["fastest"], "") if r["fastest"] else ""]
+        lines.append(f"| {r['title']} | " + " | ".join(cells) + " |")
     lines += ["", "Every thread count measured (ms per step):", "",
               "| model | troupe 1 thr | troupe 2 thr | peer 1 thr | peer 2 thr |", "|---|---|---|---|---|"]
     for r in rows:
@@ -291,29 +306,9 @@ def section_conv(results):
     return lines
 
 
-def section_other_peers(rows, results):
-    if not any(r["others"] for r in rows) and not rounds_of(results, "null_ops.tf.r*.json"):
-        return []
-    versions = {}
-    for kind in OTHER_PEERS:
-        for d in rounds_of(results, f"*.{kind}.r*.json"):
-            versions[kind] = d.get("tensorflow") or d.get("torch")
-    lines = ["## Training steps: troupe against TensorFlow (graph mode) and PyTorch 2", "",
-             ", ".join(f"{OTHER_PEERS[k]} {v}" for k, v in versions.items()) + ". Each at its best: "
-             "TensorFlow in `tf.compat.v1.Session` graph mode as it ships (oneDNN on), intra-op and inter-op "
-             "threads tried at 1 and 2 (`intra/inter`); PyTorch 2 as the PyTorch 1.13 peer is run. "
-             "troupe/peer above 1: troupe is faster.", "",
-             "| model | troupe ms/step | " + " | ".join(f"{OTHER_PEERS[k]} ms/step | troupe/{OTHER_PEERS[k]}"
-                                                     for k in OTHER_PEERS) + " |",
-             "|---|---|" + "---|---|" * len(OTHER_PEERS)]
-    for r in rows:
-        t = r["best_troupe"]
-        cells = [f"{fmt(r['troupe'][t]['ms'])} ({t} thr)" if t is not None else "not run"]
-        for kind in OTHER_PEERS:
-            o = r["others"].get(kind)
-            cells += [f"{fmt(o['ms'])} ({o['threads']} thr)", ratio_text(o["ratio"])] if o else ["not run", ""]
-        lines.append(f"| {r['title']} | " + " | ".join(cells) + " |")
-    lines.append("")
+def section_tf_runtime(results):
+    """TensorFlow's executor and distributed runtime beside troupe's."""
+    lines = ["## TensorFlow's executor and distributed runtime beside troupe's", ""]
     null_docs = rounds_of(results, "null_ops.tf.r*.json")
     if null_docs:
         ex = gbench_runs(rounds_of(results, "executor.troupe.r*.json"))
@@ -346,8 +341,9 @@ def section_other_peers(rows, results):
                      f"{fmt(dist['remote_step_us']['p99'])} us |")
         for t in dist["transfer"]:
             lines.append(f"| {t['megabytes']} MB PS -> worker | | {fmt(t['mb_per_s'])} MB/s |")
-        lines.append("")
-    return lines
+        lines += ["", "troupe's tensor links between processes: `bench_transport` (section \"Tensor links\" of "
+                  "doc/benchmarks.md).", ""]
+    return lines if len(lines) > 2 else []
 
 
 def section_runtime(results):
@@ -479,7 +475,8 @@ def plot_ratios(rows, results, out):
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    data = [(r["title"], r["ratio"]) for r in rows if r["ratio"] is not None]
+    data = [(f"{r['title']} (vs {PEER_NAMES[r['fastest']]})", r["ratio_fastest"]) for r in rows
+            if r["ratio_fastest"] is not None]
     if not data:
         return None
     fig, ax = plt.subplots(figsize=(8, 0.6 * len(data) + 1.5))
@@ -489,8 +486,8 @@ def plot_ratios(rows, results, out):
     ax.axvline(1.0, color="black", linewidth=1)
     for bar, v in zip(bars, values):
         ax.text(bar.get_width(), bar.get_y() + bar.get_height() / 2, f" {v:.2f}x", va="center")
-    ax.set_xlabel("troupe throughput / PyTorch 1.13 throughput (above 1: troupe faster)")
-    ax.set_title("Training steps, each side at its best thread count")
+    ax.set_xlabel("troupe throughput / the fastest peer's (above 1: troupe faster)")
+    ax.set_title("Training steps, each system at its best")
     ax.set_xlim(0, max(values + [1.0]) * 1.25)
     fig.tight_layout()
     path = os.path.join(out, "ratios.png")
@@ -592,8 +589,8 @@ def main():
         lines += [f"`bench/run.sh{' --quick' if machine.get('mode') == 'quick' else ''}` on "
                   f"{machine.get('date')}, commit {machine.get('commit')}.", ""]
     lines += section_machine(machine)
-    lines += section_models(rows)
-    lines += section_other_peers(rows, results)
+    lines += section_models(rows, results)
+    lines += section_tf_runtime(results)
     lines += section_conv(results)
     lines += section_ceilings(results)
     lines += section_runtime(results)

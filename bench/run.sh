@@ -12,7 +12,7 @@
 #   --out DIR      results folder (default bench/results/<date>-<time>)
 #   --no-peers     troupe only (no PyTorch, nothing installed)
 #   --no-pypi-peers  without TensorFlow and the newest PyTorch (which step 2 otherwise
-#                  installs from PyPI into .venv-tf and .venv-torch, git-ignored)
+#                  installs from PyPI into bench/.venv, git-ignored)
 #
 # Steps: (1) build the benchmark programs; (2) install the peers when missing
 # (python3-torch, libgoogle-perftools4 for tcmalloc, python3-matplotlib for the plots:
@@ -113,22 +113,17 @@ if [ "$peers" = 1 ]; then
 fi
 command -v "$python" >/dev/null || { log "need $python for the report"; exit 1; }
 
-# --- 2b. PyPI peers: TensorFlow (graph mode) and the newest PyTorch, in .venv-tf and .venv-torch ---
+# --- 2b. PyPI peers: TensorFlow (graph mode) and the newest PyTorch, in bench/.venv ---
 tf_python="" torch2_python=""
 if [ "$pypi_peers" = 1 ]; then
-  venv_peer() {  # venv_peer DIR MODULE PIP-SPEC...: the venv's python once MODULE imports there
-    local dir="$root/$1" module="$2"
-    shift 2
-    if ! "$dir/bin/python" -c "import $module" 2>/dev/null; then
-      log "installing $* into ${dir#"$root"/} (PyPI)"
-      { python3 -m venv "$dir" && "$dir/bin/pip" install -q "$@"; } >>"$out/logs/pip.log" 2>&1 \
-        || { log "WARNING: could not install $* (log: $out/logs/pip.log)"; return 0; }
-    fi
-    "$dir/bin/python" -c "import $module" 2>/dev/null && echo "$dir/bin/python"
-    return 0
-  }
-  tf_python="$(venv_peer .venv-tf tensorflow tensorflow-cpu==2.21.0)"
-  torch2_python="$(venv_peer .venv-torch torch torch numpy)"
+  venv="$root/bench/.venv"
+  if ! "$venv/bin/python" -c "import tensorflow, torch" 2>/dev/null; then
+    log "installing tensorflow-cpu==2.21.0, torch and numpy into bench/.venv (PyPI)"
+    { python3 -m venv "$venv" && "$venv/bin/pip" install -q tensorflow-cpu==2.21.0 torch numpy; } \
+      >>"$out/logs/pip.log" 2>&1 || log "WARNING: could not install the PyPI peers (log: $out/logs/pip.log)"
+  fi
+  "$venv/bin/python" -c "import tensorflow" 2>/dev/null && tf_python="$venv/bin/python"
+  "$venv/bin/python" -c "import torch" 2>/dev/null && torch2_python="$venv/bin/python"
 fi
 
 # --- 3. The machine ---

@@ -2,7 +2,7 @@
 """TensorFlow's own distributed runtime on loopback, beside troupe's REAL mode: the same
 measurements as build/bench/bench_remote_step and bench_transport, through gRPC.
 
-  .venv-tf/bin/python bench/peers/tf_distributed_peer.py [--steps 2000] [--megabytes 256]
+  bench/.venv/bin/python bench/peers/tf_distributed_peer.py [--steps 2000] [--megabytes 256]
 
 Starts two tf.distribute.Server tasks in separate processes (job ps, task 0; job worker,
 task 0) on free loopback ports, then, as a client process hosting no task:

@@ -2,7 +2,7 @@
 """TensorFlow peer: the paper's system, in graph mode (tf.compat.v1.Session), on the models
 of troupe's benchmarks with the PyTorch peers' shapes, and TensorFlow's executor cost.
 
-  .venv-tf/bin/python bench/peers/tf_peer.py --model mlp|lenet|alexnet|lstm_full|lstm_sampled|null_ops
+  bench/.venv/bin/python bench/peers/tf_peer.py --model mlp|lenet|alexnet|lstm_full|lstm_sampled|null_ops
 
 Models (one training step per iteration, plain SGD, batches made once and fed):
   mlp           784-512-512-10 (ReLU), batch 64, lr 0.01

@@ -7,7 +7,7 @@ it (written by TensorFlow, forward and through tf.gradients); troupe's ops that 
 lacks; and the TensorFlow ops that common TF 1.x models use that troupe still lacks.
 Needs TensorFlow (to read the binary graphs and list TensorFlow's ops) and a built troupe:
 
-  .venv-tf/bin/python tests/tf_compat/coverage.py [--troupe build/troupe]
+  bench/.venv/bin/python tests/tf_compat/coverage.py [--troupe build/troupe]
 """
 import argparse
 import collections

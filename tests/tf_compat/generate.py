@@ -8,7 +8,7 @@ graph.pbtxt), case.pbtxt (tests/tf_compat/tf_case.proto: a sequence of session r
 their feeds and expected fetches) and the tensors as .npy. Inputs are drawn from a seed
 derived from the case's name, so a rerun with the same TensorFlow writes the same files.
 
-  .venv-tf/bin/python tests/tf_compat/generate.py [--out DIR] [--only SUBSTRING]
+  bench/.venv/bin/python tests/tf_compat/generate.py [--out DIR] [--only SUBSTRING]
 """
 import argparse
 import os
