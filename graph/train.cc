@@ -92,8 +92,12 @@ struct variable_read {
 // longer shared by a snapshot and updates it in place; one that runs earlier must copy it
 // first (for AlexNet's first dense layer, 150 MB per step). Readers on other devices work
 // on their own transferred copy, so they are not waited for (no extra cross-device edges).
+// Only readers the step runs anyway count (`needed`, by node id: ancestors of the applied
+// gradients): a gradient function also builds gradients nobody uses (a MatMul's gradient
+// with respect to the input batch, a first convolution's with respect to the images), and
+// an update that waited for one would make every step compute it.
 std::vector<operation> readers_of(const graph::graph& g, const graph::node& handle,
-                                  const std::vector<variable_read>& reads) {
+                                  const std::vector<variable_read>& reads, const std::vector<bool>& needed) {
   static const std::set<std::string> forwarding = {"Identity", "Reshape", "ExpandDims", "Squeeze",
                                                    "StopGradient", "Snapshot"};
   std::vector<int> stack;
@@ -108,6 +112,7 @@ std::vector<operation> readers_of(const graph::graph& g, const graph::node& hand
     stack.pop_back();
     for (auto [consumer, slot] : g.consumers(id)) {
       if (!seen.insert(consumer).second) continue;
+      if (static_cast<std::size_t>(consumer) >= needed.size() || !needed[static_cast<std::size_t>(consumer)]) continue;
       const graph::node& c = g.get(consumer);
       if (c.def.device() != handle.def.device()) continue;
       readers.push_back(operation{c.name(), {}});
@@ -123,6 +128,33 @@ struct variable_gradient {
   std::vector<std::pair<output, output>> sparse;  // (rows, indices)
   bool any() const { return !dense.empty() || !sparse.empty(); }
 };
+
+// By node id: whether the node is an ancestor (through data and control inputs) of one of
+// the gradients, or one of them.
+std::vector<bool> ancestors_of(const graph::graph& g, const std::vector<variable_gradient>& gradients) {
+  std::vector<bool> needed(static_cast<std::size_t>(g.num_nodes()), false);
+  std::vector<int> stack;
+  auto visit = [&](int id) {
+    if (!needed[static_cast<std::size_t>(id)]) {
+      needed[static_cast<std::size_t>(id)] = true;
+      stack.push_back(id);
+    }
+  };
+  auto visit_named = [&](const output& o) {
+    if (const graph::node* n = g.find(o.node)) visit(n->id);
+  };
+  for (const variable_gradient& grad : gradients) {
+    for (const output& d : grad.dense) visit_named(d);
+    for (const auto& [rows, indices] : grad.sparse) visit_named(rows), visit_named(indices);
+  }
+  while (!stack.empty()) {
+    const graph::node& n = g.get(stack.back());
+    stack.pop_back();
+    for (const graph::endpoint& in : n.inputs) visit(in.node);
+    for (int c : n.control_inputs) visit(c);
+  }
+  return needed;
+}
 
 bool is_float(dtype t) { return t == dtype::float32 || t == dtype::float64; }
 
@@ -266,6 +298,7 @@ result<operation> apply_gradients(const scope& s, const optimizer& opt, std::vec
   constants hyper(os);
   std::vector<operation> updates;
   variable beta1_power, beta2_power;
+  const std::vector<bool> needed = reads != nullptr ? ancestors_of(g, gradients) : std::vector<bool>{};
   auto slot = [&](const variable& v, const std::string& suffix, double initial) {
     // Slots live with their variable (TensorFlow colocates them the same way).
     variable slot_var = graph::make_variable(s.colocate_with(v.handle.node), v.name + "/" + suffix, v.shape, v.type,
@@ -281,7 +314,7 @@ result<operation> apply_gradients(const scope& s, const optimizer& opt, std::vec
     // step's readers of its value (readers_of).
     scope us = os.sub("update_" + v.name).colocate_with(v.handle.node);
     if (reads == nullptr) {
-    } else if (auto readers = readers_of(g, *g.find(v.handle.node), (*reads)[i]); !readers.empty()) {
+    } else if (auto readers = readers_of(g, *g.find(v.handle.node), (*reads)[i], needed); !readers.empty()) {
       us = us.with_control_dependencies(std::move(readers));
     }
     const dtype t = v.type;

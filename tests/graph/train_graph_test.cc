@@ -532,6 +532,27 @@ TEST_CASE("minimize orders each update after the step's readers of its variable"
   REQUIRE(root.to_graph().ok());
 }
 
+TEST_CASE("minimize does not wait for gradients nobody uses (the input batch's)", "[train_graph]") {
+  // A dense layer on the fed batch: its MatMul's gradient function also builds the
+  // gradient with respect to x, which reads the kernel. An update that waited for that
+  // reader would make every step compute a gradient no one uses (25% of an MLP's step).
+  auto root = scope::new_root();
+  graph::variable_collection vars;
+  output x = ops::placeholder(root.with_name("x"), dtype::float32, {8, 3});
+  output y = nn::dense(root, vars, x, 2, {.name = "layer"});
+  output loss = ops::mean(root, ops::square(root, y), ops::constant(root, tensor::from_vector<std::int32_t>({0, 1})));
+  auto train_op = train::minimize(root, train::gradient_descent(0.1), loss, vars);
+  if (!train_op.ok()) FAIL(train_op.error());
+  const auto& g = root.current_graph();
+  const std::string input_gradient = "gradients/layer/MatMul_grad/MatMul";  // dy . kernel^T: d loss / d x
+  const graph::node& dx = node_of(root, input_gradient);
+  CHECK(g.consumers(dx.id).empty());
+  const std::set<std::string> deps = control_inputs(root, "GradientDescent/update_layer/kernel/ResourceApplyGradientDescent");
+  CHECK(deps.count("layer/MatMul") == 1);
+  CHECK(deps.count(input_gradient) == 0);
+  REQUIRE(root.to_graph().ok());
+}
+
 TEST_CASE("minimize: sparse updates through ResourceGather", "[train_graph]") {
   for (bool gradient_descent : {true, false}) {
     INFO((gradient_descent ? "gradient descent" : "adagrad"));
