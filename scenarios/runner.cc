@@ -1298,9 +1298,27 @@ result<run_summary> run_scenario(const scenario::Scenario& sc, const run_options
     for (int w = 0; w < layout->workers; ++w) names.push_back(layout->worker(w));
     summary.sync = tally.record(names, layout->workers - t.backup_workers(), t.backup_workers());
   }
+  // The run's closing requests (the final checkpoint, the global step, the test accuracy)
+  // may meet a task its supervisor is still restarting when the last step ends: they are
+  // retried as training steps are, for at most a minute, and the steps among them pass the
+  // gate (closed while a restarted task is restored; the checkpoint closes it itself).
+  const auto closing_deadline = env::now() + std::chrono::minutes(1);
+  auto settled = [&](auto request) {
+    for (;;) {
+      auto r = request();
+      if (r.ok() || env::now() > closing_deadline || !retry(r.error())) return r;
+      env::sleep_for(std::chrono::milliseconds(20));
+    }
+  };
+  auto gated = [&](auto request) {
+    return [&, request] {
+      cluster::step_gate::pass inside(gate);
+      return request();
+    };
+  };
   // The final checkpoint first: a fault on checkpoints is over once a later one commits.
   if (checkpoints != nullptr) {
-    auto last = checkpoints->save_now();
+    auto last = settled([&] { return checkpoints->save_now(); });
     if (!last.ok()) {
       progress.finish();
       return last.error().with_context("the final checkpoint");
@@ -1310,7 +1328,7 @@ result<run_summary> run_scenario(const scenario::Scenario& sc, const run_options
   summary.faults = fault_records(faults.injected(), supervisor->recoveries(), summary.checkpoints.commit_times);
   // The trainers saw the global step as their steps read it; asynchronous steps may have
   // taken it a little further.
-  auto final_step = workers[0]->run({}, {"step_value"});
+  auto final_step = settled(gated([&] { return workers[0]->run({}, {"step_value"}); }));
   if (!final_step.ok()) {
     progress.finish();
     return final_step.error().with_context("reading the global step");
@@ -1320,7 +1338,7 @@ result<run_summary> run_scenario(const scenario::Scenario& sc, const run_options
   summary.seconds = seconds;
   summary.final_loss = shape_only ? 0 : progress.smoothed_loss();
   if (!shape_only) {
-    auto acc = evaluate(**evaluator, *tests);
+    auto acc = settled(gated([&] { return evaluate(**evaluator, *tests); }));
     if (!acc.ok()) return acc.error();
     summary.test_accuracy = *acc;
   }
