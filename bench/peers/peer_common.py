@@ -1,9 +1,10 @@
 """Shared timing and reporting for the peers of bench/run.sh (PyTorch's here; TensorFlow's
 tf_peer.py uses the timing and options without importing torch).
 
-Each peer builds one model with PyTorch 1.13 (Debian's python3-torch), makes its input
-batches once, and times full training steps (zero_grad, forward, loss, backward, SGD
-step) at each thread count asked for, printing one JSON object:
+Each peer builds one model with PyTorch (Debian's 1.13, or the newest in bench/.venv),
+makes its input batches once, and times full training steps (zero_grad, forward, loss,
+backward, SGD step) at each thread count asked for (with PyTorch 2 also compiled and, for
+convnets, channels-last: see run()), printing one JSON object:
 
   {"model": "mlp", "torch": "1.13.1", "tcmalloc": true, "interop_threads": 1,
    "items": "examples", "results": [{"threads": 1, "ms_per_step": 1.7, "items_per_s": 37600,
