@@ -6,6 +6,7 @@
 #include <string_view>
 #include <vector>
 
+#include "graph/graph.h"
 #include "graph/op_registry.h"
 
 namespace troupe::graph {
@@ -45,12 +46,11 @@ bool takes_reference(std::string_view op) {
 
 bool is_variable(const tf::NodeDef& n) { return n.op() == "VariableV2" || n.op() == "Variable"; }
 
-// The node an input names ("n", "n:0"), or "" for a control input or another output.
-std::string_view data_source(std::string_view input) {
-  if (input.starts_with('^')) return {};
-  auto colon = input.find(':');
-  if (colon == std::string_view::npos) return input;
-  return input.substr(colon + 1) == "0" ? input.substr(0, colon) : std::string_view{};
+// The node whose output 0 an input names ("n", "n:0"); "" for a control input, another
+// output or a malformed name.
+std::string data_source(std::string_view input) {
+  auto name = parse_tensor_name(input);
+  return name.ok() && !name->control && name->index == 0 ? name->node : std::string();
 }
 
 // Copies the attributes `to` has in its schema (and the "_" ones: colocation, ...) from
@@ -152,7 +152,7 @@ status rewrite_ref_variables(tf::GraphDef* def) {
     // Values read from a variable anywhere else go through one ReadVariableOp per variable.
     for (int k = refs; k < n.input_size(); ++k) {
       if (variable_of(n.input(k)) == nullptr) continue;
-      std::string variable(data_source(n.input(k)));
+      std::string variable = data_source(n.input(k));
       auto [it, inserted] = value_reads.emplace(variable, "");
       if (inserted) {
         auto name = new_name(variable + "/_troupe_value");
@@ -163,7 +163,7 @@ status rewrite_ref_variables(tf::GraphDef* def) {
       n.set_input(k, it->second);
     }
     if (refs == 0) continue;
-    const std::string variable(data_source(n.input(0)));
+    const std::string variable = data_source(n.input(0));
     if (n.op() == "Identity") {
       tf::NodeDef read = read_node(variable, n.name(), "", &n);
       read.set_device(n.device());

@@ -8,6 +8,7 @@
 
 #include "graph/attr.h"
 #include "graph/gradients.h"
+#include "graph/prune.h"
 #include "graph/ops.h"
 
 namespace troupe::train {
@@ -130,29 +131,18 @@ struct variable_gradient {
 };
 
 // By node id: whether the node is an ancestor (through data and control inputs) of one of
-// the gradients, or one of them.
+// the gradients, or one of them: what a step that applies them runs (graph/prune.h).
 std::vector<bool> ancestors_of(const graph::graph& g, const std::vector<variable_gradient>& gradients) {
-  std::vector<bool> needed(static_cast<std::size_t>(g.num_nodes()), false);
-  std::vector<int> stack;
-  auto visit = [&](int id) {
-    if (!needed[static_cast<std::size_t>(id)]) {
-      needed[static_cast<std::size_t>(id)] = true;
-      stack.push_back(id);
-    }
-  };
-  auto visit_named = [&](const output& o) {
-    if (const graph::node* n = g.find(o.node)) visit(n->id);
+  std::vector<int> ends;
+  auto add = [&](const output& o) {
+    if (const graph::node* n = g.find(o.node)) ends.push_back(n->id);
   };
   for (const variable_gradient& grad : gradients) {
-    for (const output& d : grad.dense) visit_named(d);
-    for (const auto& [rows, indices] : grad.sparse) visit_named(rows), visit_named(indices);
+    for (const output& d : grad.dense) add(d);
+    for (const auto& [rows, indices] : grad.sparse) add(rows), add(indices);
   }
-  while (!stack.empty()) {
-    const graph::node& n = g.get(stack.back());
-    stack.pop_back();
-    for (const graph::endpoint& in : n.inputs) visit(in.node);
-    for (int c : n.control_inputs) visit(c);
-  }
+  std::vector<bool> needed(static_cast<std::size_t>(g.num_nodes()), false);
+  for (int id : graph::prune(g, {}, {}, ends)) needed[static_cast<std::size_t>(id)] = true;
   return needed;
 }
 

@@ -137,12 +137,6 @@ status reshape_shape(shape_context& ctx) {
   return status();
 }
 
-status shape_shape(shape_context& ctx) {
-  const partial_shape& input = ctx.input(0);
-  ctx.set_output(0, partial_shape{input.known_rank() ? input.rank() : -1});
-  return status();
-}
-
 result<std::int64_t> range_size_of_floats(const tensor& start, const tensor& limit, const tensor& delta) {
   auto value = [](const tensor& t) {
     return t.type() == dtype::float32 ? double{t.scalar_value<float>()} : t.scalar_value<double>();
@@ -159,7 +153,8 @@ status check_numerics_grad(const gradient_context& ctx, std::vector<output>* dx)
   return status();
 }
 
-status shape_n_shape(shape_context& ctx) {
+// Shape and ShapeN: output i is the shape vector of input i (its length: the rank).
+status shape_shape(shape_context& ctx) {
   for (int i = 0; i < ctx.num_inputs(); ++i) {
     const partial_shape& input = ctx.input(i);
     ctx.set_output(i, partial_shape{input.known_rank() ? input.rank() : -1});
@@ -559,7 +554,7 @@ void register_array_ops(op_registry& registry) {
                        .attr("N: int >= 1")
                        .attr("T: type")
                        .attr("out_type: {int32, int64} = DT_INT32")
-                       .shape_fn(shape_n_shape)
+                       .shape_fn(shape_shape)
                        .no_gradient());
   add_builtin_op(registry, op_schema("Size")
                        .input("input: T")

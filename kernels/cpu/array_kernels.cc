@@ -303,26 +303,11 @@ bool store_index(kernel_context& ctx, std::int64_t value, Out* out, const tensor
   return true;
 }
 
+// Shape and ShapeN: output k is input k's shape as a vector.
 template <class Out>
 class shape_kernel final : public op_kernel {
  public:
   explicit shape_kernel(kernel_construction& c) : op_kernel(c) {}
-  memory input_memory(int) const override { return memory::any; }  // reads only the shape
-  void compute(kernel_context& ctx) override {
-    const tensor& input = ctx.input(0);
-    tensor& out = ctx.allocate_output(0, tensor_shape{input.rank()});
-    Out* values = out.data<Out>();
-    for (int i = 0; i < input.rank(); ++i) {
-      if (!store_index(ctx, input.dim(i), &values[i], input)) return;
-    }
-  }
-  double estimated_ns(std::span<const tensor>) const override { return 0; }
-};
-
-template <class Out>
-class shape_n_kernel final : public op_kernel {
- public:
-  explicit shape_n_kernel(kernel_construction& c) : op_kernel(c) {}
   memory input_memory(int) const override { return memory::any; }  // reads only shapes
   void compute(kernel_context& ctx) override {
     for (int k = 0; k < ctx.num_inputs(); ++k) {
@@ -841,7 +826,7 @@ void register_array_kernels(kernel_registry& registry) {
   add_for_types<all_numeric_types>(registry, "Rank", "T", make_kernel<rank_kernel>);
   add_for_types_and_index<all_numeric_types>(
       registry, "ShapeN", "T", "out_type",
-      []<class T, class Out>() -> kernel_factory { return make_kernel<shape_n_kernel<Out>>; });
+      []<class T, class Out>() -> kernel_factory { return make_kernel<shape_kernel<Out>>; });
   add_typed_kernels<lin_space_kernel, type_list<float, double>>(registry, "LinSpace");
   add_typed_kernels<check_numerics_kernel, type_list<float, double>>(registry, "CheckNumerics");
   add_typed_kernels<range_kernel, type_list<float, double, std::int32_t, std::int64_t>>(registry, "Range", "Tidx");
@@ -859,7 +844,7 @@ void register_array_kernels(kernel_registry& registry) {
   add_for_types<all_numeric_types>(registry, "Rank", "T", make_kernel<rank_kernel>, "GPU");
   add_for_types_and_index<all_numeric_types>(
       registry, "ShapeN", "T", "out_type",
-      []<class T, class Out>() -> kernel_factory { return make_kernel<shape_n_kernel<Out>>; }, "GPU");
+      []<class T, class Out>() -> kernel_factory { return make_kernel<shape_kernel<Out>>; }, "GPU");
 
   add_for_types_and_index<all_numeric_types>(
       registry, "Fill", "T", "index_type",
