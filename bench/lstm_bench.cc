@@ -1,6 +1,8 @@
 // One training step of an LSTM language model: vocabulary 10,000, embedding and hidden
-// size 512, one BasicLSTMCell layer unrolled 20 steps, batch 32, plain SGD, through
-// actors::session on a local cluster. Word ids and next-word labels are fed as
+// size 512, one LSTM layer over 20 steps, batch 32, plain SGD, through actors::session on
+// a local cluster. The layer is nn::fused_lstm (one BlockLSTM op, as TensorFlow's
+// LSTMBlockFusedCell; the `unrolled_*` runs build BasicLSTMCell's graph, one cell per
+// step, with the same weights, for comparison in the same run). Word ids and next-word labels are fed as
 // placeholders (time-major, [unroll, batch]). Two output layers:
 //
 //   full      dense 512 -> 10,000 and softmax cross-entropy over the whole vocabulary;
@@ -59,7 +61,7 @@ graph::output sampled_softmax(const graph::scope& root, graph::variable_collecti
   return ops::mean(root.with_name("loss"), per_example, i32(root, {0}));
 }
 
-training_model build_lm(bool sampled) {
+training_model build_lm(bool sampled, bool fused) {
   lm_shape shape;
   training_model m;
   auto& root = m.root;
@@ -74,10 +76,16 @@ training_model build_lm(bool sampled) {
                           i32(root, {static_cast<std::int32_t>(shape.unroll),
                                      static_cast<std::int32_t>(shape.batch),
                                      static_cast<std::int32_t>(shape.hidden)}));
-  auto steps = root.add("Unpack", {embedded},
-                        {{"num", graph::attr_value(shape.unroll)}, {"axis", graph::attr_value(0)}});
-  auto rnn = nn::lstm(root, vars, steps.outputs, static_cast<int>(shape.hidden));
-  auto h = ops::concat(root, rnn.outputs, ops::scalar(root, std::int32_t{0}));  // [unroll * batch, hidden]
+  graph::output h;  // [unroll * batch, hidden]
+  if (fused) {
+    auto rnn = nn::fused_lstm(root, vars, embedded, static_cast<int>(shape.hidden));
+    h = ops::reshape(root, rnn.outputs, i32(root, {-1, static_cast<std::int32_t>(shape.hidden)}));
+  } else {
+    auto steps = root.add("Unpack", {embedded},
+                          {{"num", graph::attr_value(shape.unroll)}, {"axis", graph::attr_value(0)}});
+    auto rnn = nn::lstm(root, vars, steps.outputs, static_cast<int>(shape.hidden));
+    h = ops::concat(root, rnn.outputs, ops::scalar(root, std::int32_t{0}));
+  }
   graph::output loss;
   if (sampled) {
     loss = sampled_softmax(root, vars, h, labels, shape);
@@ -111,15 +119,19 @@ training_model build_lm(bool sampled) {
   return m;
 }
 
-void lstm_step(benchmark::State& state, bool sampled) {
-  run_training(state, build_lm(sampled), static_cast<int>(state.range(0)));
+void lstm_step(benchmark::State& state, bool sampled, bool fused) {
+  run_training(state, build_lm(sampled, fused), static_cast<int>(state.range(0)));
 }
 
 }  // namespace
 
-BENCHMARK_CAPTURE(lstm_step, full, false)->ArgName("threads")->Arg(1)->Arg(2)
+BENCHMARK_CAPTURE(lstm_step, full, false, true)->ArgName("threads")->Arg(1)->Arg(2)
     ->Unit(benchmark::kMillisecond)->UseRealTime();
-BENCHMARK_CAPTURE(lstm_step, sampled, true)->ArgName("threads")->Arg(1)->Arg(2)
+BENCHMARK_CAPTURE(lstm_step, sampled, true, true)->ArgName("threads")->Arg(1)->Arg(2)
+    ->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK_CAPTURE(lstm_step, unrolled_full, false, false)->ArgName("threads")->Arg(1)->Arg(2)
+    ->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK_CAPTURE(lstm_step, unrolled_sampled, true, false)->ArgName("threads")->Arg(1)->Arg(2)
     ->Unit(benchmark::kMillisecond)->UseRealTime();
 
 }  // namespace troupe::bench

@@ -253,17 +253,59 @@ lstm_state lstm_cell(const scope& s, const lstm_weights& w, const output& x, con
   return lstm_state{c, h};
 }
 
+namespace {
+
+// Zeros of shape [batch, units], batch being x's dimension `batch_axis`.
+output zero_state(const scope& s, const output& x, int batch_axis, int units) {
+  if (x.shape.known_rank() && x.shape.rank() > batch_axis && x.shape.dim(batch_axis) >= 0) {
+    return init::zeros(s, {x.shape.dim(batch_axis), units}, x.type);
+  }
+  output batch =
+      s.add("Slice", {ops::shape(s, x), int32_vector(s, {batch_axis}), int32_vector(s, {1})}).out();
+  output dims = ops::concat(s, {batch, int32_vector(s, {units})}, ops::scalar<std::int32_t>(s, 0));
+  return ops::fill(s, dims, graph::scalar_of(s, x.type, 0.0));
+}
+
+}  // namespace
+
 lstm_state lstm_zero_state(const scope& s, const output& x, int units) {
   if (!s.ok() || !x.valid()) return lstm_state{};
-  output zeros;
-  if (x.shape.known_rank() && x.shape.rank() >= 1 && x.shape.dim(0) >= 0) {
-    zeros = init::zeros(s, {x.shape.dim(0), units}, x.type);
-  } else {
-    output batch = s.add("Slice", {ops::shape(s, x), int32_vector(s, {0}), int32_vector(s, {1})}).out();
-    output dims = ops::concat(s, {batch, int32_vector(s, {units})}, ops::scalar<std::int32_t>(s, 0));
-    zeros = ops::fill(s, dims, graph::scalar_of(s, x.type, 0.0));
-  }
+  output zeros = zero_state(s, x, 0, units);
   return lstm_state{zeros, zeros};
+}
+
+fused_lstm_result fused_lstm(const scope& s, variable_collection& vars, const output& x, int units,
+                             const lstm_options& options) {
+  fused_lstm_result result;
+  if (!s.ok() || !x.valid()) return result;
+  std::int64_t input_size = 0;
+  if (!check_float(s, "fused_lstm", x) || !known_dim(s, "fused_lstm", x, 3, 2, &input_size)) return result;
+  result.weights = make_lstm_weights(s, vars, static_cast<int>(input_size), units, x.type, options);
+  if (!result.weights.kernel.valid()) return result;
+  const scope ls = s.sub(options.name);
+  const std::int64_t time = x.shape.dim(0);
+  output seq_len_max =
+      time >= 0 ? ops::scalar<std::int64_t>(ls, time)
+                : ops::reshape(ls, ls.add("Slice", {ops::shape(ls, x, dtype::int64), int32_vector(ls, {0}),
+                                                    int32_vector(ls, {1})})
+                                       .out(),
+                               int32_vector(ls, {}));
+  output zeros = zero_state(ls.sub("zero_state"), x, 1, units);
+  output no_peephole = init::zeros(ls, {units}, x.type);
+  operation block = ls.add("BlockLSTM",
+                           {seq_len_max, x, zeros, zeros, result.weights.kernel.value, no_peephole, no_peephole,
+                            no_peephole, result.weights.bias.value},
+                           {{"forget_bias", attr_value(static_cast<float>(options.forget_bias))},
+                            {"cell_clip", attr_value(0.0f)},
+                            {"use_peephole", attr_value(false)}});
+  if (!block.valid()) return result;
+  result.outputs = block.out(6);
+  output last = ops::sub(ls, seq_len_max, ops::scalar<std::int64_t>(ls, 1));
+  auto final_step = [&](const output& sequence) {
+    return ls.add("GatherV2", {sequence, last, ops::scalar<std::int32_t>(ls, 0)}).out();
+  };
+  result.final_state = lstm_state{final_step(block.out(1)), final_step(block.out(6))};
+  return result;
 }
 
 lstm_result lstm(const scope& s, variable_collection& vars, const std::vector<output>& inputs,
@@ -277,6 +319,19 @@ lstm_result lstm(const scope& s, variable_collection& vars, const std::vector<ou
   std::int64_t input_size = 0;
   if (!inputs[0].valid() || !check_float(s, "lstm", inputs[0]) ||
       !known_dim(s, "lstm", inputs[0], 2, 1, &input_size)) {
+    return result;
+  }
+  if (options.fused) {
+    fused_lstm_result fused =
+        fused_lstm(s, vars, ops::stack(s.sub(options.name), inputs, 0), units, options);
+    if (!fused.outputs.valid()) return result;
+    operation steps = s.sub(options.name)
+                          .add("Unpack", {fused.outputs},
+                               {{"num", attr_value(static_cast<std::int64_t>(inputs.size()))},
+                                {"axis", attr_value(0)}});
+    for (std::size_t t = 0; t < inputs.size(); ++t) result.outputs.push_back(steps.out(static_cast<int>(t)));
+    result.final_state = fused.final_state;
+    result.weights = fused.weights;
     return result;
   }
   result.weights = make_lstm_weights(s, vars, static_cast<int>(input_size), units, inputs[0].type, options);

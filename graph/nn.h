@@ -125,6 +125,8 @@ struct lstm_options {
   std::int64_t seed = 0;
   bool trainable = true;
   std::string name = "lstm";
+  // lstm(): one BlockLSTM op over all the steps (fused_lstm) instead of one cell per step.
+  bool fused = false;
 };
 
 lstm_weights make_lstm_weights(const scope& s, variable_collection& vars, int input_size,
@@ -145,9 +147,27 @@ struct lstm_result {
 };
 
 // An LSTM unrolled over `inputs` (one [batch, input_size] tensor per time step), starting
-// from zeros; one set of weights shared by all steps, step t built under "<name>/t".
+// from zeros; one set of weights shared by all steps, step t built under "<name>/t". With
+// options.fused, the steps are stacked into one fused_lstm (same weights, same values)
+// and its outputs unstacked.
 lstm_result lstm(const scope& s, variable_collection& vars, const std::vector<output>& inputs,
                  int units, const lstm_options& options = {});
+
+struct fused_lstm_result {
+  output outputs;  // h after each step, [time, batch, units]
+  lstm_state final_state;
+  lstm_weights weights;
+};
+
+// The LSTM of lstm() over a whole sequence x [time, batch, input_size] (time may be
+// unknown until run time) in one BlockLSTM op, as TensorFlow's LSTMBlockFusedCell: the
+// cell of lstm_cell with the same weights (names, layout, forget_bias), starting from
+// zeros, without peepholes or cell clipping. Its gradient is one BlockLSTMGrad, which
+// computes the weights' gradient as one product over all steps instead of one per step
+// and a sum (kernels/cpu/rnn_kernels.cc); on the benchmark's language model it trains
+// about twice as fast as the unrolled cells (doc/benchmarks.md).
+fused_lstm_result fused_lstm(const scope& s, variable_collection& vars, const output& x, int units,
+                             const lstm_options& options = {});
 
 struct embedding_options {
   init::initializer initializer = init::truncated_normal_initializer(1.0);

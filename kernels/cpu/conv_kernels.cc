@@ -15,7 +15,7 @@
 // the [M, in_c] matrix. Otherwise the patches are built a chunk of rows at a time (about
 // k_chunk_bytes, so they stay in cache between im2col and the gemm's packing) with the
 // rows of a chunk split over the compute pool; each gemm runs on one thread (OpenBLAS, or
-// for float oneDNN's sgemm when MatMul measured it faster: conv_gemm). float32
+// for float oneDNN's sgemm when MatMul measured it faster: kernels/cpu/gemm_backend.h). float32
 // convolutions run on oneDNN (kernels/cpu/onednn_conv.h), here, or for the forward pass and
 // the filter gradient on the direct AVX-512 kernels (kernels/cpu/direct_conv.h),
 // whichever each pass and geometry measures fastest on its first call (fastest_path);
@@ -185,30 +185,6 @@ void for_each_chunk(std::int64_t m, std::int64_t chunk, std::int64_t k, double c
   });
 }
 
-// Nanoseconds for a gemm of m x n x k on one core (about 50 GFLOP/s), for cost estimates.
-inline double gemm_ns(std::int64_t m, std::int64_t n, std::int64_t k) {
-  return 2.0 * static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k) / 50.0;
-}
-
-// The im2col path's products: float on oneDNN's sgemm when MatMul's once-per-process
-// measurement chose it (kernels/cpu/gemm_backend.h; measured here with OPENBLAS_CORETYPE=
-// Haswell: AlexNet conv1's im2col forward 47 -> 32 ms, its input gradient 41 -> 32 ms),
-// else on OpenBLAS; double on OpenBLAS.
-inline void conv_gemm(bool ta, bool tb, std::int64_t m, std::int64_t n, std::int64_t k, float alpha, const float* a,
-                      std::int64_t lda, const float* b, std::int64_t ldb, float beta, float* c, std::int64_t ldc) {
-  if (float_gemm_on_onednn()) {
-    onednn::single_threaded_openmp();
-    if (dnnl_sgemm(ta ? 'T' : 'N', tb ? 'T' : 'N', m, n, k, alpha, a, lda, b, ldb, beta, c, ldc) == dnnl_success) {
-      return;
-    }
-  }
-  blas_gemm(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
-}
-inline void conv_gemm(bool ta, bool tb, std::int64_t m, std::int64_t n, std::int64_t k, double alpha, const double* a,
-                      std::int64_t lda, const double* b, std::int64_t ldb, double beta, double* c, std::int64_t ldc) {
-  blas_gemm(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
-}
-
 // onednn::convolve for float; unimplemented for other types.
 template <class T>
 status onednn_convolve(onednn::conv_pass pass, const conv_shape& s, const T* a, const T* b, T* out,
@@ -345,7 +321,7 @@ void im2col_forward(const conv_shape& s, const T* input, const T* filter, T* out
   const std::int64_t m = s.rows(), k = s.patch(), n = s.out_c;
   if (s.pointwise()) {
     pool.parallel_for(m, gemm_ns(1, n, k), [&](std::int64_t b, std::int64_t e) {
-      conv_gemm(false, false, e - b, n, k, T(1), input + b * k, k, filter, n, T(0), output + b * n, n);
+      gemm(false, false, e - b, n, k, T(1), input + b * k, k, filter, n, T(0), output + b * n, n);
     });
     return;
   }
@@ -353,7 +329,7 @@ void im2col_forward(const conv_shape& s, const T* input, const T* filter, T* out
   for_each_chunk<T>(m, chunk, k, gemm_ns(chunk, n, k) + 0.3 * static_cast<double>(chunk * k), pool,
                     [&](std::int64_t begin, std::int64_t end, T* patches) {
                       im2col(s, input, begin, end, patches);
-                      conv_gemm(false, false, end - begin, n, k, T(1), patches, k, filter, n, T(0),
+                      gemm(false, false, end - begin, n, k, T(1), patches, k, filter, n, T(0),
                                 output + begin * n, n);
                     });
 }
@@ -379,7 +355,7 @@ void im2col_backprop_input(const conv_shape& s, const T* filter, const T* out_ba
   const std::int64_t m = s.rows(), k = s.patch(), n = s.out_c;
   if (s.pointwise()) {
     pool.parallel_for(m, gemm_ns(1, k, n), [&](std::int64_t b, std::int64_t e) {
-      conv_gemm(false, true, e - b, k, n, T(1), out_backprop + b * n, n, filter, n, T(0), input_grad + b * k, k);
+      gemm(false, true, e - b, k, n, T(1), out_backprop + b * n, n, filter, n, T(0), input_grad + b * k, k);
     });
     return;
   }
@@ -396,7 +372,7 @@ void im2col_backprop_input(const conv_shape& s, const T* filter, const T* out_ba
                       const std::int64_t last = i1 * per_image;
                       for (std::int64_t begin = i0 * per_image; begin < last; begin += chunk) {
                         std::int64_t end = std::min(last, begin + chunk);
-                        conv_gemm(false, true, end - begin, k, n, T(1), out_backprop + begin * n, n, filter,
+                        gemm(false, true, end - begin, k, n, T(1), out_backprop + begin * n, n, filter,
                                   n, T(0), d_patches, k);
                         col2im(s, d_patches, begin, end, input_grad);
                       }
@@ -445,7 +421,7 @@ void im2col_backprop_filter(const conv_shape& s, const T* input, const T* out_ba
                           // A 1x1 filter at stride 1: the input rows are the patches.
                           const T* rows = pointwise ? input + begin * k : patches;
                           if (!pointwise) im2col(s, input, begin, end, patches);
-                          conv_gemm(true, false, k, n, end - begin, T(1), rows, k, out_backprop + begin * n, n,
+                          gemm(true, false, k, n, end - begin, T(1), rows, k, out_backprop + begin * n, n,
                                     c == c0 ? T(0) : T(1), partial, n);
                         }
                       }

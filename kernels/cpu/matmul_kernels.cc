@@ -120,6 +120,45 @@ gemm_backend float_gemm_backend() {
 
 bool float_gemm_on_onednn() { return float_gemm_backend<float>() == gemm_backend::onednn; }
 
+void gemm(bool transpose_a, bool transpose_b, std::int64_t m, std::int64_t n, std::int64_t k, float alpha,
+          const float* a, std::int64_t lda, const float* b, std::int64_t ldb, float beta, float* c,
+          std::int64_t ldc) {
+  if (float_gemm_on_onednn()) {
+    onednn::single_threaded_openmp();
+    if (dnnl_sgemm(transpose_a ? 'T' : 'N', transpose_b ? 'T' : 'N', m, n, k, alpha, a, lda, b, ldb, beta, c,
+                   ldc) == dnnl_success) {
+      return;
+    }
+  }
+  use_openblas_threads(1);
+  blas_gemm(transpose_a, transpose_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+}
+
+void gemm(bool transpose_a, bool transpose_b, std::int64_t m, std::int64_t n, std::int64_t k, double alpha,
+          const double* a, std::int64_t lda, const double* b, std::int64_t ldb, double beta, double* c,
+          std::int64_t ldc) {
+  use_openblas_threads(1);
+  blas_gemm(transpose_a, transpose_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+}
+
+template <class T>
+void parallel_gemm(compute_pool& pool, bool transpose_a, bool transpose_b, std::int64_t m, std::int64_t n,
+                   std::int64_t k, T alpha, const T* a, std::int64_t lda, const T* b, std::int64_t ldb, T beta,
+                   T* c, std::int64_t ldc) {
+  pool.parallel_for(m, gemm_ns(1, n, k), [&](std::int64_t begin, std::int64_t end) {
+    // Rows [begin, end) of op(A): a row offset, or a column offset when transposed.
+    const T* a_rows = transpose_a ? a + begin : a + begin * lda;
+    gemm(transpose_a, transpose_b, end - begin, n, k, alpha, a_rows, lda, b, ldb, beta, c + begin * ldc, ldc);
+  });
+}
+
+template void parallel_gemm<float>(compute_pool&, bool, bool, std::int64_t, std::int64_t, std::int64_t, float,
+                                   const float*, std::int64_t, const float*, std::int64_t, float, float*,
+                                   std::int64_t);
+template void parallel_gemm<double>(compute_pool&, bool, bool, std::int64_t, std::int64_t, std::int64_t, double,
+                                    const double*, std::int64_t, const double*, std::int64_t, double, double*,
+                                    std::int64_t);
+
 namespace {
 
 template <class T>
@@ -161,22 +200,8 @@ class matmul_kernel final : public op_kernel {
       }
       // One thread budget: the library runs single-threaded on row blocks over the compute
       // pool, so concurrent kernels never start threads that spin against the pool's.
-      const T* a_data = a.data<T>();
-      const std::int64_t lda = a.dim(1);
-      std::atomic<bool> failed{false};
-      ctx.pool().parallel_for(m, 2.0 * static_cast<double>(n) * static_cast<double>(k) / 50.0,
-                              [&](std::int64_t begin, std::int64_t end) {
-                                // Rows [begin, end) of op(A): row offset, or column offset when transposed.
-                                const T* a_rows = transpose_a_ ? a_data + begin : a_data + begin * lda;
-                                if (!library_gemm<T>(backend, transpose_a_, transpose_b_, end - begin, n, k,
-                                                     a_rows, lda, b.data<T>(), b.dim(1),
-                                                     product.data<T>() + begin * n, n)) {
-                                  failed.store(true);
-                                }
-                              });
-      if (failed.load()) {
-        ctx.fail(internal_error("MatMul of a ", a.shape(), " and b ", b.shape(), ": oneDNN's sgemm failed"));
-      }
+      parallel_gemm<T>(ctx.pool(), transpose_a_, transpose_b_, m, n, k, T(1), a.data<T>(), a.dim(1), b.data<T>(),
+                       b.dim(1), T(0), product.data<T>(), n);
     } else {
       eigen_matmul<T>(a, b, transpose_a_, transpose_b_, product, ctx.pool());
     }

@@ -290,6 +290,20 @@ std::vector<gradient_case> gradient_cases() {
          return s.add("FusedBatchNormV3", {x[0], x[1], x[2], mean, variance},
                       {{"is_training", graph::attr_value(false)}}).out(0);
        }},
+      // The fused LSTM (graph/ops/rnn_ops.cc): x, cs_prev, h_prev, w, wci, wcf, wco, b.
+      {"BlockLSTM h, peepholes", {{3, 2, 3}, {2, 4}, {2, 4}, {7, 16}, {4}, {4}, {4}, {16}},
+       [](const scope& s, const v& x) {
+         std::vector<graph::input> in = {ops::scalar<std::int64_t>(s, 3)};
+         in.insert(in.end(), x.begin(), x.end());
+         return s.add("BlockLSTM", in, {{"use_peephole", graph::attr_value(true)}, {"cell_clip", graph::attr_value(0.0f)}})
+             .out(6);
+       }},
+      {"BlockLSTMV2 cs, seq_len_max 2 of 3", {{3, 2, 3}, {2, 4}, {2, 4}, {7, 16}, {4}, {4}, {4}, {16}},
+       [](const scope& s, const v& x) {
+         std::vector<graph::input> in = {ops::scalar<std::int64_t>(s, 2)};
+         in.insert(in.end(), x.begin(), x.end());
+         return s.add("BlockLSTMV2", in).out(1);
+       }},
       // Layout.
       {"Reshape", {{2, 3}}, [](const scope& s, const v& x) { return ops::reshape(s, x[0], i32(s, {3, 2})); }},
       {"ExpandDims", {{2, 3}}, [](const scope& s, const v& x) {

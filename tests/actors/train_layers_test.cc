@@ -234,7 +234,10 @@ TEST_CASE("dropout keeps 1 - rate of the elements, scaled, reproducibly", "[trai
   CHECK(run(again, {}, build(again))[0].equals(got[0]));
 }
 
-TEST_CASE("lstm matches a float64 reference of BasicLSTMCell", "[train_layers]") {
+namespace {
+
+void check_lstm_against_reference(bool fused) {
+  INFO((fused ? "fused" : "unrolled"));
   std::mt19937 rng(8);
   const int batch = 2, input_size = 2, units = 3, steps = 3;
   auto root = scope::new_root();
@@ -248,7 +251,7 @@ TEST_CASE("lstm matches a float64 reference of BasicLSTMCell", "[train_layers]")
     xs.push_back(random_tensor({batch, input_size}, rng));
     feeds.emplace_back(name, xs.back());
   }
-  nn::lstm_result r = nn::lstm(root, vars, inputs, units, {.forget_bias = 1.0});
+  nn::lstm_result r = nn::lstm(root, vars, inputs, units, {.forget_bias = 1.0, .fused = fused});
   REQUIRE(root.ok());
   tensor kernel = random_tensor({input_size + units, 4 * units}, rng);
   tensor bias = random_tensor({4 * units}, rng);
@@ -256,6 +259,7 @@ TEST_CASE("lstm matches a float64 reference of BasicLSTMCell", "[train_layers]")
   feeds.emplace_back(read_of("lstm/bias"), bias);
   std::vector<output> fetches = r.outputs;
   fetches.push_back(r.final_state.c);
+  fetches.push_back(r.final_state.h);
   auto got = run(root, feeds, fetches);
 
   auto sigmoid = [](double v) { return 1 / (1 + std::exp(-v)); };
@@ -285,6 +289,60 @@ TEST_CASE("lstm matches a float64 reference of BasicLSTMCell", "[train_layers]")
     check_close(values(got[static_cast<std::size_t>(t)]), h, 1e-12);
   }
   check_close(values(got[steps]), c, 1e-12);
+  check_close(values(got[steps + 1]), h, 1e-12);
+}
+
+}  // namespace
+
+TEST_CASE("lstm, unrolled and fused, matches a float64 reference of BasicLSTMCell", "[train_layers]") {
+  check_lstm_against_reference(false);
+  check_lstm_against_reference(true);
+}
+
+// The fused layer's gradient (one BlockLSTMGrad) against the unrolled cells' (TensorFlow's
+// gradients of each op, summed over the steps), for the weights, the bias and every input.
+TEST_CASE("fused_lstm's gradients equal the unrolled lstm's", "[train_layers]") {
+  std::mt19937 rng(9);
+  const int batch = 3, input_size = 4, units = 5, steps = 4;
+  std::vector<tensor> xs;
+  for (int t = 0; t < steps; ++t) xs.push_back(random_tensor({batch, input_size}, rng));
+  tensor kernel = random_tensor({input_size + units, 4 * units}, rng);
+  tensor bias = random_tensor({4 * units}, rng);
+  std::vector<tensor> weights_of_h;  // d loss / d h_t, one per step
+  for (int t = 0; t < steps; ++t) weights_of_h.push_back(random_tensor({batch, units}, rng));
+  std::vector<std::vector<tensor>> results;
+  for (bool fused : {false, true}) {
+    auto root = scope::new_root();
+    graph::variable_collection vars;
+    std::vector<output> inputs;
+    actors::feed_list feeds;
+    for (int t = 0; t < steps; ++t) {
+      std::string name = "x" + std::to_string(t);
+      inputs.push_back(ops::placeholder(root.with_name(name), dtype::float64, {batch, input_size}));
+      feeds.emplace_back(name, xs[static_cast<std::size_t>(t)]);
+    }
+    nn::lstm_result r = nn::lstm(root, vars, inputs, units, {.forget_bias = 0.5, .fused = fused});
+    std::vector<output> terms;
+    for (int t = 0; t < steps; ++t) {
+      output w = ops::constant(root, weights_of_h[static_cast<std::size_t>(t)]);
+      terms.push_back(ops::sum(root, ops::mul(root, r.outputs[static_cast<std::size_t>(t)], w),
+                               ops::constant(root, tensor::from_vector<std::int32_t>({0, 1}))));
+    }
+    output loss = ops::add(root, ops::add_n(root, terms), ops::sum(root, r.final_state.c, ops::constant(root, tensor::from_vector<std::int32_t>({0, 1}))));
+    std::vector<output> xs_of_grad = {r.weights.kernel.value, r.weights.bias.value};
+    xs_of_grad.insert(xs_of_grad.end(), inputs.begin(), inputs.end());
+    auto grads = graph::add_gradients(root, {loss}, xs_of_grad);
+    REQUIRE(grads.ok());
+    REQUIRE(root.ok());
+    feeds.emplace_back(read_of("lstm/kernel"), kernel);
+    feeds.emplace_back(read_of("lstm/bias"), bias);
+    results.push_back(run(root, feeds, *grads));
+  }
+  REQUIRE(results[0].size() == results[1].size());
+  for (std::size_t k = 0; k < results[0].size(); ++k) {
+    INFO("gradient " << k << " (0: kernel, 1: bias, then the inputs)");
+    check_close(values(results[1][k]), values(results[0][k]), 1e-12);
+  }
 }
 
 TEST_CASE("embedding_lookup partitions ids as TensorFlow's strategies do", "[train_layers]") {

@@ -1,0 +1,356 @@
+// CPU kernels for the ops of graph/ops/rnn_ops.cc: BlockLSTM(V2) and BlockLSTMGrad(V2),
+// an LSTM over a whole sequence in one kernel.
+//
+// Where the time goes, and how it is split. Of an LSTM's products, only the recurrent one
+// (h_{t-1} times the last `cell` rows of w) has to wait for the step before; the rest are
+// one product each over all time steps:
+//
+//   forward   gates[t] = x[t] w_x for every t at once ([time * batch, input] x [input, 4 cell]),
+//             then per step gates[t] += h_{t-1} w_h and the element-wise cell;
+//   backward  per step (last to first) the element-wise cell gives dgates[t] and
+//             dh_{t-1} = dgates[t] w_h^T; then x_grad = dgates w_x^T, w_grad = [x, h_prev]^T
+//             dgates and b_grad = the column sums of dgates, each one product over all steps
+//             (an unrolled graph instead builds a [input + cell, 4 cell] product per step and
+//             sums them).
+//
+// A step's work is split over the compute pool by blocks of cell units: a block computes
+// its units' columns of the four gates (four products of [batch, cell] x [cell, units]) and
+// then their element-wise cell, which needs no other block's columns; so threads meet once
+// per step, and each keeps its slice of w_h in its own cache from step to step. Products
+// run on kernels/cpu/gemm_backend.h's `gemm`; the element-wise cell on Eigen arrays (its
+// vectorized tanh and logistic).
+#include <Eigen/Core>
+
+#include <algorithm>
+#include <array>
+#include <cstdint>
+#include <limits>
+#include <vector>
+
+#include "kernels/cpu/gemm_backend.h"
+#include "kernels/kernel_registry.h"
+
+namespace troupe::kernels {
+
+namespace {
+
+// Where each gate's columns start in gates, w and b, in units of `cell`.
+struct gate_columns {
+  std::int64_t i, c, f, o;
+};
+// BlockLSTM: i, ci, f, o (BasicLSTMCell's i, j, f, o); BlockLSTMV2: i, f, ci, o (Keras').
+constexpr gate_columns k_icfo{0, 1, 2, 3};
+constexpr gate_columns k_ifco{0, 2, 1, 3};
+
+struct lstm_sizes {
+  std::int64_t time = 0, batch = 0, input = 0, cell = 0;
+  std::int64_t steps = 0;  // seq_len_max
+};
+
+// Checks BlockLSTM's first nine inputs (its gradient's too) and reads the sizes.
+result<lstm_sizes> lstm_sizes_of(const std::string& op, std::span<const tensor> in) {
+  const tensor& x = in[1];
+  if (in[0].rank() != 0) {
+    return invalid_argument_error(op, ": seq_len_max must be a scalar, got ", in[0].shape());
+  }
+  if (x.rank() != 3) return invalid_argument_error(op, ": x must be [time, batch, input], got ", x.shape());
+  if (in[2].rank() != 2) return invalid_argument_error(op, ": cs_prev must be [batch, cell], got ", in[2].shape());
+  lstm_sizes s;
+  s.time = x.dim(0);
+  s.batch = x.dim(1);
+  s.input = x.dim(2);
+  s.cell = in[2].dim(1);
+  const tensor_shape state{s.batch, s.cell}, cell_vector{s.cell};
+  const std::array<std::pair<const char*, tensor_shape>, 7> expected = {{
+      {"cs_prev", state},
+      {"h_prev", state},
+      {"w", tensor_shape{s.input + s.cell, 4 * s.cell}},
+      {"wci", cell_vector},
+      {"wcf", cell_vector},
+      {"wco", cell_vector},
+      {"b", tensor_shape{4 * s.cell}},
+  }};
+  for (std::size_t k = 0; k < expected.size(); ++k) {
+    if (in[k + 2].shape() != expected[k].second) {
+      return invalid_argument_error(op, ": ", expected[k].first, " is ", in[k + 2].shape(), "; with x ",
+                                    x.shape(), " and cs_prev ", in[2].shape(), " it must be ",
+                                    expected[k].second);
+    }
+  }
+  s.steps = in[0].data<std::int64_t>()[0];
+  if (s.steps < 0 || s.steps > s.time) {
+    return invalid_argument_error(op, ": seq_len_max is ", s.steps, "; it must be in [0, ", s.time,
+                                  "] (x has ", s.time, " time steps)");
+  }
+  constexpr std::int64_t k_int_max = std::numeric_limits<int>::max();
+  if (s.time * s.batch > k_int_max || s.input + s.cell > k_int_max || 4 * s.cell > k_int_max) {
+    return unimplemented_error(op, ": x ", x.shape(), " with cell size ", s.cell,
+                               " exceeds the BLAS index range");
+  }
+  return s;
+}
+
+// Blocks of cell units a step is split into: one per pool thread, 16-unit aligned (whole
+// vectors), none smaller than 16 units.
+struct unit_blocks {
+  std::int64_t size = 0, count = 0;
+  unit_blocks(std::int64_t cell, int threads) {
+    const std::int64_t per_thread = (cell + threads - 1) / std::max(threads, 1);
+    size = std::max<std::int64_t>(16, (per_thread + 15) / 16 * 16);
+    count = cell == 0 ? 0 : (cell + size - 1) / size;
+  }
+  std::int64_t begin(std::int64_t block) const { return block * size; }
+  std::int64_t end(std::int64_t block, std::int64_t cell) const { return std::min(cell, (block + 1) * size); }
+};
+
+template <class T>
+using array_map = Eigen::Map<Eigen::Array<T, Eigen::Dynamic, 1>>;
+template <class T>
+using const_array_map = Eigen::Map<const Eigen::Array<T, Eigen::Dynamic, 1>>;
+
+template <class T>
+class block_lstm_kernel final : public op_kernel {
+ public:
+  explicit block_lstm_kernel(kernel_construction& c) : op_kernel(c) {
+    v2_ = c.op().name == "BlockLSTMV2";
+    if (!v2_) c.get_attr("forget_bias", &forget_bias_);
+    c.get_attrs("cell_clip", &cell_clip_, "use_peephole", &use_peephole_);
+  }
+
+  void compute(kernel_context& ctx) override {
+    auto sizes = lstm_sizes_of(op(), ctx.inputs());
+    if (!sizes.ok()) return ctx.fail(sizes.error());
+    const lstm_sizes s = *sizes;
+    const std::int64_t batch = s.batch, cell = s.cell, input = s.input, width = 4 * cell;
+    const tensor_shape sequence{s.time, batch, cell};
+    std::array<T*, 7> out{};  // i, cs, f, o, ci, co, h
+    for (int k = 0; k < 7; ++k) out[static_cast<std::size_t>(k)] = ctx.allocate_output(k, sequence).template data<T>();
+    const std::int64_t per_step = batch * cell;
+    // Steps from seq_len_max on are zeros.
+    for (T* o : out) std::fill(o + s.steps * per_step, o + s.time * per_step, T(0));
+    if (s.steps == 0 || per_step == 0) return;
+
+    const T* x = ctx.input(1).data<T>();
+    const T* w = ctx.input(4).data<T>();
+    const T* w_h = w + input * width;
+    tensor gates_tensor(dtype_of<T>, tensor_shape{s.steps * batch, width});
+    T* gates = gates_tensor.data<T>();
+    if (input > 0) {
+      parallel_gemm<T>(ctx.pool(), false, false, s.steps * batch, width, input, T(1), x, input, w, width, T(0),
+                       gates, width);
+    } else {
+      std::fill_n(gates, s.steps * batch * width, T(0));
+    }
+    const gate_columns g = v2_ ? k_ifco : k_icfo;
+    const unit_blocks blocks(cell, ctx.pool().num_threads());
+    for (std::int64_t t = 0; t < s.steps; ++t) {
+      const T* h_before = t == 0 ? ctx.input(3).data<T>() : out[6] + (t - 1) * per_step;
+      const T* cs_before = t == 0 ? ctx.input(2).data<T>() : out[1] + (t - 1) * per_step;
+      T* step_gates = gates + t * batch * width;
+      ctx.pool().parallel_for(blocks.count, gemm_ns(batch, 4 * blocks.size, cell) + 50.0 * batch * blocks.size,
+                              [&](std::int64_t first, std::int64_t last) {
+                                for (std::int64_t block = first; block < last; ++block) {
+                                  const std::int64_t u0 = blocks.begin(block), u1 = blocks.end(block, cell);
+                                  for (int q = 0; q < 4; ++q) {
+                                    gemm(false, false, batch, u1 - u0, cell, T(1), h_before, cell,
+                                         w_h + q * cell + u0, width, T(1), step_gates + q * cell + u0, width);
+                                  }
+                                  cell_forward(ctx, g, s, t, u0, u1, step_gates, cs_before, out);
+                                }
+                              });
+    }
+  }
+
+ private:
+  // The element-wise cell of step t for units [u0, u1) of every batch row.
+  void cell_forward(const kernel_context& ctx, const gate_columns& g, const lstm_sizes& s, std::int64_t t,
+                    std::int64_t u0, std::int64_t u1, const T* step_gates, const T* cs_before,
+                    const std::array<T*, 7>& out) const {
+    const std::int64_t cell = s.cell, width = 4 * cell, n = u1 - u0;
+    const T* b = ctx.input(8).data<T>();
+    const_array_map<T> b_i(b + g.i * cell + u0, n), b_c(b + g.c * cell + u0, n), b_f(b + g.f * cell + u0, n),
+        b_o(b + g.o * cell + u0, n);
+    const_array_map<T> wci(ctx.input(5).data<T>() + u0, n), wcf(ctx.input(6).data<T>() + u0, n),
+        wco(ctx.input(7).data<T>() + u0, n);
+    const T forget_bias = static_cast<T>(forget_bias_), clip = static_cast<T>(cell_clip_);
+    for (std::int64_t row = 0; row < s.batch; ++row) {
+      const T* gr = step_gates + row * width;
+      const std::int64_t at = t * s.batch * cell + row * cell + u0;
+      const_array_map<T> gi(gr + g.i * cell + u0, n), gc(gr + g.c * cell + u0, n), gf(gr + g.f * cell + u0, n),
+          go(gr + g.o * cell + u0, n), cs_prev(cs_before + row * cell + u0, n);
+      array_map<T> i(out[0] + at, n), cs(out[1] + at, n), f(out[2] + at, n), o(out[3] + at, n), ci(out[4] + at, n),
+          co(out[5] + at, n), h(out[6] + at, n);
+      if (use_peephole_) {
+        i = (gi + b_i + cs_prev * wci).logistic();
+        f = (gf + b_f + forget_bias + cs_prev * wcf).logistic();
+      } else {
+        i = (gi + b_i).logistic();
+        f = (gf + b_f + forget_bias).logistic();
+      }
+      ci = (gc + b_c).tanh();
+      cs = ci * i + cs_prev * f;
+      if (clip > T(0)) cs = cs.max(-clip).min(clip);
+      co = cs.tanh();
+      if (use_peephole_) {
+        o = (go + b_o + cs * wco).logistic();
+      } else {
+        o = (go + b_o).logistic();
+      }
+      h = co * o;
+    }
+  }
+
+  bool v2_ = false;
+  float forget_bias_ = 0.0f;
+  float cell_clip_ = 0.0f;
+  bool use_peephole_ = false;
+};
+
+template <class T>
+class block_lstm_grad_kernel final : public op_kernel {
+ public:
+  explicit block_lstm_grad_kernel(kernel_construction& c) : op_kernel(c) {
+    v2_ = c.op().name == "BlockLSTMGradV2";
+    c.get_attr("use_peephole", &use_peephole_);
+  }
+
+  void compute(kernel_context& ctx) override {
+    auto sizes = lstm_sizes_of(op(), ctx.inputs());
+    if (!sizes.ok()) return ctx.fail(sizes.error());
+    const lstm_sizes s = *sizes;
+    const std::int64_t batch = s.batch, cell = s.cell, input = s.input, width = 4 * cell;
+    const tensor_shape sequence{s.time, batch, cell};
+    static constexpr std::array<const char*, 9> k_names = {"i", "cs", "f", "o", "ci", "co", "h", "cs_grad", "h_grad"};
+    for (int k = 9; k < 18; ++k) {
+      if (ctx.input(k).shape() != sequence) {
+        return ctx.fail_invalid_argument(op(), ": ", k_names[static_cast<std::size_t>(k - 9)], " is ",
+                                         ctx.input(k).shape(), "; it must be [time, batch, cell] ", sequence);
+      }
+    }
+    T* x_grad = ctx.allocate_output(0, ctx.input(1).shape()).template data<T>();
+    T* cs_prev_grad = ctx.allocate_output(1, ctx.input(2).shape()).template data<T>();
+    T* h_prev_grad = ctx.allocate_output(2, ctx.input(3).shape()).template data<T>();
+    T* w_grad = ctx.allocate_output(3, ctx.input(4).shape()).template data<T>();
+    std::array<T*, 3> peephole_grads{};  // wci, wcf, wco
+    for (int k = 0; k < 3; ++k) {
+      peephole_grads[static_cast<std::size_t>(k)] = ctx.allocate_output(4 + k, ctx.input(5 + k).shape()).template data<T>();
+      std::fill_n(peephole_grads[static_cast<std::size_t>(k)], cell, T(0));
+    }
+    T* b_grad = ctx.allocate_output(7, ctx.input(8).shape()).template data<T>();
+    std::fill_n(x_grad + s.steps * batch * input, (s.time - s.steps) * batch * input, T(0));
+    const std::int64_t per_step = batch * cell;
+    if (s.steps == 0 || per_step == 0) {
+      std::fill_n(x_grad, s.time * batch * input, T(0));
+      std::fill_n(cs_prev_grad, per_step, T(0));
+      std::fill_n(h_prev_grad, per_step, T(0));
+      std::fill_n(w_grad, (input + cell) * width, T(0));
+      std::fill_n(b_grad, width, T(0));
+      return;
+    }
+
+    const T* x = ctx.input(1).data<T>();
+    const T* w = ctx.input(4).data<T>();
+    const T* w_h = w + input * width;
+    const T* h = ctx.input(15).data<T>();
+    tensor dgates_tensor(dtype_of<T>, tensor_shape{s.steps * batch, width});
+    T* dgates = dgates_tensor.data<T>();
+    // What flows from step t + 1 into step t: dh (the recurrent product's gradient) and dcs.
+    std::vector<T> dh_carry(static_cast<std::size_t>(per_step), T(0));
+    std::vector<T> dcs_carry(static_cast<std::size_t>(per_step), T(0));
+    const gate_columns g = v2_ ? k_ifco : k_icfo;
+    const unit_blocks blocks(cell, ctx.pool().num_threads());
+    for (std::int64_t t = s.steps - 1; t >= 0; --t) {
+      ctx.pool().parallel_for(
+          blocks.count, gemm_ns(batch, blocks.size, width) + 80.0 * batch * blocks.size,
+          [&](std::int64_t first, std::int64_t last) {
+            for (std::int64_t block = first; block < last; ++block) {
+              const std::int64_t u0 = blocks.begin(block), u1 = blocks.end(block, cell);
+              if (t + 1 < s.steps) {
+                gemm(false, true, batch, u1 - u0, width, T(1), dgates + (t + 1) * batch * width, width,
+                     w_h + u0 * width, width, T(0), dh_carry.data() + u0, cell);
+              }
+              cell_backward(ctx, g, s, t, u0, u1, dh_carry.data(), dcs_carry.data(), dgates + t * batch * width,
+                            peephole_grads);
+            }
+          });
+    }
+    compute_pool& pool = ctx.pool();
+    // The gradients of the initial state: through step 0's recurrent product and its cell.
+    parallel_gemm<T>(pool, false, true, batch, cell, width, T(1), dgates, width, w_h, width, T(0), h_prev_grad, cell);
+    std::copy(dcs_carry.begin(), dcs_carry.end(), cs_prev_grad);
+    const std::int64_t rows = s.steps * batch;
+    if (input > 0) {
+      parallel_gemm<T>(pool, false, true, rows, input, width, T(1), dgates, width, w, width, T(0), x_grad, input);
+      parallel_gemm<T>(pool, true, false, input, width, rows, T(1), x, input, dgates, width, T(0), w_grad, width);
+    }
+    // w_h's gradient: [h_prev, h[0], ..., h[steps - 2]]^T dgates.
+    T* w_h_grad = w_grad + input * width;
+    parallel_gemm<T>(pool, true, false, cell, width, batch, T(1), ctx.input(3).data<T>(), cell, dgates, width, T(0),
+                     w_h_grad, width);
+    if (s.steps > 1) {
+      parallel_gemm<T>(pool, true, false, cell, width, rows - batch, T(1), h, cell, dgates + batch * width, width,
+                       T(1), w_h_grad, width);
+    }
+    pool.parallel_for(width, static_cast<double>(rows), [&](std::int64_t c0, std::int64_t c1) {
+      array_map<T> sum(b_grad + c0, c1 - c0);
+      sum.setZero();
+      for (std::int64_t r = 0; r < rows; ++r) sum += const_array_map<T>(dgates + r * width + c0, c1 - c0);
+    });
+  }
+
+ private:
+  // Step t's cell backwards for units [u0, u1): from dh (dh_carry + h_grad[t]) and dcs
+  // (dcs_carry + cs_grad[t]) to dgates[t]'s columns, the next dcs_carry and the peephole
+  // weights' gradients (each block owns its units' entries).
+  void cell_backward(const kernel_context& ctx, const gate_columns& g, const lstm_sizes& s, std::int64_t t,
+                     std::int64_t u0, std::int64_t u1, const T* dh_carry, T* dcs_carry, T* step_dgates,
+                     const std::array<T*, 3>& peephole_grads) const {
+    const std::int64_t cell = s.cell, width = 4 * cell, n = u1 - u0;
+    auto at_step = [&](int input, std::int64_t step, std::int64_t row) {
+      return ctx.input(input).data<T>() + step * s.batch * cell + row * cell + u0;
+    };
+    const_array_map<T> wci(ctx.input(5).data<T>() + u0, n), wcf(ctx.input(6).data<T>() + u0, n),
+        wco(ctx.input(7).data<T>() + u0, n);
+    array_map<T> wci_grad(peephole_grads[0] + u0, n), wcf_grad(peephole_grads[1] + u0, n),
+        wco_grad(peephole_grads[2] + u0, n);
+    Eigen::Array<T, Eigen::Dynamic, 1> dcs(n), dh(n);
+    for (std::int64_t row = 0; row < s.batch; ++row) {
+      const T* cs_before = t == 0 ? ctx.input(2).data<T>() + row * cell + u0 : at_step(10, t - 1, row);
+      const_array_map<T> cs_prev(cs_before, n), i(at_step(9, t, row), n), cs(at_step(10, t, row), n),
+          f(at_step(11, t, row), n), o(at_step(12, t, row), n), ci(at_step(13, t, row), n),
+          co(at_step(14, t, row), n), cs_grad(at_step(16, t, row), n), h_grad(at_step(17, t, row), n);
+      array_map<T> dcs_next(dcs_carry + row * cell + u0, n);
+      T* dg = step_dgates + row * width;
+      array_map<T> di(dg + g.i * cell + u0, n), dci(dg + g.c * cell + u0, n), df(dg + g.f * cell + u0, n),
+          d_o(dg + g.o * cell + u0, n);
+      dh = h_grad + const_array_map<T>(dh_carry + row * cell + u0, n);
+      d_o = o * (T(1) - o) * dh * co;
+      dcs = (T(1) - co * co) * dh * o + cs_grad + dcs_next;
+      if (use_peephole_) dcs += d_o * wco;
+      dci = (T(1) - ci * ci) * dcs * i;
+      df = f * (T(1) - f) * dcs * cs_prev;
+      di = i * (T(1) - i) * dcs * ci;
+      dcs_next = dcs * f;
+      if (use_peephole_) {
+        dcs_next += di * wci + df * wcf;
+        wci_grad += di * cs_prev;
+        wcf_grad += df * cs_prev;
+        wco_grad += d_o * cs;
+      }
+    }
+  }
+
+  bool v2_ = false;
+  bool use_peephole_ = false;
+};
+
+}  // namespace
+
+void register_rnn_kernels(kernel_registry& registry) {
+  for (const char* op : {"BlockLSTM", "BlockLSTMV2"}) add_typed_kernels<block_lstm_kernel, float_types>(registry, op);
+  for (const char* op : {"BlockLSTMGrad", "BlockLSTMGradV2"}) {
+    add_typed_kernels<block_lstm_grad_kernel, float_types>(registry, op);
+  }
+}
+
+}  // namespace troupe::kernels
