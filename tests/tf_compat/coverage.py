@@ -27,14 +27,14 @@ ROOT = os.path.dirname(os.path.dirname(HERE))
 # them). The ones troupe lacks are listed on the page.
 COMMON_V1_OPS = """
 Abs Add AddN AddV2 All Any ArgMax ArgMin Assert Assign AssignAdd AssignSub AvgPool AvgPoolGrad
-BatchMatMul BatchMatMulV2 BatchToSpaceND BiasAdd BiasAddGrad BroadcastArgs BroadcastGradientArgs
+BatchMatMul BatchMatMulV2 BatchToSpaceND BiasAdd BiasAddGrad BlockLSTM BroadcastArgs BroadcastGradientArgs
 BroadcastTo Cast Ceil CheckNumerics ClipByValue Concat ConcatOffset ConcatV2 Const Conv2D
 Conv2DBackpropFilter Conv2DBackpropInput Conv3D Cos CropAndResize Cumsum DecodeJpeg DecodePng
 DepthToSpace DepthwiseConv2dNative DepthwiseConv2dNativeBackpropFilter
 DepthwiseConv2dNativeBackpropInput Div DivNoNan DynamicPartition DynamicStitch Elu Enter Equal
 Erf Exit Exp ExpandDims Fill Floor FloorDiv FloorMod FusedBatchNorm FusedBatchNormGrad
 FusedBatchNormGradV3 FusedBatchNormV3 Gather GatherNd GatherV2 Greater GreaterEqual Identity
-IdentityN InTopKV2 IsFinite IteratorGetNext IteratorV2 L2Loss LRN LeakyRelu Less LessEqual
+IdentityN InTopKV2 IsFinite IteratorGetNext IteratorV2 L2Loss LRN LSTMBlockCell LeakyRelu Less LessEqual
 LinSpace ListDiff Log Log1p LogSoftmax LogicalAnd LogicalNot LogicalOr LoopCond MatMul
 MatrixBandPart Max MaxPool MaxPoolGrad Maximum Mean Merge MergeSummary Min Minimum MirrorPad Mod
 Mul Neg NextIteration NoOp NonMaxSuppressionV3 NotEqual OneHot OnesLike Pack Pad PadV2

@@ -654,6 +654,38 @@ def _softmax(x):
 # --- Random ops (shapes only: troupe's generator is not TensorFlow's) ---------------------------
 
 @case
+def rnn_ops():
+    """BlockLSTM and BlockLSTMV2 (TensorFlow's fused LSTM) and, through tf.gradients, their
+    gradient ops; past seq_len_max TensorFlow leaves i, f, o, ci and co unset, so those
+    cases fetch cs and h only."""
+    out = []
+    settings = [
+        # name, op, time, batch, input, cell, seq_len_max, attributes, fetch every output
+        ("block_lstm", "BlockLSTM", 4, 3, 5, 6, 4, {}, True),
+        ("block_lstm_peephole_clip", "BlockLSTM", 5, 2, 3, 4, 3,
+         {"use_peephole": True, "cell_clip": 0.5, "forget_bias": 0.7}, False),
+        ("block_lstm_v2", "BlockLSTMV2", 3, 2, 4, 5, 3, {"use_peephole": True}, True),
+    ]
+    for name, op, time, batch, inputs, cell, steps, attrs, every in settings:
+        ri = Inputs(name)
+        fn = getattr(raw, op)
+
+        def build(seq_len_max, x, cs_prev, h_prev, w, wci, wcf, wco, b, fn=fn, attrs=attrs, every=every):
+            outs = fn(seq_len_max=seq_len_max, x=x, cs_prev=cs_prev, h_prev=h_prev, w=w, wci=wci, wcf=wcf,
+                      wco=wco, b=b, **attrs)
+            return list(outs) if every else [outs[1], outs[6]]
+
+        feeds = {"seq_len_max": np.array(steps, i64), "x": ri.normal([time, batch, inputs]),
+                 "cs_prev": ri.normal([batch, cell]), "h_prev": ri.normal([batch, cell]),
+                 "w": ri.normal([inputs + cell, 4 * cell], scale=0.5), "wci": ri.normal([cell]),
+                 "wcf": ri.normal([cell]), "wco": ri.normal([cell]), "b": ri.normal([4 * cell])}
+        out += op_case(name, [op, op.replace("LSTM", "LSTMGrad")],
+                       f"{op} over {time} steps (seq_len_max {steps}), batch {batch}, input {inputs}, cell {cell}"
+                       + (f", {attrs}" if attrs else ""), build, feeds, rtol=1e-5, atol=1e-5)
+    return out
+
+
+@case
 def random_ops():
     out = []
     for op, fn in (("RandomUniform", lambda s: tf.random.uniform(s, seed=1)),
