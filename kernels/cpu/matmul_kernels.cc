@@ -145,10 +145,30 @@ template <class T>
 void parallel_gemm(compute_pool& pool, bool transpose_a, bool transpose_b, std::int64_t m, std::int64_t n,
                    std::int64_t k, T alpha, const T* a, std::int64_t lda, const T* b, std::int64_t ldb, T beta,
                    T* c, std::int64_t ldc) {
-  pool.parallel_for(m, gemm_ns(1, n, k), [&](std::int64_t begin, std::int64_t end) {
-    // Rows [begin, end) of op(A): a row offset, or a column offset when transposed.
-    const T* a_rows = transpose_a ? a + begin : a + begin * lda;
-    gemm(transpose_a, transpose_b, end - begin, n, k, alpha, a_rows, lda, b, ldb, beta, c + begin * ldc, ldc);
+  // One block per pool thread, not more: each block packs all of the other operand again
+  // (eight row blocks of the LSTM's [640, 512] x [512, 10000] logits read the 20 MB weight
+  // eight times). The longer of C's dimensions is split, columns in whole vectors: the
+  // MLP's [64, 784] x [784, 512] split into rows was 8 products of 8 rows.
+  const int blocks = pool.num_threads();
+  const bool by_columns = n > m;
+  auto bound = [&](std::int64_t block) {
+    if (!by_columns) return m * block / blocks;
+    return std::min(n, (n * block / blocks + 15) / 16 * 16);
+  };
+  pool.parallel_for(blocks, gemm_ns(m, n, k) / blocks, [&](std::int64_t first, std::int64_t last) {
+    for (std::int64_t block = first; block < last; ++block) {
+      const std::int64_t begin = bound(block), end = bound(block + 1);
+      if (begin >= end) continue;
+      if (by_columns) {
+        // Columns [begin, end) of op(B) and C: a column offset, or a row offset when transposed.
+        const T* b_columns = transpose_b ? b + begin * ldb : b + begin;
+        gemm(transpose_a, transpose_b, m, end - begin, k, alpha, a, lda, b_columns, ldb, beta, c + begin, ldc);
+      } else {
+        // Rows [begin, end) of op(A) and C: a row offset, or a column offset when transposed.
+        const T* a_rows = transpose_a ? a + begin : a + begin * lda;
+        gemm(transpose_a, transpose_b, end - begin, n, k, alpha, a_rows, lda, b, ldb, beta, c + begin * ldc, ldc);
+      }
+    }
   });
 }
 

@@ -114,18 +114,22 @@ class bias_add_grad_kernel final : public bias_kernel_base {
     std::fill_n(out, l.channels, T(0));
     const T* in = grad.data<T>();
     if (l.batch == 0 || l.channels == 0) return;
-    // The rows in fixed chunks (whatever the thread count), each summed into its own
-    // partial; the partials are added in chunk order, so the result has the same bits on
-    // every run and pool size. Channels last sums whole periods of rows (period_of) into
-    // a period-long partial, folded to the channels at the end; NCHW sums one image's
+    // The rows in fixed chunks (set by the shape alone, whatever the thread count), each
+    // summed into its own partial; the partials are added in chunk order, so the result
+    // has the same bits on every run and pool size. Chunks hold at least 16 K values and
+    // number at most 64 (wide rows: a [640, 10000] gradient was 640 partials of 10000,
+    // folded one value at a time). Channels last sums whole periods of rows (period_of)
+    // into a period-long partial, folded to the channels at the end; NCHW sums one image's
     // channels at a time.
     const channel_period period = l.spatial == 1 ? period_of(l.channels) : channel_period{1, l.channels};
-    const std::int64_t width = period.values;     // a partial's length
+    const std::int64_t width = period.values;     // a partial's length, a multiple of channels
     const std::int64_t unit_rows = period.rows;   // rows per unit of work
     const std::int64_t units = l.batch / unit_rows;
     const std::int64_t unit_size = unit_rows * l.channels * l.spatial;
+    constexpr std::int64_t k_max_chunks = 64;
     const std::int64_t per_chunk =
-        std::max<std::int64_t>(1, (std::int64_t{1} << 14) / std::max<std::int64_t>(1, unit_size));
+        std::max<std::int64_t>({1, (std::int64_t{1} << 14) / std::max<std::int64_t>(1, unit_size),
+                                (units + k_max_chunks - 1) / k_max_chunks});
     const std::int64_t chunks = (units + per_chunk - 1) / per_chunk;
     std::vector<T> partials(static_cast<std::size_t>(chunks * width), T(0));
     ctx.pool().parallel_for(chunks, static_cast<double>(per_chunk * unit_size) * 0.15,
@@ -148,7 +152,10 @@ class bias_add_grad_kernel final : public bias_kernel_base {
       }
     });
     for (std::int64_t chunk = 0; chunk < chunks; ++chunk) {
-      for (std::int64_t j = 0; j < width; ++j) out[j % l.channels] += partials[chunk * width + j];
+      for (std::int64_t r = 0; r < width; r += l.channels) {
+        const T* partial = partials.data() + chunk * width + r;
+        for (std::int64_t c = 0; c < l.channels; ++c) out[c] += partial[c];
+      }
     }
     // Rows left over after whole periods.
     for (std::int64_t j = units * unit_size; j < l.batch * l.channels * l.spatial; ++j) out[j % l.channels] += in[j];
