@@ -7,6 +7,10 @@
 //   items_per_second   examples (or words, for the LSTM) per second
 //   threads            the compute pool's size, so a report can say which split it used
 //
+// TROUPE_BENCH_PROFILE=1 makes run_training print, after each benchmark, where its
+// timed steps went: every op's wall time per step (its kernels' spans, summed over its
+// nodes), largest first. It traces every kernel, so its figures are a little slower.
+//
 // TROUPE_BENCH_SMOKE=1 shrinks every model (batch, image and vocabulary sizes) so that
 // bench/smoke.sh can prove each program still builds and runs its graph in seconds; the
 // figures of a smoke run mean nothing.
@@ -14,13 +18,21 @@
 
 #include <benchmark/benchmark.h>
 
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdio>
 #include <cstdlib>
+#include <map>
 #include <memory>
+#include <mutex>
 #include <random>
 #include <string>
 #include <vector>
 
+#include "actors/cluster.h"
 #include "actors/session.h"
+#include "actors/tracing.h"
 #include "core/tensor.h"
 #include "graph/builder.h"
 #include "graph/ops.h"
@@ -51,13 +63,70 @@ bool skip_on_error(benchmark::State& state, const result<T>& r) {
   return true;
 }
 
+// Per-op wall time of kernel spans (TROUPE_BENCH_PROFILE): recording starts with
+// start() and stops with stop().
+class op_profile final : public actors::step_tracer {
+ public:
+  void start() { recording_ = true; }
+  void stop() { recording_ = false; }
+  void node_span(const std::string&, const std::string&, const std::string&, const std::string& op, std::int64_t,
+                 clock::time_point start, clock::time_point end, const node_detail&) override {
+    if (!recording_) return;
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto& entry = ops_[op];
+    entry.first += std::chrono::duration<double, std::milli>(end - start).count();
+    entry.second += 1;
+  }
+  void transfer_sent(const std::string&, std::int64_t, const std::string&, const std::string&,
+                     clock::time_point) override {}
+  void transfer_received(const std::string&, std::int64_t, const std::string&, const std::string&,
+                         clock::time_point) override {}
+  // Prints each op's ms per step (and node runs per step), largest first.
+  void print(const std::string& title, std::int64_t steps) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    std::vector<std::pair<double, std::string>> rows;
+    double total = 0;
+    for (const auto& [op, entry] : ops_) {
+      rows.emplace_back(entry.first / static_cast<double>(steps), op);
+      total += entry.first;
+    }
+    std::sort(rows.rbegin(), rows.rend());
+    std::fprintf(stderr, "%s: kernel spans, ms per step (%.2f in all, over %lld steps)\n", title.c_str(),
+                 total / static_cast<double>(steps), static_cast<long long>(steps));
+    for (const auto& [ms, op] : rows) {
+      std::fprintf(stderr, "  %-40s %8.3f  (%lld runs)\n", op.c_str(), ms,
+                   static_cast<long long>(ops_[op].second / steps));
+    }
+  }
+
+ private:
+  std::atomic<bool> recording_{false};
+  std::mutex mutex_;
+  std::map<std::string, std::pair<double, std::int64_t>> ops_;
+};
+
+inline bool profiling() {
+  const char* v = std::getenv("TROUPE_BENCH_PROFILE");
+  return v != nullptr && *v != '\0' && std::string(v) != "0";
+}
+
 // A session on a private local cluster whose compute pool has `threads` threads; CAF gets
 // one scheduler thread (actors only schedule work), so `threads` is the whole budget.
-inline result<std::unique_ptr<actors::session>> local_session(const graph::scope& root,
-                                                              int threads) {
+// With a tracer, the cluster reports every kernel span to it (it must outlive the session).
+inline result<std::unique_ptr<actors::session>> local_session(const graph::scope& root, int threads,
+                                                              actors::step_tracer* tracer = nullptr) {
   auto g = root.to_graph();
   if (!g.ok()) return g.error();
   actors::session_options options;
+  if (tracer != nullptr) {
+    actors::cluster_options cluster;
+    cluster.compute_threads = threads;
+    cluster.actor_threads = 1;
+    cluster.tracer = tracer;
+    auto made = actors::cluster::create(std::move(cluster));
+    if (!made.ok()) return made.error();
+    options.cluster = *made;
+  }
   options.compute_threads = threads;
   options.actor_threads = 1;
   return actors::session::create(std::move(*g), options);
@@ -132,15 +201,21 @@ inline void finish_classifier(training_model& m, graph::variable_collection& var
 // the partitions and fills the allocator's caches).
 inline void run_training(benchmark::State& state, const training_model& m, int threads) {
   if (skip_on_error(state, m.root.get_status())) return;
-  auto s = local_session(m.root, threads);
+  std::unique_ptr<op_profile> profile = profiling() ? std::make_unique<op_profile>() : nullptr;
+  auto s = local_session(m.root, threads, profile.get());
   if (skip_on_error(state, s)) return;
   if (skip_on_error(state, (*s)->run({}, {}, {m.init_op}))) return;
   if (skip_on_error(state, (*s)->run(m.batches.front(), {}, {m.train_op}))) return;
+  if (profile) profile->start();
   std::size_t next = 0;
   for (auto _ : state) {
     auto r = (*s)->run(m.batches[next], {}, {m.train_op});
     if (skip_on_error(state, r)) return;
     next = (next + 1) % m.batches.size();
+  }
+  if (profile) {
+    profile->stop();
+    profile->print("profile, " + std::to_string(threads) + " compute threads", static_cast<std::int64_t>(state.iterations()));
   }
   set_step_counters(state, m.items_per_step, threads);
 }
