@@ -2,7 +2,8 @@
 // batches, the smoke-size switch, and the counters every training benchmark reports.
 //
 // Every model benchmark times one training step (session::run of the train op with the
-// batch fed as placeholders) and reports:
+// batch fed as placeholders; plain SGD with fused dense-layer updates, single_device_sgd)
+// and reports:
 //   real_time          ms per step (Unit(kMillisecond), UseRealTime)
 //   items_per_second   examples (or words, for the LSTM) per second
 //   threads            the compute pool's size, so a report can say which split it used
@@ -173,6 +174,14 @@ struct training_model {
   std::int64_t items_per_step = 0;
 };
 
+// Plain SGD as a single-device program should configure it: dense layers' updates fused
+// with their gradients' products (train::optimizer::fuse_matmul_updates).
+inline train::optimizer single_device_sgd(double learning_rate) {
+  train::optimizer sgd = train::gradient_descent(learning_rate);
+  sgd.fuse_matmul_updates = true;
+  return sgd;
+}
+
 // Finishes an image classifier's training_model: plain SGD (lr 0.01) on `loss` over
 // `vars`, the initializer, and `num_batches` batches of uniform [0, 1) images of
 // `image_shape` fed to "<images>" with labels in [0, classes) fed to "labels" (seed 42).
@@ -180,7 +189,7 @@ struct training_model {
 inline void finish_classifier(training_model& m, graph::variable_collection& vars,
                               const graph::output& loss, const std::string& images,
                               tensor_shape image_shape, std::int32_t classes, int num_batches) {
-  auto train_op = train::minimize(m.root, train::gradient_descent(0.01), loss, vars);
+  auto train_op = train::minimize(m.root, single_device_sgd(0.01), loss, vars);
   if (!train_op.ok()) {
     m.root.record(train_op.error());
     return;

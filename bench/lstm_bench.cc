@@ -95,7 +95,7 @@ training_model build_lm(bool sampled, bool fused) {
     auto logits = nn::dense(root, vars, h, static_cast<int>(shape.vocab), {.name = "softmax"});
     loss = mean_xent(root, logits, labels);
   }
-  auto train_op = train::minimize(root, train::gradient_descent(0.1), loss, vars);
+  auto train_op = train::minimize(root, single_device_sgd(0.1), loss, vars);
   if (!train_op.ok()) {
     root.record(train_op.error());
     return m;

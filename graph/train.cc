@@ -148,6 +148,22 @@ std::vector<bool> ancestors_of(const graph::graph& g, const std::vector<variable
 
 bool is_float(dtype t) { return t == dtype::float32 || t == dtype::float64; }
 
+// The MatMul whose product `grad` is, when a gradient-descent update of `v` may take the
+// product's factors instead (TroupeApplyGradientDescentMatMul: var -= lr * a b, one gemm
+// into the variable, no gradient tensor written and read again): the product is that
+// MatMul's only output, feeds nothing else, and the MatMul asks for the variable's device
+// (the same device string, empty included), so that fusing moves no work between devices.
+const graph::node* fusable_product(const graph::graph& g, const output& grad, const variable& v) {
+  const graph::node* n = g.find(grad.node);
+  const graph::node* handle = g.find(v.handle.node);
+  if (n == nullptr || handle == nullptr || n->op_name() != "MatMul" || grad.index != 0) return nullptr;
+  if (g.consumers(n->id).size() != 0 || !g.control_consumers(n->id).empty()) return nullptr;
+  if (n->def.device() != handle->def.device() || n->inputs.size() != 2) return nullptr;
+  return n;
+}
+
+output output_of(const graph::graph& g, const graph::endpoint& e) { return graph::output_of(g.get(e.node), e.index); }
+
 // A sparse gradient of `v` (a gather's rows at its indices, of any batch shape) as rows
 // [k, v's inner dimensions] and indices [k].
 std::pair<output, output> flat_rows(const scope& s, const variable& v, const output& rows, const output& indices) {
@@ -317,7 +333,14 @@ result<operation> apply_gradients(const scope& s, const optimizer& opt, std::vec
       }
       if (!grad.dense.empty()) {
         output dense = grad.dense.size() == 1 ? grad.dense[0] : ops::add_n(us, grad.dense);
-        updates.push_back(us.add("ResourceApplyGradientDescent", {v.handle, lr, dense}));
+        if (const graph::node* product = opt.fuse_matmul_updates ? fusable_product(g, dense, v) : nullptr) {
+          updates.push_back(us.add("TroupeApplyGradientDescentMatMul",
+                                   {v.handle, lr, output_of(g, product->inputs[0]), output_of(g, product->inputs[1])},
+                                   {{"transpose_a", product->def.attr().at("transpose_a")},
+                                    {"transpose_b", product->def.attr().at("transpose_b")}}));
+        } else {
+          updates.push_back(us.add("ResourceApplyGradientDescent", {v.handle, lr, dense}));
+        }
       }
       continue;
     }

@@ -22,7 +22,8 @@
 //     "beta1_power", "beta2_power" (initialized to beta1, beta2; multiplied by them after
 //     every step's updates); RMSProp: ms (ones, as TensorFlow 1) and mom (zeros);
 //   - "O/update_<v.name>/ResourceApply..." with the hyper-parameters as constants of v's
-//     dtype (use_locking false);
+//     dtype (use_locking false); for gradient descent, TroupeApplyGradientDescentMatMul
+//     where the gradient is a MatMul's product (optimizer::fuse_matmul_updates);
 //   - for sparse gradients: gradient descent adds ResourceScatterAdd(v, indices,
 //     -lr * rows) (only the gathered rows change); the other optimizers turn the rows into
 //     a dense gradient with UnsortedSegmentSum over v's first dimension and apply the dense
@@ -70,6 +71,16 @@ struct optimizer {
   double beta2 = 0.999;              // adam
   double decay = 0.9;                // rms_prop (the op's rho)
   double epsilon = 1e-8;             // adam, rms_prop
+  // gradient_descent: a variable whose whole gradient is a MatMul's product (a dense
+  // layer's kernel: x^T dy) requesting the variable's device is updated by
+  // TroupeApplyGradientDescentMatMul(v, lr, x, dy), one gemm accumulating into the
+  // variable, instead of MatMul + ResourceApplyGradientDescent: the gradient is never
+  // written out and read back (AlexNet's first dense layer's is 151 MB; 5-10% of its
+  // step and of the MLP's). The values differ from the unfused update's in rounding only.
+  // Off by default: the product then runs where the variable lives, so in a graph whose
+  // devices are assigned later (replica_device_setter puts variables on parameter
+  // servers) the servers would compute it. Turn it on for single-device training.
+  bool fuse_matmul_updates = false;
 
   // "GradientDescent", "Momentum", "Adagrad", "Adam", "RMSProp".
   std::string name() const;

@@ -49,6 +49,15 @@ namespace troupe::kernels {
 [[nodiscard]] status apply_gradient_descent(tensor& var, const tensor& alpha, const tensor& delta,
                                             compute_pool* pool = nullptr);
 
+// var -= alpha * op(a) op(b) (op: transposed when transpose_a / transpose_b): gradient
+// descent whose gradient is a product, accumulated into var by one gemm (alpha -alpha,
+// beta 1) without materializing the gradient. a and b have var's dtype and rank 2, and
+// the product has var's shape. Rounds differently from apply_gradient_descent of the
+// product (the sum is not rounded to the gradient's dtype on its own first).
+[[nodiscard]] status apply_gradient_descent_matmul(tensor& var, const tensor& alpha, const tensor& a,
+                                                   const tensor& b, bool transpose_a, bool transpose_b,
+                                                   compute_pool* pool = nullptr);
+
 [[nodiscard]] status apply_momentum(tensor& var, tensor& accum, const tensor& lr, const tensor& grad,
                                     const tensor& momentum, bool use_nesterov,
                                     compute_pool* pool = nullptr);

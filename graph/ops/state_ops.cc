@@ -13,6 +13,9 @@
 //   ResourceApplyGradientDescent, ResourceApplyMomentum, ResourceApplyAdagrad,
 //   ResourceApplyAdam, ResourceApplyRMSProp: one optimizer step on var (and its slots),
 //                               formulas in kernels/training_ops.h
+//   TroupeApplyGradientDescentMatMul  resource, alpha, a, b: var -= alpha * op(a) op(b)
+//                               (troupe's own: a gradient-descent step whose gradient is
+//                               a MatMul's product, accumulated into the variable)
 //
 // Every op here is stateful. Kernels are actors (actors/); the update math is in
 // kernels/training_ops.h.
@@ -189,27 +192,49 @@ struct apply_layout {
   int grad;
 };
 
-shape_function apply_shape(apply_layout layout) {
-  return [layout](shape_context& ctx) -> status {
-    dtype type = dtype::invalid;
-    TROUPE_RETURN_IF_ERROR(ctx.get_attr("T", &type));
-    partial_shape shape = ctx.input(layout.grad);
-    for (int i = 0; i < layout.num_vars; ++i) {
-      TROUPE_RETURN_IF_ERROR(handle_rank(ctx, i));
-      variable_info var;
-      TROUPE_RETURN_IF_ERROR(variable_of(ctx, i, &var));
-      TROUPE_RETURN_IF_ERROR(check_variable_dtype(ctx, var, type, "updates"));
-      if (var.node == nullptr) continue;
-      auto merged = shape.merge(var.shape);
-      if (!merged.ok()) {
-        return ctx.error("grad has shape ", ctx.input(layout.grad).to_string(), " but variable '",
-                         var.node->name(), "' (input ", i, ") has shape ", var.shape.to_string());
-      }
-      shape = std::move(*merged);
+// Checks the variables (and slots) of an update whose gradient has shape `grad`.
+status check_apply(shape_context& ctx, const apply_layout& layout, const partial_shape& grad) {
+  dtype type = dtype::invalid;
+  TROUPE_RETURN_IF_ERROR(ctx.get_attr("T", &type));
+  partial_shape shape = grad;
+  for (int i = 0; i < layout.num_vars; ++i) {
+    TROUPE_RETURN_IF_ERROR(handle_rank(ctx, i));
+    variable_info var;
+    TROUPE_RETURN_IF_ERROR(variable_of(ctx, i, &var));
+    TROUPE_RETURN_IF_ERROR(check_variable_dtype(ctx, var, type, "updates"));
+    if (var.node == nullptr) continue;
+    auto merged = shape.merge(var.shape);
+    if (!merged.ok()) {
+      return ctx.error("grad has shape ", grad.to_string(), " but variable '", var.node->name(), "' (input ", i,
+                       ") has shape ", var.shape.to_string());
     }
-    for (int i : layout.scalars) TROUPE_RETURN_IF_ERROR(ctx.require_rank(i, 0));
-    return status();
-  };
+    shape = std::move(*merged);
+  }
+  for (int i : layout.scalars) TROUPE_RETURN_IF_ERROR(ctx.require_rank(i, 0));
+  return status();
+}
+
+shape_function apply_shape(apply_layout layout) {
+  return [layout](shape_context& ctx) -> status { return check_apply(ctx, layout, ctx.input(layout.grad)); };
+}
+
+// TroupeApplyGradientDescentMatMul: the gradient is op(a) op(b), [m, k] x [k, n].
+status apply_matmul_shape(shape_context& ctx) {
+  bool transpose_a = false, transpose_b = false;
+  TROUPE_RETURN_IF_ERROR(ctx.get_attr("transpose_a", &transpose_a));
+  TROUPE_RETURN_IF_ERROR(ctx.get_attr("transpose_b", &transpose_b));
+  TROUPE_RETURN_IF_ERROR(ctx.require_rank(2, 2));
+  TROUPE_RETURN_IF_ERROR(ctx.require_rank(3, 2));
+  const partial_shape& a = ctx.input(2);
+  const partial_shape& b = ctx.input(3);
+  auto dim = [](const partial_shape& x, int d) { return x.known_rank() ? x.dim(d) : std::int64_t{-1}; };
+  const std::int64_t m = dim(a, transpose_a ? 1 : 0), k_a = dim(a, transpose_a ? 0 : 1);
+  const std::int64_t k_b = dim(b, transpose_b ? 1 : 0), n = dim(b, transpose_b ? 0 : 1);
+  if (k_a >= 0 && k_b >= 0 && k_a != k_b) {
+    return ctx.error("a ", a.to_string(), " and b ", b.to_string(), " (transpose_a ", transpose_a,
+                     ", transpose_b ", transpose_b, ") do not multiply: inner dimensions ", k_a, " and ", k_b);
+  }
+  return check_apply(ctx, {1, {1}, -1}, partial_shape{m, n});
 }
 
 op_schema variable_op(std::string name) {
@@ -281,6 +306,18 @@ void register_state_ops(op_registry& registry) {
                                .attr(k_apply_types)
                                .attr("use_locking: bool = false")
                                .shape_fn(apply_shape({1, {1}, 2})));
+  // var -= alpha * op(a) op(b): ResourceApplyGradientDescent of a MatMul's product, with the
+  // product accumulated into the variable (troupe's own op; graph/train.h says when
+  // minimize builds it).
+  add_builtin_op(registry, variable_op("TroupeApplyGradientDescentMatMul")
+                               .input("var: resource")
+                               .input("alpha: T")
+                               .input("a: T")
+                               .input("b: T")
+                               .attr(k_apply_types)
+                               .attr("transpose_a: bool = false")
+                               .attr("transpose_b: bool = false")
+                               .shape_fn(apply_matmul_shape));
   // accum = accum * momentum + grad; var -= lr * accum (Nesterov: lr * (grad + momentum * accum))
   add_builtin_op(registry, variable_op("ResourceApplyMomentum")
                                .input("var: resource")

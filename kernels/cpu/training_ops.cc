@@ -10,11 +10,13 @@
 
 #include <Eigen/Core>
 #include <cstring>
+#include <limits>
 #include <string>
 #include <type_traits>
 #include <vector>
 
 #include "core/tensor_eigen.h"
+#include "kernels/cpu/gemm_backend.h"
 
 namespace troupe::kernels {
 
@@ -112,6 +114,39 @@ status apply_gradient_descent(tensor& var, const tensor& alpha, const tensor& de
     for_blocks(pool, var.num_elements(), k_cheap_cost, [&](std::int64_t b, std::int64_t e) {
       block<T>(var, b, e) -= block<T>(delta, b, e) * a;
     });
+  });
+  return status();
+}
+
+status apply_gradient_descent_matmul(tensor& var, const tensor& alpha, const tensor& a, const tensor& b,
+                                     bool transpose_a, bool transpose_b, compute_pool* pool) {
+  constexpr const char* fn = "apply_gradient_descent_matmul";
+  TROUPE_RETURN_IF_ERROR(check_update(fn, {"var", var}, {}, {{"alpha", alpha}}));
+  for (const arg& x : {arg{"a", a}, arg{"b", b}}) {
+    TROUPE_RETURN_IF_ERROR(check_initialized(fn, x));
+    if (x.value.type() != var.type() || x.value.shape().rank() != 2) {
+      return invalid_argument_error(fn, ": ", x.name, " is a ", dtype_name(x.value.type()), " tensor of shape ",
+                                    x.value.shape().to_string(), "; it must be a ", dtype_name(var.type()),
+                                    " matrix");
+    }
+  }
+  const std::int64_t m = a.dim(transpose_a ? 1 : 0), k = a.dim(transpose_a ? 0 : 1);
+  const std::int64_t n = b.dim(transpose_b ? 0 : 1);
+  if (b.dim(transpose_b ? 1 : 0) != k || var.shape() != tensor_shape{m, n}) {
+    return invalid_argument_error(fn, ": a ", a.shape().to_string(), " times b ", b.shape().to_string(),
+                                  " (transpose_a ", transpose_a, ", transpose_b ", transpose_b,
+                                  ") must give var's shape ", var.shape().to_string());
+  }
+  constexpr std::int64_t k_int_max = std::numeric_limits<int>::max();
+  if (m > k_int_max || n > k_int_max || k > k_int_max) {
+    return unimplemented_error(fn, ": a ", a.shape().to_string(), " and b ", b.shape().to_string(),
+                               " exceed the BLAS index range");
+  }
+  if (m == 0 || n == 0 || k == 0) return status();
+  compute_pool inline_pool(0);
+  visit_float(var, [&]<class T>() {
+    parallel_gemm<T>(pool != nullptr ? *pool : inline_pool, transpose_a, transpose_b, m, n, k, -scalar_of<T>(alpha),
+                     a.data<T>(), a.dim(1), b.data<T>(), b.dim(1), T(1), var.data<T>(), n);
   });
   return status();
 }

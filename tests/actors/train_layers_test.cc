@@ -16,6 +16,7 @@
 #include "graph/initializers.h"
 #include "graph/nn.h"
 #include "graph/ops.h"
+#include "graph/train.h"
 
 using namespace troupe;
 using troupe::testing::make_session;
@@ -381,5 +382,42 @@ TEST_CASE("embedding_lookup partitions ids as TensorFlow's strategies do", "[tra
       }
       CHECK(got[static_cast<std::size_t>(3 + i)].equals(tensor::from_vector(where)));
     }
+  }
+}
+
+// The fused dense-layer update (TroupeApplyGradientDescentMatMul) trains as the unfused
+// one does: three steps of a two-layer network in float64, every variable compared.
+TEST_CASE("fuse_matmul_updates trains to the unfused values", "[train_layers]") {
+  std::mt19937 rng(11);
+  const tensor x = random_tensor({8, 5}, rng);
+  std::vector<std::vector<tensor>> finals;
+  for (bool fuse : {false, true}) {
+    auto root = scope::new_root();
+    graph::variable_collection vars;
+    output in = ops::placeholder(root.with_name("x"), dtype::float64, {8, 5});
+    output h = nn::dense(root, vars, in, 4, {.activation = ops::tanh, .seed = 3, .name = "first"});
+    output y = nn::dense(root, vars, h, 3, {.seed = 4, .name = "second"});
+    output loss = ops::mean(root, ops::square(root, y), ops::constant(root, tensor::from_vector<std::int32_t>({0, 1})));
+    train::optimizer sgd = train::gradient_descent(0.3);
+    sgd.fuse_matmul_updates = fuse;
+    auto train_op = train::minimize(root, sgd, loss, vars);
+    if (!train_op.ok()) FAIL(train_op.error());
+    int fused = 0;
+    const graph::graph& g = root.current_graph();
+    for (int id = 0; id < g.num_nodes(); ++id) fused += g.get(id).op_name() == "TroupeApplyGradientDescentMatMul";
+    CHECK(fused == (fuse ? 2 : 0));
+    graph::operation init = graph::global_variables_initializer(root, vars);
+    auto session = make_session(root);
+    REQUIRE(session->run({}, {}, {init.node}).ok());
+    for (int step = 0; step < 3; ++step) REQUIRE(session->run({{"x", x}}, {}, std::vector<std::string>{train_op->node}).ok());
+    std::vector<std::string> reads;
+    for (const char* v : {"first/kernel", "first/bias", "second/kernel", "second/bias"}) reads.push_back(read_of(v));
+    auto got = session->run({}, reads);
+    REQUIRE(got.ok());
+    finals.push_back(*got);
+  }
+  for (std::size_t i = 0; i < finals[0].size(); ++i) {
+    INFO("variable " << i);
+    check_close(values(finals[1][i]), values(finals[0][i]), 1e-12);
   }
 }

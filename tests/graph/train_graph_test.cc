@@ -553,6 +553,47 @@ TEST_CASE("minimize does not wait for gradients nobody uses (the input batch's)"
   REQUIRE(root.to_graph().ok());
 }
 
+TEST_CASE("minimize with fuse_matmul_updates updates a dense kernel from its product's factors", "[train_graph]") {
+  // Two dense layers: each kernel's gradient is one MatMul (x^T dy), updated by
+  // TroupeApplyGradientDescentMatMul; the biases keep ResourceApplyGradientDescent; a
+  // kernel on another device than its gradient's MatMul is not fused.
+  for (bool split_devices : {false, true}) {
+    INFO((split_devices ? "second layer's kernel on /job:ps" : "one device"));
+    auto root = scope::new_root();
+    graph::variable_collection vars;
+    output x = ops::placeholder(root.with_name("x"), dtype::float32, {8, 3});
+    output h = nn::dense(root, vars, x, 4, {.name = "first"});
+    output y;
+    if (split_devices) {
+      variable kernel = graph::make_variable(root.with_device("/job:ps/task:0"), "second/kernel", {4, 2},
+                                             dtype::float32, init::zeros_initializer());
+      vars.add(kernel);
+      y = ops::matmul(root, h, kernel.value);
+    } else {
+      y = nn::dense(root, vars, h, 2, {.name = "second"});
+    }
+    output loss = ops::mean(root, ops::square(root, y), ops::constant(root, tensor::from_vector<std::int32_t>({0, 1})));
+    train::optimizer sgd = train::gradient_descent(0.1);
+    sgd.fuse_matmul_updates = true;
+    auto train_op = train::minimize(root, sgd, loss, vars);
+    if (!train_op.ok()) FAIL(train_op.error());
+    auto fused = nodes_of_op(root, "TroupeApplyGradientDescentMatMul");
+    std::sort(fused.begin(), fused.end());
+    std::vector<std::string> want = {"GradientDescent/update_first/kernel/TroupeApplyGradientDescentMatMul"};
+    if (!split_devices) want.push_back("GradientDescent/update_second/kernel/TroupeApplyGradientDescentMatMul");
+    CHECK(fused == want);
+    const graph::node& update = node_of(root, want[0]);
+    CHECK(update.def.input(2) == "x");  // x^T dy
+    CHECK(update.def.attr().at("transpose_a").b());
+    CHECK_FALSE(update.def.attr().at("transpose_b").b());
+    // Ordered after the same readers as the unfused update would be: the forward MatMul.
+    CHECK(control_inputs(root, want[0]).count("first/MatMul") == 1);
+    CHECK(has_node(root, "GradientDescent/update_first/bias/ResourceApplyGradientDescent"));
+    CHECK(has_node(root, "GradientDescent/update_second/kernel/ResourceApplyGradientDescent") == split_devices);
+    REQUIRE(root.to_graph().ok());
+  }
+}
+
 TEST_CASE("minimize: sparse updates through ResourceGather", "[train_graph]") {
   for (bool gradient_descent : {true, false}) {
     INFO((gradient_descent ? "gradient descent" : "adagrad"));

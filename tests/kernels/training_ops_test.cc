@@ -346,3 +346,57 @@ TEST_CASE("gather with and without batch dimensions", "[training_ops]") {
   REQUIRE_FALSE(bad.ok());
   CHECK(bad.error().message().find("rank >= batch_dims + 1") != std::string::npos);
 }
+
+TEST_CASE("apply_gradient_descent_matmul subtracts lr times the product, every transpose", "[training_ops]") {
+  std::mt19937 rng(42);
+  compute_pool two(2);
+  const std::int64_t m = 37, n = 45, k = 23;  // odd sizes: the column blocks' edges
+  for (dtype type : {dtype::float64, dtype::float32}) {
+    for (int transposes = 0; transposes < 4; ++transposes) {
+      const bool ta = transposes & 1, tb = transposes & 2;
+      INFO(dtype_name(type) << " transpose_a " << ta << " transpose_b " << tb);
+      const std::vector<double> av = random_values(m * k, rng, -1, 1), bv = random_values(k * n, rng, -1, 1);
+      const std::vector<double> start = random_values(m * n, rng, -1, 1);
+      tensor a = make(type, ta ? tensor_shape{k, m} : tensor_shape{m, k}, av);
+      tensor b = make(type, tb ? tensor_shape{n, k} : tensor_shape{k, n}, bv);
+      for (compute_pool* pool : {static_cast<compute_pool*>(nullptr), &two}) {
+        tensor var = make(type, {m, n}, start);
+        REQUIRE(kernels::apply_gradient_descent_matmul(var, scalar(type, 0.5), a, b, ta, tb, pool).ok());
+        const std::vector<double> got = values_of(var);
+        for (std::int64_t i = 0; i < m; ++i) {
+          for (std::int64_t j = 0; j < n; ++j) {
+            double product = 0;
+            for (std::int64_t q = 0; q < k; ++q) {
+              product += av[static_cast<std::size_t>(ta ? q * m + i : i * k + q)] *
+                         bv[static_cast<std::size_t>(tb ? j * k + q : q * n + j)];
+            }
+            const double want = start[static_cast<std::size_t>(i * n + j)] - 0.5 * product;
+            REQUIRE(got[static_cast<std::size_t>(i * n + j)] == Approx(want).margin(type == dtype::float32 ? 1e-5 : 1e-12));
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("apply_gradient_descent_matmul reports factors that do not make var and changes nothing", "[training_ops]") {
+  const dtype f = dtype::float32;
+  tensor var = make(f, {2, 3}, {1, 2, 3, 4, 5, 6});
+  const tensor before = var.deep_copy();
+  tensor a = make(f, {2, 4}, std::vector<double>(8, 1.0));
+  tensor b = make(f, {4, 3}, std::vector<double>(12, 1.0));
+  auto expect_error = [&](const status& s, const std::string& fragment) {
+    REQUIRE_FALSE(s.ok());
+    INFO(s.message());
+    CHECK(s.message().find(fragment) != std::string::npos);
+    CHECK(var.equals(before));
+  };
+  expect_error(kernels::apply_gradient_descent_matmul(var, scalar(f, 0.1), a, b, true, false),
+               "a [2,4] times b [4,3] (transpose_a 1, transpose_b 0) must give var's shape [2,3]");
+  expect_error(kernels::apply_gradient_descent_matmul(var, scalar(f, 0.1), make(dtype::float64, {2, 4}, std::vector<double>(8, 1.0)), b, false, false),
+               "a is a double tensor of shape [2,4]; it must be a float matrix");
+  expect_error(kernels::apply_gradient_descent_matmul(var, make(f, {2}, {1, 1}), a, b, false, false),
+               "alpha must be a scalar");
+  REQUIRE(kernels::apply_gradient_descent_matmul(var, scalar(f, 0.5), a, b, false, false).ok());
+  CHECK(values_of(var) == std::vector<double>{-1, 0, 1, 2, 3, 4});
+}
