@@ -10,7 +10,9 @@ Models (one training step per iteration, plain SGD, batches made once and fed):
   alexnet       AlexNet on 224x224x3 NHWC, batch 16, lr 0.01 (bench/peers/alexnet_peer.py's shapes)
   lstm_full     LSTM language model: vocabulary 10,000, embedding and hidden 512, unrolled 20
                 steps, batch 32, full softmax, lr 0.1; the embedding's gradient is sparse
-  lstm_sampled  the same with tf.nn.sampled_softmax_loss (512 samples)
+  lstm_sampled  the same with tf.nn.sampled_softmax_loss (512 samples); both LSTMs are timed
+                with BasicLSTMCell's graph unrolled and with one BlockLSTM op
+                (LSTMBlockFusedCell's kernel), the faster kept (marked "+fused")
   null_ops      Session.run of 10,000 NoOps chained by control edges, fanned out from one
                 root, and of one NoOp (the null step): TensorFlow's executor cost per op
                 (Grappler off, which would prune the NoOps)
@@ -104,22 +106,33 @@ def build_alexnet(smoke):
     return classifier(logits, [image, image, 3], classes, batch, 0.01, smoke) + ("images", batch)
 
 
-def build_lstm(smoke, sampled):
+def build_lstm(smoke, sampled, fused):
+    """fused: the layer is one BlockLSTM (TensorFlow's LSTMBlockFusedCell kernel, the same
+    weights and gates); otherwise BasicLSTMCell's graph unrolled."""
     vocab, hidden, batch, unroll, samples = (50, 8, 2, 3, 8) if smoke else (10000, 512, 32, 20, 512)
     ids = v1.placeholder(tf.int32, [unroll, batch], name="ids")
     labels = v1.placeholder(tf.int64, [unroll * batch], name="labels")
     embedding = v1.get_variable("embedding", [vocab, hidden], initializer=v1.random_uniform_initializer(-0.05, 0.05))
     kernel = v1.get_variable("lstm_kernel", [2 * hidden, 4 * hidden], initializer=v1.glorot_uniform_initializer())
     bias = v1.get_variable("lstm_bias", [4 * hidden], initializer=v1.zeros_initializer())
-    h = tf.zeros([batch, hidden])
-    c = tf.zeros([batch, hidden])
-    outputs = []
-    for x in tf.unstack(tf.nn.embedding_lookup(embedding, ids), axis=0):
-        i, j, f, o = tf.split(tf.matmul(tf.concat([x, h], 1), kernel) + bias, 4, axis=1)
-        c = c * tf.sigmoid(f + 1.0) + tf.sigmoid(i) * tf.tanh(j)
-        h = tf.tanh(c) * tf.sigmoid(o)
-        outputs.append(h)
-    h = tf.concat(outputs, 0)
+    embedded = tf.nn.embedding_lookup(embedding, ids)  # [unroll, batch, hidden]
+    if fused:
+        zeros = tf.zeros([batch, hidden])
+        no_peephole = tf.zeros([hidden])
+        outs = tf.raw_ops.BlockLSTM(seq_len_max=tf.constant(unroll, tf.int64), x=embedded, cs_prev=zeros,
+                                    h_prev=zeros, w=kernel, wci=no_peephole, wcf=no_peephole, wco=no_peephole,
+                                    b=bias, forget_bias=1.0, cell_clip=-1.0, use_peephole=False)
+        h = tf.reshape(outs[6], [unroll * batch, hidden])
+    else:
+        h = tf.zeros([batch, hidden])
+        c = tf.zeros([batch, hidden])
+        outputs = []
+        for x in tf.unstack(embedded, axis=0):
+            i, j, f, o = tf.split(tf.matmul(tf.concat([x, h], 1), kernel) + bias, 4, axis=1)
+            c = c * tf.sigmoid(f + 1.0) + tf.sigmoid(i) * tf.tanh(j)
+            h = tf.tanh(c) * tf.sigmoid(o)
+            outputs.append(h)
+        h = tf.concat(outputs, 0)
     weights = v1.get_variable("softmax_w", [vocab, hidden], initializer=v1.random_uniform_initializer(-0.02, 0.02))
     softmax_b = v1.get_variable("softmax_b", [vocab], initializer=v1.zeros_initializer())
     if sampled:
@@ -145,25 +158,30 @@ def session(graph, intra, inter, grappler=True):
 THREADS = [(1, 1), (2, 1), (1, 2), (2, 2)]
 
 
-def time_model(name, build, args):
+def time_model(name, variants, args):
+    """variants: (label, build) pairs, each timed at every thread setting; the label ("" for
+    the plain graph) is appended to the threads figure, as the PyTorch peers mark
+    channels-last."""
     results = []
-    for intra, inter in THREADS:
-        graph = tf.Graph()
-        with graph.as_default():
-            v1.set_random_seed(0)
-            train, feeds, items, per_step = build(args.smoke)
-            init = v1.global_variables_initializer()
-        with session(graph, intra, inter) as sess:
-            sess.run(init)
-            state = {"next": 0}
+    for label, build in variants:
+        for intra, inter in THREADS:
+            graph = tf.Graph()
+            with graph.as_default():
+                v1.set_random_seed(0)
+                train, feeds, items, per_step = build(args.smoke)
+                init = v1.global_variables_initializer()
+            with session(graph, intra, inter) as sess:
+                sess.run(init)
+                state = {"next": 0}
 
-            def step():
-                sess.run(train, feeds[state["next"]])
-                state["next"] = (state["next"] + 1) % len(feeds)
-            ms, samples = peer_common.time_steps(step, args.seconds, args.repeats)
-        results.append({"threads": f"{intra}/{inter}", "ms_per_step": ms, "items_per_s": per_step / ms * 1e3,
-                        "samples_ms": [round(s, 4) for s in samples]})
-        print(f"{name}: intra {intra} inter {inter}: {ms:.2f} ms/step", file=sys.stderr)
+                def step():
+                    sess.run(train, feeds[state["next"]])
+                    state["next"] = (state["next"] + 1) % len(feeds)
+                ms, samples = peer_common.time_steps(step, args.seconds, args.repeats)
+            threads = f"{intra}/{inter}" + (f"+{label}" if label else "")
+            results.append({"threads": threads, "ms_per_step": ms, "items_per_s": per_step / ms * 1e3,
+                            "samples_ms": [round(s, 4) for s in samples]})
+            print(f"{name}: intra {intra} inter {inter} {label}: {ms:.2f} ms/step", file=sys.stderr)
     best = min(results, key=lambda r: r["ms_per_step"])
     return {"model": name, "tensorflow": tf.__version__, "onednn": os.environ.get("TF_ENABLE_ONEDNN_OPTS", "1") != "0",
             "tcmalloc": peer_common.tcmalloc_loaded(), "items": items, "items_per_step": per_step,
@@ -213,9 +231,11 @@ def main():
     sys.argv[1:] = argv
     args = peer_common.parse_args(__doc__)
     v1.disable_eager_execution()
-    builders = {"mlp": build_mlp, "lenet": build_lenet, "alexnet": build_alexnet,
-                "lstm_full": lambda smoke: build_lstm(smoke, False),
-                "lstm_sampled": lambda smoke: build_lstm(smoke, True)}
+    def lstm(sampled):
+        return [("", lambda smoke: build_lstm(smoke, sampled, False)),
+                ("fused", lambda smoke: build_lstm(smoke, sampled, True))]
+    builders = {"mlp": [("", build_mlp)], "lenet": [("", build_lenet)], "alexnet": [("", build_alexnet)],
+                "lstm_full": lstm(False), "lstm_sampled": lstm(True)}
     if model == "null_ops":
         print(json.dumps(time_null_ops(args)))
     elif model in builders:
