@@ -34,7 +34,9 @@ namespace troupe::kernels {
 
 namespace {
 
-// Eigen products, with rows of C split over the pool.
+// Eigen products, C split over the pool as parallel_gemm splits it (one block per thread,
+// along C's longer dimension: AlexNet's [16, 9216] x [9216, 4096] in row blocks read the
+// 151 MB weight once per two rows).
 template <class T>
 void eigen_matmul(const tensor& a, const tensor& b, bool transpose_a, bool transpose_b,
                     tensor& product, compute_pool& pool) {
@@ -44,19 +46,33 @@ void eigen_matmul(const tensor& a, const tensor& b, bool transpose_a, bool trans
   std::int64_t m = product.dim(0);
   std::int64_t n = product.dim(1);
   std::int64_t k = transpose_a ? a.dim(0) : a.dim(1);
-  auto rows = [&](std::int64_t begin, std::int64_t end) {
-    auto c_rows = c_matrix.middleRows(begin, end - begin);
-    auto multiply = [&](const auto& op_a) {
-      auto a_rows = op_a.middleRows(begin, end - begin);
-      if (transpose_b) c_rows.noalias() = a_rows * b_matrix.transpose();
-      else c_rows.noalias() = a_rows * b_matrix;
+  const bool by_columns = n > m;
+  auto block = [&](std::int64_t begin, std::int64_t end) {
+    auto multiply = [&](const auto& op_a, const auto& op_b) {
+      if (by_columns) {
+        c_matrix.middleCols(begin, end - begin).noalias() = op_a * op_b.middleCols(begin, end - begin);
+      } else {
+        c_matrix.middleRows(begin, end - begin).noalias() = op_a.middleRows(begin, end - begin) * op_b;
+      }
     };
-    if (transpose_a) multiply(a_matrix.transpose());
-    else multiply(a_matrix);
+    auto with_b = [&](const auto& op_a) {
+      if (transpose_b) multiply(op_a, b_matrix.transpose());
+      else multiply(op_a, b_matrix);
+    };
+    if (transpose_a) with_b(a_matrix.transpose());
+    else with_b(a_matrix);
   };
   // ~1 ns per multiply-add for Eigen's integer kernels, ~0.01 ns for vectorized floats.
-  double ns_per_madd = std::is_floating_point_v<T> ? 0.01 : 1.0;
-  pool.parallel_for(m, static_cast<double>(n) * static_cast<double>(k) * ns_per_madd, rows);
+  const double ns_per_madd = std::is_floating_point_v<T> ? 0.01 : 1.0;
+  const std::int64_t extent = by_columns ? n : m;
+  const int blocks = static_cast<int>(std::min<std::int64_t>(pool.num_threads(), extent));
+  const double block_ns = static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k) * ns_per_madd / blocks;
+  pool.parallel_for(blocks, block_ns, [&](std::int64_t first, std::int64_t last) {
+    for (std::int64_t i = first; i < last; ++i) {
+      const std::int64_t begin = extent * i / blocks, end = extent * (i + 1) / blocks;
+      if (begin < end) block(begin, end);
+    }
+  });
 }
 
 enum class gemm_backend { openblas, eigen, onednn };
