@@ -13,6 +13,10 @@
 #   --no-peers     troupe only (no PyTorch, nothing installed)
 #   --no-pypi-peers  without TensorFlow and the newest PyTorch (which step 2 otherwise
 #                  installs from PyPI into bench/.venv, git-ignored)
+#   --models-only  the training steps against every peer and nothing else: no per-layer
+#                  convolutions, products, runtime micro-benchmarks, Figures 6 and 8,
+#                  graph set-up, checkpoints or simulation (for performance work on the
+#                  models; the report says n/a for what was not measured)
 #
 # Steps: (1) build the benchmark programs; (2) install the peers when missing
 # (python3-torch, libgoogle-perftools4 for tcmalloc, python3-matplotlib for the plots:
@@ -41,6 +45,7 @@ build_dir="$root/build"
 out=""
 peers=1
 pypi_peers=1
+models_only=0
 while [ $# -gt 0 ]; do
   case "$1" in
     --quick) mode=quick ;;
@@ -49,8 +54,9 @@ while [ $# -gt 0 ]; do
     --out) out="${2:?--out needs a folder}"; shift ;;
     --no-peers) peers=0; pypi_peers=0 ;;
     --no-pypi-peers) pypi_peers=0 ;;
+    --models-only) models_only=1 ;;
     -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
-    *) echo "run.sh: unknown argument '$1' (valid: --quick, --rounds N, --build-dir DIR, --out DIR, --no-peers, --no-pypi-peers)" >&2; exit 2 ;;
+    *) echo "run.sh: unknown argument '$1' (valid: --quick, --rounds N, --build-dir DIR, --out DIR, --no-peers, --no-pypi-peers, --models-only)" >&2; exit 2 ;;
   esac
   shift
 done
@@ -209,7 +215,9 @@ for round in $(seq 1 "$rounds"); do
   pair 'troupe alexnet bench_alexnet' 'peer alexnet alexnet_peer.py "${peer_args[@]}"'
   pair 'troupe lstm bench_lstm' \
        'peer lstm_full lstm_peer.py --loss full "${peer_args[@]}"; peer lstm_sampled lstm_peer.py --loss sampled "${peer_args[@]}"'
-  if [ "$mode" = full ]; then
+  if [ "$models_only" = 1 ]; then
+    :
+  elif [ "$mode" = full ]; then
     pair 'troupe conv bench_conv' 'peer conv conv_peer.py --json --seconds=0.5'
     troupe matmul bench_matmul
   else
@@ -218,17 +226,35 @@ for round in $(seq 1 "$rounds"); do
   for m in mlp lenet alexnet lstm_full lstm_sampled; do
     pypi_peer tf "$m" tf_peer.py --model "$m" "${peer_args[@]}"
   done
-  pypi_peer tf null_ops tf_peer.py --model null_ops "${peer_args[@]}"
+  [ "$models_only" = 1 ] || pypi_peer tf null_ops tf_peer.py --model null_ops "${peer_args[@]}"
   pypi_peer torch2 mlp mlp_peer.py "${peer_args[@]}"
   pypi_peer torch2 lenet lenet_peer.py "${peer_args[@]}"
   pypi_peer torch2 alexnet alexnet_peer.py "${peer_args[@]}"
   pypi_peer torch2 lstm_full lstm_peer.py --loss full "${peer_args[@]}"
   pypi_peer torch2 lstm_sampled lstm_peer.py --loss sampled "${peer_args[@]}"
-  troupe executor bench_executor
-  troupe sendrecv bench_sendrecv
-  troupe variable bench_variable
-  troupe queue bench_queue
+  if [ "$models_only" = 0 ]; then
+    troupe executor bench_executor
+    troupe sendrecv bench_sendrecv
+    troupe variable bench_variable
+    troupe queue bench_queue
+  fi
 done
+
+# --- 6. Report (after step 5, or right away with --models-only) ---
+write_report() {
+  "$python" - "$out/machine.json" "$(cut -d' ' -f1-3 /proc/loadavg)" <<'EOF'
+import json, sys
+m = json.load(open(sys.argv[1])); m["load_after"] = sys.argv[2]
+json.dump(m, open(sys.argv[1], "w"), indent=1)
+EOF
+  "$python" "$root/bench/report.py" --results "$out" --quiet
+  log "report: $out/report.md ($failures failure(s))"
+  [ "$failures" -eq 0 ]
+}
+if [ "$models_only" = 1 ]; then
+  write_report
+  exit
+fi
 
 # --- 5. Figure 6 (once: it measures scaling, not a ratio) ---
 log "Figure 6: ${figure6_args[*]}"
@@ -284,12 +310,4 @@ figures_args=()
   >"$out/logs/sim_figures.log" 2>&1 \
   || { log "  sim_figures FAILED (log: $out/logs/sim_figures.log)"; failures=$((failures + 1)); }
 
-# --- 6. Report ---
-"$python" - "$out/machine.json" "$(cut -d' ' -f1-3 /proc/loadavg)" <<'EOF'
-import json, sys
-m = json.load(open(sys.argv[1])); m["load_after"] = sys.argv[2]
-json.dump(m, open(sys.argv[1], "w"), indent=1)
-EOF
-"$python" "$root/bench/report.py" --results "$out" --quiet
-log "report: $out/report.md ($failures failure(s))"
-[ "$failures" -eq 0 ]
+write_report
