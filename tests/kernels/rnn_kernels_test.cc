@@ -220,6 +220,7 @@ TEST_CASE("BlockLSTM reports bad shapes and seq_len_max naming what is wrong", "
   };
   auto good = random_inputs<float>(c, rng);
   auto bad = good;
+  bad[0] = good[0].deep_copy();  // tensors share buffers when copied
   bad[0].data<std::int64_t>()[0] = 4;
   expect_error(bad, "seq_len_max is 4; it must be in [0, 3]");
   bad = good;
@@ -231,6 +232,21 @@ TEST_CASE("BlockLSTM reports bad shapes and seq_len_max naming what is wrong", "
   bad = good;
   bad[1] = random_tensor<float>({3, 8}, rng);
   expect_error(bad, "x must be [time, batch, input]");
+  bad = good;
+  bad[0] = good[0].deep_copy();
+  bad[0].data<std::int64_t>()[0] = -1;
+  expect_error(bad, "seq_len_max is -1; it must be in [0, 3]");
+
+  // The gradient checks the forward outputs and incoming gradients it is given.
+  auto forward = run(lstm_node(c, dtype::float32, false), good, nullptr);
+  std::vector<tensor> grad_inputs = good;
+  grad_inputs.insert(grad_inputs.end(), forward.begin(), forward.end());
+  grad_inputs.push_back(random_tensor<float>({3, 2, 5}, rng));
+  grad_inputs.push_back(random_tensor<float>({3, 2, 4}, rng));  // h_grad: wrong cell size
+  auto out = kernels::run_kernel(lstm_node(c, dtype::float32, true), grad_inputs);
+  REQUIRE_FALSE(out.ok());
+  INFO(out.error().message());
+  CHECK(out.error().message().find("h_grad is [3,2,4]; it must be [time, batch, cell] [3,2,5]") != std::string::npos);
 }
 
 }  // namespace
