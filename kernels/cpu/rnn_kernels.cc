@@ -51,19 +51,25 @@ struct lstm_sizes {
   std::int64_t steps = 0;  // seq_len_max
 };
 
-// Checks BlockLSTM's first nine inputs (its gradient's too) and reads the sizes.
-result<lstm_sizes> lstm_sizes_of(const std::string& op, std::span<const tensor> in) {
-  const tensor& x = in[1];
-  if (in[0].rank() != 0) {
-    return invalid_argument_error(op, ": seq_len_max must be a scalar, got ", in[0].shape());
+// Checks an LSTM op's inputs x, cs_prev, h_prev, w, wci, wcf, wco, b (`in`, in that order)
+// and reads the sizes: BlockLSTM's (x [time, batch, input], `seq_len_max` given) or
+// LSTMBlockCell's (x [batch, input], one step).
+result<lstm_sizes> lstm_sizes_of(const std::string& op, std::span<const tensor> in, const tensor* seq_len_max) {
+  const tensor& x = in[0];
+  if (seq_len_max != nullptr && seq_len_max->rank() != 0) {
+    return invalid_argument_error(op, ": seq_len_max must be a scalar, got ", seq_len_max->shape());
   }
-  if (x.rank() != 3) return invalid_argument_error(op, ": x must be [time, batch, input], got ", x.shape());
-  if (in[2].rank() != 2) return invalid_argument_error(op, ": cs_prev must be [batch, cell], got ", in[2].shape());
+  const bool sequence = seq_len_max != nullptr;
+  if (x.rank() != (sequence ? 3 : 2)) {
+    return invalid_argument_error(op, ": x must be ", sequence ? "[time, batch, input]" : "[batch, input]", ", got ",
+                                  x.shape());
+  }
+  if (in[1].rank() != 2) return invalid_argument_error(op, ": cs_prev must be [batch, cell], got ", in[1].shape());
   lstm_sizes s;
-  s.time = x.dim(0);
-  s.batch = x.dim(1);
-  s.input = x.dim(2);
-  s.cell = in[2].dim(1);
+  s.time = sequence ? x.dim(0) : 1;
+  s.batch = x.dim(sequence ? 1 : 0);
+  s.input = x.dim(sequence ? 2 : 1);
+  s.cell = in[1].dim(1);
   const tensor_shape state{s.batch, s.cell}, cell_vector{s.cell};
   const std::array<std::pair<const char*, tensor_shape>, 7> expected = {{
       {"cs_prev", state},
@@ -75,13 +81,13 @@ result<lstm_sizes> lstm_sizes_of(const std::string& op, std::span<const tensor> 
       {"b", tensor_shape{4 * s.cell}},
   }};
   for (std::size_t k = 0; k < expected.size(); ++k) {
-    if (in[k + 2].shape() != expected[k].second) {
-      return invalid_argument_error(op, ": ", expected[k].first, " is ", in[k + 2].shape(), "; with x ",
-                                    x.shape(), " and cs_prev ", in[2].shape(), " it must be ",
+    if (in[k + 1].shape() != expected[k].second) {
+      return invalid_argument_error(op, ": ", expected[k].first, " is ", in[k + 1].shape(), "; with x ",
+                                    x.shape(), " and cs_prev ", in[1].shape(), " it must be ",
                                     expected[k].second);
     }
   }
-  s.steps = in[0].data<std::int64_t>()[0];
+  s.steps = sequence ? seq_len_max->data<std::int64_t>()[0] : 1;
   if (s.steps < 0 || s.steps > s.time) {
     return invalid_argument_error(op, ": seq_len_max is ", s.steps, "; it must be in [0, ", s.time,
                                   "] (x has ", s.time, " time steps)");
@@ -147,16 +153,18 @@ class block_lstm_kernel final : public op_kernel {
  public:
   explicit block_lstm_kernel(kernel_construction& c) : op_kernel(c) {
     v2_ = c.op().name == "BlockLSTMV2";
+    base_ = c.op().name == "LSTMBlockCell" ? 0 : 1;
     if (!v2_) c.get_attr("forget_bias", &forget_bias_);
     c.get_attrs("cell_clip", &cell_clip_, "use_peephole", &use_peephole_);
   }
 
   void compute(kernel_context& ctx) override {
-    auto sizes = lstm_sizes_of(op(), ctx.inputs());
+    auto sizes = lstm_sizes_of(op(), ctx.inputs().subspan(static_cast<std::size_t>(base_), 8),
+                               base_ == 1 ? &ctx.input(0) : nullptr);
     if (!sizes.ok()) return ctx.fail(sizes.error());
     const lstm_sizes s = *sizes;
     const std::int64_t batch = s.batch, cell = s.cell, input = s.input, width = 4 * cell;
-    const tensor_shape sequence{s.time, batch, cell};
+    const tensor_shape sequence = base_ == 1 ? tensor_shape{s.time, batch, cell} : tensor_shape{batch, cell};
     std::array<T*, 7> out{};  // i, cs, f, o, ci, co, h
     for (int k = 0; k < 7; ++k) out[static_cast<std::size_t>(k)] = ctx.allocate_output(k, sequence).template data<T>();
     const std::int64_t per_step = batch * cell;
@@ -164,8 +172,8 @@ class block_lstm_kernel final : public op_kernel {
     for (T* o : out) std::fill(o + s.steps * per_step, o + s.time * per_step, T(0));
     if (s.steps == 0 || per_step == 0) return;
 
-    const T* x = ctx.input(1).data<T>();
-    const T* w = ctx.input(4).data<T>();
+    const T* x = in_arg(ctx, 1).template data<T>();
+    const T* w = in_arg(ctx, 4).template data<T>();
     const T* w_h = w + input * width;
     tensor gates_tensor(dtype_of<T>, tensor_shape{s.steps * batch, width});
     T* gates = gates_tensor.data<T>();
@@ -179,8 +187,8 @@ class block_lstm_kernel final : public op_kernel {
     const unit_blocks blocks(cell, ctx.pool().num_threads());
     run_in_step_order(ctx.pool(), s.steps, blocks.count, gemm_ns(batch, 4 * blocks.size, cell) + 50.0 * batch * blocks.size,
                       [&](std::int64_t t, std::int64_t block) {
-                        const T* h_before = t == 0 ? ctx.input(3).data<T>() : out[6] + (t - 1) * per_step;
-                        const T* cs_before = t == 0 ? ctx.input(2).data<T>() : out[1] + (t - 1) * per_step;
+                        const T* h_before = t == 0 ? in_arg(ctx, 3).template data<T>() : out[6] + (t - 1) * per_step;
+                        const T* cs_before = t == 0 ? in_arg(ctx, 2).template data<T>() : out[1] + (t - 1) * per_step;
                         T* step_gates = gates + t * batch * width;
                         const std::int64_t u0 = blocks.begin(block), u1 = blocks.end(block, cell);
                         for (int q = 0; q < 4; ++q) {
@@ -197,11 +205,11 @@ class block_lstm_kernel final : public op_kernel {
                     std::int64_t u0, std::int64_t u1, const T* step_gates, const T* cs_before,
                     const std::array<T*, 7>& out) const {
     const std::int64_t cell = s.cell, width = 4 * cell, n = u1 - u0;
-    const T* b = ctx.input(8).data<T>();
+    const T* b = in_arg(ctx, 8).template data<T>();
     const_array_map<T> b_i(b + g.i * cell + u0, n), b_c(b + g.c * cell + u0, n), b_f(b + g.f * cell + u0, n),
         b_o(b + g.o * cell + u0, n);
-    const_array_map<T> wci(ctx.input(5).data<T>() + u0, n), wcf(ctx.input(6).data<T>() + u0, n),
-        wco(ctx.input(7).data<T>() + u0, n);
+    const_array_map<T> wci(in_arg(ctx, 5).template data<T>() + u0, n), wcf(in_arg(ctx, 6).template data<T>() + u0, n),
+        wco(in_arg(ctx, 7).template data<T>() + u0, n);
     const T forget_bias = static_cast<T>(forget_bias_), clip = static_cast<T>(cell_clip_);
     for (std::int64_t row = 0; row < s.batch; ++row) {
       const T* gr = step_gates + row * width;
@@ -230,11 +238,63 @@ class block_lstm_kernel final : public op_kernel {
     }
   }
 
+  // Input k as BlockLSTM numbers them (1: x ... 8: b); LSTMBlockCell has no seq_len_max.
+  const tensor& in_arg(const kernel_context& ctx, int k) const { return ctx.input(k - 1 + base_); }
+
   bool v2_ = false;
+  int base_ = 1;  // where x is among the inputs
   float forget_bias_ = 0.0f;
   float cell_clip_ = 0.0f;
   bool use_peephole_ = false;
 };
+
+// One step's tensors for the cell's gradient, each [batch, cell] (rows `cell` apart).
+template <class T>
+struct cell_step {
+  const T *cs_prev, *i, *cs, *f, *o, *ci, *co, *cs_grad, *h_grad;
+};
+
+// A step's cell backwards for units [u0, u1) of every batch row (TensorFlow's
+// LSTMBlockCellBprop): from dh (h_grad + dh_carry, when given) and dcs (cs_grad + dcs_carry)
+// to the gates' gradients (dgates' columns, in layout g), dcs_carry's next value (the
+// gradient of cs_prev) and the peephole weights' gradients, added into (the block owns its
+// units' entries). wci, wcf, wco and the peephole gradients are read only with peepholes.
+template <class T>
+void cell_backward(const gate_columns& g, std::int64_t batch, std::int64_t cell, std::int64_t u0, std::int64_t u1,
+                   const cell_step<T>& step, const T* dh_carry, T* dcs_carry, T* dgates,
+                   const std::array<const T*, 3>& peepholes, const std::array<T*, 3>& peephole_grads,
+                   bool use_peephole) {
+  const std::int64_t width = 4 * cell, n = u1 - u0;
+  Eigen::Array<T, Eigen::Dynamic, 1> dcs(n), dh(n);
+  for (std::int64_t row = 0; row < batch; ++row) {
+    const std::int64_t at = row * cell + u0;
+    const_array_map<T> cs_prev(step.cs_prev + at, n), i(step.i + at, n), cs(step.cs + at, n), f(step.f + at, n),
+        o(step.o + at, n), ci(step.ci + at, n), co(step.co + at, n), cs_grad(step.cs_grad + at, n),
+        h_grad(step.h_grad + at, n);
+    array_map<T> dcs_next(dcs_carry + at, n);
+    T* dg = dgates + row * width;
+    array_map<T> di(dg + g.i * cell + u0, n), dci(dg + g.c * cell + u0, n), df(dg + g.f * cell + u0, n),
+        d_o(dg + g.o * cell + u0, n);
+    if (dh_carry != nullptr) {
+      dh = h_grad + const_array_map<T>(dh_carry + at, n);
+    } else {
+      dh = h_grad;
+    }
+    d_o = o * (T(1) - o) * dh * co;
+    dcs = (T(1) - co * co) * dh * o + cs_grad + dcs_next;
+    if (use_peephole) dcs += d_o * const_array_map<T>(peepholes[2] + u0, n);
+    dci = (T(1) - ci * ci) * dcs * i;
+    df = f * (T(1) - f) * dcs * cs_prev;
+    di = i * (T(1) - i) * dcs * ci;
+    dcs_next = dcs * f;
+    if (use_peephole) {
+      dcs_next += di * const_array_map<T>(peepholes[0] + u0, n) + df * const_array_map<T>(peepholes[1] + u0, n);
+      array_map<T>(peephole_grads[0] + u0, n) += di * cs_prev;
+      array_map<T>(peephole_grads[1] + u0, n) += df * cs_prev;
+      array_map<T>(peephole_grads[2] + u0, n) += d_o * cs;
+    }
+  }
+}
 
 template <class T>
 class block_lstm_grad_kernel final : public op_kernel {
@@ -245,7 +305,7 @@ class block_lstm_grad_kernel final : public op_kernel {
   }
 
   void compute(kernel_context& ctx) override {
-    auto sizes = lstm_sizes_of(op(), ctx.inputs());
+    auto sizes = lstm_sizes_of(op(), ctx.inputs().subspan(1, 8), &ctx.input(0));
     if (!sizes.ok()) return ctx.fail(sizes.error());
     const lstm_sizes s = *sizes;
     const std::int64_t batch = s.batch, cell = s.cell, input = s.input, width = 4 * cell;
@@ -315,8 +375,14 @@ class block_lstm_grad_kernel final : public op_kernel {
                           gemm(false, false, batch, u1 - u0, width, T(1), dgates + (t + 1) * batch * width, width,
                                w_h_t + u0, cell, T(0), dh_carry.data() + u0, cell);
                         }
-                        cell_backward(ctx, g, s, t, u0, u1, dh_carry.data(), dcs_carry.data(),
-                                      dgates + t * batch * width, peephole_grads);
+                        auto at = [&](int k, std::int64_t step) { return ctx.input(k).data<T>() + step * per_step; };
+                        const cell_step<T> step{t == 0 ? ctx.input(2).data<T>() : at(10, t - 1),
+                                                at(9, t), at(10, t), at(11, t), at(12, t), at(13, t), at(14, t),
+                                                at(16, t), at(17, t)};
+                        cell_backward(g, batch, cell, u0, u1, step, t + 1 < s.steps ? dh_carry.data() : nullptr,
+                                      dcs_carry.data(), dgates + t * batch * width,
+                                      {ctx.input(5).data<T>(), ctx.input(6).data<T>(), ctx.input(7).data<T>()},
+                                      peephole_grads, use_peephole_);
                       });
     compute_pool& pool = ctx.pool();
     // The gradients of the initial state: through step 0's recurrent product and its cell.
@@ -347,54 +413,55 @@ class block_lstm_grad_kernel final : public op_kernel {
   }
 
  private:
-  // Step t's cell backwards for units [u0, u1): from dh (dh_carry + h_grad[t]) and dcs
-  // (dcs_carry + cs_grad[t]) to dgates[t]'s columns, the next dcs_carry and the peephole
-  // weights' gradients (each block owns its units' entries).
-  void cell_backward(const kernel_context& ctx, const gate_columns& g, const lstm_sizes& s, std::int64_t t,
-                     std::int64_t u0, std::int64_t u1, const T* dh_carry, T* dcs_carry, T* step_dgates,
-                     const std::array<T*, 3>& peephole_grads) const {
-    const std::int64_t cell = s.cell, width = 4 * cell, n = u1 - u0;
-    auto at_step = [&](int input, std::int64_t step, std::int64_t row) {
-      return ctx.input(input).data<T>() + step * s.batch * cell + row * cell + u0;
-    };
-    const_array_map<T> wci(ctx.input(5).data<T>() + u0, n), wcf(ctx.input(6).data<T>() + u0, n),
-        wco(ctx.input(7).data<T>() + u0, n);
-    array_map<T> wci_grad(peephole_grads[0] + u0, n), wcf_grad(peephole_grads[1] + u0, n),
-        wco_grad(peephole_grads[2] + u0, n);
-    Eigen::Array<T, Eigen::Dynamic, 1> dcs(n), dh(n);
-    for (std::int64_t row = 0; row < s.batch; ++row) {
-      const T* cs_before = t == 0 ? ctx.input(2).data<T>() + row * cell + u0 : at_step(10, t - 1, row);
-      const_array_map<T> cs_prev(cs_before, n), i(at_step(9, t, row), n), cs(at_step(10, t, row), n),
-          f(at_step(11, t, row), n), o(at_step(12, t, row), n), ci(at_step(13, t, row), n),
-          co(at_step(14, t, row), n), cs_grad(at_step(16, t, row), n), h_grad(at_step(17, t, row), n);
-      array_map<T> dcs_next(dcs_carry + row * cell + u0, n);
-      T* dg = step_dgates + row * width;
-      array_map<T> di(dg + g.i * cell + u0, n), dci(dg + g.c * cell + u0, n), df(dg + g.f * cell + u0, n),
-          d_o(dg + g.o * cell + u0, n);
-      dh = h_grad + const_array_map<T>(dh_carry + row * cell + u0, n);
-      d_o = o * (T(1) - o) * dh * co;
-      dcs = (T(1) - co * co) * dh * o + cs_grad + dcs_next;
-      if (use_peephole_) dcs += d_o * wco;
-      dci = (T(1) - ci * ci) * dcs * i;
-      df = f * (T(1) - f) * dcs * cs_prev;
-      di = i * (T(1) - i) * dcs * ci;
-      dcs_next = dcs * f;
-      if (use_peephole_) {
-        dcs_next += di * wci + df * wcf;
-        wci_grad += di * cs_prev;
-        wcf_grad += df * cs_prev;
-        wco_grad += d_o * cs;
-      }
-    }
+  bool v2_ = false;
+  bool use_peephole_ = false;
+};
+
+// LSTMBlockCellGrad (inputs x, cs_prev, h_prev, w, wci, wcf, wco, b, i, cs, f, o, ci, co,
+// cs_grad, h_grad): one step's cell backwards; the products with w are the gradient
+// function's own MatMuls (graph/ops/rnn_ops.cc), as in TensorFlow.
+template <class T>
+class lstm_block_cell_grad_kernel final : public op_kernel {
+ public:
+  explicit lstm_block_cell_grad_kernel(kernel_construction& c) : op_kernel(c) {
+    c.get_attr("use_peephole", &use_peephole_);
   }
 
-  bool v2_ = false;
+  void compute(kernel_context& ctx) override {
+    auto sizes = lstm_sizes_of(op(), ctx.inputs().subspan(0, 8), nullptr);
+    if (!sizes.ok()) return ctx.fail(sizes.error());
+    const std::int64_t batch = sizes->batch, cell = sizes->cell;
+    const tensor_shape state{batch, cell};
+    static constexpr std::array<const char*, 8> k_names = {"i", "cs", "f", "o", "ci", "co", "cs_grad", "h_grad"};
+    for (int k = 8; k < 16; ++k) {
+      if (ctx.input(k).shape() != state) {
+        return ctx.fail_invalid_argument(op(), ": ", k_names[static_cast<std::size_t>(k - 8)], " is ",
+                                         ctx.input(k).shape(), "; it must be [batch, cell] ", state);
+      }
+    }
+    T* cs_prev_grad = ctx.allocate_output(0, state).template data<T>();
+    T* dicfo = ctx.allocate_output(1, tensor_shape{batch, 4 * cell}).template data<T>();
+    std::array<T*, 3> peephole_grads{};
+    for (int k = 0; k < 3; ++k) {
+      peephole_grads[static_cast<std::size_t>(k)] = ctx.allocate_output(2 + k, tensor_shape{cell}).template data<T>();
+      std::fill_n(peephole_grads[static_cast<std::size_t>(k)], cell, T(0));
+    }
+    std::fill_n(cs_prev_grad, batch * cell, T(0));  // no carry: cs_grad is the whole dcs
+    auto in = [&](int k) { return ctx.input(k).data<T>(); };
+    const cell_step<T> step{in(1), in(8), in(9), in(10), in(11), in(12), in(13), in(14), in(15)};
+    cell_backward(k_icfo, batch, cell, std::int64_t{0}, cell, step, static_cast<const T*>(nullptr), cs_prev_grad,
+                  dicfo, {in(4), in(5), in(6)}, peephole_grads, use_peephole_);
+  }
+
+ private:
   bool use_peephole_ = false;
 };
 
 }  // namespace
 
 void register_rnn_kernels(kernel_registry& registry) {
+  add_typed_kernels<block_lstm_kernel, float_types>(registry, "LSTMBlockCell");
+  add_typed_kernels<lstm_block_cell_grad_kernel, float_types>(registry, "LSTMBlockCellGrad");
   for (const char* op : {"BlockLSTM", "BlockLSTMV2"}) add_typed_kernels<block_lstm_kernel, float_types>(registry, op);
   for (const char* op : {"BlockLSTMGrad", "BlockLSTMGradV2"}) {
     add_typed_kernels<block_lstm_grad_kernel, float_types>(registry, op);

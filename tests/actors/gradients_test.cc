@@ -298,6 +298,18 @@ std::vector<gradient_case> gradient_cases() {
          return s.add("BlockLSTM", in, {{"use_peephole", graph::attr_value(true)}, {"cell_clip", graph::attr_value(0.0f)}})
              .out(6);
        }},
+      {"LSTMBlockCell h, peepholes", {{2, 3}, {2, 4}, {2, 4}, {7, 16}, {4}, {4}, {4}, {16}},
+       [](const scope& s, const v& x) {
+         return s.add("LSTMBlockCell", {x[0], x[1], x[2], x[3], x[4], x[5], x[6], x[7]},
+                      {{"use_peephole", graph::attr_value(true)}, {"cell_clip", graph::attr_value(0.0f)}})
+             .out(6);
+       }},
+      {"LSTMBlockCell cs", {{2, 3}, {2, 4}, {2, 4}, {7, 16}, {4}, {4}, {4}, {16}},
+       [](const scope& s, const v& x) {
+         return s.add("LSTMBlockCell", {x[0], x[1], x[2], x[3], x[4], x[5], x[6], x[7]},
+                      {{"cell_clip", graph::attr_value(0.0f)}})
+             .out(1);
+       }},
       {"BlockLSTMV2 cs, seq_len_max 2 of 3", {{3, 2, 3}, {2, 4}, {2, 4}, {7, 16}, {4}, {4}, {4}, {16}},
        [](const scope& s, const v& x) {
          std::vector<graph::input> in = {ops::scalar<std::int64_t>(s, 2)};

@@ -249,5 +249,63 @@ TEST_CASE("BlockLSTM reports bad shapes and seq_len_max naming what is wrong", "
   CHECK(out.error().message().find("h_grad is [3,2,4]; it must be [time, batch, cell] [3,2,5]") != std::string::npos);
 }
 
+// LSTMBlockCell is BlockLSTM's step: the same outputs as BlockLSTM over one step, and its
+// gradient op the same cs_prev gradient and (summed over the batch) the same gates'
+// gradient as BlockLSTMGrad's bias gradient.
+TEST_CASE("LSTMBlockCell and LSTMBlockCellGrad are BlockLSTM's single step", "[rnn]") {
+  std::mt19937 rng(42);
+  for (bool peephole : {false, true}) {
+    INFO("peephole " << peephole);
+    const lstm_case c{1, 3, 4, 20, 1, peephole, 0.0f};
+    auto inputs = random_inputs<double>(c, rng);
+    tf::NodeDef cell_node = lstm_node(c, dtype::float64, false);
+    cell_node.set_op("LSTMBlockCell");
+    std::vector<tensor> cell_inputs(inputs.begin() + 1, inputs.end());
+    cell_inputs[0] = tensor(dtype::float64, {c.batch, c.input});
+    std::copy_n(inputs[1].data<double>(), c.batch * c.input, cell_inputs[0].data<double>());
+    auto cell_out = run(cell_node, cell_inputs, nullptr);
+    auto block_out = run(lstm_node(c, dtype::float64, false), inputs, nullptr);
+    REQUIRE(cell_out.size() == 7);
+    for (std::size_t k = 0; k < 7; ++k) {
+      REQUIRE(cell_out[k].shape() == tensor_shape({c.batch, c.cell}));
+      for (std::int64_t e = 0; e < cell_out[k].num_elements(); ++e) {
+        REQUIRE(at<double>(cell_out[k], e) == Approx(at<double>(block_out[k], e)).margin(1e-13));
+      }
+    }
+    const tensor cs_grad = random_tensor<double>({c.batch, c.cell}, rng);
+    const tensor h_grad = random_tensor<double>({c.batch, c.cell}, rng);
+    tf::NodeDef cell_grad_node = lstm_node(c, dtype::float64, true);
+    cell_grad_node.set_op("LSTMBlockCellGrad");
+    std::vector<tensor> cell_grad_inputs = cell_inputs;
+    cell_grad_inputs.insert(cell_grad_inputs.end(), cell_out.begin(), cell_out.begin() + 6);
+    cell_grad_inputs.push_back(cs_grad);
+    cell_grad_inputs.push_back(h_grad);
+    auto cell_grads = run(cell_grad_node, cell_grad_inputs, nullptr);
+    std::vector<tensor> block_grad_inputs = inputs;
+    block_grad_inputs.insert(block_grad_inputs.end(), block_out.begin(), block_out.end());
+    tensor cs_grad_3d(dtype::float64, {1, c.batch, c.cell}), h_grad_3d(dtype::float64, {1, c.batch, c.cell});
+    std::copy_n(cs_grad.data<double>(), cs_grad.num_elements(), cs_grad_3d.data<double>());
+    std::copy_n(h_grad.data<double>(), h_grad.num_elements(), h_grad_3d.data<double>());
+    block_grad_inputs.push_back(cs_grad_3d);
+    block_grad_inputs.push_back(h_grad_3d);
+    auto block_grads = run(lstm_node(c, dtype::float64, true), block_grad_inputs, nullptr);
+    REQUIRE(cell_grads.size() == 5);
+    REQUIRE(cell_grads[1].shape() == tensor_shape({c.batch, 4 * c.cell}));
+    for (std::int64_t e = 0; e < cell_grads[0].num_elements(); ++e) {  // cs_prev_grad
+      REQUIRE(at<double>(cell_grads[0], e) == Approx(at<double>(block_grads[1], e)).margin(1e-13));
+    }
+    for (std::int64_t col = 0; col < 4 * c.cell; ++col) {  // b_grad = dicfo's column sums
+      double sum = 0;
+      for (std::int64_t b = 0; b < c.batch; ++b) sum += at<double>(cell_grads[1], b * 4 * c.cell + col);
+      REQUIRE(sum == Approx(at<double>(block_grads[7], col)).margin(1e-13));
+    }
+    for (std::size_t k = 0; k < 3; ++k) {  // peephole gradients
+      for (std::int64_t e = 0; e < c.cell; ++e) {
+        REQUIRE(at<double>(cell_grads[2 + k], e) == Approx(at<double>(block_grads[4 + k], e)).margin(1e-13));
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace troupe

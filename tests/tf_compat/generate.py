@@ -682,6 +682,28 @@ def rnn_ops():
         out += op_case(name, [op, op.replace("LSTM", "LSTMGrad")],
                        f"{op} over {time} steps (seq_len_max {steps}), batch {batch}, input {inputs}, cell {cell}"
                        + (f", {attrs}" if attrs else ""), build, feeds, rtol=1e-5, atol=1e-5)
+    for name, attrs in (("lstm_block_cell", {}),
+                        ("lstm_block_cell_peephole", {"use_peephole": True, "cell_clip": -1.0, "forget_bias": 0.5})):
+        ci = Inputs(name)
+        batch, inputs, cell = 3, 5, 4
+
+        # TensorFlow 2 registers no gradient for LSTMBlockCell (TF 1.x's contrib did): the
+        # gradient op is called directly on the cell's outputs.
+        def build_cell(x, cs_prev, h_prev, w, wci, wcf, wco, b, cs_grad, h_grad, attrs=attrs):
+            outs = raw.LSTMBlockCell(x=x, cs_prev=cs_prev, h_prev=h_prev, w=w, wci=wci, wcf=wcf, wco=wco, b=b, **attrs)
+            grads = raw.LSTMBlockCellGrad(x=x, cs_prev=cs_prev, h_prev=h_prev, w=w, wci=wci, wcf=wcf, wco=wco, b=b,
+                                          i=outs[0], cs=outs[1], f=outs[2], o=outs[3], ci=outs[4], co=outs[5],
+                                          cs_grad=cs_grad, h_grad=h_grad,
+                                          use_peephole=attrs.get("use_peephole", False))
+            return list(outs) + list(grads)
+
+        feeds = {"x": ci.normal([batch, inputs]), "cs_prev": ci.normal([batch, cell]), "h_prev": ci.normal([batch, cell]),
+                 "w": ci.normal([inputs + cell, 4 * cell], scale=0.5), "wci": ci.normal([cell]),
+                 "wcf": ci.normal([cell]), "wco": ci.normal([cell]), "b": ci.normal([4 * cell]),
+                 "cs_grad": ci.normal([batch, cell]), "h_grad": ci.normal([batch, cell])}
+        out += op_case(name, ["LSTMBlockCell", "LSTMBlockCellGrad"],
+                       f"LSTMBlockCell and LSTMBlockCellGrad, batch {batch}, input {inputs}, cell {cell}"
+                       + (f", {attrs}" if attrs else ""), build_cell, feeds, grad=False, rtol=1e-5, atol=1e-5)
     return out
 
 
