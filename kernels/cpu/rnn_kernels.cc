@@ -1,5 +1,6 @@
 // CPU kernels for the ops of graph/ops/rnn_ops.cc: BlockLSTM(V2) and BlockLSTMGrad(V2),
-// an LSTM over a whole sequence in one kernel.
+// an LSTM over a whole sequence in one kernel, and LSTMBlockCell (BlockLSTM's kernel on one
+// step) with LSTMBlockCellGrad (the cell backwards BlockLSTMGrad runs per step).
 //
 // Where the time goes, and how it is split. Of an LSTM's products, only the recurrent one
 // (h_{t-1} times the last `cell` rows of w) has to wait for the step before; the rest are
