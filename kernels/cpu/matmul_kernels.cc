@@ -34,9 +34,31 @@ namespace troupe::kernels {
 
 namespace {
 
-// Eigen products, C split over the pool as parallel_gemm splits it (one block per thread,
-// along C's longer dimension: AlexNet's [16, 9216] x [9216, 4096] in row blocks read the
-// 151 MB weight once per two rows).
+// Splits a product's C [m, n] over the pool: one block per pool thread, not more (each
+// block packs all of the other operand again: eight row blocks of the LSTM's [640, 512] x
+// [512, 10000] logits read the 20 MB weight eight times), along C's longer dimension (the
+// MLP's [64, 784] x [784, 512] split into rows was 8 products of 8 rows), column bounds in
+// multiples of `column_align`. Calls fn(by_columns, begin, end) for each nonempty block;
+// `total_ns` is the whole product's estimated cost.
+template <class F>
+void for_each_product_block(compute_pool& pool, std::int64_t m, std::int64_t n, std::int64_t column_align,
+                            double total_ns, const F& fn) {
+  const int blocks = pool.num_threads();
+  const bool by_columns = n > m;
+  auto bound = [&](std::int64_t block) {
+    if (!by_columns) return m * block / blocks;
+    return std::min(n, (n * block / blocks + column_align - 1) / column_align * column_align);
+  };
+  pool.parallel_for(blocks, total_ns / blocks, [&](std::int64_t first, std::int64_t last) {
+    for (std::int64_t block = first; block < last; ++block) {
+      const std::int64_t begin = bound(block), end = bound(block + 1);
+      if (begin < end) fn(by_columns, begin, end);
+    }
+  });
+}
+
+// Eigen products, C split over the pool as parallel_gemm splits it (AlexNet's [16, 9216] x
+// [9216, 4096] in row blocks read the 151 MB weight once per two rows).
 template <class T>
 void eigen_matmul(const tensor& a, const tensor& b, bool transpose_a, bool transpose_b,
                     tensor& product, compute_pool& pool) {
@@ -46,8 +68,7 @@ void eigen_matmul(const tensor& a, const tensor& b, bool transpose_a, bool trans
   std::int64_t m = product.dim(0);
   std::int64_t n = product.dim(1);
   std::int64_t k = transpose_a ? a.dim(0) : a.dim(1);
-  const bool by_columns = n > m;
-  auto block = [&](std::int64_t begin, std::int64_t end) {
+  auto block = [&](bool by_columns, std::int64_t begin, std::int64_t end) {
     auto multiply = [&](const auto& op_a, const auto& op_b) {
       if (by_columns) {
         c_matrix.middleCols(begin, end - begin).noalias() = op_a * op_b.middleCols(begin, end - begin);
@@ -64,15 +85,8 @@ void eigen_matmul(const tensor& a, const tensor& b, bool transpose_a, bool trans
   };
   // ~1 ns per multiply-add for Eigen's integer kernels, ~0.01 ns for vectorized floats.
   const double ns_per_madd = std::is_floating_point_v<T> ? 0.01 : 1.0;
-  const std::int64_t extent = by_columns ? n : m;
-  const int blocks = static_cast<int>(std::min<std::int64_t>(pool.num_threads(), extent));
-  const double block_ns = static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k) * ns_per_madd / blocks;
-  pool.parallel_for(blocks, block_ns, [&](std::int64_t first, std::int64_t last) {
-    for (std::int64_t i = first; i < last; ++i) {
-      const std::int64_t begin = extent * i / blocks, end = extent * (i + 1) / blocks;
-      if (begin < end) block(begin, end);
-    }
-  });
+  for_each_product_block(pool, m, n, 1, static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k) * ns_per_madd,
+                         block);
 }
 
 enum class gemm_backend { openblas, eigen, onednn };
@@ -161,29 +175,15 @@ template <class T>
 void parallel_gemm(compute_pool& pool, bool transpose_a, bool transpose_b, std::int64_t m, std::int64_t n,
                    std::int64_t k, T alpha, const T* a, std::int64_t lda, const T* b, std::int64_t ldb, T beta,
                    T* c, std::int64_t ldc) {
-  // One block per pool thread, not more: each block packs all of the other operand again
-  // (eight row blocks of the LSTM's [640, 512] x [512, 10000] logits read the 20 MB weight
-  // eight times). The longer of C's dimensions is split, columns in whole vectors: the
-  // MLP's [64, 784] x [784, 512] split into rows was 8 products of 8 rows.
-  const int blocks = pool.num_threads();
-  const bool by_columns = n > m;
-  auto bound = [&](std::int64_t block) {
-    if (!by_columns) return m * block / blocks;
-    return std::min(n, (n * block / blocks + 15) / 16 * 16);
-  };
-  pool.parallel_for(blocks, gemm_ns(m, n, k) / blocks, [&](std::int64_t first, std::int64_t last) {
-    for (std::int64_t block = first; block < last; ++block) {
-      const std::int64_t begin = bound(block), end = bound(block + 1);
-      if (begin >= end) continue;
-      if (by_columns) {
-        // Columns [begin, end) of op(B) and C: a column offset, or a row offset when transposed.
-        const T* b_columns = transpose_b ? b + begin * ldb : b + begin;
-        gemm(transpose_a, transpose_b, m, end - begin, k, alpha, a, lda, b_columns, ldb, beta, c + begin, ldc);
-      } else {
-        // Rows [begin, end) of op(A) and C: a row offset, or a column offset when transposed.
-        const T* a_rows = transpose_a ? a + begin : a + begin * lda;
-        gemm(transpose_a, transpose_b, end - begin, n, k, alpha, a_rows, lda, b, ldb, beta, c + begin * ldc, ldc);
-      }
+  for_each_product_block(pool, m, n, 16, gemm_ns(m, n, k), [&](bool by_columns, std::int64_t begin, std::int64_t end) {
+    if (by_columns) {
+      // Columns [begin, end) of op(B) and C: a column offset, or a row offset when transposed.
+      const T* b_columns = transpose_b ? b + begin * ldb : b + begin;
+      gemm(transpose_a, transpose_b, m, end - begin, k, alpha, a, lda, b_columns, ldb, beta, c + begin, ldc);
+    } else {
+      // Rows [begin, end) of op(A) and C: a row offset, or a column offset when transposed.
+      const T* a_rows = transpose_a ? a + begin : a + begin * lda;
+      gemm(transpose_a, transpose_b, end - begin, n, k, alpha, a_rows, lda, b, ldb, beta, c + begin * ldc, ldc);
     }
   });
 }
