@@ -57,10 +57,6 @@ output activate(const scope& s, const activation_fn& activation, const output& y
   return activation ? activation(s, y) : y;
 }
 
-output int32_vector(const scope& s, std::vector<std::int32_t> values) {
-  return ops::constant(s, tensor::from_vector(values));
-}
-
 tf::AttrValue window(int size) { return attr_value(std::vector<int>{1, size, size, 1}); }
 
 output pool(const scope& s, const char* op, const output& x, int size, int stride,
@@ -181,13 +177,13 @@ output batch_norm(const scope& s, variable_collection& vars, const output& x, bo
                     false, &moving_variance)) {
     return output{};
   }
-  output input = rank == 4 ? x : ops::reshape(ls, x, int32_vector(ls, {-1, 1, 1, static_cast<std::int32_t>(channels)}));
+  output input = rank == 4 ? x : ops::reshape(ls, x, ops::int32_vector(ls, {-1, 1, 1, static_cast<std::int32_t>(channels)}));
   operation bn = ls.add("FusedBatchNormV3", {input, scale, offset, moving_mean.value, moving_variance.value},
                         {{"epsilon", attr_value(static_cast<float>(options.epsilon))},
                          {"is_training", attr_value(training)}});
   if (!bn.valid()) return output{};
   output y = rank == 4 ? bn.out(0)
-                       : ops::reshape(ls, bn.out(0), int32_vector(ls, {-1, static_cast<std::int32_t>(channels)}));
+                       : ops::reshape(ls, bn.out(0), ops::int32_vector(ls, {-1, static_cast<std::int32_t>(channels)}));
   if (training) {
     const scope us = ls.sub("update");
     output decay = graph::scalar_of(us, x.type, 1.0 - options.momentum);
@@ -261,8 +257,8 @@ output zero_state(const scope& s, const output& x, int batch_axis, int units) {
     return init::zeros(s, {x.shape.dim(batch_axis), units}, x.type);
   }
   output batch =
-      s.add("Slice", {ops::shape(s, x), int32_vector(s, {batch_axis}), int32_vector(s, {1})}).out();
-  output dims = ops::concat(s, {batch, int32_vector(s, {units})}, ops::scalar<std::int32_t>(s, 0));
+      s.add("Slice", {ops::shape(s, x), ops::int32_vector(s, {batch_axis}), ops::int32_vector(s, {1})}).out();
+  output dims = ops::concat(s, {batch, ops::int32_vector(s, {units})}, ops::scalar<std::int32_t>(s, 0));
   return ops::fill(s, dims, graph::scalar_of(s, x.type, 0.0));
 }
 
@@ -286,10 +282,10 @@ fused_lstm_result fused_lstm(const scope& s, variable_collection& vars, const ou
   const std::int64_t time = x.shape.dim(0);
   output seq_len_max =
       time >= 0 ? ops::scalar<std::int64_t>(ls, time)
-                : ops::reshape(ls, ls.add("Slice", {ops::shape(ls, x, dtype::int64), int32_vector(ls, {0}),
-                                                    int32_vector(ls, {1})})
+                : ops::reshape(ls, ls.add("Slice", {ops::shape(ls, x, dtype::int64), ops::int32_vector(ls, {0}),
+                                                    ops::int32_vector(ls, {1})})
                                        .out(),
-                               int32_vector(ls, {}));
+                               ops::int32_vector(ls, {}));
   output zeros = zero_state(ls.sub("zero_state"), x, 1, units);
   output no_peephole = init::zeros(ls, {units}, x.type);
   operation block = ls.add("BlockLSTM",
@@ -429,7 +425,7 @@ output embedding_lookup(const scope& s, const std::vector<variable>& shards, con
   const auto n = static_cast<std::int64_t>(shards.size());
   auto id_scalar = [&](std::int64_t value) { return graph::scalar_of(ls, ids.type, static_cast<double>(value)); };
   auto binary = [&](const char* op, const output& a, const output& b) { return ls.add(op, {a, b}).out(); };
-  output flat = ops::reshape(ls, ids, int32_vector(ls, {-1}));
+  output flat = ops::reshape(ls, ids, ops::int32_vector(ls, {-1}));
   output assignment, new_ids;
   if (partition_strategy == "mod") {
     assignment = binary("FloorMod", flat, id_scalar(n));
@@ -455,10 +451,10 @@ output embedding_lookup(const scope& s, const std::vector<variable>& shards, con
     std::iota(range.begin(), range.end(), 0);
     positions = ops::constant(ls, tensor::from_vector(range, tensor_shape{flat.shape.dim(0)}));
   } else {
-    output all = ops::fill(ls, ops::reshape(ls, ops::size(ls, assignment), int32_vector(ls, {1})),
+    output all = ops::fill(ls, ops::reshape(ls, ops::size(ls, assignment), ops::int32_vector(ls, {1})),
                            ops::constant(ls, tensor::scalar<bool>(true)));
     positions = ops::reshape(ls, ops::cast(ls, ls.add("Where", {all}).out(), dtype::int32),
-                             int32_vector(ls, {-1}));
+                             ops::int32_vector(ls, {-1}));
   }
   operation position_parts =
       ls.add("DynamicPartition", {positions, assignment}, {{"num_partitions", num_partitions}});
@@ -477,9 +473,9 @@ output embedding_lookup(const scope& s, const std::vector<variable>& shards, con
     std::vector<std::int32_t> dims;
     for (std::int64_t d : ids.shape.dims()) dims.push_back(static_cast<std::int32_t>(d));
     dims.insert(dims.end(), row_dims.begin(), row_dims.end());
-    shape = int32_vector(ls, dims);
+    shape = ops::int32_vector(ls, dims);
   } else {
-    shape = ops::concat(ls, {ops::shape(ls, ids), int32_vector(ls, row_dims)},
+    shape = ops::concat(ls, {ops::shape(ls, ids), ops::int32_vector(ls, row_dims)},
                         ops::scalar<std::int32_t>(ls, 0));
   }
   return ops::reshape(ls, stitched, shape);
@@ -569,12 +565,12 @@ sampled_logits compute_sampled_logits(const scope& s, const std::vector<variable
   const output sampled_count = result.sampler.out(2);
 
   // One lookup of the true classes' rows followed by the sampled ones', split apart again.
-  output true_ids = ops::reshape(ls, classes, int32_vector(ls, {-1}));
+  output true_ids = ops::reshape(ls, classes, ops::int32_vector(ls, {-1}));
   output all_ids = ops::concat(ls, {true_ids, sampled}, ops::scalar<std::int32_t>(ls, 0));
   output all_w = embedding_lookup(ls, weights, all_ids, partition_strategy, "weights_lookup");
   output all_b = embedding_lookup(ls, biases, all_ids, partition_strategy, "biases_lookup");
   auto split = [&](const output& value) {
-    return ls.add("SplitV", {value, int32_vector(ls, {-1, num_sampled}), ops::scalar<std::int32_t>(ls, 0)},
+    return ls.add("SplitV", {value, ops::int32_vector(ls, {-1, num_sampled}), ops::scalar<std::int32_t>(ls, 0)},
                   {{"num_split", attr_value(2)}});
   };
   operation w_parts = split(all_w);
@@ -583,10 +579,10 @@ sampled_logits compute_sampled_logits(const scope& s, const std::vector<variable
 
   // True logits: row i of inputs against its num_true rows of weights.
   const auto d = static_cast<std::int32_t>(dim);
-  output true_w = ops::reshape(ls, w_parts.out(0), int32_vector(ls, {-1, num_true, d}));
+  output true_w = ops::reshape(ls, w_parts.out(0), ops::int32_vector(ls, {-1, num_true, d}));
   output rows = ls.add("ExpandDims", {inputs, ops::scalar<std::int32_t>(ls, 1)}).out();
   output true_logits = ops::sum(ls, ops::mul(ls, rows, true_w), ops::scalar<std::int32_t>(ls, 2));
-  true_logits = ops::add(ls, true_logits, ops::reshape(ls, b_parts.out(0), int32_vector(ls, {-1, num_true})));
+  true_logits = ops::add(ls, true_logits, ops::reshape(ls, b_parts.out(0), ops::int32_vector(ls, {-1, num_true})));
   output sampled_logits_value = ops::bias_add(ls, ops::matmul(ls, inputs, w_parts.out(1), false, true), b_parts.out(1));
 
   if (remove_accidental_hits) {
@@ -602,7 +598,7 @@ sampled_logits compute_sampled_logits(const scope& s, const std::vector<variable
                       .out();
     mask = ops::maximum(hs, mask, graph::scalar_of(hs, type, -FLT_MAX));
     sampled_logits_value =
-        ops::add(hs, sampled_logits_value, ops::reshape(hs, mask, int32_vector(hs, {-1, num_sampled})));
+        ops::add(hs, sampled_logits_value, ops::reshape(hs, mask, ops::int32_vector(hs, {-1, num_sampled})));
   }
   // Subtract log Q: the logits of the classes the sampler favours are lowered to match.
   true_logits = ops::sub(ls, true_logits, ops::log(ls, ops::cast(ls, true_count, type)));

@@ -7,6 +7,10 @@ using graph::attr_value;
 output constant(const scope& s, const tensor& value) {
   return s.add("Const", {}, {{"value", attr_value(value)}, {"dtype", attr_value(value.type())}}).out();
 }
+
+output int32_vector(const scope& s, std::vector<std::int32_t> values) {
+  return constant(s, tensor::from_vector(values));
+}
 output placeholder(const scope& s, dtype type, const partial_shape& shape) {
   return s.add("Placeholder", {}, {{"dtype", attr_value(type)}, {"shape", attr_value(shape)}}).out();
 }

@@ -21,6 +21,8 @@ using graph::scope;
 
 // Sources.
 output constant(const scope& s, const tensor& value);
+// A Const int32 vector (shapes, axes, begin and size of slices).
+output int32_vector(const scope& s, std::vector<std::int32_t> values);
 template <class T>
 output scalar(const scope& s, T value) {
   return constant(s, tensor::scalar<T>(value));

@@ -170,7 +170,7 @@ std::pair<output, output> flat_rows(const scope& s, const variable& v, const out
   std::vector<std::int32_t> row_shape{-1};
   for (int d = 1; d < v.shape.rank(); ++d) row_shape.push_back(static_cast<std::int32_t>(v.shape.dim(d)));
   return {ops::reshape(s, rows, ops::constant(s, tensor::from_vector(row_shape))),
-          ops::reshape(s, indices, ops::constant(s, tensor::from_vector<std::int32_t>({-1})))};
+          ops::reshape(s, indices, ops::int32_vector(s, {-1}))};
 }
 
 // The dense gradient of `v` that rows at indices make: their sum per row of v.

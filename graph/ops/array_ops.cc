@@ -409,7 +409,7 @@ status reshape_grad(const gradient_context& ctx, grads dx) {
 // Fill: the value's gradient is the sum of everything it was copied to.
 status fill_grad(const gradient_context& ctx, grads dx) {
   const scope& s = ctx.s;
-  output flat = ops::reshape(s, ctx.grad_outputs[0], ops::constant(s, tensor::from_vector<std::int32_t>({-1})));
+  output flat = ops::reshape(s, ctx.grad_outputs[0], ops::int32_vector(s, {-1}));
   *dx = {output{}, ops::sum(s, flat, ops::constant(s, tensor::scalar<std::int32_t>(0)))};
   return status();
 }

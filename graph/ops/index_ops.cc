@@ -629,10 +629,6 @@ std::int64_t vector_length_of(const output& v) {
   return v.shape.known_rank() && v.shape.rank() == 1 ? v.shape.dim(0) : -1;
 }
 
-output i32(const scope& s, std::vector<std::int32_t> values) {
-  return ops::constant(s, tensor::from_vector(values));
-}
-
 // Pad, PadV2: the gradient's slice where the input sits (constant_values gets none, as in
 // TensorFlow).
 status pad_grad(const gradient_context& ctx, grads dx) {
@@ -659,10 +655,10 @@ status tile_grad(const gradient_context& ctx, grads dx) {
   }
   output shape = ops::shape(s, x, multiples.type);
   output split_shape = ops::reshape(
-      s, ops::transpose(s, ops::stack(s, {multiples, shape}), i32(s, {1, 0})), index_vector(s, multiples.type, {-1}));
+      s, ops::transpose(s, ops::stack(s, {multiples, shape}), ops::int32_vector(s, {1, 0})), index_vector(s, multiples.type, {-1}));
   std::vector<std::int32_t> axes;
   for (std::int32_t i = 0; i < 2 * rank; i += 2) axes.push_back(i);
-  output summed = ops::sum(s, ops::reshape(s, ctx.grad_outputs[0], split_shape), i32(s, axes));
+  output summed = ops::sum(s, ops::reshape(s, ctx.grad_outputs[0], split_shape), ops::int32_vector(s, axes));
   *dx = {reshape_to_shape_of(s, summed, x), output{}};
   return status();
 }
@@ -717,12 +713,12 @@ status gather_grad(const gradient_context& ctx, grads dx) {
   }
   auto a = static_cast<std::int32_t>(axis);
   output shape = shape_of(s, params);
-  output zero = i32(s, {0});
-  output outer = ops::prod(s, s.add("Slice", {shape, zero, i32(s, {a})}).out(), zero);
-  output inner = ops::prod(s, s.add("Slice", {shape, i32(s, {a + 1}), i32(s, {-1})}).out(), zero);
-  output rows = ops::reshape(s, s.add("Slice", {shape, i32(s, {a}), i32(s, {1})}).out(), i32(s, {}));
+  output zero = ops::int32_vector(s, {0});
+  output outer = ops::prod(s, s.add("Slice", {shape, zero, ops::int32_vector(s, {a})}).out(), zero);
+  output inner = ops::prod(s, s.add("Slice", {shape, ops::int32_vector(s, {a + 1}), ops::int32_vector(s, {-1})}).out(), zero);
+  output rows = ops::reshape(s, s.add("Slice", {shape, ops::int32_vector(s, {a}), ops::int32_vector(s, {1})}).out(), ops::int32_vector(s, {}));
   output grad3 = ops::reshape(s, ctx.grad_outputs[0], ops::stack(s, {outer, ops::size(s, indices), inner}));
-  output swap = i32(s, {1, 0, 2});
+  output swap = ops::int32_vector(s, {1, 0, 2});
   output summed = s.add("UnsortedSegmentSum", {ops::transpose(s, grad3, swap),
                                                ops::reshape(s, indices, index_vector(s, indices.type, {-1})), rows})
                       .out();
@@ -761,7 +757,7 @@ status dynamic_partition_grad(const gradient_context& ctx, grads dx) {
   const scope& s = ctx.s;
   const output& data = ctx.inputs[0];
   const output& partitions = ctx.inputs[1];
-  output all = ops::fill(s, ops::reshape(s, ops::size(s, partitions), i32(s, {1})),
+  output all = ops::fill(s, ops::reshape(s, ops::size(s, partitions), ops::int32_vector(s, {1})),
                          ops::constant(s, tensor::scalar<bool>(true)));
   output positions = ops::reshape(s, ops::cast(s, s.add("Where", {all}).out(), dtype::int32),
                                    ops::shape(s, partitions));

@@ -165,12 +165,9 @@ status lstm_block_cell_grad(const gradient_context& ctx, std::vector<output>* dx
   output xh = ops::concat(s, {x, h_prev}, ops::scalar<std::int32_t>(s, 1));
   output xh_grad = ops::matmul(s, dicfo, w, false, true);
   output x_shape = ops::shape(s, x);
-  output input_size = s.add("Slice", {x_shape, ops::constant(s, tensor::from_vector<std::int32_t>({1})),
-                                      ops::constant(s, tensor::from_vector<std::int32_t>({1}))})
-                          .out();
-  output h_begin = ops::concat(s, {ops::constant(s, tensor::from_vector<std::int32_t>({0})), input_size},
-                               ops::scalar<std::int32_t>(s, 0));
-  output x_grad = s.add("Slice", {xh_grad, ops::constant(s, tensor::from_vector<std::int32_t>({0, 0})), x_shape}).out();
+  output input_size = s.add("Slice", {x_shape, ops::int32_vector(s, {1}), ops::int32_vector(s, {1})}).out();
+  output h_begin = ops::concat(s, {ops::int32_vector(s, {0}), input_size}, ops::scalar<std::int32_t>(s, 0));
+  output x_grad = s.add("Slice", {xh_grad, ops::int32_vector(s, {0, 0}), x_shape}).out();
   output h_prev_grad = s.add("Slice", {xh_grad, h_begin, ops::shape(s, h_prev)}).out();
   output w_grad = ops::matmul(s, xh, dicfo, true, false);
   output b_grad = s.add("BiasAddGrad", {dicfo}).out();
