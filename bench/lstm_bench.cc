@@ -151,15 +151,7 @@ void lstm_kernel(benchmark::State& state, bool backward) {
     if (op == "BlockLSTMGrad") (*node.mutable_attr())["use_peephole"] = graph::attr_value(false);
     return node;
   };
-  auto run = [&](const std::string& op, const std::vector<tensor>& in) -> result<std::vector<tensor>> {
-    auto checked = kernels::check_node(make(op), in);
-    if (!checked.ok()) return checked.error();
-    auto kernel = kernels::kernel_registry::builtin().create("CPU", checked->node, *checked->op,
-                                                             checked->input_types, checked->output_types);
-    if (!kernel.ok()) return kernel.error();
-    return kernels::compute_once(**kernel, *checked, in, &pool);
-  };
-  auto forward = run("BlockLSTM", inputs);
+  auto forward = kernels::run_kernel(make("BlockLSTM"), inputs, &pool);
   if (skip_on_error(state, forward)) return;
   std::vector<tensor> grad_inputs = inputs;
   grad_inputs.insert(grad_inputs.end(), forward->begin(), forward->end());

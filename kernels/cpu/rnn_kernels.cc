@@ -126,17 +126,26 @@ void run_in_step_order(compute_pool& pool, std::int64_t steps, std::int64_t bloc
   const std::int64_t total = steps * blocks;
   if (total == 0) return;
   std::atomic<std::int64_t> next{0}, done{0};
+  // Set when a block throws: the blocks that wait for it give up (parallel_for hands the
+  // exception to the caller) instead of spinning forever.
+  std::atomic<bool> failed{false};
   auto work = [&](std::int64_t, std::int64_t) {
     for (std::int64_t index = next.fetch_add(1); index < total; index = next.fetch_add(1)) {
       const std::int64_t step = index / blocks;
       for (int spins = 0; done.load(std::memory_order_acquire) < step * blocks; ++spins) {
+        if (failed.load(std::memory_order_relaxed)) return;
         if (spins < 4096) {
           _mm_pause();
         } else {
           std::this_thread::yield();
         }
       }
-      fn(step, index % blocks);
+      try {
+        fn(step, index % blocks);
+      } catch (...) {
+        failed.store(true, std::memory_order_relaxed);
+        throw;
+      }
       done.fetch_add(1, std::memory_order_acq_rel);
     }
   };
@@ -369,8 +378,8 @@ class block_lstm_grad_kernel final : public op_kernel {
                               }
                             });
     run_in_step_order(ctx.pool(), s.steps, blocks.count, gemm_ns(batch, blocks.size, width) + 80.0 * batch * blocks.size,
-                      [&](std::int64_t k, std::int64_t block) {
-                        const std::int64_t t = s.steps - 1 - k;  // last step first
+                      [&](std::int64_t from_last, std::int64_t block) {
+                        const std::int64_t t = s.steps - 1 - from_last;  // last step first
                         const std::int64_t u0 = blocks.begin(block), u1 = blocks.end(block, cell);
                         if (t + 1 < s.steps) {
                           gemm(false, false, batch, u1 - u0, width, T(1), dgates + (t + 1) * batch * width, width,
