@@ -10,7 +10,8 @@
 // answers "ping" with "pong" and "end" with "ended", and takes 20 ms over each "slow"
 // tensor. The parent sends `--megabytes` per size each way: raw (write(2) of one buffer
 // again and again, then a one-byte answer) and through a link (send() of one tensor again
-// and again, then "end" and its answer), also over mutual TLS (certificates made as
+// and again, then "end" and its answer), through a link that takes no shared memory (every
+// byte through the socket), also over mutual TLS (certificates made as
 // `troupe cert init` makes them). Each round measures everything once, side by
 // side; figures are medians. Prints one JSON object.
 #include <netinet/in.h>
@@ -253,25 +254,38 @@ int run(std::int64_t megabytes, int rounds, int slow_sends) {
     return 1;
   }
   (*tls)->start(tls_back.handlers());
+  // A plain link that takes no shared memory: every byte through the socket.
+  replies socket_back;
+  link_options socket_only = options_for(k_sender);
+  socket_only.shared_memory_bytes = 0;
+  auto socket = tensor_link::connect("127.0.0.1", ports[1], k_receiver, socket_only);
+  if (!socket.ok()) {
+    std::cerr << "bench_transport: " << socket.error() << "\n";
+    return 1;
+  }
+  (*socket)->start(socket_back.handlers());
 
   const std::vector<std::uint64_t> sizes{1, 16, 64};
   std::string json = "{";
   for (std::uint64_t mb : sizes) {
     const std::uint64_t size = mb << 20;
     const std::uint64_t count = std::max<std::uint64_t>(4, static_cast<std::uint64_t>(megabytes) / mb);
-    std::vector<double> raw, link, tls_link;
+    std::vector<double> raw, link, socket_link, tls_link;
     for (int r = 0; r < rounds; ++r) {
       raw.push_back(raw_seconds(ports[0], size, count));
       link.push_back(link_seconds(**data, back, size, count));
+      socket_link.push_back(link_seconds(**socket, socket_back, size, count));
       tls_link.push_back(link_seconds(**tls, tls_back, size, count));
     }
     const double total_mb = static_cast<double>(count * mb);
     const auto m = static_cast<unsigned long long>(mb);
-    char figures[512];
+    char figures[768];
     std::snprintf(figures, sizeof figures,
                   "\"raw_%llu_mb_gb_s\": %.2f, \"link_%llu_mb_gb_s\": %.2f, \"link_over_raw_%llu_mb\": %.2f, "
+                  "\"socket_link_%llu_mb_gb_s\": %.2f, \"socket_link_over_raw_%llu_mb\": %.2f, "
                   "\"tls_link_%llu_mb_gb_s\": %.2f, \"tls_link_over_raw_%llu_mb\": %.2f, ",
                   m, total_mb / 1024 / median(raw), m, total_mb / 1024 / median(link), m, median(raw) / median(link), m,
+                  total_mb / 1024 / median(socket_link), m, median(raw) / median(socket_link), m,
                   total_mb / 1024 / median(tls_link), m, median(raw) / median(tls_link));
     json += figures;
     std::fprintf(stderr, "%llu MB x %llu: raw %s s, link %s s (per round)\n", static_cast<unsigned long long>(mb),

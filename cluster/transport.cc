@@ -10,7 +10,9 @@
 #include <openssl/x509.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -18,11 +20,13 @@
 #include <bit>
 #include <cerrno>
 #include <condition_variable>
+#include <cstdlib>
 #include <cstring>
 #include <deque>
 #include <iostream>
 #include <mutex>
 #include <optional>
+#include <random>
 #include <thread>
 #include <vector>
 
@@ -39,7 +43,18 @@ constexpr std::uint32_t k_magic = 0x4c505254;  // "TRPL"
 constexpr std::uint64_t k_max_small_body = 1 << 20;  // any frame but a chunk
 constexpr std::size_t k_max_rank = 64;
 
-enum class frame_kind : std::uint8_t { hello = 1, refuse = 2, tensor_begin = 3, chunk = 4, ack = 5, heartbeat = 6, goodbye = 7 };
+enum class frame_kind : std::uint8_t {
+  hello = 1,
+  refuse = 2,
+  tensor_begin = 3,
+  chunk = 4,
+  ack = 5,
+  heartbeat = 6,
+  goodbye = 7,
+  shared_ready = 8,  // this end mapped the ring the peer offered in its hello
+  shared_chunk = 9,  // the next bytes of the tensor begun, in the sender's ring
+};
+constexpr std::uint8_t k_last_frame_kind = 9;
 
 struct frame_header {
   std::uint32_t magic = k_magic;
@@ -346,7 +361,7 @@ struct frame {
 result<frame> read_header(connection& c, std::chrono::milliseconds timeout, const std::string& peer) {
   frame_header h;
   TROUPE_RETURN_IF_ERROR(read_exactly(c, &h, sizeof h, timeout, peer));
-  if (h.magic != k_magic || h.kind < 1 || h.kind > 7) {
+  if (h.magic != k_magic || h.kind < 1 || h.kind > k_last_frame_kind) {
     return unavailable_error("task ", peer, " sent something that is not a troupe link frame");
   }
   const auto kind = static_cast<frame_kind>(h.kind);
@@ -457,18 +472,110 @@ result<addrinfo*> resolve(const std::string& host, int port, bool passive) {
   return found;
 }
 
-std::string hello_body(const link_options& o, const std::string& to) {
+// --- shared memory between the ends of a link on one machine ----------------------------
+//
+// Each end of a plain TCP link may offer, in its hello, a ring of shared memory for the
+// tensor bytes it sends: a memfd of `shared_memory_bytes`, named by the offering process's
+// pid and descriptor and a random token written at the ring's start. A peer on the same
+// machine (and in the same pid namespace) opens /proc/<pid>/fd/<fd>, finds the token, and
+// answers with a shared_ready frame; from then on the sender copies each large chunk into
+// the ring and sends a shared_chunk frame (position, length) instead of the bytes: one
+// copy in user space on each side instead of a trip through the kernel's TCP stack. The
+// receiver copies the chunk out and then publishes how far it has consumed in the ring's
+// header; a sender that finds no room sends the chunk over the socket as before, so it
+// never waits on the ring. A peer elsewhere cannot open the ring (or finds another
+// token) and never answers, and the link carries everything over TCP. A memfd has no
+// name, so a killed process leaves nothing behind.
+
+constexpr std::size_t k_ring_header = 4096;  // token (2 x u64), capacity (u64), consumed (u64)
+constexpr std::size_t k_min_shared_chunk = 64 << 10;  // below: the socket is as cheap
+
+struct shared_ring {
+  int fd = -1;
+  char* base = nullptr;
+  std::size_t mapped = 0;
+  std::uint64_t token[2] = {0, 0};
+
+  shared_ring() = default;
+  shared_ring(const shared_ring&) = delete;
+  shared_ring& operator=(const shared_ring&) = delete;
+  ~shared_ring() {
+    if (base != nullptr) ::munmap(base, mapped);
+    if (fd >= 0) ::close(fd);
+  }
+  std::uint64_t capacity() const { return mapped - k_ring_header; }
+  char* data() const { return base + k_ring_header; }
+  // How far the receiver has consumed (monotonic), in the header both ends map.
+  std::atomic_ref<std::uint64_t> consumed() const { return std::atomic_ref<std::uint64_t>(*reinterpret_cast<std::uint64_t*>(base + 24)); }
+
+  // This end's ring of `bytes` (header included); null when the system has none to give.
+  static std::unique_ptr<shared_ring> create(std::int64_t bytes) {
+    if (bytes < static_cast<std::int64_t>(k_ring_header + 4 * k_min_shared_chunk)) return nullptr;
+    auto r = std::make_unique<shared_ring>();
+    r->fd = ::memfd_create("troupe-link", MFD_CLOEXEC);
+    if (r->fd < 0 || ::ftruncate(r->fd, bytes) != 0) return nullptr;
+    void* at = ::mmap(nullptr, static_cast<std::size_t>(bytes), PROT_READ | PROT_WRITE, MAP_SHARED, r->fd, 0);
+    if (at == MAP_FAILED) return nullptr;
+    r->base = static_cast<char*>(at);
+    r->mapped = static_cast<std::size_t>(bytes);
+    std::random_device random;
+    for (std::uint64_t& t : r->token) t = (std::uint64_t{random()} << 32) ^ random();
+    std::memcpy(r->base, r->token, sizeof r->token);
+    const std::uint64_t capacity = r->capacity();
+    std::memcpy(r->base + 16, &capacity, sizeof capacity);
+    return r;
+  }
+
+  // The ring the peer offered, mapped here; null when this process cannot reach it (another
+  // machine or pid namespace, no permission) or it holds another token.
+  static std::unique_ptr<shared_ring> open_offered(std::uint32_t pid, std::int32_t fd, const std::uint64_t token[2],
+                                                   std::uint64_t bytes) {
+    if (pid == 0 || fd < 0 || bytes < k_ring_header + 4 * k_min_shared_chunk || bytes > (std::uint64_t{1} << 40)) {
+      return nullptr;
+    }
+    auto r = std::make_unique<shared_ring>();
+    r->fd = ::open(str_cat("/proc/", pid, "/fd/", fd).c_str(), O_RDWR | O_CLOEXEC);
+    if (r->fd < 0) return nullptr;
+    struct stat st {};
+    if (::fstat(r->fd, &st) != 0 || static_cast<std::uint64_t>(st.st_size) != bytes) return nullptr;
+    void* at = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, r->fd, 0);
+    if (at == MAP_FAILED) return nullptr;
+    r->base = static_cast<char*>(at);
+    r->mapped = bytes;
+    std::uint64_t found[2], capacity = 0;
+    std::memcpy(found, r->base, sizeof found);
+    std::memcpy(&capacity, r->base + 16, sizeof capacity);
+    if (found[0] != token[0] || found[1] != token[1] || capacity != r->capacity()) return nullptr;
+    ::close(r->fd);  // the mapping keeps the memory
+    r->fd = -1;
+    return r;
+  }
+};
+
+std::string hello_body(const link_options& o, const std::string& to, const shared_ring* offer) {
   body_writer w;
   w.put(k_wire_version);
   w.put_string(o.local_task);
   w.put_string(o.cluster_id);
   w.put_string(to);
+  if (offer != nullptr) {  // optional: a peer that knows nothing of it reads no further
+    w.put(static_cast<std::uint32_t>(::getpid()));
+    w.put(static_cast<std::int32_t>(offer->fd));
+    w.put(offer->token[0]);
+    w.put(offer->token[1]);
+    w.put(static_cast<std::uint64_t>(offer->mapped));
+  }
   return w.bytes;
 }
 
 struct hello {
   std::uint32_t version = 0;
   std::string from, cluster_id, to;
+  // The ring the peer offers, if any.
+  std::uint32_t ring_pid = 0;
+  std::int32_t ring_fd = -1;
+  std::uint64_t ring_token[2] = {0, 0};
+  std::uint64_t ring_bytes = 0;
 };
 
 result<hello> parse_hello(const std::string& body, const std::string& where) {
@@ -479,7 +586,27 @@ result<hello> parse_hello(const std::string& body, const std::string& where) {
   h.cluster_id = r.get_string();
   h.to = r.get_string();
   if (!r.ok) return unavailable_error(where, " sent a damaged hello");
+  if (!r.bytes.empty()) {
+    h.ring_pid = r.get<std::uint32_t>();
+    h.ring_fd = r.get<std::int32_t>();
+    h.ring_token[0] = r.get<std::uint64_t>();
+    h.ring_token[1] = r.get<std::uint64_t>();
+    h.ring_bytes = r.get<std::uint64_t>();
+    if (!r.ok) return unavailable_error(where, " sent a damaged hello");
+  }
   return h;
+}
+
+// This end's offer for a link of `o` (none over TLS or when turned off).
+std::unique_ptr<shared_ring> ring_to_offer(const link_options& o) {
+  if (o.tls || o.shared_memory_bytes <= 0) return nullptr;
+  return shared_ring::create(o.shared_memory_bytes);
+}
+
+// The peer's ring when it offered one this end can map (and this end takes rings).
+std::unique_ptr<shared_ring> map_offered_ring(const hello& h, const link_options& o) {
+  if (o.tls || o.shared_memory_bytes <= 0 || h.ring_bytes == 0) return nullptr;
+  return shared_ring::open_offered(h.ring_pid, h.ring_fd, h.ring_token, h.ring_bytes);
 }
 
 // Why a hello cannot be accepted by `o`'s end, or empty.
@@ -506,6 +633,21 @@ struct outgoing {
 
 }  // namespace
 
+std::int64_t default_shared_memory_bytes() {
+  static const std::int64_t bytes = [] {
+    const char* mb = std::getenv("TROUPE_LINK_SHARED_MEMORY_MB");
+    if (mb == nullptr || *mb == '\0') return std::int64_t{8} << 20;
+    char* end = nullptr;
+    const long long n = std::strtoll(mb, &end, 10);
+    if (*end != '\0' || n < 0 || n > (1 << 20)) {
+      std::cerr << "troupe: TROUPE_LINK_SHARED_MEMORY_MB='" << mb << "' is not a number of megabytes; using 8\n";
+      return std::int64_t{8} << 20;
+    }
+    return static_cast<std::int64_t>(n) << 20;
+  }();
+  return bytes;
+}
+
 // --- the link ---------------------------------------------------------------------------
 
 struct tensor_link::impl {
@@ -528,6 +670,12 @@ struct tensor_link::impl {
   std::thread reader, writer;
   std::atomic<bool> stopping{false};
 
+  // Shared memory (see shared_ring): ours, offered in the hello, with the writer's
+  // position in it; the peer's, when this end mapped it.
+  std::unique_ptr<shared_ring> out_ring, in_ring;
+  std::uint64_t ring_written = 0;  // the writer's
+  std::atomic<bool> peer_maps_ring{false};  // the peer answered our offer with shared_ready
+
   // Records the first failure, wakes both threads and tells the handler (unless closing).
   void fail(const status& why) {
     bool tell = false;
@@ -545,6 +693,7 @@ struct tensor_link::impl {
   void read_loop();
   void write_loop();
   status write_tensor(outgoing& item);
+  status write_chunk(const char* bytes, std::size_t n);
   status write_pending_small_frames(clock_type::time_point* last_write);
 };
 
@@ -613,6 +762,32 @@ void tensor_link::impl::read_loop() {
         }
         filled += f->length;
         break;
+      case frame_kind::shared_ready:
+        if (f->length != 0 || out_ring == nullptr) {
+          return fail(unavailable_error("task ", peer, " mapped shared memory this end never offered"));
+        }
+        peer_maps_ring = true;
+        break;
+      case frame_kind::shared_chunk: {
+        auto body = read_body(*conn, *f, options.peer_timeout, peer);
+        if (!body.ok()) return fail(body.error());
+        body_reader r{*body};
+        const auto position = r.get<std::uint64_t>();
+        const auto length = r.get<std::uint64_t>();
+        if (!r.ok || in_ring == nullptr || length > in_ring->capacity() ||
+            position % in_ring->capacity() + length > in_ring->capacity() ||
+            position < in_ring->consumed().load(std::memory_order_relaxed)) {
+          return fail(unavailable_error("task ", peer, " sent a damaged shared-memory chunk"));
+        }
+        if (!in_tensor || filled + length > total) {
+          return fail(unavailable_error("task ", peer, " sent tensor bytes that belong to no tensor"));
+        }
+        std::memcpy(static_cast<char*>(current.raw_data()) + filled, in_ring->data() + position % in_ring->capacity(),
+                    length);
+        in_ring->consumed().store(position + length, std::memory_order_release);
+        filled += length;
+        break;
+      }
       default:
         return fail(unavailable_error("task ", peer, " sent a frame out of place (", static_cast<int>(f->kind), ")"));
     }
@@ -660,15 +835,37 @@ status tensor_link::impl::write_tensor(outgoing& item) {
   TROUPE_RETURN_IF_ERROR(write_frame(*conn, frame_kind::tensor_begin, w.bytes, peer));
   auto last_write = clock_type::now();
   const char* data = static_cast<const char*>(t.raw_data());
-  const std::size_t chunk = static_cast<std::size_t>(std::max<std::int64_t>(4096, options.chunk_bytes));
+  std::size_t chunk = static_cast<std::size_t>(std::max<std::int64_t>(4096, options.chunk_bytes));
+  // Through the ring, chunks of an eighth of it: the peer copies one out while this end
+  // copies the next in.
+  if (peer_maps_ring) chunk = std::min<std::size_t>(chunk, std::max<std::size_t>(k_min_shared_chunk, out_ring->capacity() / 8));
   for (std::size_t at = 0; at < t.byte_size(); at += chunk) {
-    TROUPE_RETURN_IF_ERROR(
-        write_frame(*conn, frame_kind::chunk, std::string_view(data + at, std::min(chunk, t.byte_size() - at)), peer));
+    TROUPE_RETURN_IF_ERROR(write_chunk(data + at, std::min(chunk, t.byte_size() - at)));
     last_write = clock_type::now();
     // Acknowledgements of what this end received go out between chunks.
     TROUPE_RETURN_IF_ERROR(write_pending_small_frames(&last_write));
   }
   return status();
+}
+
+// One chunk of the tensor begun: into the ring when the peer maps it and it has room, else
+// over the socket.
+status tensor_link::impl::write_chunk(const char* bytes, std::size_t n) {
+  if (peer_maps_ring && n >= k_min_shared_chunk && n <= out_ring->capacity()) {
+    const std::uint64_t capacity = out_ring->capacity();
+    const std::uint64_t consumed = std::min(out_ring->consumed().load(std::memory_order_acquire), ring_written);
+    std::uint64_t position = ring_written;
+    if (position % capacity + n > capacity) position += capacity - position % capacity;  // from the ring's start
+    if (position + n - consumed <= capacity) {
+      std::memcpy(out_ring->data() + position % capacity, bytes, n);
+      ring_written = position + n;
+      body_writer w;
+      w.put(position);
+      w.put(static_cast<std::uint64_t>(n));
+      return write_frame(*conn, frame_kind::shared_chunk, w.bytes, peer);
+    }
+  }
+  return write_frame(*conn, frame_kind::chunk, std::string_view(bytes, n), peer);
 }
 
 void tensor_link::impl::write_loop() {
@@ -803,6 +1000,8 @@ std::int64_t tensor_link::queued_bytes() const {
   return impl_->queued;
 }
 
+bool tensor_link::shares_memory() const { return impl_->peer_maps_ring; }
+
 status tensor_link::failure() const {
   std::lock_guard<std::mutex> lock(impl_->mutex);
   return impl_->failed;
@@ -853,7 +1052,8 @@ result<std::unique_ptr<tensor_link>> tensor_link::connect(const std::string& hos
         return s.error_code() == code::deadline_exceeded ? too_late() : s;
       }
     }
-    TROUPE_RETURN_IF_ERROR(write_frame(*c, frame_kind::hello, hello_body(options, peer), answerer));
+    auto offer = ring_to_offer(options);
+    TROUPE_RETURN_IF_ERROR(write_frame(*c, frame_kind::hello, hello_body(options, peer, offer.get()), answerer));
     const auto left = std::max(std::chrono::duration_cast<std::chrono::milliseconds>(deadline - clock_type::now()),
                                std::chrono::milliseconds(1));
     auto f = read_header(*c, left, answerer);
@@ -875,6 +1075,9 @@ result<std::unique_ptr<tensor_link>> tensor_link::connect(const std::string& hos
       return unavailable_error("refused the link to ", where, ": ", why);
     }
     auto link = std::make_unique<impl>();
+    link->in_ring = map_offered_ring(*h, options);
+    if (link->in_ring != nullptr) TROUPE_RETURN_IF_ERROR(write_frame(*c, frame_kind::shared_ready, {}, answerer));
+    link->out_ring = std::move(offer);
     link->conn = std::move(c);
     link->options = std::move(options);
     link->peer = peer;
@@ -946,10 +1149,16 @@ struct link_listener::impl {
       why = str_cat("task ", h->from, " presented a certificate naming '", certificate_task(*c), "'");
     }
     if (!why.empty()) return refuse(unavailable_error(why, " (", who, ")"), true);
-    if (status s = write_frame(*c, frame_kind::hello, hello_body(options, h->from), who); !s.ok()) {
+    auto offer = ring_to_offer(options);
+    if (status s = write_frame(*c, frame_kind::hello, hello_body(options, h->from, offer.get()), who); !s.ok()) {
       return refuse(s, false);
     }
     auto link = std::make_unique<tensor_link::impl>();
+    link->in_ring = map_offered_ring(*h, options);
+    if (link->in_ring != nullptr) {
+      if (status s = write_frame(*c, frame_kind::shared_ready, {}, who); !s.ok()) return refuse(s, false);
+    }
+    link->out_ring = std::move(offer);
     link->conn = std::move(c);
     link->options = options;
     link->peer = h->from;

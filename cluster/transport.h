@@ -49,6 +49,9 @@ struct link_tls {
   std::string key;
 };
 
+// 8 MB, or TROUPE_LINK_SHARED_MEMORY_MB megabytes when set (0 turns shared memory off).
+std::int64_t default_shared_memory_bytes();
+
 struct link_options {
   std::string local_task;  // this end's task ("/job:worker/replica:0/task:1"), sent in the hello
   std::string cluster_id;  // the cluster's identity (a fingerprint of its file): both ends must agree
@@ -58,6 +61,10 @@ struct link_options {
   std::chrono::milliseconds peer_timeout{1000};
   std::chrono::milliseconds connect_timeout{3000};
   std::optional<link_tls> tls;  // none: plain TCP
+  // A peer on the same machine takes the bytes of large chunks through a ring of shared
+  // memory of this size that this end offers (plain TCP only; 0: everything through the
+  // socket). Doc: doc/cluster.md, "Shared memory".
+  std::int64_t shared_memory_bytes = default_shared_memory_bytes();
 };
 
 // The version of the wire format: both ends of a link must speak the same.
@@ -95,6 +102,9 @@ class tensor_link {
   std::int64_t queued_bytes() const;
   // OK while the link is up, else why it failed.
   status failure() const;
+  // Whether this end's large chunks go through shared memory (the peer, on this machine,
+  // mapped the ring this end offered; it says so shortly after the link starts).
+  bool shares_memory() const;
 
   struct impl;  // internal
 

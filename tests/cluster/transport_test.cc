@@ -211,6 +211,135 @@ TEST_CASE("hellos from another cluster, for another task or not troupe's are ref
   CHECK(good.ok());
 }
 
+// Waits until `link` says its large chunks go through shared memory (the peer's
+// shared_ready comes after the hellos).
+bool wait_sharing(const tensor_link& link) {
+  for (int i = 0; i < 200 && !link.shares_memory(); ++i) std::this_thread::sleep_for(10ms);
+  return link.shares_memory();
+}
+
+TEST_CASE("peers on one machine move large chunks through shared memory, and through the socket when the ring is full",
+          "[cluster][transport]") {
+  link_options ps_options = options_for(k_ps);
+  link_options worker_options = options_for(k_worker);
+  // A small ring (4 chunks of 64 KB plus the header): 3 MB tensors wrap it many times.
+  worker_options.shared_memory_bytes = 4096 + 4 * (64 << 10);
+  server ps(ps_options);
+  auto worker = tensor_link::connect("127.0.0.1", ps.listener->port(), k_ps, worker_options);
+  REQUIRE(worker.ok());
+  tensor_link* ps_link = ps.wait_link();
+  REQUIRE(ps_link != nullptr);
+  // The receiver takes its time with some tensors, so the small ring fills and chunks go
+  // over the socket between ones that go through the ring.
+  inbox at_ps, at_worker;
+  auto handlers = at_ps.handlers();
+  auto keep = handlers.tensor;
+  handlers.tensor = [keep](std::string key, tensor value) {
+    if (key.back() == '0') std::this_thread::sleep_for(20ms);
+    keep(std::move(key), std::move(value));
+  };
+  ps_link->start(handlers);
+  (*worker)->start(at_worker.handlers());
+  REQUIRE(wait_sharing(**worker));
+  REQUIRE(wait_sharing(*ps_link));
+
+  std::vector<tensor> sent;
+  for (int i = 0; i < 24; ++i) {
+    // 3 MB, 100 KB (one chunk), odd sizes that do not divide the ring, and small ones.
+    const std::int64_t n = i % 4 == 0 ? 3 << 20 : i % 4 == 1 ? 100 << 10 : i % 4 == 2 ? 777777 : 40;
+    sent.push_back(counting(dtype::uint8, {n}, i));
+    (*worker)->send(str_cat("w", i), sent.back(), [](const status& s) { CHECK(s.ok()); });
+  }
+  // The other way, through the default ring (8 MB).
+  const tensor big = counting(dtype::float32, {5, 1 << 20}, 99);
+  for (int i = 0; i < 4; ++i) ps_link->send(str_cat("p", i), big, [](const status& s) { CHECK(s.ok()); });
+  REQUIRE(at_ps.wait_tensors(sent.size()));
+  REQUIRE(at_worker.wait_tensors(4));
+  for (std::size_t i = 0; i < sent.size(); ++i) {
+    INFO("tensor " << i);
+    CHECK(at_ps.tensors[i].first == str_cat("w", i));
+    CHECK(at_ps.tensors[i].second.equals(sent[i]));
+  }
+  for (const auto& [key, value] : at_worker.tensors) CHECK(value.equals(big));
+  CHECK(at_ps.failures.empty());
+  CHECK(at_worker.failures.empty());
+}
+
+TEST_CASE("a link whose end takes no shared memory moves every byte through the socket", "[cluster][transport]") {
+  link_options ps_options = options_for(k_ps);
+  ps_options.shared_memory_bytes = 0;  // offers no ring and maps none
+  server ps(ps_options);
+  auto worker = tensor_link::connect("127.0.0.1", ps.listener->port(), k_ps, options_for(k_worker));
+  REQUIRE(worker.ok());
+  tensor_link* ps_link = ps.wait_link();
+  REQUIRE(ps_link != nullptr);
+  inbox at_ps, at_worker;
+  ps_link->start(at_ps.handlers());
+  (*worker)->start(at_worker.handlers());
+  const tensor value = counting(dtype::int32, {3, 1 << 18}, 5);
+  (*worker)->send("w", value, [](const status& s) { CHECK(s.ok()); });
+  ps_link->send("p", value, [](const status& s) { CHECK(s.ok()); });
+  REQUIRE(at_ps.wait_tensors(1));
+  REQUIRE(at_worker.wait_tensors(1));
+  CHECK(at_ps.tensors[0].second.equals(value));
+  CHECK(at_worker.tensors[0].second.equals(value));
+  std::this_thread::sleep_for(50ms);
+  CHECK_FALSE((*worker)->shares_memory());
+  CHECK_FALSE(ps_link->shares_memory());
+}
+
+TEST_CASE("a shared-memory chunk from a peer that offered no ring, or outside it, fails the link naming the peer",
+          "[cluster][transport]") {
+  server ps(options_for(k_ps));
+  // A peer speaking the wire format by hand (doc/cluster.md): a hello offering no ring,
+  // a tensor of 1 MB, and a shared_chunk (kind 9) the listener cannot have.
+  auto frame = [](std::uint8_t kind, const std::string& body) {
+    std::string f;
+    const std::uint32_t magic = 0x4c505254;
+    const std::uint64_t length = body.size();
+    f.append(reinterpret_cast<const char*>(&magic), 4);
+    f += static_cast<char>(kind);
+    f += std::string("\0\0\0", 3);
+    f.append(reinterpret_cast<const char*>(&length), 8);
+    return f + body;
+  };
+  auto put = [](std::string& body, auto value) { body.append(reinterpret_cast<const char*>(&value), sizeof value); };
+  auto put_string = [&](std::string& body, const std::string& text) {
+    put(body, static_cast<std::uint32_t>(text.size()));
+    body += text;
+  };
+  std::string hello, begin, chunk;
+  put(hello, std::uint32_t{1});
+  put_string(hello, k_worker);
+  put_string(hello, "test-cluster");
+  put_string(hello, k_ps);
+  put_string(begin, "t");
+  put(begin, std::int32_t{4});  // uint8
+  put(begin, std::uint32_t{1});
+  put(begin, std::int64_t{1 << 20});
+  put(begin, std::uint64_t{1 << 20});
+  put(chunk, std::uint64_t{0});
+  put(chunk, std::uint64_t{1 << 20});
+  const std::string all = frame(1, hello) + frame(3, begin) + frame(9, chunk);
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(static_cast<std::uint16_t>(ps.listener->port()));
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  REQUIRE(::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0);
+  REQUIRE(::write(fd, all.data(), all.size()) == static_cast<ssize_t>(all.size()));
+  tensor_link* ps_link = ps.wait_link();
+  REQUIRE(ps_link != nullptr);
+  inbox at_ps;
+  ps_link->start(at_ps.handlers());
+  REQUIRE(at_ps.wait_failure());
+  CHECK(at_ps.failures[0].error_code() == code::unavailable);
+  CHECK(at_ps.failures[0].message().find("damaged shared-memory chunk") != std::string::npos);
+  CHECK(at_ps.failures[0].message().find(k_worker) != std::string::npos);
+  CHECK(at_ps.tensors.empty());
+  ::close(fd);
+}
+
 TEST_CASE("no listener, a silent listener and a port in use are clear errors in time", "[cluster][transport]") {
   // A port that was free a moment ago: nothing listens.
   int free_port = 0;
