@@ -11,6 +11,8 @@ leaves its section out and says so):
   <name>.peer.r<k>.json        a PyTorch peer's JSON (bench/peers/peer_common.py), round k
   fma_peak.r<k>.json           bench_fma_peak
   figure6.json                 bench_figure6
+  figure6_real.json            bench_figure6 --real (every task a process)
+  tf_figure6.json              tf_distributed_peer.py --figure6 (TensorFlow's gRPC runtime)
   figure8.json                 bench_figure8
 
 Every figure is the median over the rounds of that run; nothing here is a stored result.
@@ -408,6 +410,38 @@ def section_figure6(results):
     return lines, fig
 
 
+def section_figure6_processes(results):
+    """Figure 6 with every task a process of its own: troupe's REAL mode beside TensorFlow's
+    gRPC runtime (figure6_real.json, tf_figure6.json)."""
+    def load(name):
+        path = os.path.join(results, name)
+        return load_json(path) if os.path.exists(path) else None
+    real, tf = load("figure6_real.json"), load("tf_figure6.json")
+    lines = ["## The paper's Figure 6 across processes: troupe (REAL) and TensorFlow (gRPC)", ""]
+    if not real and not tf:
+        return lines + ["(bench_figure6 --real and tf_distributed_peer.py --figure6 did not run)", ""]
+    some = real or tf
+    lines += [f"Every task a process of its own on this machine ({some['ps']} PS tasks, one per worker), the "
+              f"benchmark the client of them all: troupe's `troupe server`s (`bench_figure6 --real`) and "
+              f"TensorFlow's `tf.distribute.Server`s (`tf_distributed_peer.py --figure6`: one session per "
+              f"worker task, each on its own thread, between-graph replication), each for {some['seconds']} s per "
+              f"point; sparse: {some['rows_per_step']} rows of a {some['embedding_mb']} MB embedding.", "",
+              "| model | workers | troupe batches/s | troupe median ms | TensorFlow batches/s | TensorFlow median ms | troupe/TF |",
+              "|---|---|---|---|---|---|---|"]
+    by_key = {}
+    for source, data in (("troupe", real), ("tf", tf)):
+        for p in (data or {}).get("points", []):
+            by_key.setdefault((p["model"], p["workers"]), {})[source] = p
+    for (model, workers), both in by_key.items():
+        t, f = both.get("troupe"), both.get("tf")
+        ratio = (t["batches_per_s"] / f["batches_per_s"]) if t and f and f["batches_per_s"] > 0 else None
+        lines.append(f"| {model} | {workers} | {fmt(t['batches_per_s']) if t else ''} | {fmt(t['p50_ms']) if t else ''} | "
+                     f"{fmt(f['batches_per_s']) if f else ''} | {fmt(f['p50_ms']) if f else ''} | "
+                     f"{fmt(ratio) + 'x' if ratio else ''} |")
+    lines += ["", f"The paper (a real cluster over the network): {PAPER_FIGURE6}.", ""]
+    return lines
+
+
 def section_figure8(results):
     path = os.path.join(results, "figure8.json")
     fig = load_json(path) if os.path.exists(path) else None
@@ -596,6 +630,7 @@ def main():
     lines += section_runtime(results)
     fig6_lines, fig6 = section_figure6(results)
     lines += fig6_lines
+    lines += section_figure6_processes(results)
     fig8_lines, fig8 = section_figure8(results)
     lines += fig8_lines
     lines += section_sim_fidelity(results)

@@ -66,12 +66,14 @@ if [ "$mode" = quick ]; then
   min_time=0.3           # Google Benchmark seconds per figure
   peer_args=(--seconds 1 --repeats 3)
   figure6_args=(--workers=1,2,5,10,25 --seconds=0.5 --warmup=0.2 --embedding_mb=256)
+  figure6_real_args=(--workers=1,2 --ps=16 --seconds=1 --warmup=0.3 --embedding_mb=16)
   figure8_args=(--aggregate=50 --backups=0,1,2,3,4,5 --base_ms=50 --steps=20 --warmup=3)
 else
   : "${rounds:=3}"
   min_time=2
   peer_args=(--seconds 3 --repeats 5)
   figure6_args=(--workers=1,2,5,10,25,50,100 --seconds=2 --warmup=0.5 --embedding_mb=1024)
+  figure6_real_args=(--workers=1,2,4,8 --ps=16 --seconds=2 --warmup=0.5 --embedding_mb=64)
   figure8_args=(--aggregate=50 --backups=0,1,2,3,4,5 --base_ms=100 --steps=60 --warmup=5)
 fi
 [ -n "$out" ] || out="$root/bench/results/$(date +%Y-%m-%d-%H%M%S)"
@@ -260,6 +262,19 @@ fi
 log "Figure 6: ${figure6_args[*]}"
 "$bin/bench_figure6" "${figure6_args[@]}" >"$out/figure6.json" 2>"$out/logs/figure6.log" \
   || { log "  bench_figure6 FAILED (log: $out/logs/figure6.log)"; failures=$((failures + 1)); }
+
+# --- 5'. Figure 6 across processes: troupe's REAL mode and TensorFlow's gRPC runtime ---
+log "Figure 6 across processes: ${figure6_real_args[*]}"
+"$bin/bench_figure6" --real="$build_dir/troupe" "${figure6_real_args[@]}" >"$out/figure6_real.json" \
+  2>"$out/logs/figure6_real.log" \
+  || { log "  bench_figure6 --real FAILED (log: $out/logs/figure6_real.log)"; failures=$((failures + 1)); }
+if [ -n "$tf_python" ]; then
+  # The same flags, spelled as the script takes them.
+  "$tf_python" "$root/bench/peers/tf_distributed_peer.py" --figure6 \
+    $(printf '%s\n' "${figure6_real_args[@]}" | sed 's/^--\([a-z_]*\)=/--\1 /') \
+    >"$out/tf_figure6.json" 2>"$out/logs/tf_figure6.log" \
+    || { log "  tf_distributed_peer --figure6 FAILED (log: $out/logs/tf_figure6.log)"; failures=$((failures + 1)); }
+fi
 
 # --- 5a. Figure 8: synchronous replication with backup workers (issue 15) ---
 log "Figure 8: ${figure8_args[*]}"
