@@ -306,19 +306,40 @@ status write_all(connection& c, iovec* pieces, int count, const std::string& pee
   return status();
 }
 
-status write_frame(connection& c, frame_kind kind, std::string_view body, const std::string& peer) {
+// Writes `before` (frames already encoded, may be empty) and then a frame of `kind` with
+// `body`, in one call where it can: a reader woken by the first bytes finds them all.
+status write_frame(connection& c, frame_kind kind, std::string_view body, const std::string& peer,
+                   std::string_view before = {}) {
   frame_header h;
   h.kind = static_cast<std::uint8_t>(kind);
   h.length = body.size();
   if (c.ssl != nullptr && body.size() <= 4096) {
     // One TLS record for a small frame.
-    std::string whole(reinterpret_cast<const char*>(&h), sizeof h);
+    std::string whole(before);
+    whole.append(reinterpret_cast<const char*>(&h), sizeof h);
     whole += body;
     iovec piece{whole.data(), whole.size()};
     return write_all(c, &piece, 1, peer);
   }
-  iovec pieces[2] = {{&h, sizeof h}, {const_cast<char*>(body.data()), body.size()}};
-  return write_all(c, pieces, 2, peer);
+  if (c.ssl != nullptr && !before.empty()) {
+    iovec piece{const_cast<char*>(before.data()), before.size()};
+    TROUPE_RETURN_IF_ERROR(write_all(c, &piece, 1, peer));
+    before = {};
+  }
+  iovec pieces[3] = {{const_cast<char*>(before.data()), before.size()},
+                     {&h, sizeof h},
+                     {const_cast<char*>(body.data()), body.size()}};
+  return write_all(c, pieces, 3, peer);
+}
+
+// A frame as bytes, for write_frame's `before`.
+std::string encoded_frame(frame_kind kind, std::string_view body) {
+  frame_header h;
+  h.kind = static_cast<std::uint8_t>(kind);
+  h.length = body.size();
+  std::string bytes(reinterpret_cast<const char*>(&h), sizeof h);
+  bytes += body;
+  return bytes;
 }
 
 // Reads exactly `bytes`, each wait for data at most `timeout`. Errors name `peer`.
@@ -558,19 +579,22 @@ std::string hello_body(const link_options& o, const std::string& to, const share
   w.put_string(o.local_task);
   w.put_string(o.cluster_id);
   w.put_string(to);
-  if (offer != nullptr) {  // optional: a peer that knows nothing of it reads no further
-    w.put(static_cast<std::uint32_t>(::getpid()));
-    w.put(static_cast<std::int32_t>(offer->fd));
-    w.put(offer->token[0]);
-    w.put(offer->token[1]);
-    w.put(static_cast<std::uint64_t>(offer->mapped));
-  }
+  // What follows is optional (a peer that knows nothing of it reads no further): the
+  // window this end sends with (the peer acknowledges in pieces of a quarter of it) and
+  // its shared-memory offer (pid 0: none).
+  w.put(static_cast<std::uint64_t>(std::max<std::int64_t>(0, o.window_bytes)));
+  w.put(static_cast<std::uint32_t>(offer != nullptr ? ::getpid() : 0));
+  w.put(static_cast<std::int32_t>(offer != nullptr ? offer->fd : -1));
+  w.put(offer != nullptr ? offer->token[0] : 0);
+  w.put(offer != nullptr ? offer->token[1] : 0);
+  w.put(static_cast<std::uint64_t>(offer != nullptr ? offer->mapped : 0));
   return w.bytes;
 }
 
 struct hello {
   std::uint32_t version = 0;
   std::string from, cluster_id, to;
+  std::uint64_t window = 0;  // the peer's send window (0: not said)
   // The ring the peer offers, if any.
   std::uint32_t ring_pid = 0;
   std::int32_t ring_fd = -1;
@@ -587,6 +611,7 @@ result<hello> parse_hello(const std::string& body, const std::string& where) {
   h.to = r.get_string();
   if (!r.ok) return unavailable_error(where, " sent a damaged hello");
   if (!r.bytes.empty()) {
+    h.window = r.get<std::uint64_t>();
     h.ring_pid = r.get<std::uint32_t>();
     h.ring_fd = r.get<std::int32_t>();
     h.ring_token[0] = r.get<std::uint64_t>();
@@ -662,6 +687,9 @@ struct tensor_link::impl {
   std::int64_t queued = 0;
   std::int64_t unacknowledged = 0;
   std::uint64_t acks_to_send = 0;  // bytes received and handed on, not yet acknowledged
+  // Acknowledgements go out once this many bytes are owed (a quarter of the peer's window:
+  // it never waits on them), or with the next frame or heartbeat; 0: at once.
+  std::uint64_t ack_every = 0;
   bool closing = false;
   bool writing = false;  // the writer is inside a tensor
   status failed;  // first failure
@@ -693,7 +721,7 @@ struct tensor_link::impl {
   void read_loop();
   void write_loop();
   status write_tensor(outgoing& item);
-  status write_chunk(const char* bytes, std::size_t n);
+  status write_chunk(const char* bytes, std::size_t n, std::string_view before);
   status write_pending_small_frames(clock_type::time_point* last_write);
 };
 
@@ -795,11 +823,13 @@ void tensor_link::impl::read_loop() {
       in_tensor = false;
       if (on.tensor) on.tensor(std::move(current_key), std::move(current));
       current = tensor();
+      bool due = false;
       {
         std::lock_guard<std::mutex> lock(mutex);
         acks_to_send += total;
+        due = acks_to_send >= std::max<std::uint64_t>(1, ack_every);
       }
-      wake.notify_all();
+      if (due) wake.notify_all();
     }
   }
 }
@@ -832,7 +862,12 @@ status tensor_link::impl::write_tensor(outgoing& item) {
   w.put(static_cast<std::uint32_t>(t.shape().rank()));
   for (std::int64_t d : t.shape().dims()) w.put(d);
   w.put(static_cast<std::uint64_t>(t.byte_size()));
-  TROUPE_RETURN_IF_ERROR(write_frame(*conn, frame_kind::tensor_begin, w.bytes, peer));
+  // The header goes with the first chunk (or alone for an empty tensor).
+  std::string begin = encoded_frame(frame_kind::tensor_begin, w.bytes);
+  if (t.byte_size() == 0) {
+    iovec piece{begin.data(), begin.size()};
+    return write_all(*conn, &piece, 1, peer);
+  }
   auto last_write = clock_type::now();
   const char* data = static_cast<const char*>(t.raw_data());
   std::size_t chunk = static_cast<std::size_t>(std::max<std::int64_t>(4096, options.chunk_bytes));
@@ -840,7 +875,8 @@ status tensor_link::impl::write_tensor(outgoing& item) {
   // copies the next in.
   if (peer_maps_ring) chunk = std::min<std::size_t>(chunk, std::max<std::size_t>(k_min_shared_chunk, out_ring->capacity() / 8));
   for (std::size_t at = 0; at < t.byte_size(); at += chunk) {
-    TROUPE_RETURN_IF_ERROR(write_chunk(data + at, std::min(chunk, t.byte_size() - at)));
+    TROUPE_RETURN_IF_ERROR(write_chunk(data + at, std::min(chunk, t.byte_size() - at), begin));
+    begin.clear();
     last_write = clock_type::now();
     // Acknowledgements of what this end received go out between chunks.
     TROUPE_RETURN_IF_ERROR(write_pending_small_frames(&last_write));
@@ -848,9 +884,9 @@ status tensor_link::impl::write_tensor(outgoing& item) {
   return status();
 }
 
-// One chunk of the tensor begun: into the ring when the peer maps it and it has room, else
-// over the socket.
-status tensor_link::impl::write_chunk(const char* bytes, std::size_t n) {
+// One chunk of the tensor begun (after the frames `before`): into the ring when the peer
+// maps it and it has room, else over the socket.
+status tensor_link::impl::write_chunk(const char* bytes, std::size_t n, std::string_view before) {
   if (peer_maps_ring && n >= k_min_shared_chunk && n <= out_ring->capacity()) {
     const std::uint64_t capacity = out_ring->capacity();
     const std::uint64_t consumed = std::min(out_ring->consumed().load(std::memory_order_acquire), ring_written);
@@ -862,10 +898,10 @@ status tensor_link::impl::write_chunk(const char* bytes, std::size_t n) {
       body_writer w;
       w.put(position);
       w.put(static_cast<std::uint64_t>(n));
-      return write_frame(*conn, frame_kind::shared_chunk, w.bytes, peer);
+      return write_frame(*conn, frame_kind::shared_chunk, w.bytes, peer, before);
     }
   }
-  return write_frame(*conn, frame_kind::chunk, std::string_view(bytes, n), peer);
+  return write_frame(*conn, frame_kind::chunk, std::string_view(bytes, n), peer, before);
 }
 
 void tensor_link::impl::write_loop() {
@@ -873,7 +909,7 @@ void tensor_link::impl::write_loop() {
   std::unique_lock<std::mutex> lock(mutex);
   for (;;) {
     wake.wait_for(lock, options.heartbeat, [&] {
-      return !failed.ok() || closing || acks_to_send > 0 ||
+      return !failed.ok() || closing || acks_to_send >= std::max<std::uint64_t>(1, ack_every) ||
              (!queue.empty() && (unacknowledged == 0 || unacknowledged < options.window_bytes));
     });
     if (!failed.ok()) break;
@@ -1075,6 +1111,7 @@ result<std::unique_ptr<tensor_link>> tensor_link::connect(const std::string& hos
       return unavailable_error("refused the link to ", where, ": ", why);
     }
     auto link = std::make_unique<impl>();
+    link->ack_every = h->window / 4;
     link->in_ring = map_offered_ring(*h, options);
     if (link->in_ring != nullptr) TROUPE_RETURN_IF_ERROR(write_frame(*c, frame_kind::shared_ready, {}, answerer));
     link->out_ring = std::move(offer);
@@ -1154,6 +1191,7 @@ struct link_listener::impl {
       return refuse(s, false);
     }
     auto link = std::make_unique<tensor_link::impl>();
+    link->ack_every = h->window / 4;
     link->in_ring = map_offered_ring(*h, options);
     if (link->in_ring != nullptr) {
       if (status s = write_frame(*c, frame_kind::shared_ready, {}, who); !s.ok()) return refuse(s, false);
