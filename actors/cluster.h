@@ -40,10 +40,14 @@ namespace troupe::actors {
 
 class simulation;
 
+// CAF scheduler threads when cluster_options::actor_threads is 0: 1 on machines of up to
+// 2 hardware threads, else 2.
+int default_actor_threads();
+
 struct cluster_options {
   placement::cluster_spec spec = placement::cluster_spec::local();
   int compute_threads = 0;  // the shared compute pool; 0: default_num_threads()
-  int actor_threads = 0;    // CAF scheduler threads; 0: min(2, hardware threads)
+  int actor_threads = 0;    // CAF scheduler threads; 0: default_actor_threads()
   const kernels::kernel_registry* kernels = &kernels::kernel_registry::builtin();
   // Receives every kernel span and transfer when set; must outlive the cluster.
   step_tracer* tracer = nullptr;

@@ -69,7 +69,7 @@ struct session_options {
 
   int compute_threads = 0;  // private cluster only: compute pool; 0: default_num_threads()
   std::int64_t memory_limit = 0;  // private cluster only: cluster_options::memory_limit
-  int actor_threads = 0;    // private cluster only: CAF threads; 0: min(2, hardware threads)
+  int actor_threads = 0;    // private cluster only: CAF threads; 0: default_actor_threads()
   // Private cluster only: how many of this machine's GPUs become devices GPU:0..n-1 of
   // its task (nodes with a GPU kernel then run there, as in TensorFlow); -1: all of them
   // (none in a troupe built without CUDA), 0: none.
