@@ -881,8 +881,8 @@ caf::behavior remote_device(remote_actor* self, remote_device_options options) {
         with_connection(
             self, /*need_service=*/true,
             [self, id, handle, step_id, wire] {
-              const auto& o = self->state.options;
-              self->request(self->state.service, o.step_timeout, run_atom::value, handle, step_id, std::move(*wire))
+              // No timer (see remote_task.h): the step's deadline ends it.
+              self->request(self->state.service, caf::infinite, run_atom::value, handle, step_id, std::move(*wire))
                   .then([self, id](std::vector<wire_tensor>& fetches) { self->state.answer(id, from_wire(std::move(fetches))); },
                         [self, id](caf::error& e) { self->state.answer(id, remote_error(self->state.options, e, "a step")); });
             },

@@ -29,8 +29,10 @@
 // task (within CAF's detection of the broken connection: milliseconds for a killed
 // process, the connection timeout for a frozen one), and the remote device exits with
 // that reason, so that sessions monitoring it fail their steps. Every remote request has a
-// finite timeout. The service monitors each client's remote devices and drops the
-// partitions of one that goes.
+// finite timeout but a step's run, which its session's step deadline ends (the session
+// aborts the step everywhere, and the service answers the run): one timer per run would
+// cost two wake-ups of CAF's clock thread per partition and step. The service monitors
+// each client's remote devices and drops the partitions of one that goes.
 #pragma once
 
 #include <caf/all.hpp>
@@ -244,7 +246,6 @@ struct remote_device_options {
   connect_options hello;  // hello.task: the device's task
   link_options link;      // for the tensor link to the task (local_task: this process's)
   std::chrono::milliseconds request_timeout{30000};  // prepare, stats
-  std::chrono::milliseconds step_timeout{3600000};   // run
   // A client's stand-in (false) reaches its task's service and exits with UNAVAILABLE
   // when the task's process goes (its sessions and supervisor learn it; a restart makes
   // new stand-ins). A server's (true) only sends tensors: it opens a tensor link to the
