@@ -306,6 +306,16 @@ status write_all(connection& c, iovec* pieces, int count, const std::string& pee
   return status();
 }
 
+// A frame as bytes, header and body, for write_frame's `before`.
+std::string encoded_frame(frame_kind kind, std::string_view body) {
+  frame_header h;
+  h.kind = static_cast<std::uint8_t>(kind);
+  h.length = body.size();
+  std::string bytes(reinterpret_cast<const char*>(&h), sizeof h);
+  bytes += body;
+  return bytes;
+}
+
 // Writes `before` (frames already encoded, may be empty) and then a frame of `kind` with
 // `body`, in one call where it can: a reader woken by the first bytes finds them all.
 status write_frame(connection& c, frame_kind kind, std::string_view body, const std::string& peer,
@@ -315,9 +325,7 @@ status write_frame(connection& c, frame_kind kind, std::string_view body, const 
   h.length = body.size();
   if (c.ssl != nullptr && body.size() <= 4096) {
     // One TLS record for a small frame.
-    std::string whole(before);
-    whole.append(reinterpret_cast<const char*>(&h), sizeof h);
-    whole += body;
+    std::string whole = std::string(before) + encoded_frame(kind, body);
     iovec piece{whole.data(), whole.size()};
     return write_all(c, &piece, 1, peer);
   }
@@ -330,16 +338,6 @@ status write_frame(connection& c, frame_kind kind, std::string_view body, const 
                      {&h, sizeof h},
                      {const_cast<char*>(body.data()), body.size()}};
   return write_all(c, pieces, 3, peer);
-}
-
-// A frame as bytes, for write_frame's `before`.
-std::string encoded_frame(frame_kind kind, std::string_view body) {
-  frame_header h;
-  h.kind = static_cast<std::uint8_t>(kind);
-  h.length = body.size();
-  std::string bytes(reinterpret_cast<const char*>(&h), sizeof h);
-  bytes += body;
-  return bytes;
 }
 
 // Reads exactly `bytes`, each wait for data at most `timeout`. Errors name `peer`.
@@ -1043,6 +1041,28 @@ status tensor_link::failure() const {
   return impl_->failed;
 }
 
+namespace {
+
+// The link of connection `c` once both hellos are through (either end): acknowledgements
+// paced by the peer's window, the peer's ring mapped (and shared_ready sent) when it
+// offered one this end can map, this end's own offer kept for its sends.
+result<std::unique_ptr<tensor_link::impl>> link_after_hellos(std::unique_ptr<connection> c, link_options options,
+                                                             std::string peer, const hello& h,
+                                                             std::unique_ptr<shared_ring> offer,
+                                                             const std::string& who) {
+  auto link = std::make_unique<tensor_link::impl>();
+  link->ack_every = h.window / 4;
+  link->in_ring = map_offered_ring(h, options);
+  if (link->in_ring != nullptr) TROUPE_RETURN_IF_ERROR(write_frame(*c, frame_kind::shared_ready, {}, who));
+  link->out_ring = std::move(offer);
+  link->conn = std::move(c);
+  link->options = std::move(options);
+  link->peer = std::move(peer);
+  return link;
+}
+
+}  // namespace
+
 result<std::unique_ptr<tensor_link>> tensor_link::connect(const std::string& host, int port, const std::string& peer,
                                                           link_options options) {
   const std::string where = str_cat(host, ":", port);
@@ -1110,15 +1130,9 @@ result<std::unique_ptr<tensor_link>> tensor_link::connect(const std::string& hos
       (void)write_frame(*c, frame_kind::refuse, why, answerer);
       return unavailable_error("refused the link to ", where, ": ", why);
     }
-    auto link = std::make_unique<impl>();
-    link->ack_every = h->window / 4;
-    link->in_ring = map_offered_ring(*h, options);
-    if (link->in_ring != nullptr) TROUPE_RETURN_IF_ERROR(write_frame(*c, frame_kind::shared_ready, {}, answerer));
-    link->out_ring = std::move(offer);
-    link->conn = std::move(c);
-    link->options = std::move(options);
-    link->peer = peer;
-    return std::unique_ptr<tensor_link>(new tensor_link(std::move(link)));
+    auto link = link_after_hellos(std::move(c), std::move(options), peer, *h, std::move(offer), answerer);
+    if (!link.ok()) return link.error();
+    return std::unique_ptr<tensor_link>(new tensor_link(std::move(*link)));
   }
   return last;
 }
@@ -1190,17 +1204,9 @@ struct link_listener::impl {
     if (status s = write_frame(*c, frame_kind::hello, hello_body(options, h->from, offer.get()), who); !s.ok()) {
       return refuse(s, false);
     }
-    auto link = std::make_unique<tensor_link::impl>();
-    link->ack_every = h->window / 4;
-    link->in_ring = map_offered_ring(*h, options);
-    if (link->in_ring != nullptr) {
-      if (status s = write_frame(*c, frame_kind::shared_ready, {}, who); !s.ok()) return refuse(s, false);
-    }
-    link->out_ring = std::move(offer);
-    link->conn = std::move(c);
-    link->options = options;
-    link->peer = h->from;
-    accepted(std::unique_ptr<tensor_link>(new tensor_link(std::move(link))));
+    auto link = link_after_hellos(std::move(c), options, h->from, *h, std::move(offer), who);
+    if (!link.ok()) return refuse(link.error(), false);
+    accepted(std::unique_ptr<tensor_link>(new tensor_link(std::move(*link))));
   }
 };
 
