@@ -169,7 +169,7 @@ output output_of(const graph::graph& g, const graph::endpoint& e) { return graph
 std::pair<output, output> flat_rows(const scope& s, const variable& v, const output& rows, const output& indices) {
   std::vector<std::int32_t> row_shape{-1};
   for (int d = 1; d < v.shape.rank(); ++d) row_shape.push_back(static_cast<std::int32_t>(v.shape.dim(d)));
-  return {ops::reshape(s, rows, ops::constant(s, tensor::from_vector(row_shape))),
+  return {ops::reshape(s, rows, ops::int32_vector(s, row_shape)),
           ops::reshape(s, indices, ops::int32_vector(s, {-1}))};
 }
 
