@@ -674,6 +674,27 @@ struct session::impl {
   caf::actor master;
   std::shared_ptr<std::atomic<int>> num_prepared = std::make_shared<std::atomic<int>>(0);
   std::shared_ptr<pending_callbacks> pending = std::make_shared<pending_callbacks>();
+  // The blocking actors that run() waited through, kept for the next call: ending a
+  // scoped_actor wakes CAF's clock thread (it cancels the actor's timeouts), which cost
+  // a wake-up per step. Declared after `owner`: they end before the actor system can.
+  std::mutex callers_mutex;
+  std::vector<std::unique_ptr<caf::scoped_actor>> idle_callers;
+
+  std::unique_ptr<caf::scoped_actor> take_caller() {
+    {
+      std::lock_guard<std::mutex> lock(callers_mutex);
+      if (!idle_callers.empty()) {
+        auto caller = std::move(idle_callers.back());
+        idle_callers.pop_back();
+        return caller;
+      }
+    }
+    return std::make_unique<caf::scoped_actor>(owner->system());
+  }
+  void give_back(std::unique_ptr<caf::scoped_actor> caller) {
+    std::lock_guard<std::mutex> lock(callers_mutex);
+    idle_callers.push_back(std::move(caller));
+  }
 };
 
 session::session(std::unique_ptr<impl> p) : impl_(std::move(p)) {}
@@ -719,6 +740,10 @@ session::~session() {
     std::unique_lock<std::mutex> lock(impl_->pending->mutex);
     impl_->pending->cv.wait(lock, [&] { return impl_->pending->count == 0; });
   }
+  {
+    unpinned_use use(impl_->owner->system());
+    impl_->idle_callers.clear();
+  }
   // The cluster (and its actor system) goes when its last user does.
 }
 
@@ -756,12 +781,13 @@ result<std::vector<tensor>> session::run(const feed_list& feeds,
     a->ready.wait(lock, [&] { return a->value.has_value(); });
     return std::move(*a->value);
   }
-  unpinned_use use(impl_->owner->system());  // outlives the scoped actor
-  caf::scoped_actor self{impl_->owner->system()};
+  unpinned_use use(impl_->owner->system());  // outlives the scoped actor's use
+  std::unique_ptr<caf::scoped_actor> self = impl_->take_caller();
   result<std::vector<tensor>> out = internal_error("no reply");
-  self->request(impl_->master, caf::infinite, run_atom::value, make_request(feeds, fetches, targets))
+  (*self)->request(impl_->master, caf::infinite, run_atom::value, make_request(feeds, fetches, targets))
       .receive([&](std::vector<tensor>& fetched) { out = std::move(fetched); },
                [&](caf::error& e) { out = to_status(e); });
+  impl_->give_back(std::move(self));
   return out;
 }
 
