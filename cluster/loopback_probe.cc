@@ -4,8 +4,6 @@
 
 #include <algorithm>
 #include <chrono>
-#include <fstream>
-#include <sstream>
 #include <vector>
 
 #include "actors/session.h"
@@ -22,26 +20,6 @@ namespace troupe::cluster {
 namespace {
 
 constexpr int k_small = 16;  // small transfers in the many-transfers graph
-
-// CPU time of process `pid` (all its threads) from /proc/PID/stat, in nanoseconds, at
-// the clock tick's resolution; -1 when it cannot be read.
-double process_cpu_ns_of(int pid) {
-  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
-  std::string line;
-  if (pid <= 0 || !std::getline(in, line)) return -1;
-  const auto close = line.rfind(')');
-  if (close == std::string::npos) return -1;
-  std::istringstream fields(line.substr(close + 1));
-  std::string field;
-  double utime = -1, stime = -1;
-  // After the command's ")": field 3 (the state) first; utime is field 14, stime 15.
-  for (int i = 3; i <= 15 && fields >> field; ++i) {
-    if (i == 14) utime = std::stod(field);
-    if (i == 15) stime = std::stod(field);
-  }
-  if (utime < 0 || stime < 0) return -1;
-  return (utime + stime) * 1e9 / static_cast<double>(::sysconf(_SC_CLK_TCK));
-}
 
 // The probe's graph: a NoOp on each task, k_small scalar variables on the ps each taken
 // by an Identity on the worker, and one of options.large_bytes.

@@ -14,6 +14,12 @@ inline double cpu_ns(clockid_t clock) {
 }
 inline double thread_cpu_ns() { return cpu_ns(CLOCK_THREAD_CPUTIME_ID); }
 inline double process_cpu_ns() { return cpu_ns(CLOCK_PROCESS_CPUTIME_ID); }
+// The CPU time of process `pid` (all its threads) from /proc/PID/stat, at the clock
+// tick's resolution; -1 when it cannot be read.
+double process_cpu_ns_of(int pid);
+// The CPU time of this process's children that are alive now (troupe run's servers),
+// from /proc, at the clock tick's resolution.
+double children_cpu_ns();
 
 // The CPU time of one piece of work on every thread that did it: the thread that opened
 // the meter, plus what compute_pool::parallel_for's helper threads spent on the blocks

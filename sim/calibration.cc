@@ -54,6 +54,8 @@ void calibration_recorder::reset() {
   accounted_cpu_ns_ = 0;
   window_start_.reset();
   window_end_ = {};
+  traffic_ = {};
+  parts_seen_.clear();
 }
 
 void calibration_recorder::pause() {
@@ -67,15 +69,42 @@ void calibration_recorder::resume() {
   recording_ = true;
 }
 
-void calibration_recorder::node_span(const std::string&, const std::string& device, const std::string&,
-                                     const std::string& op, std::int64_t, clock::time_point start,
+namespace {
+// "/job:ps/replica:0/task:0" of "/job:ps/replica:0/task:0/device:CPU:0".
+std::string task_of(const std::string& device) { return device.substr(0, device.find("/device:")); }
+}  // namespace
+
+calibration_recorder::traffic calibration_recorder::between_tasks() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  traffic out = traffic_;
+  out.parts = static_cast<std::int64_t>(parts_seen_.size());
+  return out;
+}
+
+void calibration_recorder::count_traffic(const std::string& task, const std::string& op, std::int64_t step_id,
+                                         const node_detail& detail) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (!recording_.load(std::memory_order_relaxed)) return;
+  parts_seen_.emplace(step_id, task);
+  if (op != "_Send" || detail.def == nullptr || detail.inputs.empty()) return;
+  const auto& attrs = detail.def->attr();
+  const auto from = attrs.find("send_device"), to = attrs.find("recv_device");
+  if (from == attrs.end() || to == attrs.end() || task_of(from->second.s()) == task_of(to->second.s())) return;
+  ++traffic_.transfers;
+  const tensor& sent = detail.inputs[0];
+  if (sent.initialized()) traffic_.bytes += static_cast<std::int64_t>(sent.byte_size());
+}
+
+void calibration_recorder::node_span(const std::string& task, const std::string& device, const std::string&,
+                                     const std::string& op, std::int64_t step_id, clock::time_point start,
                                      clock::time_point end, const node_detail& detail) {
-  // An asynchronous kernel's time is mostly waiting: only the work it measured counts
-  // (a variable update's), and only its CPU time.
-  if (detail.asynchronous && detail.cpu_ns < 0) return;
   if (!recording_.load(std::memory_order_relaxed)) return;
   // This recorder's own CPU time is not the runtime's (runtime_ns_per_kernel).
   const double own_start = thread_cpu_ns();
+  count_traffic(task, op, step_id, detail);
+  // An asynchronous kernel's time is mostly waiting: only the work it measured counts
+  // (a variable update's), and only its CPU time.
+  if (detail.asynchronous && detail.cpu_ns < 0) return;
   key k{op, device.substr(0, device.find(':')), input_signatures(detail.inputs),
         detail.def != nullptr ? cost_attrs(*detail.def) : std::vector<std::string>()};
   const double ns = std::chrono::duration<double, std::nano>(end - start).count();

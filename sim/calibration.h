@@ -14,6 +14,7 @@
 #include <map>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <span>
 #include <string>
 #include <vector>
@@ -51,6 +52,12 @@ class calibration_recorder final : public actors::step_tracer {
   // The recorded kernels' statistics, sorted by op, device type and inputs (the
   // Calibration's other fields are the caller's).
   Calibration table() const;
+  // What the recorded steps moved between tasks: _Send kernels from a device of one task
+  // to another's, their bytes, and the tasks' parts of steps (distinct step and task).
+  struct traffic {
+    std::int64_t transfers = 0, bytes = 0, parts = 0;
+  };
+  traffic between_tasks() const;
 
   void node_span(const std::string& task, const std::string& device, const std::string& node, const std::string& op,
                  std::int64_t step_id, clock::time_point start, clock::time_point end,
@@ -72,6 +79,9 @@ class calibration_recorder final : public actors::step_tracer {
     std::vector<double> ns, cpu_ns;
   };
   std::map<key, samples> samples_;
+  traffic traffic_;
+  void count_traffic(const std::string& task, const std::string& op, std::int64_t step_id, const node_detail& detail);
+  std::set<std::pair<std::int64_t, std::string>> parts_seen_;  // (step, task)
   // The process's CPU time against its kernels', for Calibration::runtime_ns_per_kernel:
   // a window from the k_window_after-th kernel run to the last multiple of 256 (or the
   // pause), less what this recorder itself takes.

@@ -5,7 +5,9 @@
 #include <atomic>
 #include <chrono>
 #include <filesystem>
+#include <functional>
 #include <fstream>
+#include <mutex>
 #include <optional>
 #include <sstream>
 #include <thread>
@@ -13,6 +15,7 @@
 #include <unistd.h>
 
 #include "cluster/loopback_probe.h"
+#include "core/cpu_time.h"
 #include "core/file.h"
 #include "graph/graph_io.h"
 #include "placement/graph_dot.h"
@@ -134,16 +137,46 @@ std::string cpu_model() {
   return {};
 }
 
+// Whether a REAL cluster's servers were started by hand (addresses or a cluster file).
+bool by_hand(const scenario::Cluster& c) {
+  return !c.cluster_file().empty() ||
+         std::any_of(c.job().begin(), c.job().end(), [](const auto& j) { return j.addresses_size() > 0; });
+}
+
+// Loopback's in-situ fields (sim/calibration.proto): from the CPU time per global step of
+// the scenario's processes in mode REAL and of the one process in IN_PROCESS, and what an
+// IN_PROCESS step moved between tasks over `steps` global steps.
+void in_situ_costs(sim::Loopback& l, double real_us, double in_process_us,
+                   const sim::calibration_recorder::traffic& moved, std::int64_t steps, std::ostream& out) {
+  l.set_message_cpu_quiet_us(l.message_cpu_us());
+  if (real_us <= 0 || in_process_us <= 0 || steps <= 0) {
+    out << "calibrate: (no steady state measured in both modes: message_cpu_us stays the probe's)\n";
+    return;
+  }
+  const double n = static_cast<double>(steps);
+  l.set_real_cpu_us_per_step(real_us);
+  l.set_in_process_cpu_us_per_step(in_process_us);
+  l.set_transfers_per_step(static_cast<double>(moved.transfers) / n);
+  l.set_bytes_per_step(static_cast<double>(moved.bytes) / n);
+  l.set_parts_per_step(static_cast<double>(moved.parts) / n);
+  // Both ends of each transfer: what REAL costs more, less the copies and the parts'
+  // control plane that the model already charges.
+  const double copies_us = l.copy_gbps() > 0 ? 2 * l.bytes_per_step() / l.copy_gbps() / 1e3 : 0;
+  const double rest_us = real_us - in_process_us - copies_us - l.parts_per_step() * l.step_cpu_us();
+  if (l.transfers_per_step() > 0) l.set_message_cpu_us(std::max(l.message_cpu_quiet_us(), rest_us / (2 * l.transfers_per_step())));
+  out << "calibrate: CPU per global step " << real_us << " us in mode REAL, " << in_process_us << " us in process; "
+      << l.transfers_per_step() << " transfers (" << l.bytes_per_step() << " bytes) and " << l.parts_per_step()
+      << " parts of steps per step: message_cpu_us " << l.message_cpu_us() << " in situ (" << l.message_cpu_quiet_us()
+      << " between idle servers)\n";
+}
+
 // What transfers between this machine's processes cost, for the network model of a REAL
 // cluster's simulation (troupe calibrate); null when they could not be measured (said on
 // `err`).
 std::optional<sim::Loopback> loopback_of(const scenario::Cluster& c, std::ostream& out, std::ostream& err) {
   out << "calibrate: measuring transfers between two server processes on loopback"
       << (c.tls() ? " (mutual TLS)" : "") << "\n";
-  const bool by_hand = !c.cluster_file().empty() ||
-                       std::any_of(c.job().begin(), c.job().end(),
-                                   [](const auto& j) { return j.addresses_size() > 0; });
-  if (by_hand) {
+  if (by_hand(c)) {
     out << "calibrate: (this machine's loopback, not the network between the scenario's addresses: set that "
            "network's latency and bandwidth in the simulation yourself)\n";
   }
@@ -218,19 +251,26 @@ int calibrate_command(const std::vector<std::string>& args, std::ostream& out, s
     sc->clear_simulation();
   }
   std::optional<sim::Loopback> loopback;
+  // A REAL scenario whose servers this process starts: trained that way too (its
+  // processes' CPU time per step, Loopback::real_cpu_us_per_step).
+  std::optional<scenario::Scenario> real;
   if (sc->cluster().mode() == scenario::Cluster::REAL) {
     loopback = loopback_of(sc->cluster(), out, err);
     if (!loopback) return 1;
+    if (!by_hand(sc->cluster())) real = *sc;
     out << "calibrate: the cluster's tasks run in this process (mode REAL measures the same kernels)\n";
     sc->mutable_cluster()->set_mode(scenario::Cluster::IN_PROCESS);
     sc->mutable_cluster()->clear_cluster_file();
     sc->mutable_cluster()->set_tls(false);
     for (auto& job : *sc->mutable_cluster()->mutable_job()) job.clear_addresses();
   }
-  sc->clear_faults();
-  sc->clear_checkpoint();
-  sc->mutable_report()->clear_trace_file();
-  sc->mutable_report()->clear_expect();
+  for (scenario::Scenario* s : {&*sc, real ? &*real : nullptr}) {
+    if (s == nullptr) continue;
+    s->clear_faults();
+    s->clear_checkpoint();
+    s->mutable_report()->clear_trace_file();
+    s->mutable_report()->clear_expect();
+  }
   scenarios::run_options options;
   options.out = &out;
   options.steps = steps;
@@ -240,30 +280,60 @@ int calibrate_command(const std::vector<std::string>& args, std::ostream& out, s
   // The steady state: from a quarter of the steps (first-touch allocations, libraries
   // timed once, caches and the memory pools filling) to the last (not the evaluation).
   const std::int64_t from_step = std::max<std::int64_t>(1, steps / 4);
-  auto measure = [&](const scenario::Scenario& s) -> std::optional<sim::Calibration> {
-    sim::calibration_recorder recorder;
-    recorder.pause();
-    std::atomic<bool> ended{false};
-    options.tracer = &recorder;
+  // The CPU time `cpu` counted over the steady state, per global step (0: no window).
+  struct cpu_window {
+    std::mutex mutex;
+    std::optional<std::pair<double, std::int64_t>> start, end;  // CPU ns, global step
+    double per_step_us() const {
+      if (!start || !end || end->second <= start->second) return 0;
+      return (end->first - start->first) / 1e3 / static_cast<double>(end->second - start->second);
+    }
+  };
+  auto run_window = [&](const scenario::Scenario& s, sim::calibration_recorder* recorder, cpu_window& window,
+                        const std::function<double()>& cpu) -> bool {
+    options.tracer = recorder;
     options.on_step = [&](std::int64_t step) {
+      std::lock_guard<std::mutex> lock(window.mutex);
       if (step >= steps) {
-        ended = true;
-        recorder.pause();
-      } else if (step >= from_step && !ended) {
-        recorder.resume();
+        if (window.start && !window.end) window.end.emplace(cpu(), step);
+        if (recorder != nullptr) recorder->pause();
+      } else if (step >= from_step && !window.end) {
+        if (!window.start) window.start.emplace(cpu(), step);
+        if (recorder != nullptr) recorder->resume();
       }
     };
     auto summary = scenarios::run_scenario(s, options);
+    options.tracer = nullptr;
+    options.on_step = nullptr;
     if (!summary.ok()) {
       err << "troupe calibrate: " << summary.error().to_string() << "\n";
-      return std::nullopt;
+      return false;
     }
     if (!steps_run) steps_run = summary->steps;
+    return true;
+  };
+  auto measure = [&](const scenario::Scenario& s, cpu_window& window,
+                     sim::calibration_recorder::traffic* moved) -> std::optional<sim::Calibration> {
+    sim::calibration_recorder recorder;
+    recorder.pause();
+    if (!run_window(s, &recorder, window, [] { return process_cpu_ns(); })) return std::nullopt;
+    if (moved != nullptr) *moved = recorder.between_tasks();
     return recorder.table();
   };
-  auto measured = measure(*sc);
+  cpu_window traced;
+  sim::calibration_recorder::traffic moved;
+  auto measured = measure(*sc, traced, &moved);
   if (!measured) return 1;
   sim::Calibration table = std::move(*measured);
+  if (real && loopback) {
+    // Both modes without the recorder (whose own work would count in one only).
+    out << "calibrate: again in process and in mode REAL, the processes' CPU time per step\n";
+    cpu_window in_process, across;
+    if (!run_window(*sc, nullptr, in_process, [] { return process_cpu_ns(); })) return 1;
+    if (!run_window(*real, nullptr, across, [] { return process_cpu_ns() + children_cpu_ns(); })) return 1;
+    in_situ_costs(*loopback, across.per_step_us(), in_process.per_step_us(), moved,
+                  traced.end && traced.start ? traced.end->second - traced.start->second : 0, out);
+  }
   // Each kernel alone: with one worker task no other worker's kernels want the cores, so
   // its wall time says how many cores it keeps busy (KernelCost::alone_ns).
   const std::string& worker_job = sc->cluster().worker_job();
@@ -273,7 +343,8 @@ int calibrate_command(const std::vector<std::string>& args, std::ostream& out, s
     out << "calibrate: again with one worker task, each kernel alone\n";
     workers->set_tasks(1);
     sc->mutable_training()->clear_backup_workers();
-    auto alone = measure(*sc);
+    cpu_window unused;
+    auto alone = measure(*sc, unused, nullptr);
     if (!alone) return 1;
     sim::add_alone_times(table, *alone);
   } else {

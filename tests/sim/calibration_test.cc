@@ -116,6 +116,42 @@ TEST_CASE("calibration: durations by op, inputs and cost attributes, after a war
   CHECK_THAT(missing.error().message(), Catch::Contains(path));
 }
 
+TEST_CASE("calibration: transfers between tasks, their bytes and the tasks' parts of steps", "[sim]") {
+  auto send = [](const std::string& from, const std::string& to) {
+    tf::NodeDef def;
+    def.set_name("send");
+    def.set_op("_Send");
+    (*def.mutable_attr())["send_device"] = graph::attr_value(from);
+    (*def.mutable_attr())["recv_device"] = graph::attr_value(to);
+    return def;
+  };
+  const std::string worker = "/job:worker/replica:0/task:0", ps = "/job:ps/replica:0/task:0";
+  const tf::NodeDef across = send(worker + "/device:CPU:0", ps + "/device:CPU:0");
+  const tf::NodeDef within = send(worker + "/device:CPU:0", worker + "/device:CPU:1");
+  sim::calibration_recorder r;
+  auto span = [&](const std::string& task, const tf::NodeDef& def, std::int64_t step, const tensor& value) {
+    const tensor inputs[] = {value};
+    const auto at = clock_type::now();
+    r.node_span(task, task + "/device:CPU:0", def.name(), def.op(), step, at, at, {inputs, true, &def, -1});
+  };
+  const tensor ten(dtype::float32, {10}), three(dtype::int64, {3});
+  span(worker, across, 1, ten);    // 40 bytes
+  span(worker, across, 1, three);  // 24 bytes
+  span(worker, within, 1, ten);    // another device of the same task: not between tasks
+  span(ps, within, 1, ten);        // the ps's part of step 1
+  span(worker, across, 2, ten);
+  r.pause();
+  span(worker, across, 3, ten);  // paused: not counted
+  r.resume();
+  const auto moved = r.between_tasks();
+  CHECK(moved.transfers == 3);
+  CHECK(moved.bytes == 40 + 24 + 40);
+  CHECK(moved.parts == 3);  // (1, worker), (1, ps), (2, worker)
+  r.reset();
+  CHECK(r.between_tasks().transfers == 0);
+  CHECK(r.between_tasks().parts == 0);
+}
+
 TEST_CASE("calibration: a scenario's training measured kernel by kernel", "[sim]") {
   auto sc = scenarios::parse_scenario(R"(
 cluster { job { name: "ps" tasks: 1 } job { name: "worker" tasks: 1 } }
@@ -149,6 +185,12 @@ report { progress: OFF }
   CHECK(forward->median_cpu_ns() < 3 * forward->p90_ns());
   // No asynchronous kernel (a _Recv waits for its tensor) is in the table.
   for (const auto& k : t.kernels()) CHECK(k.op() != "_Recv");
+  // The weights went to the worker and the gradients to the ps in every step, each a
+  // part of the step on both tasks.
+  const auto moved = r.between_tasks();
+  CHECK(moved.transfers >= 20 * 4);
+  CHECK(moved.bytes >= 20 * 2 * (784 * 16 + 16 * 10) * 4);
+  CHECK(moved.parts >= 20 * 2);
   // A run cannot take both a trace file and a tracer.
   o.trace_file = temp_path("troupe-calibration-trace");
   auto both = scenarios::run_scenario(*sc, o);

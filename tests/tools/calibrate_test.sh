@@ -37,6 +37,11 @@ assert len(updates) == 4 and all(k.get("mean_cpu_ns", 0) > 0 for k in updates), 
 if sys.argv[2] == "loopback":
     lb = t["loopback"]
     assert lb["bandwidth_gbps"] > 0 and lb["step_cpu_us"] > 0 and lb["null_step_us"] > 0, lb
+    # In situ: both modes' CPU per step, what a step moves between tasks, and the
+    # transfers' CPU at least what the probe found between idle servers.
+    assert lb["real_cpu_us_per_step"] > 0 and lb["in_process_cpu_us_per_step"] > 0, lb
+    assert lb["transfers_per_step"] >= 4 and lb["bytes_per_step"] > 4 * 784 * 16 and lb["parts_per_step"] >= 2, lb
+    assert lb["message_cpu_us"] >= lb["message_cpu_quiet_us"] > 0, lb
 else:
     assert "loopback" not in t, t["loopback"]
 PY
@@ -50,6 +55,7 @@ check_table "$dir/in_process.json" none
 scenario REAL > "$dir/real.pbtxt"
 out="$("$troupe" calibrate "$dir/real.pbtxt" --steps 40 --out "$dir/real.json" 2>&1)" || fail "calibrate REAL: $out"
 grep -q "calibrate: loopback: network { latency_us: " <<<"$out" || fail "no loopback line: $out"
+grep -q "calibrate: CPU per global step .* in mode REAL" <<<"$out" || fail "no in-situ line: $out"
 check_table "$dir/real.json" loopback
 
 out="$("$troupe" calibrate "$dir/none.pbtxt" 2>&1)" && fail "a missing scenario was taken"
