@@ -1,9 +1,14 @@
 #include "placement/partition.h"
 
+#include <algorithm>
 #include <cinttypes>
 #include <cstdio>
+#include <map>
+#include <optional>
 #include <set>
 #include <unordered_set>
+#include <utility>
+#include <vector>
 
 #include "graph/attr.h"
 #include "graph/prune.h"
@@ -262,17 +267,20 @@ class partitioner {
     return recv;
   }
 
-  // The _Recv, in `to`'s partition, that completes after node `src` ran on `from`.
-  std::string receive_control(int src, const device_name& from, const device_name& to) {
-    auto key = std::make_pair(src, to_string(to));
+  // The _Recv, in `to`'s partition, that completes after nodes `srcs` (sorted, all on
+  // `from`) ran: one transfer for them all, named after the first or, for several, after
+  // `dst`, the node that waits for them.
+  std::string receive_control(const std::vector<int>& srcs, const std::string& dst, const device_name& from,
+                              const device_name& to) {
+    auto key = std::make_pair(srcs, to_string(to));
     auto it = control_recvs_.find(key);
     if (it != control_recvs_.end()) return it->second;
-    const std::string& name = g_.get(src).name();
+    const std::string name = srcs.size() == 1 ? g_.get(srcs[0]).name() : str_cat(dst, "/_control_from_", device_slug(from));
     std::string slug = device_slug(to);
     tf::NodeDef* dummy = add_to(from);
     dummy->set_name(unique_name(str_cat(name, "/_control_to_", slug)));
     dummy->set_op("Const");
-    dummy->add_input(str_cat("^", name));
+    for (int src : srcs) dummy->add_input(str_cat("^", g_.get(src).name()));
     (*dummy->mutable_attr())["dtype"] = graph::attr_value(dtype::float32);
     (*dummy->mutable_attr())["value"] =
         graph::attr_value(tensor::zeros(dtype::float32, tensor_shape({0})));
@@ -281,8 +289,34 @@ class partitioner {
         add_transfer(from, to, dummy_name, tensor_id(dummy_name, 0), dtype::float32,
                      partial_shape{0}, unique_name(str_cat(name, "/_control_send_to_", slug)),
                      unique_name(str_cat(name, "/_control_recv_at_", slug)), true);
-    control_recvs_.emplace(key, recv);
+    control_recvs_.emplace(std::move(key), recv);
     return recv;
+  }
+
+  // A small constant (a Const without inputs, not fed) that a node of another device
+  // reads: copied into that device's partition (once), where it costs nothing per step,
+  // instead of sent every step. Null when `e` is not one, or `to` may lack its kernel
+  // (only onto the CPU or a device of the producer's type).
+  std::optional<std::string> copied_constant(const graph::endpoint& e, const device_name& from,
+                                             const device_name& to) {
+    const graph::node& n = g_.get(e.node);
+    if (n.op_name() != "Const" || !n.inputs.empty() || !n.control_inputs.empty() || fed_.count(e) != 0) {
+      return std::nullopt;
+    }
+    if (to.type != std::optional<std::string>("CPU") && to.type != from.type) return std::nullopt;
+    const partial_shape& shape = n.output_shapes[static_cast<std::size_t>(e.index)];
+    if (!shape.fully_defined() || shape.num_elements() > k_copied_constant_elements) return std::nullopt;
+    auto key = std::make_pair(e.node, to_string(to));
+    auto it = copied_constants_.find(key);
+    if (it != copied_constants_.end()) return it->second;
+    tf::NodeDef* copy = add_to(to);
+    const std::string device = copy->device();
+    *copy = n.def;
+    copy->set_device(device);
+    copy->set_name(unique_name(str_cat(n.name(), "/_copy_at_", device_slug(to))));
+    std::string name = input_ref(copy->name(), e.index);
+    copied_constants_.emplace(std::move(key), name);
+    return name;
   }
 
   status add_node(const graph::node& n) {
@@ -296,14 +330,38 @@ class partitioner {
       if (!from.ok()) return from.error();
       if (*from == *d) {
         def.add_input(local_input(e));
+      } else if (auto copy = copied_constant(e, *from, *d)) {
+        def.add_input(*copy);
       } else {
         def.add_input(receive(e, *from, *d));
       }
     }
+    // Control inputs from another device: one transfer per device for all of this node's
+    // (TensorFlow's tf.group does the same per device), unless each already has its own.
+    std::map<std::string, std::pair<device_name, std::vector<int>>> remote;
     for (int c : n.control_inputs) {
       auto from = device_of(c);
       if (!from.ok()) return from.error();
-      def.add_input(str_cat("^", *from == *d ? g_.get(c).name() : receive_control(c, *from, *d)));
+      if (*from == *d) {
+        def.add_input(str_cat("^", g_.get(c).name()));
+      } else {
+        auto& group = remote[to_string(*from)];
+        group.first = *from;
+        group.second.push_back(c);
+      }
+    }
+    for (auto& [device, group] : remote) {
+      auto& [from, srcs] = group;
+      std::sort(srcs.begin(), srcs.end());
+      srcs.erase(std::unique(srcs.begin(), srcs.end()), srcs.end());
+      const bool each_sent = std::all_of(srcs.begin(), srcs.end(), [&](int c) {
+        return control_recvs_.count(std::make_pair(std::vector<int>{c}, to_string(*d))) != 0;
+      });
+      if (srcs.size() == 1 || each_sent) {
+        for (int c : srcs) def.add_input(str_cat("^", receive_control({c}, n.name(), from, *d)));
+      } else {
+        def.add_input(str_cat("^", receive_control(srcs, n.name(), from, *d)));
+      }
     }
     *add_to(*d) = std::move(def);
     return status();
@@ -320,7 +378,9 @@ class partitioner {
   std::vector<transfer> transfers_;
   std::map<graph::endpoint, std::pair<std::string, int>> fed_;  // fed tensor -> its node, output
   std::map<std::pair<graph::endpoint, std::string>, std::string> data_recvs_;
-  std::map<std::pair<int, std::string>, std::string> control_recvs_;
+  std::map<std::pair<std::vector<int>, std::string>, std::string> control_recvs_;  // (sources, to) -> its _Recv
+  std::map<std::pair<int, std::string>, std::string> copied_constants_;          // (Const, to) -> its copy
+  static constexpr std::int64_t k_copied_constant_elements = 1024;
 };
 
 }  // namespace

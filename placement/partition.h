@@ -14,7 +14,14 @@
 //     producer's partition and a `_Recv` in the consumer's, which all those consumers
 //     read. A cut control edge (^src) becomes one transfer per (src, destination): a
 //     Const holding an empty float tensor, run after src (`^src`) on src's device, is
-//     sent; the consumers wait on its `_Recv` (`^recv`).
+//     sent; the consumers wait on its `_Recv` (`^recv`). A node that waits for several
+//     nodes of one other device waits for one transfer after them all (a Const after
+//     each, named "<node>/_control_from_<device>/_control_to_..."), as TensorFlow's
+//     tf.group does per device, unless each of them crosses on its own already.
+//  2a. A small constant (a Const of at most 1024 elements, without inputs, not fed) read
+//     on another device is not sent each step: a copy of it, "<node>/_copy_at_<device>",
+//     is added to the reader's partition (once per device; only onto a CPU or a device of
+//     the Const's type, which surely has its kernel).
 //  3. A stand-in for each fed tensor whose producer the step does not otherwise need: a
 //     fed Placeholder stays (its control inputs dropped); any other fed tensor gets a
 //     Placeholder of its dtype and shape named "<node>/_feed_<index>". Every feed is

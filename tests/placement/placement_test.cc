@@ -686,8 +686,9 @@ placement::placement assign_devices(const graph::graph& g,
 TEST_CASE("one tensor consumed by three nodes on another device crosses once",
           "[placement][partition]") {
   auto root = graph::scope::new_root();
-  auto a =
-      ops::constant(root.with_name("a").with_device(k_ps0), tensor::from_vector<float>({1, 2}));
+  // (An Identity: a small Const itself would be copied to the worker, not sent.)
+  auto a = ops::identity(root.with_name("a").with_device(k_ps0),
+                         ops::constant(root.with_name("a_value").with_device(k_ps0), tensor::from_vector<float>({1, 2})));
   auto b = ops::relu(root.with_name("b"), a);
   auto c = ops::neg(root.with_name("c"), a);
   auto d = ops::square(root.with_name("d"), a);
@@ -720,7 +721,7 @@ TEST_CASE("one tensor consumed by three nodes on another device crosses once",
   CHECK(ps.sends == std::vector<int>{0});
   CHECK(ps.recvs.empty());
   CHECK(worker.recvs == std::vector<int>{0});
-  CHECK(ps.graph_def.node_size() == 2);      // a, its _Send
+  CHECK(ps.graph_def.node_size() == 3);      // a_value, a, its _Send
   CHECK(worker.graph_def.node_size() == 5);  // _Recv, b, c, d, e
   REQUIRE(nodes_of_op(ps.graph_def, "_Send").size() == 1);
   REQUIRE(nodes_of_op(worker.graph_def, "_Recv").size() == 1);
@@ -799,6 +800,100 @@ TEST_CASE("a control edge across devices becomes a dummy tensor transfer",
   CHECK(worker.targets == std::vector<placement::bound_node>{{0, "t"}, {1, "t2"}});
   CHECK(ps.feeds == std::vector<placement::bound_tensor>{{0, "x:0"}});
   CHECK(ps.targets.empty());
+}
+
+TEST_CASE("control edges from several nodes of one device to one node are one transfer",
+          "[placement][partition]") {
+  auto root = graph::scope::new_root();
+  auto x = placeholder(root.with_device(k_ps1), "x");
+  std::vector<graph::operation> updates;
+  for (const char* name : {"u1", "u2", "u3"}) {
+    auto u = ops::relu(root.with_name(name).with_device(k_ps1), x);
+    updates.push_back(graph::operation{u.node, {u}});
+  }
+  auto local = ops::no_op(root.with_name("local").with_device(k_worker1));
+  std::vector<graph::operation> deps = updates;
+  deps.push_back(local);
+  // t waits for u1..u3 on ps1 (one transfer for the three) and for `local` on its own
+  // device; t2 for u1 alone (a transfer of its own).
+  ops::no_op(root.with_name("t").with_device(k_worker1).with_control_dependencies(deps));
+  ops::no_op(root.with_name("t2").with_device(k_worker1).with_control_dependencies({updates[0]}));
+  graph::graph g = build(root);
+  placement::placement placed = assign_devices(g, {{"x", k_ps1}, {"u1", k_ps1}, {"u2", k_ps1}, {"u3", k_ps1}}, k_worker1);
+  auto parts = placement::partition_graph(
+      g, placed, step_of({endpoint_of(g, "x")}, {}, {g.find("t")->id, g.find("t2")->id}));
+  INFO(parts.to_status());
+  REQUIRE(parts.ok());
+  require_valid(*parts);
+  REQUIRE(parts->transfers.size() == 2);
+  const auto& ps = *parts->find(k_ps1);
+  const auto& worker = *parts->find(k_worker1);
+  const tf::NodeDef* group = find_node(ps.graph_def, "t/_control_from_ps_task1_CPU_0/_control_to_worker_task1_CPU_0");
+  REQUIRE(group != nullptr);
+  CHECK(group->op() == "Const");
+  REQUIRE(group->input_size() == 3);
+  CHECK(group->input(0) == "^u1");
+  CHECK(group->input(1) == "^u2");
+  CHECK(group->input(2) == "^u3");
+  const tf::NodeDef* t = find_node(worker.graph_def, "t");
+  REQUIRE(t->input_size() == 2);
+  CHECK(t->input(0) == "^local");
+  CHECK(t->input(1) == "^t/_control_from_ps_task1_CPU_0/_control_recv_at_worker_task1_CPU_0");
+  CHECK(find_node(worker.graph_def, "t2")->input(0) == "^u1/_control_recv_at_worker_task1_CPU_0");
+  CHECK(find_node(ps.graph_def, "u1/_control_to_worker_task1_CPU_0")->input(0) == "^u1");
+
+  // Nodes whose sources each already cross on their own reuse those transfers.
+  auto root2 = graph::scope::new_root();
+  auto y = placeholder(root2.with_device(k_ps1), "y");
+  auto v1 = ops::relu(root2.with_name("v1").with_device(k_ps1), y);
+  auto v2 = ops::relu(root2.with_name("v2").with_device(k_ps1), y);
+  auto a = ops::no_op(root2.with_name("a").with_device(k_worker1).with_control_dependencies({graph::operation{v1.node, {v1}}}));
+  auto b = ops::no_op(root2.with_name("b").with_device(k_worker1).with_control_dependencies(
+      {graph::operation{v2.node, {v2}}, a}));
+  ops::no_op(root2.with_name("c").with_device(k_worker1).with_control_dependencies(
+      {graph::operation{v1.node, {v1}}, graph::operation{v2.node, {v2}}, b}));
+  graph::graph g2 = build(root2);
+  auto parts2 = placement::partition_graph(g2, assign_devices(g2, {{"y", k_ps1}, {"v1", k_ps1}, {"v2", k_ps1}}, k_worker1),
+                                           step_of({endpoint_of(g2, "y")}, {}, {g2.find("c")->id}));
+  INFO(parts2.to_status());
+  REQUIRE(parts2.ok());
+  require_valid(*parts2);
+  CHECK(parts2->transfers.size() == 2);  // v1's and v2's, which c shares
+}
+
+TEST_CASE("a small constant read on another device is copied there, not sent each step",
+          "[placement][partition]") {
+  auto root = graph::scope::new_root();
+  auto ps = root.with_device(k_ps0);
+  auto rate = ops::scalar(ps.with_name("rate"), 0.5f);
+  auto big = ops::constant(ps.with_name("big"), tensor::from_vector<float>(std::vector<float>(2000, 1.0f)));
+  auto x = placeholder(ps, "x");
+  auto gated = ops::scalar(ps.with_name("gated").with_control_dependencies({graph::operation{x.node, {x}}}), 2.0f);
+  auto fed = ops::scalar(ps.with_name("fed"), 3.0f);
+  auto w = root.with_device(k_worker0);
+  auto y = ops::mul(w.with_name("y"), ops::mul(w.with_name("y1"), rate, gated), fed);
+  auto z = ops::mul(w.with_name("z"), ops::sum(w.with_name("s"), big, ops::scalar<std::int32_t>(w.with_name("axis"), 0)), rate);
+  graph::graph g = build(root);
+  placement::placement placed = assign_devices(g, {{"rate", k_ps0}, {"big", k_ps0}, {"x", k_ps0}, {"gated", k_ps0}, {"fed", k_ps0}}, k_worker0);
+  auto parts = placement::partition_graph(g, placed, step_of({endpoint_of(g, "x"), endpoint_of(g, "fed")},
+                                                             {endpoint_of(g, "y"), endpoint_of(g, "z")}));
+  INFO(parts.to_status());
+  REQUIRE(parts.ok());
+  require_valid(*parts);
+  std::set<std::string> sent;
+  for (const auto& t : parts->transfers) sent.insert(t.key.tensor_name);
+  // The large one, the one with a control input and the fed one still cross; `rate`
+  // is copied once for its two readers.
+  CHECK(sent == std::set<std::string>{"big:0", "gated:0", "fed:0"});
+  const auto& worker = *parts->find(k_worker0);
+  const tf::NodeDef* copy = find_node(worker.graph_def, "rate/_copy_at_worker_task0_CPU_0");
+  REQUIRE(copy != nullptr);
+  CHECK(copy->op() == "Const");
+  CHECK(copy->input_size() == 0);
+  CHECK(copy->device() == k_worker0);
+  CHECK(find_node(worker.graph_def, "y1")->input(0) == copy->name());
+  CHECK(find_node(worker.graph_def, "z")->input(1) == copy->name());
+  CHECK(nodes_of_op(worker.graph_def, "Const").size() == 2);  // the copy and `axis`
 }
 
 TEST_CASE("feeds, fetches and targets are bound to the partitions that hold them",
@@ -918,8 +1013,8 @@ TEST_CASE("_Send and _Recv are registered, stateful, with TensorFlow's attribute
 
 TEST_CASE("DOT output has one cluster per device and dashed transfers", "[placement][dot]") {
   auto root = graph::scope::new_root();
-  auto a =
-      ops::constant(root.with_name("a").with_device(k_ps0), tensor::from_vector<float>({1, 2}));
+  auto a = ops::identity(root.with_name("a").with_device(k_ps0),
+                         ops::constant(root.with_name("a_value").with_device(k_ps0), tensor::from_vector<float>({1, 2})));
   auto b = ops::relu(root.with_name("b").with_device("/job:worker/task:1"), a);
   ops::neg(root.with_name(R"(c"quoted)"), b);
   auto p = place_ok(root, with_default(k_worker0));
