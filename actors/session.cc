@@ -261,7 +261,13 @@ result<std::vector<partition_plan>> plan_partitions(const plan_context& c, const
     plans.push_back(std::move(*one));
     return plans;
   }
-  auto parts = placement::partition_graph(*c.graph, placed, *step);
+  // Devices of one task share its process; of two tasks, only when both are hosted here.
+  placement::partition_options po;
+  po.same_process = [devices = c.devices](const std::string& a, const std::string& b) {
+    const auto task = [](const std::string& d) { return std::string_view(d).substr(0, d.find("/device:")); };
+    return task(a) == task(b) || devices == nullptr || (!devices->remote(a) && !devices->remote(b));
+  };
+  auto parts = placement::partition_graph(*c.graph, placed, *step, po);
   if (!parts.ok()) return parts.error();
   for (auto& part : parts->partitions) {
     partition_plan plan;

@@ -21,6 +21,13 @@ namespace troupe::graph {
 
 using attr_map = google::protobuf::Map<std::string, tf::AttrValue>;
 
+// On a variable update (and the ops built with it): the names of the step's readers of
+// the variable's value among its control inputs. Those edges only let the update write
+// in place (the readers hold the value's buffer until they ran); a reader in another
+// process works on its own copy, so the partitioner drops such an edge there rather
+// than send it each step (placement/partition.h).
+inline constexpr const char* k_in_place_after_attr = "_in_place_after";
+
 status get_attr(const tf::NodeDef& node, std::string_view name, std::int64_t* out);
 status get_attr(const tf::NodeDef& node, std::string_view name, std::int32_t* out);
 status get_attr(const tf::NodeDef& node, std::string_view name, float* out);

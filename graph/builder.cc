@@ -55,6 +55,12 @@ scope scope::with_control_dependencies(std::vector<operation> deps) const {
   return s;
 }
 
+scope scope::with_attr(std::string name, tf::AttrValue value) const {
+  scope s = *this;
+  s.attrs_[std::move(name)] = std::move(value);
+  return s;
+}
+
 bool scope::ok() const { return state_->first_error.ok(); }
 status scope::get_status() const { return state_->first_error; }
 void scope::record(status s) const {
@@ -139,6 +145,7 @@ operation scope::add(const std::string& op, std::vector<input> inputs,
     if (dep.valid()) node.add_input("^" + dep.node);
   }
   for (auto& [name, value] : attrs) (*node.mutable_attr())[name] = std::move(value);
+  for (const auto& [name, value] : attrs_) node.mutable_attr()->insert({name, value});  // add()'s own win
   std::string name = node.name();
   auto id = state_->g.add_node(std::move(node));
   if (!id.ok()) {

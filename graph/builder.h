@@ -70,6 +70,9 @@ class scope {
   scope colocate_with(const std::string& node) const;
   // Nodes built with it run after these operations.
   scope with_control_dependencies(std::vector<operation> deps) const;
+  // Nodes built with it carry attribute `name` (an internal one, "_"-prefixed, for the
+  // runtime: TensorFlow ignores such attributes), unless add() is given its own.
+  scope with_attr(std::string name, tf::AttrValue value) const;
 
   // Adds a node for `op`. Type attributes ("T", "N", list(type)) are inferred from the
   // inputs when not given in `attrs`. Returns the node and its outputs.
@@ -101,6 +104,7 @@ class scope {
   std::string device_;
   std::string colocate_;  // node name, or empty
   std::vector<operation> control_deps_;
+  std::map<std::string, tf::AttrValue> attrs_;
 };
 
 }  // namespace troupe::graph

@@ -92,7 +92,10 @@ struct variable_read {
 // the read's buffer on. An update that waits for them finds the variable's buffer no
 // longer shared by a snapshot and updates it in place; one that runs earlier must copy it
 // first (for AlexNet's first dense layer, 150 MB per step). Readers on other devices work
-// on their own transferred copy, so they are not waited for (no extra cross-device edges).
+// on their own transferred copy, so they are not waited for (no extra cross-device edges);
+// where devices are chosen later by the placer, the update names its readers
+// (graph::k_in_place_after_attr) and the partitioner drops the edges from those that land
+// in another process (within one, a reader on another device shares the buffer too).
 // Only readers the step runs anyway count (`needed`, by node id: ancestors of the applied
 // gradients): a gradient function also builds gradients nobody uses (a MatMul's gradient
 // with respect to the input batch, a first convolution's with respect to the images), and
@@ -321,7 +324,9 @@ result<operation> apply_gradients(const scope& s, const optimizer& opt, std::vec
     scope us = os.sub("update_" + v.name).colocate_with(v.handle.node);
     if (reads == nullptr) {
     } else if (auto readers = readers_of(g, *g.find(v.handle.node), (*reads)[i], needed); !readers.empty()) {
-      us = us.with_control_dependencies(std::move(readers));
+      tf::AttrValue names;
+      for (const operation& r : readers) names.mutable_list()->add_s(r.node);
+      us = us.with_control_dependencies(std::move(readers)).with_attr(graph::k_in_place_after_attr, std::move(names));
     }
     const dtype t = v.type;
     output lr = hyper.get("learning_rate", t, opt.learning_rate);

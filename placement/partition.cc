@@ -339,9 +339,15 @@ class partitioner {
     // Control inputs from another device: one transfer per device for all of this node's
     // (TensorFlow's tf.group does the same per device), unless each already has its own.
     std::map<std::string, std::pair<device_name, std::vector<int>>> remote;
+    const auto in_place_after = n.def.attr().find(graph::k_in_place_after_attr);
     for (int c : n.control_inputs) {
       auto from = device_of(c);
       if (!from.ok()) return from.error();
+      if (*from != *d && in_place_after != n.def.attr().end() && options_.same_process &&
+          !options_.same_process(to_string(*from), to_string(*d))) {
+        const auto& readers = in_place_after->second.list().s();
+        if (std::find(readers.begin(), readers.end(), g_.get(c).name()) != readers.end()) continue;
+      }
       if (*from == *d) {
         def.add_input(str_cat("^", g_.get(c).name()));
       } else {

@@ -18,6 +18,9 @@
 //     nodes of one other device waits for one transfer after them all (a Const after
 //     each, named "<node>/_control_from_<device>/_control_to_..."), as TensorFlow's
 //     tf.group does per device, unless each of them crosses on its own already.
+//     A control edge from a reader to an update that names it in
+//     graph::k_in_place_after_attr is dropped when partition_options::same_process says
+//     the two devices are in different processes.
 //  2a. A small constant (a Const of at most 1024 elements, without inputs, not fed) read
 //     on another device is not sent each step: a copy of it, "<node>/_copy_at_<device>",
 //     is added to the reader's partition (once per device; only onto a CPU or a device of
@@ -45,6 +48,7 @@
 #pragma once
 
 #include <compare>
+#include <functional>
 #include <cstdint>
 #include <map>
 #include <string>
@@ -124,6 +128,11 @@ struct step_spec {
 struct partition_options {
   // Each device's incarnation (set by the runtime when a device starts); missing: 0.
   std::map<std::string, std::uint64_t, std::less<>> incarnations;
+  // Whether two devices (full names) are in one process, where tensors crossing between
+  // them share their buffers. Null: every device is in this one. A control edge that
+  // only lets an update write in place after a reader (graph::k_in_place_after_attr)
+  // is dropped when the reader is in another process: it works on its own copy.
+  std::function<bool(const std::string&, const std::string&)> same_process;
 };
 
 // REQUIRES: `placed` came from place() on `g` (checked: sizes and device names).

@@ -527,6 +527,12 @@ TEST_CASE("minimize orders each update after the step's readers of its variable"
   const std::set<std::string> second = readers("second/kernel");
   CHECK(second.size() >= 2);  // the forward MatMul and the gradient MatMul towards `first`
   CHECK(control_inputs(root, "GradientDescent/update_second/kernel/ResourceApplyGradientDescent") == second);
+  // The update names them as its readers (the partitioner drops those edges where a
+  // reader lands in another process).
+  const graph::node& update = node_of(root, "GradientDescent/update_second/kernel/ResourceApplyGradientDescent");
+  REQUIRE(update.def.attr().count(graph::k_in_place_after_attr) == 1);
+  const auto& named = update.def.attr().at(graph::k_in_place_after_attr).list().s();
+  CHECK(std::set<std::string>(named.begin(), named.end()) == second);
   CHECK(readers("first/kernel").empty());
   CHECK(control_inputs(root, "GradientDescent/update_first/kernel/ResourceApplyGradientDescent").empty());
   REQUIRE(root.to_graph().ok());

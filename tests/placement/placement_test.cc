@@ -861,6 +861,40 @@ TEST_CASE("control edges from several nodes of one device to one node are one tr
   CHECK(parts2->transfers.size() == 2);  // v1's and v2's, which c shares
 }
 
+TEST_CASE("an update's edges from its readers are dropped where the reader is in another process",
+          "[placement][partition]") {
+  auto root = graph::scope::new_root();
+  auto x = placeholder(root.with_device(k_ps0), "x");
+  auto reader = ops::relu(root.with_name("reader").with_device(k_worker0), x);
+  auto other = ops::neg(root.with_name("other").with_device(k_worker0), x);
+  tf::AttrValue readers;
+  readers.mutable_list()->add_s("reader");
+  ops::square(root.with_name("update")
+                  .with_device(k_ps0)
+                  .with_control_dependencies({graph::operation{reader.node, {reader}}, graph::operation{other.node, {other}}})
+                  .with_attr(graph::k_in_place_after_attr, readers),
+              x);
+  graph::graph g = build(root);
+  CHECK(g.find("update")->def.attr().count(graph::k_in_place_after_attr) == 1);
+  placement::placement placed = assign_devices(g, {{"reader", k_worker0}, {"other", k_worker0}}, k_ps0);
+  const auto step = step_of({endpoint_of(g, "x")}, {}, {g.find("update")->id});
+  auto waits_for = [&](const placement::partition_options& o) {
+    auto parts = placement::partition_graph(g, placed, step, o);
+    INFO(parts.to_status());
+    REQUIRE(parts.ok());
+    require_valid(*parts);
+    std::vector<std::string> inputs;
+    for (const auto& in : find_node(parts->find(k_ps0)->graph_def, "update")->input()) inputs.push_back(in);
+    return inputs;
+  };
+  // One process (no same_process, or one that says so): both edges, in one transfer.
+  CHECK(waits_for({}) == std::vector<std::string>{"x", "^update/_control_from_worker_task0_CPU_0/_control_recv_at_ps_task0_CPU_0"});
+  placement::partition_options apart;
+  apart.same_process = [](const std::string& a, const std::string& b) { return a == b; };
+  // Another process: the reader's edge goes, the other control input stays.
+  CHECK(waits_for(apart) == std::vector<std::string>{"x", "^other/_control_recv_at_ps_task0_CPU_0"});
+}
+
 TEST_CASE("a small constant read on another device is copied there, not sent each step",
           "[placement][partition]") {
   auto root = graph::scope::new_root();
