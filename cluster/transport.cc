@@ -23,6 +23,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <deque>
+#include <map>
 #include <iostream>
 #include <mutex>
 #include <optional>
@@ -571,6 +572,76 @@ struct shared_ring {
   }
 };
 
+// Lends the ring this end mapped (the peer's) to the tensors read from it in place: a
+// tensor that came whole in one shared chunk is handed on over the ring's bytes instead of
+// copied out, and its region is consumed (the peer may write there again) only when the
+// last reference to it goes. The consumed mark in the ring's header is the start of the
+// oldest region still lent, else how far this end has read. A tensor kept for long keeps
+// its region and everything after it from the peer, which then sends through the socket
+// (correct, slower) until it goes. Deletes itself once the link is gone (detach) and no
+// tensor holds its memory; the mapping lives as long.
+class ring_lender final : public external_memory {
+ public:
+  explicit ring_lender(std::shared_ptr<shared_ring> ring) : ring_(std::move(ring)) {}
+  ring_lender(const ring_lender&) = delete;
+  ring_lender& operator=(const ring_lender&) = delete;
+
+  const shared_ring& ring() const { return *ring_; }
+
+  // A tensor over the ring's [position, position + bytes) (offset position % capacity).
+  tensor lend(std::uint64_t position, std::uint64_t bytes, dtype type, tensor_shape shape) {
+    char* at = ring_->data() + position % ring_->capacity();
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      lent_[position] = at;
+      read_ = position + bytes;
+      publish();
+    }
+    return tensor(type, std::move(shape), buffer::adopt(at, bytes, this));
+  }
+  // Copied out through `end`.
+  void read_through(std::uint64_t end) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    read_ = end;
+    publish();
+  }
+  void detach() {
+    bool last = false;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      detached_ = true;
+      last = lent_.empty();
+    }
+    if (last) delete this;
+  }
+  void release(void* data, std::size_t) noexcept override {
+    bool last = false;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      for (auto it = lent_.begin(); it != lent_.end(); ++it) {
+        if (it->second == data) {
+          lent_.erase(it);
+          break;
+        }
+      }
+      publish();
+      last = detached_ && lent_.empty();
+    }
+    if (last) delete this;
+  }
+  bool host_accessible() const override { return true; }
+
+ private:
+  void publish() {
+    ring_->consumed().store(lent_.empty() ? read_ : lent_.begin()->first, std::memory_order_release);
+  }
+  std::shared_ptr<shared_ring> ring_;
+  std::mutex mutex_;
+  std::map<std::uint64_t, char*> lent_;  // by position: where each lent region starts
+  std::uint64_t read_ = 0;
+  bool detached_ = false;
+};
+
 std::string hello_body(const link_options& o, const std::string& to, const shared_ring* offer) {
   body_writer w;
   w.put(k_wire_version);
@@ -698,7 +769,13 @@ struct tensor_link::impl {
 
   // Shared memory (see shared_ring): ours, offered in the hello, with the writer's
   // position in it; the peer's, when this end mapped it.
-  std::unique_ptr<shared_ring> out_ring, in_ring;
+  std::unique_ptr<shared_ring> out_ring;
+  std::shared_ptr<shared_ring> in_ring;
+  ring_lender* lender = nullptr;  // over in_ring (it deletes itself: see detach)
+  std::atomic<std::int64_t> in_place{0};  // tensors lent from in_ring
+  ~impl() {
+    if (lender != nullptr) lender->detach();
+  }
   std::uint64_t ring_written = 0;  // the writer's
   std::atomic<bool> peer_maps_ring{false};  // the peer answered our offer with shared_ready
 
@@ -726,8 +803,21 @@ struct tensor_link::impl {
 void tensor_link::impl::read_loop() {
   tensor current;
   std::string current_key;
+  dtype current_type = dtype::invalid;
+  tensor_shape current_shape;
   std::uint64_t filled = 0, total = 0;
   bool in_tensor = false;
+  // The tensor being read gets its own memory (false: the link failed for want of it).
+  auto allocate = [&] {
+    if (current.initialized()) return true;
+    try {
+      current = tensor(current_type, current_shape);
+      return true;
+    } catch (const std::bad_alloc&) {
+      fail(resource_exhausted_error("no memory for a tensor of ", total, " bytes from task ", peer));
+      return false;
+    }
+  };
   for (;;) {
     auto f = read_header(*conn, options.peer_timeout, peer);
     if (!f.ok()) return fail(f.error());
@@ -769,11 +859,12 @@ void tensor_link::impl::read_loop() {
             static_cast<std::uint64_t>(shape->num_elements()) * dtype_size(type) != total) {
           return fail(unavailable_error("task ", peer, " sent a tensor header whose shape and size disagree"));
         }
-        try {
-          current = tensor(type, *shape);
-        } catch (const std::bad_alloc&) {
-          return fail(resource_exhausted_error("no memory for a tensor of ", total, " bytes from task ", peer));
-        }
+        // Its memory comes with its first bytes: the ring's own when they come whole
+        // through it, else a new tensor's.
+        current_type = type;
+        current_shape = std::move(*shape);
+        current = tensor();
+        if (total == 0 && !allocate()) return;
         filled = 0;
         in_tensor = true;
         break;
@@ -782,6 +873,7 @@ void tensor_link::impl::read_loop() {
         if (!in_tensor || filled + f->length > total) {
           return fail(unavailable_error("task ", peer, " sent tensor bytes that belong to no tensor"));
         }
+        if (!allocate()) return;
         if (auto s = read_exactly(*conn, static_cast<char*>(current.raw_data()) + filled, f->length, options.peer_timeout, peer);
             !s.ok()) {
           return fail(s);
@@ -800,17 +892,24 @@ void tensor_link::impl::read_loop() {
         body_reader r{*body};
         const auto position = r.get<std::uint64_t>();
         const auto length = r.get<std::uint64_t>();
+        const std::uint64_t consumed = in_ring != nullptr ? in_ring->consumed().load(std::memory_order_acquire) : 0;
         if (!r.ok || in_ring == nullptr || length > in_ring->capacity() ||
-            position % in_ring->capacity() + length > in_ring->capacity() ||
-            position < in_ring->consumed().load(std::memory_order_relaxed)) {
+            position % in_ring->capacity() + length > in_ring->capacity() || position < consumed ||
+            position + length - consumed > in_ring->capacity()) {
           return fail(unavailable_error("task ", peer, " sent a damaged shared-memory chunk"));
         }
         if (!in_tensor || filled + length > total) {
           return fail(unavailable_error("task ", peer, " sent tensor bytes that belong to no tensor"));
         }
-        std::memcpy(static_cast<char*>(current.raw_data()) + filled, in_ring->data() + position % in_ring->capacity(),
-                    length);
-        in_ring->consumed().store(position + length, std::memory_order_release);
+        const char* at = in_ring->data() + position % in_ring->capacity();
+        if (filled == 0 && length == total && reinterpret_cast<std::uintptr_t>(at) % buffer::k_alignment == 0) {
+          current = lender->lend(position, length, current_type, current_shape);  // in place: no copy
+          in_place.fetch_add(1, std::memory_order_relaxed);
+        } else {
+          if (!allocate()) return;
+          std::memcpy(static_cast<char*>(current.raw_data()) + filled, at, length);
+          lender->read_through(position + length);
+        }
         filled += length;
         break;
       }
@@ -869,9 +968,14 @@ status tensor_link::impl::write_tensor(outgoing& item) {
   auto last_write = clock_type::now();
   const char* data = static_cast<const char*>(t.raw_data());
   std::size_t chunk = static_cast<std::size_t>(std::max<std::int64_t>(4096, options.chunk_bytes));
-  // Through the ring, chunks of an eighth of it: the peer copies one out while this end
-  // copies the next in.
-  if (peer_maps_ring) chunk = std::min<std::size_t>(chunk, std::max<std::size_t>(k_min_shared_chunk, out_ring->capacity() / 8));
+  // Through the ring, a tensor of up to half of it in one chunk, which the peer takes in
+  // place (ring_lender); a larger one in chunks of an eighth of it, which the peer copies
+  // out one while this end copies the next in.
+  if (peer_maps_ring) {
+    chunk = t.byte_size() <= out_ring->capacity() / 2
+                ? t.byte_size()
+                : std::min<std::size_t>(chunk, std::max<std::size_t>(k_min_shared_chunk, out_ring->capacity() / 8));
+  }
   for (std::size_t at = 0; at < t.byte_size(); at += chunk) {
     TROUPE_RETURN_IF_ERROR(write_chunk(data + at, std::min(chunk, t.byte_size() - at), begin));
     begin.clear();
@@ -888,7 +992,8 @@ status tensor_link::impl::write_chunk(const char* bytes, std::size_t n, std::str
   if (peer_maps_ring && n >= k_min_shared_chunk && n <= out_ring->capacity()) {
     const std::uint64_t capacity = out_ring->capacity();
     const std::uint64_t consumed = std::min(out_ring->consumed().load(std::memory_order_acquire), ring_written);
-    std::uint64_t position = ring_written;
+    // Where the peer can take it in place: aligned as a tensor's own memory is.
+    std::uint64_t position = (ring_written + buffer::k_alignment - 1) / buffer::k_alignment * buffer::k_alignment;
     if (position % capacity + n > capacity) position += capacity - position % capacity;  // from the ring's start
     if (position + n - consumed <= capacity) {
       std::memcpy(out_ring->data() + position % capacity, bytes, n);
@@ -1036,6 +1141,8 @@ std::int64_t tensor_link::queued_bytes() const {
 
 bool tensor_link::shares_memory() const { return impl_->peer_maps_ring; }
 
+std::int64_t tensor_link::received_in_place() const { return impl_->in_place.load(std::memory_order_relaxed); }
+
 status tensor_link::failure() const {
   std::lock_guard<std::mutex> lock(impl_->mutex);
   return impl_->failed;
@@ -1053,6 +1160,7 @@ result<std::unique_ptr<tensor_link::impl>> link_after_hellos(std::unique_ptr<con
   auto link = std::make_unique<tensor_link::impl>();
   link->ack_every = h.window / 4;
   link->in_ring = map_offered_ring(h, options);
+  if (link->in_ring != nullptr) link->lender = new ring_lender(link->in_ring);
   if (link->in_ring != nullptr) TROUPE_RETURN_IF_ERROR(write_frame(*c, frame_kind::shared_ready, {}, who));
   link->out_ring = std::move(offer);
   link->conn = std::move(c);

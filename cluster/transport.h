@@ -105,6 +105,10 @@ class tensor_link {
   // Whether this end's large chunks go through shared memory (the peer, on this machine,
   // mapped the ring this end offered; it says so shortly after the link starts).
   bool shares_memory() const;
+  // Tensors received here that the handler got over the peer's ring itself (whole in one
+  // shared chunk, aligned): no copy on this end. Their region of the ring is the peer's
+  // again only once they are gone.
+  std::int64_t received_in_place() const;
 
   struct impl;  // internal
 

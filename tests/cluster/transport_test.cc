@@ -265,6 +265,62 @@ TEST_CASE("peers on one machine move large chunks through shared memory, and thr
   CHECK(at_worker.failures.empty());
 }
 
+TEST_CASE("tensors that come whole through the ring are handed on in place; kept ones hold their region until they go",
+          "[cluster][transport]") {
+  link_options ps_options = options_for(k_ps);
+  link_options worker_options = options_for(k_worker);
+  worker_options.shared_memory_bytes = 4096 + (8 << 20);  // the worker's ring, which the ps reads
+  server ps(ps_options);
+  auto worker = tensor_link::connect("127.0.0.1", ps.listener->port(), k_ps, worker_options);
+  REQUIRE(worker.ok());
+  tensor_link* ps_link = ps.wait_link();
+  REQUIRE(ps_link != nullptr);
+  inbox at_ps, at_worker;
+  ps_link->start(at_ps.handlers());
+  (*worker)->start(at_worker.handlers());
+  REQUIRE(wait_sharing(**worker));
+  // 1 MB tensors (and an odd-sized one, 333,333 bytes), each in one chunk, while the ps
+  // keeps every one: the first ones fill the 8 MB ring in place, the rest wait for none
+  // and come through the socket. Every tensor kept keeps its bytes.
+  std::vector<tensor> sent;
+  for (int i = 0; i < 20; ++i) {
+    sent.push_back(counting(dtype::uint8, {i == 3 ? 333333 : 1 << 20}, i));
+    (*worker)->send(str_cat("w", i), sent.back(), [](const status& s) { CHECK(s.ok()); });
+  }
+  REQUIRE(at_ps.wait_tensors(sent.size()));
+  const std::int64_t first = ps_link->received_in_place();
+  CHECK(first >= 4);
+  CHECK(first < 20);
+  // More while the first ones are still held: whatever lands in the ring must not touch
+  // their bytes.
+  for (int i = 20; i < 24; ++i) {
+    sent.push_back(counting(dtype::uint8, {1 << 20}, i));
+    (*worker)->send(str_cat("w", i), sent.back(), [](const status& s) { CHECK(s.ok()); });
+  }
+  REQUIRE(at_ps.wait_tensors(sent.size()));
+  {
+    std::lock_guard<std::mutex> lock(at_ps.mutex);
+    for (std::size_t i = 0; i < sent.size(); ++i) {
+      INFO("tensor " << i);
+      CHECK(at_ps.tensors[i].first == str_cat("w", i));
+      CHECK(at_ps.tensors[i].second.equals(sent[i]));
+      CHECK(reinterpret_cast<std::uintptr_t>(at_ps.tensors[i].second.raw_data()) % 64 == 0);
+    }
+    at_ps.tensors.clear();  // the ring's regions are the worker's again
+  }
+  const std::int64_t before = ps_link->received_in_place();
+  for (int i = 0; i < 6; ++i) {
+    const tensor t = counting(dtype::float32, {1 << 18}, 100 + i);
+    (*worker)->send(str_cat("again", i), t, [](const status& s) { CHECK(s.ok()); });
+    REQUIRE(at_ps.wait_tensors(1));
+    std::lock_guard<std::mutex> lock(at_ps.mutex);
+    CHECK(at_ps.tensors.back().second.equals(t));
+    at_ps.tensors.clear();
+  }
+  CHECK(ps_link->received_in_place() == before + 6);
+  CHECK(at_ps.failures.empty());
+}
+
 TEST_CASE("a link whose end takes no shared memory moves every byte through the socket", "[cluster][transport]") {
   link_options ps_options = options_for(k_ps);
   ps_options.shared_memory_bytes = 0;  // offers no ring and maps none
