@@ -52,4 +52,20 @@ struct link_server {
   }
 };
 
+// A server for task `ps` and a link to it from `worker` (both not yet started).
+struct linked_pair {
+  link_server ps;
+  std::unique_ptr<tensor_link> worker;
+  tensor_link* ps_link = nullptr;
+
+  linked_pair(link_options ps_options, const std::string& ps_task, link_options worker_options)
+      : ps(std::move(ps_options)) {
+    auto w = tensor_link::connect("127.0.0.1", ps.port(), ps_task, std::move(worker_options));
+    REQUIRE(w.ok());
+    worker = std::move(*w);
+    ps_link = ps.wait_link();
+    REQUIRE(ps_link != nullptr);
+  }
+};
+
 }  // namespace troupe::cluster::testing

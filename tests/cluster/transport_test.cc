@@ -220,15 +220,12 @@ bool wait_sharing(const tensor_link& link) {
 
 TEST_CASE("peers on one machine move large chunks through shared memory, and through the socket when the ring is full",
           "[cluster][transport]") {
-  link_options ps_options = options_for(k_ps);
   link_options worker_options = options_for(k_worker);
   // A small ring (4 chunks of 64 KB plus the header): 3 MB tensors wrap it many times.
   worker_options.shared_memory_bytes = 4096 + 4 * (64 << 10);
-  server ps(ps_options);
-  auto worker = tensor_link::connect("127.0.0.1", ps.listener->port(), k_ps, worker_options);
-  REQUIRE(worker.ok());
-  tensor_link* ps_link = ps.wait_link();
-  REQUIRE(ps_link != nullptr);
+  troupe::cluster::testing::linked_pair pair(options_for(k_ps), k_ps, worker_options);
+  auto* worker = &pair.worker;
+  tensor_link* ps_link = pair.ps_link;
   // The receiver takes its time with some tensors, so the small ring fills and chunks go
   // over the socket between ones that go through the ring.
   inbox at_ps, at_worker;
@@ -267,14 +264,11 @@ TEST_CASE("peers on one machine move large chunks through shared memory, and thr
 
 TEST_CASE("tensors that come whole through the ring are handed on in place; kept ones hold their region until they go",
           "[cluster][transport]") {
-  link_options ps_options = options_for(k_ps);
   link_options worker_options = options_for(k_worker);
   worker_options.shared_memory_bytes = 4096 + (8 << 20);  // the worker's ring, which the ps reads
-  server ps(ps_options);
-  auto worker = tensor_link::connect("127.0.0.1", ps.listener->port(), k_ps, worker_options);
-  REQUIRE(worker.ok());
-  tensor_link* ps_link = ps.wait_link();
-  REQUIRE(ps_link != nullptr);
+  troupe::cluster::testing::linked_pair pair(options_for(k_ps), k_ps, worker_options);
+  auto* worker = &pair.worker;
+  tensor_link* ps_link = pair.ps_link;
   inbox at_ps, at_worker;
   ps_link->start(at_ps.handlers());
   (*worker)->start(at_worker.handlers());
@@ -324,11 +318,9 @@ TEST_CASE("tensors that come whole through the ring are handed on in place; kept
 TEST_CASE("a link whose end takes no shared memory moves every byte through the socket", "[cluster][transport]") {
   link_options ps_options = options_for(k_ps);
   ps_options.shared_memory_bytes = 0;  // offers no ring and maps none
-  server ps(ps_options);
-  auto worker = tensor_link::connect("127.0.0.1", ps.listener->port(), k_ps, options_for(k_worker));
-  REQUIRE(worker.ok());
-  tensor_link* ps_link = ps.wait_link();
-  REQUIRE(ps_link != nullptr);
+  troupe::cluster::testing::linked_pair pair(ps_options, k_ps, options_for(k_worker));
+  auto* worker = &pair.worker;
+  tensor_link* ps_link = pair.ps_link;
   inbox at_ps, at_worker;
   ps_link->start(at_ps.handlers());
   (*worker)->start(at_worker.handlers());
