@@ -51,9 +51,11 @@ using graph::scope;
 
 // Node names the runner drives.
 constexpr const char* k_train = "train";
-constexpr const char* k_enqueue = "input/enqueue";
 constexpr const char* k_close = "input/close";
 constexpr const char* k_queue_size = "input/size";
+// An enqueue, and the queue's size once it is done: one step where a size check and an
+// enqueue would be two.
+constexpr const char* k_enqueue_then_size = "input/size_after_enqueue";
 constexpr const char* k_dequeue_images = "input/dequeue:0";
 constexpr const char* k_dequeue_labels = "input/dequeue:1";
 
@@ -158,8 +160,9 @@ result<graph::graph> training_graph(const scenario::Scenario& sc, const cluster_
       queue_attrs["seed"] = graph::attr_value(seed + 1000 * worker + 2);
     }
     auto queue = in.with_name("queue").add(queue_op, {}, queue_attrs);
-    in.with_name("enqueue").add("QueueEnqueueManyV2", {queue.out(0), graph::input({images, labels})});
+    auto enqueue = in.with_name("enqueue").add("QueueEnqueueManyV2", {queue.out(0), graph::input({images, labels})});
     in.with_name("size").add("QueueSizeV2", {queue.out(0)});
+    in.with_name("size_after_enqueue").with_control_dependencies({enqueue}).add("QueueSizeV2", {queue.out(0)});
     in.with_name("close").add("QueueCloseV2", {queue.out(0)},
                               {{"cancel_pending_enqueues", graph::attr_value(true)}});
     auto batch_op = in.with_name("dequeue").add(
@@ -991,8 +994,13 @@ result<run_summary> run_scenario(const scenario::Scenario& sc, const run_options
   for (std::size_t w = 0; w < workers.size(); ++w) {
     for (int r = 0; r < reader_threads; ++r) {
       readers.emplace_back([&, s = workers[w].get(), room = &taken[w]] {
+        // The queue's size as this reader last saw it: checked on its own, or right after
+        // its own enqueue. A reader enqueues only while the last size it saw leaves room
+        // for every reader's next batch (fill_below); each reader then holds at most one
+        // batch's worth of that room, so no enqueue ever waits in a full queue.
+        std::optional<std::int32_t> size;
         while (!stop) {
-          result<std::vector<tensor>> e = internal_error("not run");
+          result<std::vector<tensor>> e = std::vector<tensor>{};
           bool full = false;
           const std::uint64_t seen = [&] {
             std::lock_guard<std::mutex> lock(room->mutex);
@@ -1000,16 +1008,25 @@ result<run_summary> run_scenario(const scenario::Scenario& sc, const run_options
           }();
           {
             cluster::step_gate::pass feeding(gate, cluster::step_gate::pass::kind::feeder);
-            e = s->run({}, {k_queue_size});
+            if (!size) {
+              e = s->run({}, {k_queue_size});
+              if (e.ok()) size = e->at(0).scalar_value<std::int32_t>();
+            }
             if (e.ok()) {
-              full = e->at(0).scalar_value<std::int32_t>() > fill_below;
-              if (!full) e = s->run({}, {}, {k_enqueue});
+              full = *size > fill_below;
+              if (!full) {
+                e = s->run({}, {k_enqueue_then_size});
+                size.reset();
+                if (e.ok()) size = e->at(0).scalar_value<std::int32_t>();
+              }
             }
           }
+          if (!e.ok()) size.reset();
           if (!e.ok() && !retry(e.error())) {
             return fail(supervisor->failure().ok() ? e.error().with_context("input pipeline") : supervisor->failure());
           }
           if (full) {
+            size.reset();  // looked at afresh once the trainer took a batch
             // Until the trainer takes a batch (or, as a safeguard, 50 ms).
             std::unique_lock<std::mutex> lock(room->mutex);
             room->changed.wait_for(lock, std::chrono::milliseconds(50), [&] { return room->count != seen; });
