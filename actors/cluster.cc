@@ -8,6 +8,7 @@
 #include "actors/simulation.h"
 #include "actors/spawn.h"
 #include "core/env.h"
+#include "placement/device_name.h"
 
 namespace troupe::actors {
 
@@ -63,7 +64,7 @@ result<std::shared_ptr<cluster>> cluster::create(cluster_options options) {
   }
   for (const std::string& full : o.spec.device_names()) {
     c->device_names_.push_back(full);
-    const std::string task = full.substr(0, full.find("/device:"));
+    const std::string task(placement::task_of_full_name(full));
     bool hosted = !o.hosted_tasks.has_value();
     for (const std::string& t : o.hosted_tasks.value_or(std::vector<std::string>{})) {
       hosted = hosted || c->canonical_task_of(t, o.spec) == task;
@@ -115,7 +116,7 @@ std::unique_ptr<runtime_device> cluster::start_device(const std::string& full) {
 std::vector<std::string> cluster::task_names() const {
   std::vector<std::string> out;
   for (const auto& full : device_names_) {
-    std::string task = full.substr(0, full.find("/device:"));
+    std::string task(placement::task_of_full_name(full));
     if (out.empty() || out.back() != task) out.push_back(task);
   }
   return out;
@@ -131,7 +132,7 @@ std::string cluster::canonical_task_of(std::string_view task, const placement::c
     if (at != std::string::npos) wanted.insert(at, "/replica:0");
   }
   for (const auto& full : spec.device_names()) {
-    if (full.substr(0, full.find("/device:")) == wanted) return wanted;
+    if (placement::task_of_full_name(full) == wanted) return wanted;
   }
   return "";
 }
@@ -141,7 +142,7 @@ bool cluster::hosts(std::string_view task) const {
   if (canonical.empty()) return false;
   std::lock_guard<std::mutex> lock(tasks_mutex_);
   for (const auto& [name, dev] : devices_) {
-    if (name.substr(0, name.find("/device:")) == canonical) return true;
+    if (placement::task_of_full_name(name) == canonical) return true;
   }
   return false;
 }
@@ -151,7 +152,7 @@ result<std::vector<std::string>> cluster::devices_of(std::string_view task) cons
   if (canonical.empty()) return not_found_error("no task '", task, "' in the cluster");
   std::vector<std::string> out;
   for (const auto& full : device_names_) {
-    if (full.substr(0, full.find("/device:")) == canonical) out.push_back(full);
+    if (placement::task_of_full_name(full) == canonical) out.push_back(full);
   }
   return out;
 }

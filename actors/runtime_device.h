@@ -29,6 +29,7 @@
 #include "core/env.h"
 #include "core/thread_pool.h"
 #include "kernels/device.h"
+#include "placement/device_name.h"
 
 namespace troupe::actors {
 
@@ -154,7 +155,7 @@ class runtime_device final : public kernels::device {
   std::optional<link_fault> link_fault_to(std::string_view to_device, bool* dropped) {
     *dropped = false;
     if (!has_link_faults_.load(std::memory_order_relaxed)) return std::nullopt;
-    const std::string_view task = to_device.substr(0, to_device.find("/device:"));
+    const std::string_view task = placement::task_of_full_name(to_device);
     std::lock_guard<std::mutex> lock(links_mutex_);
     auto it = links_.find(task);
     if (it == links_.end()) return std::nullopt;

@@ -20,6 +20,7 @@
 #include "core/env.h"
 #include "graph/attr.h"
 #include "kernels/kernel_registry.h"
+#include "placement/device_name.h"
 
 namespace troupe::actors {
 namespace {
@@ -61,7 +62,7 @@ class sender {
     device_ = end->device;
     destination_ = device_->find_device(key_->key().recv_device);
     remote_ = device_->remote_device(key_->key().recv_device);
-    recv_task_ = key_->key().recv_device.substr(0, key_->key().recv_device.find("/device:"));
+    recv_task_ = placement::task_of_full_name(key_->key().recv_device);
     peer_ = std::make_shared<const std::string>(str_cat("the stand-in of ", key_->key().recv_device));
     if (!destination_) {
       c.fail(not_found_error("_Send '", c.node().name(), "': no device '", key_->key().recv_device,

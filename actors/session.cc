@@ -22,6 +22,7 @@
 #include "graph/prune.h"
 #include "placement/partition.h"
 #include "placement/placer.h"
+#include "placement/device_name.h"
 
 namespace troupe::actors {
 
@@ -208,7 +209,7 @@ std::string default_device_of(const cluster& c, const session_options& o) {
   }
   // When that task has a GPU, the default is the task: the placer then prefers its GPU
   // for nodes that have a GPU kernel, as TensorFlow does.
-  const std::string task = chosen.substr(0, chosen.find("/device:"));
+  const std::string task(placement::task_of_full_name(chosen));
   for (const auto& name : c.device_names()) {
     if (name.starts_with(task + "/device:GPU:")) return task;
   }
@@ -264,8 +265,8 @@ result<std::vector<partition_plan>> plan_partitions(const plan_context& c, const
   // Devices of one task share its process; of two tasks, only when both are hosted here.
   placement::partition_options po;
   po.same_process = [devices = c.devices](const std::string& a, const std::string& b) {
-    const auto task = [](const std::string& d) { return std::string_view(d).substr(0, d.find("/device:")); };
-    return task(a) == task(b) || devices == nullptr || (!devices->remote(a) && !devices->remote(b));
+    return placement::task_of_full_name(a) == placement::task_of_full_name(b) || devices == nullptr ||
+           (!devices->remote(a) && !devices->remote(b));
   };
   auto parts = placement::partition_graph(*c.graph, placed, *step, po);
   if (!parts.ok()) return parts.error();

@@ -80,6 +80,12 @@ device_name task_of(const device_name& name);
 // lacks are left out.
 std::string task_prefix(const device_name& name);
 
+// The task part of a complete name in canonical form (as the placer, the cluster spec
+// and the runtime write them), without parsing: "/job:ps/replica:0/task:1" of
+// "/job:ps/replica:0/task:1/device:CPU:0". For names from elsewhere, parse_device_name
+// and task_of.
+inline std::string_view task_of_full_name(std::string_view full) { return full.substr(0, full.find("/device:")); }
+
 // Parses a name that must be complete (a device of a cluster, an assignment); the error
 // names `what` ("device of node 'x'") and the missing fields.
 result<device_name> parse_full_device_name(std::string_view text, std::string_view what);

@@ -7,6 +7,7 @@
 #include "core/cpu_time.h"
 #include "core/file.h"
 #include "graph/text_proto.h"
+#include "placement/device_name.h"
 
 namespace troupe::sim {
 
@@ -69,11 +70,6 @@ void calibration_recorder::resume() {
   recording_ = true;
 }
 
-namespace {
-// "/job:ps/replica:0/task:0" of "/job:ps/replica:0/task:0/device:CPU:0".
-std::string task_of(const std::string& device) { return device.substr(0, device.find("/device:")); }
-}  // namespace
-
 calibration_recorder::traffic calibration_recorder::between_tasks() const {
   std::lock_guard<std::mutex> lock(mutex_);
   traffic out = traffic_;
@@ -89,7 +85,7 @@ void calibration_recorder::count_traffic(const std::string& task, const std::str
   if (op != "_Send" || detail.def == nullptr || detail.inputs.empty()) return;
   const auto& attrs = detail.def->attr();
   const auto from = attrs.find("send_device"), to = attrs.find("recv_device");
-  if (from == attrs.end() || to == attrs.end() || task_of(from->second.s()) == task_of(to->second.s())) return;
+  if (from == attrs.end() || to == attrs.end() || placement::task_of_full_name(from->second.s()) == placement::task_of_full_name(to->second.s())) return;
   ++traffic_.transfers;
   const tensor& sent = detail.inputs[0];
   if (sent.initialized()) traffic_.bytes += static_cast<std::int64_t>(sent.byte_size());
