@@ -582,7 +582,7 @@ struct shared_ring {
 // tensor holds its memory; the mapping lives as long.
 class ring_lender final : public external_memory {
  public:
-  explicit ring_lender(std::shared_ptr<shared_ring> ring) : ring_(std::move(ring)) {}
+  explicit ring_lender(std::unique_ptr<shared_ring> ring) : ring_(std::move(ring)) {}
   ring_lender(const ring_lender&) = delete;
   ring_lender& operator=(const ring_lender&) = delete;
 
@@ -635,7 +635,7 @@ class ring_lender final : public external_memory {
   void publish() {
     ring_->consumed().store(lent_.empty() ? read_ : lent_.begin()->first, std::memory_order_release);
   }
-  std::shared_ptr<shared_ring> ring_;
+  std::unique_ptr<shared_ring> ring_;
   std::mutex mutex_;
   std::map<std::uint64_t, char*> lent_;  // by position: where each lent region starts
   std::uint64_t read_ = 0;
@@ -770,9 +770,10 @@ struct tensor_link::impl {
   // Shared memory (see shared_ring): ours, offered in the hello, with the writer's
   // position in it; the peer's, when this end mapped it.
   std::unique_ptr<shared_ring> out_ring;
-  std::shared_ptr<shared_ring> in_ring;
-  ring_lender* lender = nullptr;  // over in_ring (it deletes itself: see detach)
-  std::atomic<std::int64_t> in_place{0};  // tensors lent from in_ring
+  // The peer's ring, when this end mapped it, with the tensors lent from it (the lender
+  // owns the mapping and deletes itself: see detach).
+  ring_lender* lender = nullptr;
+  std::atomic<std::int64_t> in_place{0};  // tensors lent from the peer's ring
   ~impl() {
     if (lender != nullptr) lender->detach();
   }
@@ -892,6 +893,7 @@ void tensor_link::impl::read_loop() {
         body_reader r{*body};
         const auto position = r.get<std::uint64_t>();
         const auto length = r.get<std::uint64_t>();
+        const shared_ring* in_ring = lender != nullptr ? &lender->ring() : nullptr;
         const std::uint64_t consumed = in_ring != nullptr ? in_ring->consumed().load(std::memory_order_acquire) : 0;
         if (!r.ok || in_ring == nullptr || length > in_ring->capacity() ||
             position % in_ring->capacity() + length > in_ring->capacity() || position < consumed ||
@@ -1159,9 +1161,10 @@ result<std::unique_ptr<tensor_link::impl>> link_after_hellos(std::unique_ptr<con
                                                              const std::string& who) {
   auto link = std::make_unique<tensor_link::impl>();
   link->ack_every = h.window / 4;
-  link->in_ring = map_offered_ring(h, options);
-  if (link->in_ring != nullptr) link->lender = new ring_lender(link->in_ring);
-  if (link->in_ring != nullptr) TROUPE_RETURN_IF_ERROR(write_frame(*c, frame_kind::shared_ready, {}, who));
+  if (auto in_ring = map_offered_ring(h, options)) {
+    link->lender = new ring_lender(std::move(in_ring));
+    TROUPE_RETURN_IF_ERROR(write_frame(*c, frame_kind::shared_ready, {}, who));
+  }
   link->out_ring = std::move(offer);
   link->conn = std::move(c);
   link->options = std::move(options);

@@ -319,12 +319,23 @@ class partitioner {
     return name;
   }
 
+  // Whether `n`'s control edge from `src` (on device `from`, `n` on `to`) only lets `n`
+  // write in place after a reader (graph::k_in_place_after_attr) that is in another
+  // process, where it works on its own copy: such an edge is not needed.
+  bool only_in_place(const graph::node& n, int src, const std::string& from, const std::string& to) const {
+    const auto in_place_after = n.def.attr().find(graph::k_in_place_after_attr);
+    if (in_place_after == n.def.attr().end() || !options_.same_process || options_.same_process(from, to)) return false;
+    const auto& readers = in_place_after->second.list().s();
+    return std::find(readers.begin(), readers.end(), g_.get(src).name()) != readers.end();
+  }
+
   status add_node(const graph::node& n) {
     auto d = device_of(n.id);
     if (!d.ok()) return d.error();
+    const std::string to = to_string(*d);
     tf::NodeDef def = n.def;
     def.clear_input();
-    def.set_device(to_string(*d));
+    def.set_device(to);
     for (const graph::endpoint& e : n.inputs) {
       auto from = device_of(e.node);
       if (!from.ok()) return from.error();
@@ -339,29 +350,25 @@ class partitioner {
     // Control inputs from another device: one transfer per device for all of this node's
     // (TensorFlow's tf.group does the same per device), unless each already has its own.
     std::map<std::string, std::pair<device_name, std::vector<int>>> remote;
-    const auto in_place_after = n.def.attr().find(graph::k_in_place_after_attr);
     for (int c : n.control_inputs) {
       auto from = device_of(c);
       if (!from.ok()) return from.error();
-      if (*from != *d && in_place_after != n.def.attr().end() && options_.same_process &&
-          !options_.same_process(to_string(*from), to_string(*d))) {
-        const auto& readers = in_place_after->second.list().s();
-        if (std::find(readers.begin(), readers.end(), g_.get(c).name()) != readers.end()) continue;
-      }
       if (*from == *d) {
         def.add_input(str_cat("^", g_.get(c).name()));
-      } else {
-        auto& group = remote[to_string(*from)];
-        group.first = *from;
-        group.second.push_back(c);
+        continue;
       }
+      std::string from_name = to_string(*from);
+      if (only_in_place(n, c, from_name, to)) continue;
+      auto& group = remote[std::move(from_name)];
+      group.first = *from;
+      group.second.push_back(c);
     }
     for (auto& [device, group] : remote) {
       auto& [from, srcs] = group;
       std::sort(srcs.begin(), srcs.end());
       srcs.erase(std::unique(srcs.begin(), srcs.end()), srcs.end());
       const bool each_sent = std::all_of(srcs.begin(), srcs.end(), [&](int c) {
-        return control_recvs_.count(std::make_pair(std::vector<int>{c}, to_string(*d))) != 0;
+        return control_recvs_.count(std::make_pair(std::vector<int>{c}, to)) != 0;
       });
       if (srcs.size() == 1 || each_sent) {
         for (int c : srcs) def.add_input(str_cat("^", receive_control({c}, n.name(), from, *d)));

@@ -2,7 +2,6 @@
 // troupe calibrate SCENARIO [--steps N] [--out FILE.json]
 // troupe graph dot SCENARIO|GRAPH.pbtxt|GRAPH.pb [--worker N] [--out FILE.dot]
 #include <algorithm>
-#include <atomic>
 #include <chrono>
 #include <filesystem>
 #include <functional>
