@@ -2,6 +2,7 @@
 
 #include "core/cpu_time.h"
 #include "core/env.h"
+#include "core/float_env.h"
 #include "core/memory.h"
 
 #define EIGEN_USE_THREADS
@@ -50,14 +51,19 @@ struct parallel_state {
   std::condition_variable finished;
   std::exception_ptr error;  // the first exception a block threw (under mutex)
   std::atomic<bool> failed{false};
+  bool flush = false;  // the caller flushes subnormals
   // With a cpu_meter open on the caller: the CPU time helpers spent on blocks.
   bool metered = false;
   std::atomic<std::int64_t> helpers_cpu_ns{0};
 
   // Claims and runs blocks until none is left. The first exception a block throws is
   // kept for the caller, and blocks not yet started are skipped. A helper of a metered
-  // caller reports each block's CPU time before counting it done.
+  // caller reports each block's CPU time before counting it done. Helpers flush
+  // subnormals when the caller does (a kernel's: core/float_env.h), so that every block
+  // computes alike.
   void work(bool helper) {
+    std::optional<flush_denormals> numerics;
+    if (helper && flush) numerics.emplace();
     for (;;) {
       std::int64_t b = next.fetch_add(1, std::memory_order_relaxed);
       if (b >= num_blocks) return;
@@ -102,6 +108,7 @@ void compute_pool::parallel_for(std::int64_t n, double cost_per_unit,
   state->fn = fn;
   double* sink = cpu_meter::helper_sink();
   state->metered = sink != nullptr;
+  state->flush = flush_denormals::active();
   // The caller works too, so num_threads - 1 helpers keep num_threads threads busy. They
   // allocate from the caller's memory account (a kernel's device's).
   int helpers = static_cast<int>(std::min<std::int64_t>(num_threads_, state->num_blocks) - 1);

@@ -29,6 +29,7 @@
 #include <string>
 #include <vector>
 
+#include "core/float_env.h"
 #include "core/memory.h"
 #include "core/status.h"
 #include "core/tensor.h"
@@ -208,13 +209,15 @@ double elementwise_ns(std::span<const tensor> inputs, double ns_per_element);
 // The dynamic type of `e`, demangled ("std::out_of_range").
 std::string exception_type_name(const std::exception& e);
 
-// Runs `body` (a kernel's work) and returns ok, or the error of an exception that escaped
-// it: allocation_error (core/memory.h) becomes RESOURCE_EXHAUSTED with what was asked for
-// and why, anything else INTERNAL naming the exception. No exception escapes a kernel:
-// the executor and everything that runs kernel work elsewhere (a pool task of an
-// asynchronous kernel) go through this.
+// Runs `body` (a kernel's work) with subnormal floats flushed to zero (core/float_env.h)
+// and returns ok, or the error of an exception that escaped it: allocation_error
+// (core/memory.h) becomes RESOURCE_EXHAUSTED with what was asked for and why, anything
+// else INTERNAL naming the exception. No exception escapes a kernel: the executor and
+// everything that runs kernel work elsewhere (a pool task of an asynchronous kernel) go
+// through this.
 template <class F>
 status catch_exceptions(F&& body) noexcept {
+  flush_denormals numerics;
   try {
     body();
     return status();

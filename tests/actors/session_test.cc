@@ -8,8 +8,11 @@
 
 #include "actors/executor.h"
 #include "actors/session.h"
+#include "core/float_env.h"
 #include "tests/actors/session_fixture.h"
 #include "graph/ops.h"
+#include "graph/train.h"
+#include "graph/variables.h"
 
 using namespace troupe;
 using troupe::testing::make_session;
@@ -238,4 +241,42 @@ TEST_CASE("the executor runs wide and deep graphs of trivial ops", "[actors]") {
     REQUIRE(out.ok());
     CHECK(out->at(0).scalar_value<float>() == 1.0f);
   }
+}
+
+TEST_CASE("kernels compute with subnormal floats flushed to zero, as TensorFlow's do", "[actors]") {
+  // 1e-20 * 1e-20 = 1e-40 is subnormal in float: kernels make it 0 (doc/runtime.md), on
+  // the thread that runs the kernel and on the compute pool's helpers (a large product is
+  // split), and so does a variable's update (1.5e-38 - 1.2e-38 * 1 = 3e-39).
+  auto root = graph::scope::new_root();
+  auto tiny = ops::scalar(root, 1e-20f);
+  auto small = ops::mul(root.with_name("small"), tiny, tiny);
+  auto many = ops::placeholder(root.with_name("many"), dtype::float32, {-1});
+  auto products = ops::mul(root.with_name("products"), many, tiny);
+  graph::variable_collection vars;
+  auto w = graph::make_variable(root, "w", tensor_shape({4}), dtype::float32, init::constant_initializer(1.5e-38));
+  vars.add(w);
+  auto loss = ops::sum(root.with_name("loss"), w.value, ops::int32_vector(root, {0}));
+  auto train_op = train::minimize(root, train::gradient_descent(1.2e-38), loss, vars);
+  REQUIRE(train_op.ok());
+  auto init = graph::global_variables_initializer(root, vars);
+  actors::session_options options;
+  options.compute_threads = 2;
+  auto s = make_session(root, options);
+  REQUIRE_FALSE(flush_denormals::active());  // the client's thread, before
+  auto out = s->run({}, {"small"});
+  REQUIRE(out.ok());
+  CHECK(out->at(0).scalar_value<float>() == 0.0f);
+  std::vector<float> ones(1 << 20, 1e-20f);
+  out = s->run({{"many", tensor::from_vector<float>(ones, {1 << 20})}}, {"products"});
+  REQUIRE(out.ok());
+  const float* p = out->at(0).data<float>();
+  std::int64_t nonzero = 0;
+  for (std::int64_t i = 0; i < out->at(0).num_elements(); ++i) nonzero += p[i] != 0.0f;
+  CHECK(nonzero == 0);
+  REQUIRE(s->run({}, {}, {init.node}).ok());
+  REQUIRE(s->run({}, {}, {train_op->node}).ok());
+  out = s->run({}, {w.value.name()});
+  REQUIRE(out.ok());
+  CHECK(out->at(0).equals(tensor::from_vector<float>({0, 0, 0, 0}, {4})));
+  CHECK_FALSE(flush_denormals::active());  // and after: its own mode
 }
