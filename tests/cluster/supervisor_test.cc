@@ -80,13 +80,17 @@ struct rig {
   }
   std::int64_t step() { return static_cast<std::int64_t>(read("global_step")[0]); }
 
-  // Steps through the gate until the global step reaches `target`, running again the
-  // steps a failure caught; false when a step fails otherwise or the supervisor gives up.
-  bool train_until(std::int64_t target) {
+  // Steps through the gate until the global step reaches `target` (and, given
+  // `release`, it is set), running again the steps a failure caught; false when a step
+  // fails otherwise or the supervisor gives up.
+  bool train_until(std::int64_t target, const std::atomic<bool>* release = nullptr) {
     for (int attempts = 0; attempts < 100000; ++attempts) {
       if (!supervisor->failure().ok()) return false;
       auto now = session->run({}, {"global_step/Read/ReadVariableOp"});
-      if (now.ok() && now->at(0).scalar_value<std::int64_t>() >= target) return true;
+      if (now.ok() && now->at(0).scalar_value<std::int64_t>() >= target &&
+          (release == nullptr || release->load())) {
+        return true;
+      }
       if (!now.ok() && !cluster::is_retryable(now.error())) return false;
       if (now.ok()) {
         cluster::step_gate::pass inside(gate);
@@ -147,15 +151,23 @@ TEST_CASE("ROLLBACK_ALL under two training threads: the run ends on one consiste
   REQUIRE(r.train_until(20));
   REQUIRE(r.checkpoints->save_now().ok());
   std::atomic<bool> ok{true};
+  // The trainers go on until step 200 and until the supervisor has rolled back: a loaded
+  // machine may run this thread late, and the kill must come while they train.
+  std::atomic<bool> recovered{false};
   std::vector<std::thread> trainers;
   for (int t = 0; t < 2; ++t) {
     trainers.emplace_back([&] {
-      if (!r.train_until(200)) ok = false;
+      if (!r.train_until(200, &recovered)) ok = false;
     });
   }
   // Kill ps:1 while they train (after the step passes 40).
   while (r.step() < 40) std::this_thread::sleep_for(std::chrono::milliseconds(1));
   REQUIRE(r.cluster->kill_task("/job:ps/task:1").ok());
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (r.rolled_back_to.load() < 0 && r.supervisor->failure().ok() && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  recovered = true;
   for (auto& t : trainers) t.join();
   CHECK(ok);
   CHECK(r.supervisor->failure().ok());
