@@ -643,6 +643,16 @@ result<std::optional<checkpoint::snapshot>> checkpoint_manager::cut(double* stop
   auto stop_started = env::now();
   if (options_.gate != nullptr) options_.gate->close();
   auto values = session_->run({}, read_fetches_);
+  if (values.ok()) {
+    // A periodic save requested and not yet begun was due at a step no later than this
+    // cut's (no step ends while the gate is closed): this cut serves it (the final save
+    // of a run, say, before the writer got to the request).
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (requested_) {
+      requested_ = false;
+      ++stats_.merged;
+    }
+  }
   if (options_.gate != nullptr) options_.gate->open();
   *stopped = seconds(env::now() - stop_started).count();
   if (!values.ok()) return values.error().with_context("checkpoint: reading the variables");
