@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <future>
 #include <list>
@@ -18,6 +19,7 @@
 #include "actors/messages.h"
 #include "actors/spawn.h"
 #include "core/env.h"
+#include "core/spin_wait.h"
 #include "core/thread_pool.h"
 #include "graph/prune.h"
 #include "placement/partition.h"
@@ -791,9 +793,16 @@ result<std::vector<tensor>> session::run(const feed_list& feeds,
   unpinned_use use(impl_->owner->system());  // outlives the scoped actor's use
   std::unique_ptr<caf::scoped_actor> self = impl_->take_caller();
   result<std::vector<tensor>> out = internal_error("no reply");
-  (*self)->request(impl_->master, caf::infinite, run_atom::value, make_request(feeds, fetches, targets))
-      .receive([&](std::vector<tensor>& fetched) { out = std::move(fetched); },
-               [&](caf::error& e) { out = to_status(e); });
+  const auto start = std::chrono::steady_clock::now();
+  auto answer = (*self)->request(impl_->master, caf::infinite, run_atom::value, make_request(feeds, fetches, targets));
+  // A short step's answer comes sooner than a sleeping thread wakes (core/spin_wait.h).
+  // The owner may look at its mailbox between receives (it is never blocked then).
+  // Each thread's own history decides (a trainer's steps are long, a reader's short).
+  thread_local spin_gate spin;
+  spin.spin([&] { return !(*self)->mailbox().empty(); });
+  answer.receive([&](std::vector<tensor>& fetched) { out = std::move(fetched); },
+                 [&](caf::error& e) { out = to_status(e); });
+  spin.record(std::chrono::steady_clock::now() - start);
   impl_->give_back(std::move(self));
   return out;
 }

@@ -1002,10 +1002,6 @@ void add_control_tls(caf::actor_system_config& config, const control_tls& tls) {
   config.set("openssl.certificate", tls.mine.certificate);
   config.set("openssl.key", tls.mine.key);
   config.set("openssl.cafile", tls.cluster->ca_certificate);
-  if (std::getenv("TROUPE_TLS_NOHB") != nullptr) {
-    config.set("middleman.heartbeat-interval", caf::timespan(0));
-    config.set("middleman.connection-timeout", caf::timespan(0));
-  }
 }
 
 void add_remote_task_support(caf::actor_system_config& config) {

@@ -1,0 +1,95 @@
+// spin_gate (core/spin_wait.h): spins until the answer comes while waits are short, not
+// at all after a long wait, within its budget, and never by more threads than it allows.
+#include <catch2/catch.hpp>
+
+#include <atomic>
+#include <chrono>
+#include <cstdlib>
+#include <thread>
+
+#include "core/spin_wait.h"
+
+using namespace troupe;
+using namespace std::chrono_literals;
+
+TEST_CASE("spin_gate spins until an answer from another thread comes", "[core]") {
+  spin_gate gate(200ms, 1);  // a long budget: the answer comes well within it
+  std::atomic<bool> answered{false};
+  std::thread answer([&] {
+    std::this_thread::sleep_for(2ms);
+    answered = true;
+  });
+  int calls = 0;
+  const auto start = std::chrono::steady_clock::now();
+  const bool seen = gate.spin([&] {
+    ++calls;
+    return answered.load();
+  });
+  const auto took = std::chrono::steady_clock::now() - start;
+  answer.join();
+  CHECK(seen);
+  CHECK(calls > 1);
+  CHECK(took >= 2ms);
+  CHECK(spin_gate::spinning() == 0);
+}
+
+TEST_CASE("spin_gate gives up at its budget", "[core]") {
+  spin_gate gate(3ms, 1);
+  const auto start = std::chrono::steady_clock::now();
+  CHECK_FALSE(gate.spin([] { return false; }));
+  const auto took = std::chrono::steady_clock::now() - start;
+  CHECK(took >= 3ms);
+  CHECK(took < 2s);
+  CHECK(spin_gate::spinning() == 0);
+}
+
+TEST_CASE("spin_gate does not spin after a wait longer than its budget, and spins again after a short one",
+          "[core]") {
+  spin_gate gate(1ms, 1);
+  int calls = 0;
+  const auto never = [&] {
+    ++calls;
+    return false;
+  };
+  gate.record(5ms);
+  CHECK_FALSE(gate.spin(never));
+  CHECK(calls == 1);  // asked once, no spin
+  gate.record(100us);
+  calls = 0;
+  CHECK_FALSE(gate.spin(never));
+  CHECK(calls > 1);
+}
+
+TEST_CASE("spin_gate with no budget or no spinner's place asks once", "[core]") {
+  int calls = 0;
+  const auto never = [&] {
+    ++calls;
+    return false;
+  };
+  spin_gate off(0us, 4);
+  CHECK_FALSE(off.spin(never));
+  CHECK(calls == 1);
+
+  // One place: while a thread spins on one gate, another gate's waiter does not.
+  spin_gate first(2s, 1), second(2s, 1);
+  std::atomic<bool> release{false};
+  std::thread spinner([&] { first.spin([&] { return release.load(); }); });
+  while (spin_gate::spinning() == 0) std::this_thread::yield();
+  calls = 0;
+  CHECK_FALSE(second.spin(never));
+  CHECK(calls == 1);
+  release = true;
+  spinner.join();
+  CHECK(spin_gate::spinning() == 0);
+}
+
+TEST_CASE("spin_gate's default budget is TROUPE_SPIN_US's or 200 us, none on one hardware thread", "[core]") {
+  const auto budget = default_spin_budget();
+  if (std::thread::hardware_concurrency() < 2) {
+    CHECK(budget.count() == 0);
+    CHECK(default_max_spinners() == 0);
+  } else {
+    CHECK(default_max_spinners() == static_cast<int>(std::thread::hardware_concurrency()) - 1);
+    if (std::getenv("TROUPE_SPIN_US") == nullptr) CHECK(budget == 200us);
+  }
+}
