@@ -993,12 +993,21 @@ result<run_summary> run_scenario(const scenario::Scenario& sc, const run_options
   const std::int64_t fill_below = sc.dataset().queue_capacity() - reader_threads * reader_batch(sc.dataset(), t.batch_size());
   for (std::size_t w = 0; w < workers.size(); ++w) {
     for (int r = 0; r < reader_threads; ++r) {
-      readers.emplace_back([&, s = workers[w].get(), room = &taken[w]] {
+      readers.emplace_back([&, w, s = workers[w].get(), room = &taken[w]] {
         // The queue's size as this reader last saw it: checked on its own, or right after
         // its own enqueue. A reader enqueues only while the last size it saw leaves room
         // for every reader's next batch (fill_below); each reader then holds at most one
-        // batch's worth of that room, so no enqueue ever waits in a full queue.
+        // batch's worth of that room, so no enqueue ever waits in a full queue. Trainers
+        // only take from the queue, but a restore of the worker's pipeline (a recovery,
+        // with the gate closed) puts back what the checkpoint held: a size seen before it
+        // is looked at afresh, inside the gate, where no restore can come between the look
+        // and the enqueue. (An enqueue into a full queue waits for a trainer, which a
+        // checkpoint's closing gate keeps out while it waits for this reader: a deadlock
+        // that CI met once.)
+        const std::string task = layout->worker(static_cast<int>(w));
+        auto pipeline_restores = [&] { return checkpoints != nullptr ? checkpoints->pipeline_restores(task) : 0; };
         std::optional<std::int32_t> size;
+        std::uint64_t size_restores = 0;  // pipeline_restores() when `size` was seen
         while (!stop) {
           result<std::vector<tensor>> e = std::vector<tensor>{};
           bool full = false;
@@ -1008,9 +1017,12 @@ result<run_summary> run_scenario(const scenario::Scenario& sc, const run_options
           }();
           {
             cluster::step_gate::pass feeding(gate, cluster::step_gate::pass::kind::feeder);
+            const std::uint64_t restores = pipeline_restores();
+            if (restores != size_restores) size.reset();
             if (!size) {
               e = s->run({}, {k_queue_size});
               if (e.ok()) size = e->at(0).scalar_value<std::int32_t>();
+              size_restores = restores;
             }
             if (e.ok()) {
               full = *size > fill_below;
