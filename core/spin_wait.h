@@ -5,8 +5,8 @@
 // virtual machine whose idle vCPU has halted (the host must run it again). Measured with
 // `perf sched timehist` on the project's 2-vCPU KVM machines: a small remote step (a
 // scalar read from a PS process, bench_remote_step) crossed four hand-offs to a thread on
-// the idle vCPU, each waiting 25-33 us to run, and took 132-157 us at the median; 35 us
-// with every thread held on one vCPU; 57-96 us with its caller spinning for the answer.
+// the idle vCPU, each waiting 25-33 us to run, and took 132-180 us at the median; 35 us
+// with every thread held on one vCPU; 57-125 us with its caller spinning for the answer.
 // TensorFlow's thread pools spin before they park for the same reason.
 //
 // A spin_gate decides whether a waiter spins, and how long: only while the waits it has
