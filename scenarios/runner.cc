@@ -988,6 +988,11 @@ result<run_summary> run_scenario(const scenario::Scenario& sc, const run_options
   // the gate as a feeder and enqueues only when every reader's next batch fits, so it
   // never waits in a full queue: a checkpoint's cut finds no batch between a reader and
   // its queue (the queue's contents and the reader's cursor are saved together).
+  // How many times worker task `task`'s input pipeline has been restored (readers and
+  // SYNC workers look afresh at what they read from it before a restore).
+  auto pipeline_restores_of = [&](const std::string& task) -> std::uint64_t {
+    return checkpoints != nullptr ? checkpoints->pipeline_restores(task) : 0;
+  };
   std::vector<env::thread> readers;
   const int reader_threads = effective_readers(sc.dataset());
   const std::int64_t fill_below = sc.dataset().queue_capacity() - reader_threads * reader_batch(sc.dataset(), t.batch_size());
@@ -1005,7 +1010,7 @@ result<run_summary> run_scenario(const scenario::Scenario& sc, const run_options
         // checkpoint's closing gate keeps out while it waits for this reader: a deadlock
         // that CI met once.)
         const std::string task = layout->worker(static_cast<int>(w));
-        auto pipeline_restores = [&] { return checkpoints != nullptr ? checkpoints->pipeline_restores(task) : 0; };
+        auto pipeline_restores = [&] { return pipeline_restores_of(task); };
         std::optional<std::int32_t> size;
         std::uint64_t size_restores = 0;  // pipeline_restores() when `size` was seen
         while (!stop) {
@@ -1079,7 +1084,7 @@ result<run_summary> run_scenario(const scenario::Scenario& sc, const run_options
     actors::session& s = *workers[w];
     const auto& o = sync_ops[w];
     const std::string task = layout->worker(static_cast<int>(w));
-    auto pipeline_restores = [&] { return checkpoints != nullptr ? checkpoints->pipeline_restores(task) : 0; };
+    auto pipeline_restores = [&] { return pipeline_restores_of(task); };
     std::int64_t local = first_step;
     std::uint64_t local_restores = pipeline_restores();  // when `local` was read
     // Inside the gate: reads the step to compute now (so never from a task restarted but
