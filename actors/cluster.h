@@ -101,6 +101,7 @@ class cluster {
 
   const placement::cluster_spec& spec() const { return options_.spec; }
   const kernels::kernel_registry& kernels() const { return *options_.kernels; }
+  step_tracer* tracer() const { return options_.tracer; }  // cluster_options::tracer
   caf::actor_system& system() { return *system_; }
   compute_pool& pool() { return *pool_; }
 

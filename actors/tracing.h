@@ -46,6 +46,13 @@ class step_tracer {
   // ... and reached its Recv on `device` of `task` at `at`.
   virtual void transfer_received(const std::string& key, std::int64_t step_id, const std::string& task,
                                  const std::string& device, clock::time_point at) = 0;
+  // A tensor of `bytes` crossed the link from task `from` to task `to` (processes of one
+  // machine, mode REAL): its sender began writing it at `sent` and its last byte was in at
+  // `arrived` (cluster/transport.h, handlers::timed). Default: ignored.
+  virtual void link_transit(const std::string& from, const std::string& to, std::int64_t bytes,
+                            clock::time_point sent, clock::time_point arrived) {
+    (void)from, (void)to, (void)bytes, (void)sent, (void)arrived;
+  }
 };
 
 // What synchronous replication reports (the accumulators of train::sync_replicas,

@@ -176,6 +176,7 @@ bool parse_transfer_wire_key(std::string_view text, std::int64_t* step_id, place
 
 struct transfer_hub::impl {
   actors::cluster* cluster = nullptr;
+  std::string task;  // the hosted task the links reach (link_options::local_task)
   std::unique_ptr<link_listener> listener;
   mutable std::mutex mutex;
   std::vector<std::unique_ptr<tensor_link>> links;
@@ -226,12 +227,20 @@ result<std::unique_ptr<transfer_hub>> transfer_hub::start(actors::cluster& c, co
                                                           link_options options) {
   auto hub = std::make_unique<impl>();
   hub->cluster = &c;
+  hub->task = options.local_task;
   impl* h = hub.get();
   auto listener = link_listener::listen(host, 0, std::move(options), [h](std::unique_ptr<tensor_link> link) {
     tensor_link* l = link.get();
     const std::string from = l->peer();
-    l->start({[h, from](std::string key, tensor value) { h->arrived(from, std::move(key), std::move(value)); },
-              [from](const status&) {}});  // the steps that needed it fail by their own timeouts and aborts
+    tensor_link::handlers on;
+    on.tensor = [h, from](std::string key, tensor value) { h->arrived(from, std::move(key), std::move(value)); };
+    on.failure = [](const status&) {};  // the steps that needed it fail by their own timeouts and aborts
+    if (actors::step_tracer* tracer = h->cluster->tracer()) {
+      on.timed = [tracer, from, to = h->task](std::uint64_t bytes, auto sent, auto arrived) {
+        tracer->link_transit(from, to, static_cast<std::int64_t>(bytes), sent, arrived);
+      };
+    }
+    l->start(std::move(on));
     // Links that have failed or closed go as a new one comes (on the listener's thread:
     // a link cannot join its own threads), so a long-lived server keeps only live ones.
     std::vector<std::unique_ptr<tensor_link>> gone;
@@ -1074,6 +1083,11 @@ void observation_log::gradient(const std::string& accumulator, const std::string
 void observation_log::aggregated(const std::string& accumulator, std::int64_t step,
                                  const std::vector<std::string>& sources) {
   add({observed_event::aggregated, ns_of(clock::now()), 0, step, 0, false, {}, {}, accumulator, {}, sources});
+}
+
+void observation_log::link_transit(const std::string& from, const std::string& to, std::int64_t bytes,
+                                   clock::time_point sent, clock::time_point arrived) {
+  add({observed_event::transit, ns_of(sent), ns_of(arrived), 0, 0, false, to, {}, from, {}, {}, bytes});
 }
 
 result<std::vector<observed_event>> take_observations(actors::cluster& c, const std::string& task,

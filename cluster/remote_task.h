@@ -56,7 +56,7 @@
 namespace troupe::cluster {
 
 // The version of the control plane's messages: a client and a service must agree.
-inline constexpr std::uint32_t k_control_version = 2;
+inline constexpr std::uint32_t k_control_version = 3;  // 3: observed_event's link transits
 
 // A tensor on the wire: dtype, shape and raw bytes (read straight into a new tensor).
 struct wire_tensor {
@@ -150,23 +150,27 @@ struct control_tls {
 void add_control_tls(caf::actor_system_config& config, const control_tls& tls);
 
 // What a server's devices and accumulators observed, for the client that runs the
-// scenario (troupe run --trace, and the SYNC tally, in mode REAL): the kernels' spans and
-// the transfers' ends (when the server traces: troupe server --trace), the gradients its
-// accumulators kept or dropped and the aggregates they took. Times are the machine's
-// monotonic clock (steady_clock), which every process of one machine shares.
+// scenario (troupe run --trace, and the SYNC tally, in mode REAL): the kernels' spans,
+// the transfers' ends and the links' transits (when the server traces: troupe server
+// --trace), the gradients its accumulators kept or dropped and the aggregates they took.
+// Times are the machine's monotonic clock (steady_clock), which every process of one
+// machine shares.
 struct observed_event {
-  enum kind_type : std::int8_t { span = 1, sent = 2, received = 3, gradient = 4, aggregated = 5 };
+  enum kind_type : std::int8_t { span = 1, sent = 2, received = 3, gradient = 4, aggregated = 5, transit = 6 };
   std::int8_t kind = 0;
-  std::int64_t at_ns = 0, end_ns = 0;  // end: spans only
+  std::int64_t at_ns = 0, end_ns = 0;  // end: spans; transit: sent at, arrived at end
   // Span and transfers: the step's id; gradient: the step it was computed at (local);
   // aggregated: the step it aggregated.
   std::int64_t step = 0;
   std::int64_t global_step = 0;  // gradient: the accumulator's global step when it came
   bool kept = false;             // gradient: kept (else dropped as stale)
-  std::string task, device;      // span and transfers
-  std::string name;  // the node (span), the transfer's key, the accumulator (gradient, aggregated)
+  std::string task, device;      // span and transfers; transit: task, the receiving one
+  // The node (span), the transfer's key, the accumulator (gradient, aggregated), the
+  // sending task (transit).
+  std::string name;
   std::string op;    // span
   std::vector<std::string> sources;  // gradient: its source task; aggregated: the gradients' sources
+  std::int64_t bytes = 0;            // transit
 };
 
 // Records what a server observes (bounded: beyond `max_events` events not yet taken,
@@ -189,6 +193,8 @@ class observation_log final : public actors::step_tracer, public actors::sync_ob
   void gradient(const std::string& accumulator, const std::string& source, std::int64_t local_step,
                 std::int64_t global_step, bool kept) override;
   void aggregated(const std::string& accumulator, std::int64_t step, const std::vector<std::string>& sources) override;
+  void link_transit(const std::string& from, const std::string& to, std::int64_t bytes, clock::time_point sent,
+                    clock::time_point arrived) override;
 
  private:
   void add(observed_event e);
@@ -279,7 +285,7 @@ typename Inspector::result_type inspect(Inspector& f, wire_spec& x) {
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, observed_event& x) {
   return f(caf::meta::type_name("observed_event"), x.kind, x.at_ns, x.end_ns, x.step, x.global_step, x.kept, x.task,
-           x.device, x.name, x.op, x.sources);
+           x.device, x.name, x.op, x.sources, x.bytes);
 }
 
 template <class Inspector>

@@ -807,6 +807,7 @@ void tensor_link::impl::read_loop() {
   dtype current_type = dtype::invalid;
   tensor_shape current_shape;
   std::uint64_t filled = 0, total = 0;
+  clock_type::time_point sent_at;  // the peer's clock when it began writing the tensor
   bool in_tensor = false;
   // The tensor being read gets its own memory (false: the link failed for want of it).
   auto allocate = [&] {
@@ -852,6 +853,7 @@ void tensor_link::impl::read_loop() {
         std::vector<std::int64_t> dims;
         for (std::uint32_t d = 0; r.ok && d < rank && d < k_max_rank; ++d) dims.push_back(r.get<std::int64_t>());
         total = r.get<std::uint64_t>();
+        sent_at = clock_type::time_point(clock_type::duration(r.get<std::int64_t>()));
         if (!r.ok || rank > k_max_rank || dtype_size(type) == 0) {
           return fail(unavailable_error("task ", peer, " sent a damaged tensor header"));
         }
@@ -920,6 +922,9 @@ void tensor_link::impl::read_loop() {
     }
     if (in_tensor && filled == total) {
       in_tensor = false;
+      // The peer's clock is this machine's when it lent its ring (the same kernel's
+      // monotonic clock); a peer elsewhere stamps its own.
+      if (on.timed && lender != nullptr) on.timed(total, sent_at, clock_type::now());
       if (on.tensor) on.tensor(std::move(current_key), std::move(current));
       current = tensor();
       bool due = false;
@@ -961,6 +966,7 @@ status tensor_link::impl::write_tensor(outgoing& item) {
   w.put(static_cast<std::uint32_t>(t.shape().rank()));
   for (std::int64_t d : t.shape().dims()) w.put(d);
   w.put(static_cast<std::uint64_t>(t.byte_size()));
+  w.put(static_cast<std::int64_t>(clock_type::now().time_since_epoch().count()));  // for the peer's transit
   // The header goes with the first chunk (or alone for an empty tensor).
   std::string begin = encoded_frame(frame_kind::tensor_begin, w.bytes);
   if (t.byte_size() == 0) {

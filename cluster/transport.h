@@ -16,10 +16,10 @@
 // and a body. A link opens with a hello each way (wire version, the sender's task, the
 // cluster's identity, the task it means to reach); a mismatch is refused with a refuse
 // frame whose reason both ends report. A tensor is a tensor_begin frame (key, dtype,
-// shape, bytes) and chunk frames of at most `chunk_bytes`; acknowledgements and
-// heartbeats may come between chunks. Credits: a sender starts no tensor while the bytes
-// it sent and the receiver has not acknowledged (after handing the tensor on) reach
-// `window_bytes`; sends beyond wait in order, each `done` runs when its bytes are written,
+// shape, bytes, the sender's monotonic clock when it began writing it) and chunk frames
+// of at most `chunk_bytes`; acknowledgements and heartbeats may come between chunks.
+// Credits: a sender starts no tensor while the bytes it sent and the receiver has not
+// acknowledged (after handing the tensor on) reach `window_bytes`; sends beyond wait in order, each `done` runs when its bytes are written,
 // so a producer that waits for `done` holds at most a window of the link's memory.
 // Failure: heartbeats every `heartbeat` while idle; silence for `peer_timeout`, a closed
 // or reset connection, or a frame that makes no sense fail the link with UNAVAILABLE
@@ -68,7 +68,7 @@ struct link_options {
 };
 
 // The version of the wire format: both ends of a link must speak the same.
-inline constexpr std::uint32_t k_wire_version = 1;
+inline constexpr std::uint32_t k_wire_version = 2;  // 2: tensor_begin carries the sender's clock
 
 class tensor_link {
  public:
@@ -78,6 +78,13 @@ class tensor_link {
     std::function<void(std::string key, tensor value)> tensor;
     // The link failed or the peer closed it; once, on a thread of the link.
     std::function<void(const status&)> failure;
+    // Optional: a tensor's transit, from when the peer began writing it (the tensor_begin
+    // frame's stamp of the peer's monotonic clock) to its last byte here, just before
+    // `tensor` runs; only when the peer shares this machine's clock (it lent this end its
+    // ring of shared memory), on the link's reader thread.
+    std::function<void(std::uint64_t bytes, std::chrono::steady_clock::time_point sent,
+                       std::chrono::steady_clock::time_point arrived)>
+        timed = nullptr;
   };
 
   // Connects to host:port, where task `peer` must answer, within options.connect_timeout.

@@ -733,12 +733,14 @@ result<run_summary> run_scenario(const scenario::Scenario& sc, const run_options
         << (m.compute().table().empty() ? std::string("by rates") : "from " + m.compute().table())
         << (m.execute_kernels() ? "" : "; shape-only: kernels compute no values") << ")\n";
   }
-  // REAL: every task in a server process of its own, this process their client.
+  // REAL: every task in a server process of its own, this process their client. Traced
+  // (a trace file or run_options::tracer), the servers time their kernels and links.
+  const bool traced = recorder != nullptr || options.tracer != nullptr;
   std::unique_ptr<real_servers> real;
   actors::cluster_options co;
   co.simulation = simulated.get();
   if (sc.cluster().mode() == scenario::Cluster::REAL) {
-    auto r = start_real_servers(sc.cluster(), *layout, options, recorder != nullptr, out);
+    auto r = start_real_servers(sc.cluster(), *layout, options, traced, out);
     if (!r.ok()) return r.error();
     real = std::move(*r);
     co = real->options;
@@ -1188,7 +1190,8 @@ result<run_summary> run_scenario(const scenario::Scenario& sc, const run_options
   // that a server keeps little) and once more at the end (a server killed takes what it
   // had not handed over along; the periodic takes say nothing of a task that is down).
   auto absorb_observations = [&](bool sync_events, bool quiet) {
-    if (real == nullptr || (recorder == nullptr && !(sync && sync_events))) return;
+    if (real == nullptr || (!traced && !(sync && sync_events))) return;
+    actors::step_tracer* const into = co.tracer;
     std::vector<cluster::observed_event> events;
     for (const std::string& task : (*cluster)->task_names()) {
       auto taken = cluster::take_observations(**cluster, task, std::chrono::seconds(30));
@@ -1203,13 +1206,16 @@ result<run_summary> run_scenario(const scenario::Scenario& sc, const run_options
     for (const auto& e : events) {
       switch (e.kind) {
         case cluster::observed_event::span:
-          if (tracer) tracer->node_span(e.task, e.device, e.name, e.op, e.step, at(e.at_ns), at(e.end_ns), {});
+          if (into) into->node_span(e.task, e.device, e.name, e.op, e.step, at(e.at_ns), at(e.end_ns), {});
           break;
         case cluster::observed_event::sent:
-          if (tracer) tracer->transfer_sent(e.name, e.step, e.task, e.device, at(e.at_ns));
+          if (into) into->transfer_sent(e.name, e.step, e.task, e.device, at(e.at_ns));
           break;
         case cluster::observed_event::received:
-          if (tracer) tracer->transfer_received(e.name, e.step, e.task, e.device, at(e.at_ns));
+          if (into) into->transfer_received(e.name, e.step, e.task, e.device, at(e.at_ns));
+          break;
+        case cluster::observed_event::transit:
+          if (into) into->link_transit(e.name, e.task, e.bytes, at(e.at_ns), at(e.end_ns));
           break;
         case cluster::observed_event::gradient:
           if (sync && !e.sources.empty()) tally.gradient(e.name, e.sources.front(), e.step, e.global_step, e.kept);
@@ -1226,7 +1232,7 @@ result<run_summary> run_scenario(const scenario::Scenario& sc, const run_options
   env::condition_variable observe_wake;
   bool trained = false;
   std::optional<env::thread> observer;
-  if (real != nullptr && (recorder != nullptr || sync)) {
+  if (real != nullptr && (traced || sync)) {
     observer.emplace([&] {
       std::unique_lock<std::mutex> lock(observe_mutex);
       while (!observe_wake.wait_for(lock, std::chrono::seconds(2), [&] { return trained; })) {

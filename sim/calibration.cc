@@ -57,17 +57,60 @@ void calibration_recorder::reset() {
   window_end_ = {};
   traffic_ = {};
   parts_seen_.clear();
+  transits_.clear();
+  recorded_.clear();
+  if (recording_) recorded_.emplace_back(clock::now(), clock::time_point::max());
 }
 
 void calibration_recorder::pause() {
   std::lock_guard<std::mutex> lock(mutex_);
   if (recording_ && window_start_) window_end_ = cpu_point{process_cpu_ns(), accounted_cpu_ns_, runs_};
+  if (recording_ && !recorded_.empty()) recorded_.back().second = clock::now();
   recording_ = false;
 }
 
 void calibration_recorder::resume() {
   std::lock_guard<std::mutex> lock(mutex_);
+  if (!recording_) recorded_.emplace_back(clock::now(), clock::time_point::max());
   recording_ = true;
+}
+
+void calibration_recorder::link_transit(const std::string&, const std::string&, std::int64_t bytes,
+                                        clock::time_point sent, clock::time_point arrived) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (transits_.size() < max_samples_) transits_.push_back({bytes, sent, arrived});
+}
+
+calibration_recorder::transits calibration_recorder::link_transits() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  // Least squares of the transit (us) on the bytes over the transits that arrived while
+  // recording.
+  double n = 0, sx = 0, sy = 0, sxx = 0, sxy = 0;
+  for (const transit& t : transits_) {
+    const bool in = std::any_of(recorded_.begin(), recorded_.end(),
+                                [&](const auto& w) { return t.arrived >= w.first && t.arrived < w.second; });
+    if (!in) continue;
+    const double x = static_cast<double>(t.bytes);
+    const double y = std::chrono::duration<double, std::micro>(t.arrived - t.sent).count();
+    n += 1;
+    sx += x;
+    sy += y;
+    sxx += x * x;
+    sxy += x * y;
+  }
+  transits out;
+  if (n == 0) return out;
+  out.count = static_cast<std::int64_t>(n);
+  out.mean_bytes = sx / n;
+  out.mean_us = sy / n;
+  out.latency_us = out.mean_us;
+  const double var = sxx / n - out.mean_bytes * out.mean_bytes;
+  const double slope = var > 0 ? (sxy / n - out.mean_bytes * out.mean_us) / var : 0;  // us per byte
+  if (slope > 0) {
+    out.latency_us = out.mean_us - slope * out.mean_bytes;
+    out.bandwidth_gbps = 8.0 / slope / 1e3;  // bits per us, in Gb/s
+  }
+  return out;
 }
 
 calibration_recorder::traffic calibration_recorder::between_tasks() const {

@@ -40,7 +40,8 @@ std::vector<std::string> cost_attrs(const tf::NodeDef& def);
 class calibration_recorder final : public actors::step_tracer {
  public:
   static constexpr int k_skipped_per_kernel = 2;
-  explicit calibration_recorder(std::size_t max_samples = 100000) : max_samples_(max_samples) {}
+  explicit calibration_recorder(std::size_t max_samples = 100000)
+      : max_samples_(max_samples), recorded_{{clock::now(), clock::time_point::max()}} {}
 
   // Forgets what was recorded.
   void reset();
@@ -58,6 +59,16 @@ class calibration_recorder final : public actors::step_tracer {
     std::int64_t transfers = 0, bytes = 0, parts = 0;
   };
   traffic between_tasks() const;
+  // The links' transits between processes (link_transit: a REAL run's, which the runner
+  // hands over seconds late, so each counts by when it arrived: while recording), fitted
+  // as latency + bytes / bandwidth by least squares. With one size of tensor only, or no
+  // growth with bytes, bandwidth_gbps is 0 and latency_us the mean.
+  struct transits {
+    std::int64_t count = 0;
+    double mean_bytes = 0, mean_us = 0;
+    double latency_us = 0, bandwidth_gbps = 0;
+  };
+  transits link_transits() const;
 
   void node_span(const std::string& task, const std::string& device, const std::string& node, const std::string& op,
                  std::int64_t step_id, clock::time_point start, clock::time_point end,
@@ -65,6 +76,8 @@ class calibration_recorder final : public actors::step_tracer {
   void transfer_sent(const std::string&, std::int64_t, const std::string&, const std::string&, clock::time_point) override {}
   void transfer_received(const std::string&, std::int64_t, const std::string&, const std::string&,
                          clock::time_point) override {}
+  void link_transit(const std::string& from, const std::string& to, std::int64_t bytes, clock::time_point sent,
+                    clock::time_point arrived) override;
 
  private:
   struct key {
@@ -82,6 +95,13 @@ class calibration_recorder final : public actors::step_tracer {
   traffic traffic_;
   void count_traffic(const std::string& task, const std::string& op, std::int64_t step_id, const node_detail& detail);
   std::set<std::pair<std::int64_t, std::string>> parts_seen_;  // (step, task)
+  // Transits (at most max_samples_), and the windows of time recording was on.
+  struct transit {
+    std::int64_t bytes = 0;
+    clock::time_point sent, arrived;
+  };
+  std::vector<transit> transits_;
+  std::vector<std::pair<clock::time_point, clock::time_point>> recorded_;
   // The process's CPU time against its kernels', for Calibration::runtime_ns_per_kernel:
   // a window from the k_window_after-th kernel run to the last multiple of 256 (or the
   // pause), less what this recorder itself takes.

@@ -169,6 +169,24 @@ void in_situ_costs(sim::Loopback& l, double real_us, double in_process_us,
       << " between idle servers)\n";
 }
 
+// Loopback's latency in situ (sim/calibration.proto) from the links' transits of a REAL
+// run of the scenario.
+void in_situ_latency(sim::Loopback& l, const sim::calibration_recorder::transits& t, std::ostream& out) {
+  l.set_latency_quiet_us(l.latency_us());
+  if (t.count == 0) {
+    out << "calibrate: (no transits between the servers timed: latency_us stays the probe's)\n";
+    return;
+  }
+  l.set_transits(t.count);
+  l.set_transit_mean_us(t.mean_us);
+  l.set_transit_mean_bytes(t.mean_bytes);
+  const double wire_us = l.bandwidth_gbps() > 0 ? t.mean_bytes * 8 / (l.bandwidth_gbps() * 1e3) : 0;
+  l.set_latency_us(std::max(l.latency_quiet_us(), t.mean_us - wire_us));
+  out << "calibrate: " << t.count << " transits between the servers, " << t.mean_us << " us for " << t.mean_bytes
+      << " bytes on average (fitted: " << t.latency_us << " us + bytes at " << t.bandwidth_gbps
+      << " Gb/s): latency_us " << l.latency_us() << " in situ (" << l.latency_quiet_us() << " between idle servers)\n";
+}
+
 // What transfers between this machine's processes cost, for the network model of a REAL
 // cluster's simulation (troupe calibrate); null when they could not be measured (said on
 // `err`).
@@ -332,6 +350,13 @@ int calibrate_command(const std::vector<std::string>& args, std::ostream& out, s
     if (!run_window(*real, nullptr, across, [] { return process_cpu_ns() + children_cpu_ns(); })) return 1;
     in_situ_costs(*loopback, across.per_step_us(), in_process.per_step_us(), moved,
                   traced.end && traced.start ? traced.end->second - traced.start->second : 0, out);
+    // Once more traced (its servers time their links): the transits of the steady state.
+    out << "calibrate: again in mode REAL, the links' transits\n";
+    sim::calibration_recorder links;
+    links.pause();
+    cpu_window unused;
+    if (!run_window(*real, &links, unused, [] { return 0.0; })) return 1;
+    in_situ_latency(*loopback, links.link_transits(), out);
   }
   // Each kernel alone: with one worker task no other worker's kernels want the cores, so
   // its wall time says how many cores it keeps busy (KernelCost::alone_ns).

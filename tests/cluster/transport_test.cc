@@ -315,6 +315,58 @@ TEST_CASE("tensors that come whole through the ring are handed on in place; kept
   CHECK(at_ps.failures.empty());
 }
 
+// A link's receiver times each tensor's transit when the peer shares its clock (it
+// mapped the peer's ring), and not otherwise.
+struct transits {
+  std::mutex mutex;
+  std::vector<std::pair<std::uint64_t, std::chrono::nanoseconds>> seen;  // bytes, transit
+  void install(tensor_link::handlers& h) {
+    h.timed = [this](std::uint64_t bytes, std::chrono::steady_clock::time_point sent,
+                     std::chrono::steady_clock::time_point arrived) {
+      std::lock_guard<std::mutex> lock(mutex);
+      seen.emplace_back(bytes, arrived - sent);
+    };
+  }
+};
+
+TEST_CASE("a receiver on the sender's machine times each tensor from its first write to its last byte",
+          "[cluster][transport]") {
+  troupe::cluster::testing::linked_pair pair(options_for(k_ps), k_ps, options_for(k_worker));
+  inbox at_ps, at_worker;
+  transits timed;
+  auto handlers = at_ps.handlers();
+  timed.install(handlers);
+  // The ps holds each tensor 2 ms before the next is read: a tensor that waited behind it
+  // in the socket or the ring took longer than the first, whose transit the hold never
+  // touches.
+  auto keep = handlers.tensor;
+  handlers.tensor = [keep](std::string key, tensor value) {
+    std::this_thread::sleep_for(2ms);
+    keep(std::move(key), std::move(value));
+  };
+  pair.ps_link->start(handlers);
+  pair.worker->start(at_worker.handlers());
+  REQUIRE(wait_sharing(*pair.worker));
+  const auto before = std::chrono::steady_clock::now();
+  // A small tensor (socket), one through the ring in place, one in several shared chunks.
+  const std::vector<std::int64_t> sizes = {40, 1 << 20, 6 << 20};
+  for (std::size_t i = 0; i < sizes.size(); ++i) {
+    pair.worker->send(str_cat("w", i), counting(dtype::uint8, {sizes[i]}, 1), [](const status& s) { CHECK(s.ok()); });
+  }
+  REQUIRE(at_ps.wait_tensors(sizes.size()));
+  const auto elapsed = std::chrono::steady_clock::now() - before;
+  std::lock_guard<std::mutex> lock(timed.mutex);
+  REQUIRE(timed.seen.size() == sizes.size());
+  for (std::size_t i = 0; i < sizes.size(); ++i) {
+    INFO("tensor " << i);
+    CHECK(timed.seen[i].first == static_cast<std::uint64_t>(sizes[i]));
+    CHECK(timed.seen[i].second > 0ns);
+    CHECK(timed.seen[i].second < elapsed);
+  }
+  // The last waited for the 2 ms holds of those before it.
+  CHECK(timed.seen[2].second >= 4ms);
+}
+
 TEST_CASE("a link whose end takes no shared memory moves every byte through the socket", "[cluster][transport]") {
   link_options ps_options = options_for(k_ps);
   ps_options.shared_memory_bytes = 0;  // offers no ring and maps none
@@ -322,8 +374,12 @@ TEST_CASE("a link whose end takes no shared memory moves every byte through the 
   auto* worker = &pair.worker;
   tensor_link* ps_link = pair.ps_link;
   inbox at_ps, at_worker;
-  ps_link->start(at_ps.handlers());
-  (*worker)->start(at_worker.handlers());
+  transits timed;  // neither end shares the other's clock as far as it knows
+  auto ps_handlers = at_ps.handlers(), worker_handlers = at_worker.handlers();
+  timed.install(ps_handlers);
+  timed.install(worker_handlers);
+  ps_link->start(ps_handlers);
+  (*worker)->start(worker_handlers);
   const tensor value = counting(dtype::int32, {3, 1 << 18}, 5);
   (*worker)->send("w", value, [](const status& s) { CHECK(s.ok()); });
   ps_link->send("p", value, [](const status& s) { CHECK(s.ok()); });
@@ -334,6 +390,8 @@ TEST_CASE("a link whose end takes no shared memory moves every byte through the 
   std::this_thread::sleep_for(50ms);
   CHECK_FALSE((*worker)->shares_memory());
   CHECK_FALSE(ps_link->shares_memory());
+  std::lock_guard<std::mutex> lock(timed.mutex);
+  CHECK(timed.seen.empty());
 }
 
 TEST_CASE("a shared-memory chunk from a peer that offered no ring, or outside it, fails the link naming the peer",
@@ -357,7 +415,7 @@ TEST_CASE("a shared-memory chunk from a peer that offered no ring, or outside it
     body += text;
   };
   std::string hello, begin, chunk;
-  put(hello, std::uint32_t{1});
+  put(hello, k_wire_version);
   put_string(hello, k_worker);
   put_string(hello, "test-cluster");
   put_string(hello, k_ps);
@@ -366,6 +424,7 @@ TEST_CASE("a shared-memory chunk from a peer that offered no ring, or outside it
   put(begin, std::uint32_t{1});
   put(begin, std::int64_t{1 << 20});
   put(begin, std::uint64_t{1 << 20});
+  put(begin, std::int64_t{0});  // the sender's clock
   put(chunk, std::uint64_t{0});
   put(chunk, std::uint64_t{1 << 20});
   const std::string all = frame(1, hello) + frame(3, begin) + frame(9, chunk);

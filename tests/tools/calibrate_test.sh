@@ -42,6 +42,10 @@ if sys.argv[2] == "loopback":
     assert lb["real_cpu_us_per_step"] > 0 and lb["in_process_cpu_us_per_step"] > 0, lb
     assert lb["transfers_per_step"] >= 4 and lb["bytes_per_step"] > 4 * 784 * 16 and lb["parts_per_step"] >= 2, lb
     assert lb["message_cpu_us"] >= lb["message_cpu_quiet_us"] > 0, lb
+    # The links' transits timed in a traced REAL run: at least the steady state's
+    # transfers (4 a step over 30 steps), the latency at least the probe's.
+    assert int(lb["transits"]) >= 4 * 30 and lb["transit_mean_us"] > 0 and lb["transit_mean_bytes"] > 0, lb
+    assert lb["latency_us"] >= lb["latency_quiet_us"] > 0, lb
 else:
     assert "loopback" not in t, t["loopback"]
 PY
@@ -56,6 +60,7 @@ scenario REAL > "$dir/real.pbtxt"
 out="$("$troupe" calibrate "$dir/real.pbtxt" --steps 40 --out "$dir/real.json" 2>&1)" || fail "calibrate REAL: $out"
 grep -q "calibrate: loopback: network { latency_us: " <<<"$out" || fail "no loopback line: $out"
 grep -q "calibrate: CPU per global step .* in mode REAL" <<<"$out" || fail "no in-situ line: $out"
+grep -q "calibrate: [0-9]* transits between the servers" <<<"$out" || fail "no transits line: $out"
 check_table "$dir/real.json" loopback
 
 out="$("$troupe" calibrate "$dir/none.pbtxt" 2>&1)" && fail "a missing scenario was taken"
