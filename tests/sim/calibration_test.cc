@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <thread>
 
 #include "graph/attr.h"
 #include "scenarios/runner.h"
@@ -150,6 +151,44 @@ TEST_CASE("calibration: transfers between tasks, their bytes and the tasks' part
   r.reset();
   CHECK(r.between_tasks().transfers == 0);
   CHECK(r.between_tasks().parts == 0);
+}
+
+TEST_CASE("calibration: the links' transits fitted as latency and bandwidth, counted by when they arrived",
+          "[sim]") {
+  using std::chrono::microseconds;
+  const std::string worker = "/job:worker/replica:0/task:0", ps = "/job:ps/replica:0/task:0";
+  sim::calibration_recorder r;
+  CHECK(r.link_transits().count == 0);
+  // 100 us + 1 us per 1,000 bytes (8 Gb/s), at three sizes.
+  const auto t0 = clock_type::now();
+  auto transit = [&](std::int64_t bytes, clock_type::time_point arrived) {
+    r.link_transit(worker, ps, bytes, arrived - microseconds(100 + bytes / 1000), arrived);
+  };
+  for (std::int64_t bytes : {0, 100000, 1000000}) transit(bytes, t0);
+  auto t = r.link_transits();
+  CHECK(t.count == 3);
+  CHECK(t.mean_bytes == Approx(1100000.0 / 3));
+  CHECK(t.mean_us == Approx(100 + 1100.0 / 3));
+  CHECK(t.latency_us == Approx(100).margin(1e-6));
+  CHECK(t.bandwidth_gbps == Approx(8));
+  // Handed over late, as a REAL run's are: one that arrived while paused is left out,
+  // whenever it is reported, and one that arrived after the pause too.
+  r.reset();
+  r.pause();
+  const auto paused_at = clock_type::now();
+  std::this_thread::sleep_for(microseconds(200));
+  r.resume();
+  const auto resumed_at = clock_type::now();
+  std::this_thread::sleep_for(microseconds(200));
+  r.pause();
+  transit(5000, paused_at + microseconds(50));   // while paused
+  transit(5000, resumed_at + microseconds(50));  // while recording
+  transit(5000, clock_type::now() + microseconds(50));  // after the pause
+  t = r.link_transits();
+  CHECK(t.count == 1);
+  CHECK(t.mean_us == Approx(105));
+  CHECK(t.bandwidth_gbps == 0);  // one size: no fit of the bytes
+  CHECK(t.latency_us == Approx(105));
 }
 
 TEST_CASE("calibration: a scenario's training measured kernel by kernel", "[sim]") {
