@@ -45,9 +45,10 @@ def network(mode, table):
     with open(table) as f:
         lb = json.load(f)["loopback"]
     return ("network {{ latency_us: {latency_us:.1f} transfer_us: {transfer_us:.2f} bandwidth_gbps: {bandwidth_gbps:.2f} "
-            "copy_gbps: {copy_gbps:.3f} message_cpu_us: {message_cpu_us:.2f} step_cpu_us: {step_cpu_us:.1f} }}").format(
+            "copy_gbps: {copy_gbps:.3f} message_cpu_us: {message_cpu_us:.2f} step_cpu_us: {step_cpu_us:.1f} "
+            "process_cpu_us: {process_cpu_us:.2f} }}").format(
                 **{k: lb.get(k, 0) for k in ("latency_us", "transfer_us", "bandwidth_gbps", "copy_gbps",
-                                             "message_cpu_us", "step_cpu_us")})
+                                             "message_cpu_us", "step_cpu_us", "process_cpu_us")})
 
 
 def scenario(model, workers, mode, steps, simulation=""):
@@ -95,6 +96,9 @@ def main():
                                   capture_output=True, text=True)
             if done.returncode != 0:
                 sys.exit(f"sim_fidelity: troupe calibrate failed:\n{done.stdout}\n{done.stderr}")
+            for line in done.stdout.splitlines():  # what it measured
+                if line.startswith("calibrate: ") and any(c.isdigit() for c in line):
+                    print(f"{model} {line}", file=sys.stderr)
             if "REAL" in a.modes.split(","):
                 networks[model] = network("REAL", table)
             for workers in [int(w) for w in a.workers.split(",")]:

@@ -647,8 +647,9 @@ result<std::unique_ptr<real_servers>> start_real_servers(const scenario::Cluster
   return r;
 }
 
-// The simulation section as the simulated world's options (the table read).
-result<sim::simulation_options> simulation_options_of(const scenario::Simulation& s) {
+// The simulation section as the simulated world's options (the table read), for a
+// cluster of `tasks` tasks.
+result<sim::simulation_options> simulation_options_of(const scenario::Simulation& s, int tasks) {
   sim::simulation_options o;
   o.seed = s.seed();
   o.network.latency_us = s.network().latency_us();
@@ -659,6 +660,8 @@ result<sim::simulation_options> simulation_options_of(const scenario::Simulation
   o.network.message_cpu_us = s.network().message_cpu_us();
   o.network.transfer_us = s.network().transfer_us();
   o.network.step_cpu_us = s.network().step_cpu_us();
+  // Each part of a step among the tasks' processes and the client's (network.process_cpu_us).
+  o.network.crowding_cpu_us = s.network().process_cpu_us() * (tasks + 1);
   const auto& c = s.compute();
   if (!c.table().empty()) {
     auto table = sim::load_calibration(c.table());
@@ -723,7 +726,7 @@ result<run_summary> run_scenario(const scenario::Scenario& sc, const run_options
   // which outlives everything below.
   std::unique_ptr<sim::simulation> simulated;
   if (sc.cluster().mode() == scenario::Cluster::SIMULATED) {
-    auto o = simulation_options_of(sc.simulation());
+    auto o = simulation_options_of(sc.simulation(), num_tasks(sc.cluster()));
     if (!o.ok()) return o.error();
     simulated = std::make_unique<sim::simulation>(std::move(*o));
     if (!options.no_faults && sc.faults().random().buggify()) simulated->world().set_buggify(true);

@@ -307,6 +307,9 @@ void check_simulation(checker& c, const node& parent, scenario::Scenario* s, std
   if (!(nw->message_cpu_us() >= 0 && nw->message_cpu_us() <= 1e6)) {
     c.error(net, "message_cpu_us", "must be in [0, 10^6] (is ", nw->message_cpu_us(), ")");
   }
+  if (!(nw->process_cpu_us() >= 0 && nw->process_cpu_us() <= 1e5)) {
+    c.error(net, "process_cpu_us", "must be in [0, 10^5] (is ", nw->process_cpu_us(), ")");
+  }
   node cn = c.child(n, "compute", sim->compute());
   scenario::Simulation::Compute* cp = sim->mutable_compute();
   if (!cp->has_gflops()) cp->set_gflops(20);
@@ -835,6 +838,12 @@ int num_tasks(const scenario::Cluster& cluster, std::string_view job) {
     if (j.name() == job) return j.tasks();
   }
   return 0;
+}
+
+int num_tasks(const scenario::Cluster& cluster) {
+  int n = 0;
+  for (const auto& j : cluster.job()) n += j.tasks();
+  return n;
 }
 
 }  // namespace troupe::scenarios

@@ -87,6 +87,8 @@ status check_dataset_files(const scenario::Dataset& dataset);
 
 // How many tasks `job` has in the cluster (0 when there is no such job).
 int num_tasks(const scenario::Cluster& cluster, std::string_view job);
+// How many tasks the cluster has, every job's.
+int num_tasks(const scenario::Cluster& cluster);
 
 // Mode REAL with servers started by hand (addresses or a cluster_file), which troupe run
 // can reach but not signal.

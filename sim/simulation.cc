@@ -307,7 +307,9 @@ void simulation::transfer(const std::string& from, const std::string& to, std::i
 
 bool simulation::delay_step_start(const std::string&, std::int64_t feed_bytes, std::function<void()> start) {
   const network_model& n = options_.network;
-  if (n.step_cpu_us <= 0 || shared_ == nullptr) return false;
+  if (shared_ == nullptr) return false;
+  if (n.crowding_cpu_us > 0) shared_->start(n.crowding_cpu_us * 1e3, /*threads=*/1, [](env::clock::time_point, env::clock::time_point) {});
+  if (n.step_cpu_us <= 0) return false;
   // The request's CPU (the client's and the task's, with the copies of what it feeds at
   // both ends), then its way to the task.
   const auto latency = std::chrono::nanoseconds(static_cast<std::int64_t>(n.latency_us * 1e3));

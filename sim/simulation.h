@@ -63,6 +63,11 @@ struct network_model {
   // much of one core, then the latency, before it starts (the control plane between
   // processes: the client's request to the task, and its answer).
   double step_cpu_us = 0;
+  // > 0 (with compute_model::machine_cores): each task's part of each step also takes
+  // this much of one core, beside it (it delays nothing by itself, it only takes the
+  // cores): what crowding the cluster's processes onto the machine costs beyond their
+  // work (the scenario's network.process_cpu_us times the processes).
+  double crowding_cpu_us = 0;
 };
 
 struct compute_model {

@@ -142,6 +142,15 @@ bool by_hand(const scenario::Cluster& c) {
          std::any_of(c.job().begin(), c.job().end(), [](const auto& j) { return j.addresses_size() > 0; });
 }
 
+// The job of the scenario's workers, or null.
+scenario::Cluster::Job* worker_job_of(scenario::Scenario& s) {
+  const std::string name = s.cluster().worker_job().empty() ? "worker" : s.cluster().worker_job();
+  for (auto& job : *s.mutable_cluster()->mutable_job()) {
+    if (job.name() == name) return &job;
+  }
+  return nullptr;
+}
+
 // Loopback's in-situ fields (sim/calibration.proto): from the CPU time per global step of
 // the scenario's processes in mode REAL and of the one process in IN_PROCESS, and what an
 // IN_PROCESS step moved between tasks over `steps` global steps.
@@ -158,15 +167,28 @@ void in_situ_costs(sim::Loopback& l, double real_us, double in_process_us,
   l.set_transfers_per_step(static_cast<double>(moved.transfers) / n);
   l.set_bytes_per_step(static_cast<double>(moved.bytes) / n);
   l.set_parts_per_step(static_cast<double>(moved.parts) / n);
+  // What more processes cost: the growth of the CPU per global step with three times the
+  // workers, per part of a step and process added.
+  if (l.real_cpu_us_per_step_crowded() > 0 && l.crowded_processes() > l.processes() && l.parts_per_step() > 0) {
+    l.set_process_cpu_us(std::max(0.0, (l.real_cpu_us_per_step_crowded() - real_us) / l.parts_per_step() /
+                                           (l.crowded_processes() - l.processes())));
+  }
   // Both ends of each transfer: what REAL costs more, less the copies and the parts'
-  // control plane that the model already charges.
+  // control plane (with the crowding of the scenario's processes) that the model
+  // already charges.
   const double copies_us = l.copy_gbps() > 0 ? 2 * l.bytes_per_step() / l.copy_gbps() / 1e3 : 0;
-  const double rest_us = real_us - in_process_us - copies_us - l.parts_per_step() * l.step_cpu_us();
+  const double part_us = l.step_cpu_us() + l.process_cpu_us() * l.processes();
+  const double rest_us = real_us - in_process_us - copies_us - l.parts_per_step() * part_us;
   if (l.transfers_per_step() > 0) l.set_message_cpu_us(std::max(l.message_cpu_quiet_us(), rest_us / (2 * l.transfers_per_step())));
   out << "calibrate: CPU per global step " << real_us << " us in mode REAL, " << in_process_us << " us in process; "
       << l.transfers_per_step() << " transfers (" << l.bytes_per_step() << " bytes) and " << l.parts_per_step()
       << " parts of steps per step: message_cpu_us " << l.message_cpu_us() << " in situ (" << l.message_cpu_quiet_us()
       << " between idle servers)\n";
+  if (l.crowded_processes() > 0) {
+    out << "calibrate: CPU per global step " << l.real_cpu_us_per_step_crowded() << " us with " << l.crowded_processes()
+        << " processes against " << real_us << " with " << l.processes() << ": process_cpu_us " << l.process_cpu_us()
+        << " per part of a step and process\n";
+  }
 }
 
 // Loopback's latency in situ (sim/calibration.proto) from the links' transits of a REAL
@@ -345,9 +367,20 @@ int calibrate_command(const std::vector<std::string>& args, std::ostream& out, s
   if (real && loopback) {
     // Both modes without the recorder (whose own work would count in one only).
     out << "calibrate: again in process and in mode REAL, the processes' CPU time per step\n";
-    cpu_window in_process, across;
+    cpu_window in_process, across, crowded;
     if (!run_window(*sc, nullptr, in_process, [] { return process_cpu_ns(); })) return 1;
     if (!run_window(*real, nullptr, across, [] { return process_cpu_ns() + children_cpu_ns(); })) return 1;
+    // Once more with three times the workers: what more processes on the cores cost.
+    if (auto* workers = worker_job_of(*real)) {
+      scenario::Scenario more = *real;
+      const int tasks = scenarios::num_tasks(real->cluster());
+      worker_job_of(more)->set_tasks(3 * workers->tasks());
+      out << "calibrate: again in mode REAL with " << 3 * workers->tasks() << " workers, the crowding of processes\n";
+      if (!run_window(more, nullptr, crowded, [] { return process_cpu_ns() + children_cpu_ns(); })) return 1;
+      loopback->set_processes(tasks + 1);
+      loopback->set_crowded_processes(tasks + 2 * workers->tasks() + 1);
+      loopback->set_real_cpu_us_per_step_crowded(crowded.per_step_us());
+    }
     in_situ_costs(*loopback, across.per_step_us(), in_process.per_step_us(), moved,
                   traced.end && traced.start ? traced.end->second - traced.start->second : 0, out);
     // Once more traced (its servers time their links): the transits of the steady state.
@@ -360,10 +393,8 @@ int calibrate_command(const std::vector<std::string>& args, std::ostream& out, s
   }
   // Each kernel alone: with one worker task no other worker's kernels want the cores, so
   // its wall time says how many cores it keeps busy (KernelCost::alone_ns).
-  const std::string& worker_job = sc->cluster().worker_job();
-  auto workers = std::find_if(sc->mutable_cluster()->mutable_job()->begin(), sc->mutable_cluster()->mutable_job()->end(),
-                              [&](const auto& j) { return j.name() == worker_job; });
-  if (workers != sc->mutable_cluster()->mutable_job()->end() && workers->tasks() > 1) {
+  auto* workers = worker_job_of(*sc);
+  if (workers != nullptr && workers->tasks() > 1) {
     out << "calibrate: again with one worker task, each kernel alone\n";
     workers->set_tasks(1);
     sc->mutable_training()->clear_backup_workers();

@@ -520,6 +520,8 @@ TEST_CASE("simulation: old SIMULATED files run IN_PROCESS with a note; the secti
                  "simulation.network.nic_gbps: must be in [0, 10^4] (is -1)"));
   CHECK(contains(error_of(cluster + "simulation { network { nic_gbps: -1 } compute { noise: 101 } }\n" + k_minimal),
                  "simulation.compute.noise: must be in [0, 100] (is 101)"));
+  CHECK(contains(error_of(cluster + "simulation { network { process_cpu_us: 200000 } }\n" + k_minimal),
+                 "simulation.network.process_cpu_us: must be in [0, 10^5] (is 200000)"));
   CHECK(error_of(cluster + "simulation { compute { cores_per_device: 0 } }\n" + k_minimal) ==
         "s.pbtxt:6:24: simulation.compute.cores_per_device: must be >= 1 (is 0)");
   auto shapes = parse_scenario(cluster + "simulation { execute_kernels: false }\n" + k_minimal, "s.pbtxt");

@@ -492,6 +492,30 @@ TEST_CASE("simulation: on one machine each task's part of a step costs the contr
   CHECK(apart_costly->virtual_seconds == apart->virtual_seconds);
 }
 
+TEST_CASE("simulation: the crowding of processes takes the machine's cores beside each part of a step", "[sim]") {
+  // process_cpu_us 1000 for each of the 4 processes (3 tasks and the client): each part
+  // of a step takes 4 ms of a core beside it, 2 parts a worker step, 60 steps: 0.48 s of
+  // the one core's time, which the kernels share with it.
+  auto free = run_with("simulation { seed: 2 network { latency_us: 0 } compute { machine_cores: 1 } }\n");
+  auto crowded = run_with("simulation { seed: 2 network { latency_us: 0 process_cpu_us: 1000 } compute { machine_cores: 1 } }\n");
+  REQUIRE(free.ok());
+  REQUIRE(crowded.ok());
+  CHECK(crowded->virtual_seconds >= free->virtual_seconds + 0.2);
+  // With cores to spare it delays next to nothing (step_cpu_us of the same 4 ms, which
+  // comes before each part, 60 x 2 x 4 ms along the steps).
+  auto roomy = run_with("simulation { seed: 2 network { latency_us: 0 } compute { machine_cores: 64 } }\n");
+  auto roomy_crowded = run_with("simulation { seed: 2 network { latency_us: 0 process_cpu_us: 1000 } compute { machine_cores: 64 } }\n");
+  auto roomy_step = run_with("simulation { seed: 2 network { latency_us: 0 step_cpu_us: 4000 } compute { machine_cores: 64 } }\n");
+  REQUIRE(roomy.ok());
+  REQUIRE(roomy_crowded.ok());
+  REQUIRE(roomy_step.ok());
+  INFO(free->virtual_seconds << " " << crowded->virtual_seconds << " " << roomy->virtual_seconds << " "
+                             << roomy_crowded->virtual_seconds << " " << roomy_step->virtual_seconds);
+  // (its jobs' ends are events of the world too, and move the workers' interleaving a little)
+  CHECK(roomy_step->virtual_seconds >= roomy->virtual_seconds + 0.15);
+  CHECK(roomy_crowded->virtual_seconds < roomy->virtual_seconds + 0.02);
+}
+
 TEST_CASE("simulation: a variable update takes the calibration's time, measured as it trained", "[sim]") {
   // The scenario trained for real with a recorder: its variable updates are measured (CPU
   // time, not the leases' waiting) like any kernel.

@@ -46,6 +46,9 @@ if sys.argv[2] == "loopback":
     # transfers (4 a step over 30 steps), the latency at least the probe's.
     assert int(lb["transits"]) >= 4 * 30 and lb["transit_mean_us"] > 0 and lb["transit_mean_bytes"] > 0, lb
     assert lb["latency_us"] >= lb["latency_quiet_us"] > 0, lb
+    # The crowding of processes: the scenario again with three times its workers.
+    assert lb["processes"] == 4 and lb["crowded_processes"] == 8 and lb["real_cpu_us_per_step_crowded"] > 0, lb
+    assert lb.get("process_cpu_us", 0) >= 0, lb
 else:
     assert "loopback" not in t, t["loopback"]
 PY
@@ -61,6 +64,8 @@ out="$("$troupe" calibrate "$dir/real.pbtxt" --steps 40 --out "$dir/real.json" 2
 grep -q "calibrate: loopback: network { latency_us: " <<<"$out" || fail "no loopback line: $out"
 grep -q "calibrate: CPU per global step .* in mode REAL" <<<"$out" || fail "no in-situ line: $out"
 grep -q "calibrate: [0-9]* transits between the servers" <<<"$out" || fail "no transits line: $out"
+grep -q "calibrate: CPU per global step .* with 8 processes against .* with 4: process_cpu_us" <<<"$out" ||
+  fail "no crowding line: $out"
 check_table "$dir/real.json" loopback
 
 out="$("$troupe" calibrate "$dir/none.pbtxt" 2>&1)" && fail "a missing scenario was taken"
