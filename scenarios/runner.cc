@@ -275,6 +275,12 @@ class recorder_tracer final : public actors::step_tracer {
                          const std::string& device, clock::time_point at) override {
     end(key, step_id, {task, device, at}, false);
   }
+  // A tensor's way between two processes (mode REAL): a slice in a row of the receiving
+  // task per sending task, from its first write to its last byte in.
+  void link_transit(const std::string& from, const std::string& to, std::int64_t bytes, clock::time_point sent,
+                    clock::time_point arrived) override {
+    recorder_.record_span({to, str_cat("link from ", from), str_cat(bytes, " bytes"), "link_transit", sent, arrived});
+  }
 
  private:
   void end(const std::string& key, std::int64_t step_id, trace_point point, bool sent) {

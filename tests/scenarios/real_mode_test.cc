@@ -181,6 +181,9 @@ TEST_CASE("mode REAL with a trace: the servers time their kernels and transfers,
   CHECK_THAT(json, Catch::Contains("\"cat\":\"MatMul\""));
   CHECK_THAT(json, Catch::Contains("\"ph\":\"s\""));
   CHECK_THAT(json, Catch::Contains("\"ph\":\"f\""));
+  // The links' transits, in rows of the receiving task by sender.
+  CHECK_THAT(json, Catch::Contains("\"cat\":\"link_transit\""));
+  CHECK_THAT(json, Catch::Contains("\"args\":{\"name\":\"link from /job:worker/replica:0/task:1\"}"));
   CHECK(children() == 0);
 }
 
