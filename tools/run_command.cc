@@ -367,21 +367,38 @@ int calibrate_command(const std::vector<std::string>& args, std::ostream& out, s
   if (real && loopback) {
     // Both modes without the recorder (whose own work would count in one only).
     out << "calibrate: again in process and in mode REAL, the processes' CPU time per step\n";
-    cpu_window in_process, across, crowded;
+    cpu_window in_process;
     if (!run_window(*sc, nullptr, in_process, [] { return process_cpu_ns(); })) return 1;
-    if (!run_window(*real, nullptr, across, [] { return process_cpu_ns() + children_cpu_ns(); })) return 1;
-    // Once more with three times the workers: what more processes on the cores cost.
+    // Mode REAL, and with three times the workers (what more processes on the cores
+    // cost), each twice, alternating: the machine drifts between runs by about as much
+    // as the crowding costs, and the means of two are steadier. 0: no window measured.
+    std::optional<scenario::Scenario> more;
     if (auto* workers = worker_job_of(*real)) {
-      scenario::Scenario more = *real;
+      more = *real;
       const int tasks = scenarios::num_tasks(real->cluster());
-      worker_job_of(more)->set_tasks(3 * workers->tasks());
-      out << "calibrate: again in mode REAL with " << 3 * workers->tasks() << " workers, the crowding of processes\n";
-      if (!run_window(more, nullptr, crowded, [] { return process_cpu_ns() + children_cpu_ns(); })) return 1;
+      worker_job_of(*more)->set_tasks(3 * workers->tasks());
+      out << "calibrate: and in mode REAL with " << 3 * workers->tasks()
+          << " workers (the crowding of processes), each twice\n";
       loopback->set_processes(tasks + 1);
       loopback->set_crowded_processes(tasks + 2 * workers->tasks() + 1);
-      loopback->set_real_cpu_us_per_step_crowded(crowded.per_step_us());
     }
-    in_situ_costs(*loopback, across.per_step_us(), in_process.per_step_us(), moved,
+    const auto real_cpu = [] { return process_cpu_ns() + children_cpu_ns(); };
+    const int rounds = more ? 2 : 1;
+    double across_us = 0, crowded_us = 0;
+    bool across_ok = true, crowded_ok = more.has_value();
+    for (int r = 0; r < rounds; ++r) {
+      cpu_window across;
+      if (!run_window(*real, nullptr, across, real_cpu)) return 1;
+      across_ok = across_ok && across.per_step_us() > 0;
+      across_us += across.per_step_us() / rounds;
+      if (!more) continue;
+      cpu_window crowded;
+      if (!run_window(*more, nullptr, crowded, real_cpu)) return 1;
+      crowded_ok = crowded_ok && crowded.per_step_us() > 0;
+      crowded_us += crowded.per_step_us() / rounds;
+    }
+    if (crowded_ok) loopback->set_real_cpu_us_per_step_crowded(crowded_us);
+    in_situ_costs(*loopback, across_ok ? across_us : 0, in_process.per_step_us(), moved,
                   traced.end && traced.start ? traced.end->second - traced.start->second : 0, out);
     // Once more traced (its servers time their links): the transits of the steady state.
     out << "calibrate: again in mode REAL, the links' transits\n";
