@@ -78,18 +78,18 @@ void calibration_recorder::resume() {
 void calibration_recorder::link_transit(const std::string&, const std::string&, std::int64_t bytes,
                                         clock::time_point sent, clock::time_point arrived) {
   std::lock_guard<std::mutex> lock(mutex_);
-  if (transits_.size() < max_samples_) transits_.push_back({bytes, sent, arrived});
+  // Kept only when it arrived while recording (a window opens at its resume, later than
+  // anything that arrived before), so that the cap keeps the steady state's.
+  const bool in = std::any_of(recorded_.begin(), recorded_.end(),
+                              [&](const auto& w) { return arrived >= w.first && arrived < w.second; });
+  if (in && transits_.size() < max_samples_) transits_.push_back({bytes, sent, arrived});
 }
 
 calibration_recorder::transits calibration_recorder::link_transits() const {
   std::lock_guard<std::mutex> lock(mutex_);
-  // Least squares of the transit (us) on the bytes over the transits that arrived while
-  // recording.
+  // Least squares of the transit (us) on the bytes.
   double n = 0, sx = 0, sy = 0, sxx = 0, sxy = 0;
   for (const transit& t : transits_) {
-    const bool in = std::any_of(recorded_.begin(), recorded_.end(),
-                                [&](const auto& w) { return t.arrived >= w.first && t.arrived < w.second; });
-    if (!in) continue;
     const double x = static_cast<double>(t.bytes);
     const double y = std::chrono::duration<double, std::micro>(t.arrived - t.sent).count();
     n += 1;

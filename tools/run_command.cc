@@ -328,15 +328,20 @@ int calibrate_command(const std::vector<std::string>& args, std::ostream& out, s
       return (end->first - start->first) / 1e3 / static_cast<double>(end->second - start->second);
     }
   };
+  // `workers_times` > 1: a run with that many times the scenario's workers, whose
+  // workers each reach the steady state at that many times the global steps: its window
+  // opens at from_step times it, and is as long as the others'.
   auto run_window = [&](const scenario::Scenario& s, sim::calibration_recorder* recorder, cpu_window& window,
-                        const std::function<double()>& cpu) -> bool {
+                        const std::function<double()>& cpu, std::int64_t workers_times = 1) -> bool {
+    const std::int64_t from = from_step * workers_times, to = steps + from - from_step;
     options.tracer = recorder;
-    options.on_step = [&](std::int64_t step) {
+    options.steps = to;
+    options.on_step = [&, from, to](std::int64_t step) {
       std::lock_guard<std::mutex> lock(window.mutex);
-      if (step >= steps) {
+      if (step >= to) {
         if (window.start && !window.end) window.end.emplace(cpu(), step);
         if (recorder != nullptr) recorder->pause();
-      } else if (step >= from_step && !window.end) {
+      } else if (step >= from && !window.end) {
         if (!window.start) window.start.emplace(cpu(), step);
         if (recorder != nullptr) recorder->resume();
       }
@@ -344,6 +349,7 @@ int calibrate_command(const std::vector<std::string>& args, std::ostream& out, s
     auto summary = scenarios::run_scenario(s, options);
     options.tracer = nullptr;
     options.on_step = nullptr;
+    options.steps = steps;
     if (!summary.ok()) {
       err << "troupe calibrate: " << summary.error().to_string() << "\n";
       return false;
@@ -372,8 +378,13 @@ int calibrate_command(const std::vector<std::string>& args, std::ostream& out, s
     // Mode REAL, and with three times the workers (what more processes on the cores
     // cost), each twice, alternating: the machine drifts between runs by about as much
     // as the crowding costs, and the means of two are steadier. 0: no window measured.
+    // (ASYNC only: under SYNC a global step of three times the workers is three times
+    // the work.)
     std::optional<scenario::Scenario> more;
-    if (auto* workers = worker_job_of(*real)) {
+    auto* workers = worker_job_of(*real);
+    if (workers != nullptr && real->training().replication() == scenario::Training::SYNC) {
+      out << "calibrate: (SYNC: the crowding of processes is not measured; process_cpu_us stays 0)\n";
+    } else if (workers != nullptr) {
       more = *real;
       const int tasks = scenarios::num_tasks(real->cluster());
       worker_job_of(*more)->set_tasks(3 * workers->tasks());
@@ -393,7 +404,7 @@ int calibrate_command(const std::vector<std::string>& args, std::ostream& out, s
       across_us += across.per_step_us() / rounds;
       if (!more) continue;
       cpu_window crowded;
-      if (!run_window(*more, nullptr, crowded, real_cpu)) return 1;
+      if (!run_window(*more, nullptr, crowded, real_cpu, 3)) return 1;
       crowded_ok = crowded_ok && crowded.per_step_us() > 0;
       crowded_us += crowded.per_step_us() / rounds;
     }

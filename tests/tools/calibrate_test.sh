@@ -7,6 +7,7 @@
 #
 #   tests/tools/calibrate_test.sh BUILD/troupe
 set -uo pipefail
+unset TROUPE_LINK_SHARED_MEMORY_MB  # the links' transits are timed over shared memory
 troupe="${1:?usage: calibrate_test.sh TROUPE}"
 dir="$(mktemp -d)"
 trap 'rm -rf "$dir"' EXIT
