@@ -15,12 +15,15 @@ using namespace std::chrono_literals;
 TEST_CASE("spin_gate spins until an answer from another thread comes", "[core]") {
   spin_gate gate(200ms, 1);  // a long budget: the answer comes well within it
   std::atomic<bool> answered{false};
+  std::atomic<int> calls{0};
+  const auto start = std::chrono::steady_clock::now();
+  // The answer comes 2 ms after the spinner first asked (not 2 ms after this thread
+  // starts: on a busy machine the spinner may not have asked by then).
   std::thread answer([&] {
+    while (calls.load() == 0) std::this_thread::yield();
     std::this_thread::sleep_for(2ms);
     answered = true;
   });
-  int calls = 0;
-  const auto start = std::chrono::steady_clock::now();
   const bool seen = gate.spin([&] {
     ++calls;
     return answered.load();
@@ -45,13 +48,14 @@ TEST_CASE("spin_gate gives up at its budget", "[core]") {
 
 TEST_CASE("spin_gate does not spin after a wait longer than its budget, and spins again after a short one",
           "[core]") {
-  spin_gate gate(1ms, 1);
+  // A budget long enough that a spinner descheduled on a busy machine still asks twice.
+  spin_gate gate(50ms, 1);
   int calls = 0;
   const auto never = [&] {
     ++calls;
     return false;
   };
-  gate.record(5ms);
+  gate.record(100ms);
   CHECK_FALSE(gate.spin(never));
   CHECK(calls == 1);  // asked once, no spin
   gate.record(100us);
