@@ -136,17 +136,10 @@ std::string cpu_model() {
   return {};
 }
 
-// Whether a REAL cluster's servers were started by hand (addresses or a cluster file).
-bool by_hand(const scenario::Cluster& c) {
-  return !c.cluster_file().empty() ||
-         std::any_of(c.job().begin(), c.job().end(), [](const auto& j) { return j.addresses_size() > 0; });
-}
-
-// The job of the scenario's workers, or null.
+// The job of the scenario's workers (cluster.worker_job, which loading fills in), or null.
 scenario::Cluster::Job* worker_job_of(scenario::Scenario& s) {
-  const std::string name = s.cluster().worker_job().empty() ? "worker" : s.cluster().worker_job();
   for (auto& job : *s.mutable_cluster()->mutable_job()) {
-    if (job.name() == name) return &job;
+    if (job.name() == s.cluster().worker_job()) return &job;
   }
   return nullptr;
 }
@@ -215,7 +208,7 @@ void in_situ_latency(sim::Loopback& l, const sim::calibration_recorder::transits
 std::optional<sim::Loopback> loopback_of(const scenario::Cluster& c, std::ostream& out, std::ostream& err) {
   out << "calibrate: measuring transfers between two server processes on loopback"
       << (c.tls() ? " (mutual TLS)" : "") << "\n";
-  if (by_hand(c)) {
+  if (scenarios::servers_by_hand(c)) {
     out << "calibrate: (this machine's loopback, not the network between the scenario's addresses: set that "
            "network's latency and bandwidth in the simulation yourself)\n";
   }
@@ -296,7 +289,7 @@ int calibrate_command(const std::vector<std::string>& args, std::ostream& out, s
   if (sc->cluster().mode() == scenario::Cluster::REAL) {
     loopback = loopback_of(sc->cluster(), out, err);
     if (!loopback) return 1;
-    if (!by_hand(sc->cluster())) real = *sc;
+    if (!scenarios::servers_by_hand(sc->cluster())) real = *sc;
     out << "calibrate: the cluster's tasks run in this process (mode REAL measures the same kernels)\n";
     sc->mutable_cluster()->set_mode(scenario::Cluster::IN_PROCESS);
     sc->mutable_cluster()->clear_cluster_file();
