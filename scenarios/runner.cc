@@ -1021,9 +1021,8 @@ result<run_summary> run_scenario(const scenario::Scenario& sc, const run_options
         // checkpoint's closing gate keeps out while it waits for this reader: a deadlock
         // that CI met once.)
         const std::string task = layout->worker(static_cast<int>(w));
-        auto pipeline_restores = [&] { return pipeline_restores_of(task); };
         std::optional<std::int32_t> size;
-        std::uint64_t size_restores = 0;  // pipeline_restores() when `size` was seen
+        std::uint64_t size_restores = 0;  // pipeline_restores_of(task) when `size` was seen
         while (!stop) {
           result<std::vector<tensor>> e = std::vector<tensor>{};
           bool full = false;
@@ -1033,7 +1032,7 @@ result<run_summary> run_scenario(const scenario::Scenario& sc, const run_options
           }();
           {
             cluster::step_gate::pass feeding(gate, cluster::step_gate::pass::kind::feeder);
-            const std::uint64_t restores = pipeline_restores();
+            const std::uint64_t restores = pipeline_restores_of(task);
             if (restores != size_restores) size.reset();
             if (!size) {
               e = s->run({}, {k_queue_size});
@@ -1095,15 +1094,14 @@ result<run_summary> run_scenario(const scenario::Scenario& sc, const run_options
     actors::session& s = *workers[w];
     const auto& o = sync_ops[w];
     const std::string task = layout->worker(static_cast<int>(w));
-    auto pipeline_restores = [&] { return pipeline_restores_of(task); };
     std::int64_t local = first_step;
-    std::uint64_t local_restores = pipeline_restores();  // when `local` was read
+    std::uint64_t local_restores = pipeline_restores_of(task);  // when `local` was read
     // Inside the gate: reads the step to compute now (so never from a task restarted but
     // not yet restored) and takes the tokens handed out meanwhile (a recovery hands every
     // worker one): they are for the step this worker now computes anyway; taken later,
     // they would start it twice.
     auto catch_up = [&]() -> status {
-      const std::uint64_t restores = pipeline_restores();
+      const std::uint64_t restores = pipeline_restores_of(task);
       auto now = s.run({}, {"step_value"});
       auto tokens = now.ok() ? s.run({}, {o.token_size[w].name()}) : now;
       for (std::int32_t k = tokens.ok() ? tokens->at(0).scalar_value<std::int32_t>() : 0; k > 0 && tokens.ok(); --k) {
@@ -1143,7 +1141,7 @@ result<run_summary> run_scenario(const scenario::Scenario& sc, const run_options
       result<std::vector<tensor>> r = internal_error("not run");
       {
         cluster::step_gate::pass inside(gate);
-        const std::uint64_t restores = pipeline_restores();
+        const std::uint64_t restores = pipeline_restores_of(task);
         if (restores != local_restores) {
           if (status caught = catch_up(); !caught.ok()) r = caught;
         }
