@@ -15,9 +15,10 @@ largest bandwidth), the measured loopback for REAL (latency, each transfer's tur
 bandwidth, the CPU of its copies and of each message, that one as calibrate measured it
 in situ from the scenario trained both ways, the control plane's CPU per task and
 step; the latency as the scenario's links took in situ, and the crowding of processes
-from the scenario with three times its workers). Nothing is fitted to the runs compared. The step time is the steady state's:
-training seconds over global steps of a run of warm + measured steps less a run of warm
-(the summaries' training_seconds and global_step). Writes sim_fidelity.json and
+from the scenario with three times its workers). Nothing is fitted to the runs
+compared. The step time is the steady state's: training seconds over global steps of a
+run of warm + measured steps less a run of warm (the summaries' training_seconds and
+global_step). Writes sim_fidelity.json and
 sim_fidelity.md (the table) into --out; bench/run.sh runs it and report.md shows it.
 Needs only troupe and the dataset (no PyPI package).
 """

@@ -19,8 +19,9 @@
 // shape, bytes, the sender's monotonic clock when it began writing it) and chunk frames
 // of at most `chunk_bytes`; acknowledgements and heartbeats may come between chunks.
 // Credits: a sender starts no tensor while the bytes it sent and the receiver has not
-// acknowledged (after handing the tensor on) reach `window_bytes`; sends beyond wait in order, each `done` runs when its bytes are written,
-// so a producer that waits for `done` holds at most a window of the link's memory.
+// acknowledged (after handing the tensor on) reach `window_bytes`; sends beyond wait in
+// order, each `done` runs when its bytes are written, so a producer that waits for
+// `done` holds at most a window of the link's memory.
 // Failure: heartbeats every `heartbeat` while idle; silence for `peer_timeout`, a closed
 // or reset connection, or a frame that makes no sense fail the link with UNAVAILABLE
 // naming the peer task: the failure handler runs once, and every send not yet written

@@ -308,7 +308,10 @@ void simulation::transfer(const std::string& from, const std::string& to, std::i
 bool simulation::delay_step_start(const std::string&, std::int64_t feed_bytes, std::function<void()> start) {
   const network_model& n = options_.network;
   if (shared_ == nullptr) return false;
-  if (n.crowding_cpu_us > 0) shared_->start(n.crowding_cpu_us * 1e3, /*threads=*/1, [](env::clock::time_point, env::clock::time_point) {});
+  // The processes' crowding: work on the cores that nothing waits for.
+  if (n.crowding_cpu_us > 0) {
+    shared_->start(n.crowding_cpu_us * 1e3, /*threads=*/1, [](env::clock::time_point, env::clock::time_point) {});
+  }
   if (n.step_cpu_us <= 0) return false;
   // The request's CPU (the client's and the task's, with the copies of what it feeds at
   // both ends), then its way to the task.
