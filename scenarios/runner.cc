@@ -898,9 +898,26 @@ result<run_summary> run_scenario(const scenario::Scenario& sc, const run_options
   if (simulated != nullptr && sc.simulation().liveness().steps() > 0) {
     liveness.from = total_steps - sc.simulation().liveness().steps();
   }
+  // The steady state's start (run_summary::steady_seconds): the first global step at or
+  // past a quarter of the steps, and when.
+  struct {
+    std::atomic<bool> started{false};
+    std::mutex mutex;
+    std::int64_t step = 0;
+    env::clock::time_point at;
+  } steady;
+  const std::int64_t steady_from = std::max<std::int64_t>(1, total_steps / 4);
   // Every global step a trainer or the SYNC coordinator finishes.
   auto step_reached = [&](std::int64_t step) {
     if (options.on_step) options.on_step(step);
+    if (step >= steady_from && !steady.started.load(std::memory_order_acquire)) {
+      std::lock_guard<std::mutex> lock(steady.mutex);
+      if (!steady.started.load(std::memory_order_relaxed)) {
+        steady.step = step;
+        steady.at = env::now();
+        steady.started.store(true, std::memory_order_release);
+      }
+    }
     if (step < liveness.from) return faults.step_reached(step);
     bool starts = false;
     {
@@ -1323,7 +1340,8 @@ result<run_summary> run_scenario(const scenario::Scenario& sc, const run_options
     liveness_watch->join();
   }
   faults.lift_all();  // a fault without until_step lasts to the end of training
-  double seconds = std::chrono::duration<double>(env::now() - started).count();
+  const auto trained_at = env::now();
+  double seconds = std::chrono::duration<double>(trained_at - started).count();
   end_run();  // wakes the readers
   for (auto& th : readers) th.join();
   // Every task killed is back (or the supervisor gave up) before the end is read and saved.
@@ -1383,6 +1401,10 @@ result<run_summary> run_scenario(const scenario::Scenario& sc, const run_options
   summary.steps = final_step->at(0).scalar_value<std::int64_t>();
   progress.finish();
   summary.seconds = seconds;
+  if (steady.started.load() && summary.steps > steady.step) {
+    summary.steady_seconds = std::chrono::duration<double>(trained_at - steady.at).count();
+    summary.steady_steps = summary.steps - steady.step;
+  }
   summary.final_loss = shape_only ? 0 : progress.smoothed_loss();
   if (!shape_only) {
     auto acc = settled(gated([&] { return evaluate(**evaluator, *tests); }));

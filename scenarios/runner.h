@@ -65,6 +65,10 @@ struct fault_record {
 struct run_summary {
   std::int64_t steps = 0;         // the global step reached
   double seconds = 0;             // training time, without set-up and final evaluation (virtual when SIMULATED)
+  // The steady state: from the first global step at or past a quarter of the steps to the
+  // end of training (virtual when SIMULATED), and the global steps in it.
+  double steady_seconds = 0;
+  std::int64_t steady_steps = 0;
   double virtual_seconds = 0;     // SIMULATED: the virtual time of the whole run
   bool shape_only = false;        // SIMULATED with execute_kernels: false (no loss or accuracy)
   std::map<std::string, std::int64_t> buggify_fires;  // SIMULATED with faults.random.buggify: by live site

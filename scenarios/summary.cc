@@ -24,6 +24,8 @@ scenario::RunSummary make_run_summary(const scenario::Scenario& s, const run_sum
   out.set_final_loss(summary->final_loss);
   out.set_virtual_seconds(summary->virtual_seconds);
   out.set_training_seconds(summary->seconds);
+  out.set_steady_seconds(summary->steady_seconds);
+  out.set_steady_steps(summary->steady_steps);
   out.set_liveness_ms(summary->liveness_ms);
   out.set_links_clogged(summary->links_clogged);
   out.set_shape_only(summary->shape_only);

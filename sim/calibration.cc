@@ -53,6 +53,7 @@ void calibration_recorder::reset() {
   samples_.clear();
   runs_ = 0;
   accounted_cpu_ns_ = 0;
+  kernel_cpu_ns_ = 0;
   window_start_.reset();
   window_end_ = {};
   traffic_ = {};
@@ -113,6 +114,23 @@ calibration_recorder::transits calibration_recorder::link_transits() const {
   return out;
 }
 
+calibration_recorder::kernel_runs calibration_recorder::kernels_run() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return {runs_, kernel_cpu_ns_};
+}
+
+bool set_runtime_untraced(Calibration& table, const calibration_recorder::kernel_runs& runs, std::int64_t steps,
+                          double cpu_us_per_step) {
+  if (runs.runs <= 0 || steps <= 0 || cpu_us_per_step <= 0) return false;
+  const double per_step = static_cast<double>(runs.runs) / static_cast<double>(steps);
+  table.set_runtime_traced_ns_per_kernel(table.runtime_ns_per_kernel());
+  table.set_cpu_us_per_step(cpu_us_per_step);
+  table.set_kernels_per_step(per_step);
+  table.set_runtime_ns_per_kernel(
+      std::max(0.0, cpu_us_per_step * 1e3 / per_step - runs.cpu_ns / static_cast<double>(runs.runs)));
+  return true;
+}
+
 calibration_recorder::traffic calibration_recorder::between_tasks() const {
   std::lock_guard<std::mutex> lock(mutex_);
   traffic out = traffic_;
@@ -158,6 +176,7 @@ void calibration_recorder::node_span(const std::string& task, const std::string&
   }
   if (detail.cpu_ns < 0) return;
   ++runs_;
+  kernel_cpu_ns_ += detail.cpu_ns;
   accounted_cpu_ns_ += detail.cpu_ns + (thread_cpu_ns() - own_start);
   if (runs_ == k_window_after) {
     window_start_ = cpu_point{process_cpu_ns(), accounted_cpu_ns_, runs_};

@@ -69,6 +69,12 @@ class calibration_recorder final : public actors::step_tracer {
     double latency_us = 0, bandwidth_gbps = 0;
   };
   transits link_transits() const;
+  // The synchronous kernels run while recording, and their CPU time (not the recorder's).
+  struct kernel_runs {
+    std::int64_t runs = 0;
+    double cpu_ns = 0;
+  };
+  kernel_runs kernels_run() const;
 
   void node_span(const std::string& task, const std::string& device, const std::string& node, const std::string& op,
                  std::int64_t step_id, clock::time_point start, clock::time_point end,
@@ -113,9 +119,18 @@ class calibration_recorder final : public actors::step_tracer {
   std::atomic<bool> recording_{true};
   std::int64_t runs_ = 0;
   double accounted_cpu_ns_ = 0;  // the kernels' CPU time and this recorder's own
+  double kernel_cpu_ns_ = 0;     // the kernels' alone
   std::optional<cpu_point> window_start_;
   cpu_point window_end_;
 };
+
+// The runtime's cost per kernel from the same training untraced (Calibration::
+// cpu_us_per_step): `steps` global steps of the traced run ran `runs`' kernels; what the
+// untraced run's CPU per step leaves beyond their CPU time, per kernel, becomes
+// runtime_ns_per_kernel (at least 0), the traced figure runtime_traced_ns_per_kernel.
+// False (the table unchanged) when nothing was measured.
+bool set_runtime_untraced(Calibration& table, const calibration_recorder::kernel_runs& runs, std::int64_t steps,
+                          double cpu_us_per_step);
 
 // Sets each entry's alone_ns to the mean wall time of the same kernel (op, device type,
 // inputs, attributes) in `alone`, a table measured with one worker task; the entries it

@@ -186,7 +186,9 @@ class simulation::device_timer final : public actors::kernel_timer {
 
 double simulation::kernel_overhead_ns() const {
   const auto& t = options_.compute.table;
-  return t && t->runtime_ns_per_kernel() > 0 ? t->runtime_ns_per_kernel() : options_.compute.kernel_overhead_us * 1e3;
+  // A table measured untraced too says the runtime's cost, 0 included.
+  return t && (t->runtime_ns_per_kernel() > 0 || t->cpu_us_per_step() > 0) ? t->runtime_ns_per_kernel()
+                                                                           : options_.compute.kernel_overhead_us * 1e3;
 }
 
 double simulation::threads_for(double work_ns) const {

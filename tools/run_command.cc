@@ -350,24 +350,38 @@ int calibrate_command(const std::vector<std::string>& args, std::ostream& out, s
     if (!steps_run) steps_run = summary->steps;
     return true;
   };
-  auto measure = [&](const scenario::Scenario& s, cpu_window& window,
-                     sim::calibration_recorder::traffic* moved) -> std::optional<sim::Calibration> {
+  auto measure = [&](const scenario::Scenario& s, cpu_window& window, sim::calibration_recorder::traffic* moved,
+                     sim::calibration_recorder::kernel_runs* runs) -> std::optional<sim::Calibration> {
     sim::calibration_recorder recorder;
     recorder.pause();
     if (!run_window(s, &recorder, window, [] { return process_cpu_ns(); })) return std::nullopt;
     if (moved != nullptr) *moved = recorder.between_tasks();
+    if (runs != nullptr) *runs = recorder.kernels_run();
     return recorder.table();
   };
   cpu_window traced;
   sim::calibration_recorder::traffic moved;
-  auto measured = measure(*sc, traced, &moved);
+  sim::calibration_recorder::kernel_runs runs;
+  auto measured = measure(*sc, traced, &moved, &runs);
   if (!measured) return 1;
   sim::Calibration table = std::move(*measured);
+  const std::int64_t traced_steps = traced.end && traced.start ? traced.end->second - traced.start->second : 0;
+  // The same training without the recorder (whose metering of every kernel costs CPU
+  // too): the CPU per step that the table's kernels and runtime must add up to.
+  out << "calibrate: again without the recorder, the CPU time per step\n";
+  cpu_window in_process;
+  if (!run_window(*sc, nullptr, in_process, [] { return process_cpu_ns(); })) return 1;
+  if (sim::set_runtime_untraced(table, runs, traced_steps, in_process.per_step_us())) {
+    out << "calibrate: CPU per global step " << table.cpu_us_per_step() << " us untraced ("
+        << traced.per_step_us() << " traced), " << table.kernels_per_step()
+        << " kernels per step: runtime_ns_per_kernel " << table.runtime_ns_per_kernel() << " ("
+        << table.runtime_traced_ns_per_kernel() << " traced)\n";
+  } else {
+    out << "calibrate: (no steady state measured untraced: runtime_ns_per_kernel stays the traced run's)\n";
+  }
   if (real && loopback) {
-    // Both modes without the recorder (whose own work would count in one only).
-    out << "calibrate: again in process and in mode REAL, the processes' CPU time per step\n";
-    cpu_window in_process;
-    if (!run_window(*sc, nullptr, in_process, [] { return process_cpu_ns(); })) return 1;
+    // Mode REAL without the recorder, as the run in process just above.
+    out << "calibrate: again in mode REAL, the processes' CPU time per step\n";
     // Mode REAL, and with three times the workers (what more processes on the cores
     // cost), each twice, alternating: the machine drifts between runs by about as much
     // as the crowding costs, and the means of two are steadier. 0: no window measured.
@@ -402,8 +416,7 @@ int calibrate_command(const std::vector<std::string>& args, std::ostream& out, s
       crowded_us += crowded.per_step_us() / rounds;
     }
     if (crowded_ok) loopback->set_real_cpu_us_per_step_crowded(crowded_us);
-    in_situ_costs(*loopback, across_ok ? across_us : 0, in_process.per_step_us(), moved,
-                  traced.end && traced.start ? traced.end->second - traced.start->second : 0, out);
+    in_situ_costs(*loopback, across_ok ? across_us : 0, in_process.per_step_us(), moved, traced_steps, out);
     // Once more traced (its servers time their links): the transits of the steady state.
     out << "calibrate: again in mode REAL, the links' transits\n";
     sim::calibration_recorder links;
@@ -420,7 +433,7 @@ int calibrate_command(const std::vector<std::string>& args, std::ostream& out, s
     workers->set_tasks(1);
     sc->mutable_training()->clear_backup_workers();
     cpu_window unused;
-    auto alone = measure(*sc, unused, nullptr);
+    auto alone = measure(*sc, unused, nullptr, nullptr);
     if (!alone) return 1;
     sim::add_alone_times(table, *alone);
   } else {

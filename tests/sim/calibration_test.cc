@@ -191,6 +191,36 @@ TEST_CASE("calibration: the links' transits fitted as latency and bandwidth, cou
   CHECK(t.latency_us == Approx(105));
 }
 
+TEST_CASE("calibration: the runtime's cost per kernel from the same training untraced", "[sim]") {
+  tf::NodeDef def;
+  def.set_name("mm");
+  def.set_op("MatMul");
+  sim::calibration_recorder r;
+  for (int i = 0; i < 10; ++i) matmul_span(r, def, 50, false, 30);  // 10 runs of 30 us CPU
+  matmul_span(r, def, 99999, /*asynchronous=*/true);               // waiting: not a run
+  const auto runs = r.kernels_run();
+  CHECK(runs.runs == 10);
+  CHECK(runs.cpu_ns == Approx(300000));
+  sim::Calibration t = r.table();
+  t.set_runtime_ns_per_kernel(12000);  // as a traced run measured it
+  // 2 steps of 5 kernels each; untraced, a step took 200 us of CPU: 40 us a kernel, 30 of
+  // them the kernel's own.
+  REQUIRE(sim::set_runtime_untraced(t, runs, 2, 200));
+  CHECK(t.runtime_ns_per_kernel() == Approx(10000));
+  CHECK(t.runtime_traced_ns_per_kernel() == Approx(12000));
+  CHECK(t.kernels_per_step() == Approx(5));
+  CHECK(t.cpu_us_per_step() == Approx(200));
+  // Less CPU untraced than the kernels' own: no runtime cost, never a negative one.
+  REQUIRE(sim::set_runtime_untraced(t, runs, 2, 100));
+  CHECK(t.runtime_ns_per_kernel() == 0);
+  // Nothing measured: the table unchanged.
+  sim::Calibration before = t;
+  CHECK_FALSE(sim::set_runtime_untraced(t, runs, 0, 200));
+  CHECK_FALSE(sim::set_runtime_untraced(t, runs, 2, 0));
+  CHECK_FALSE(sim::set_runtime_untraced(t, {}, 2, 200));
+  CHECK(t.SerializeAsString() == before.SerializeAsString());
+}
+
 TEST_CASE("calibration: a scenario's training measured kernel by kernel", "[sim]") {
   auto sc = scenarios::parse_scenario(R"(
 cluster { job { name: "ps" tasks: 1 } job { name: "worker" tasks: 1 } }

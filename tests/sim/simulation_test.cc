@@ -118,7 +118,8 @@ report { progress: OFF }
 
 struct outcome {
   std::string trace, summary;  // the summary without its wall time
-  double virtual_seconds = 0, training_seconds = 0;
+  double virtual_seconds = 0, training_seconds = 0, steady_seconds = 0;
+  std::int64_t steady_steps = 0;
 };
 
 outcome run(const std::string& simulation) {
@@ -142,6 +143,8 @@ outcome run(const std::string& simulation) {
   r.summary = *json;
   r.virtual_seconds = summary->virtual_seconds;
   r.training_seconds = summary->seconds;
+  r.steady_seconds = summary->steady_seconds;
+  r.steady_steps = summary->steady_steps;
   return r;
 }
 
@@ -173,6 +176,18 @@ TEST_CASE("simulation: a calibrated kernel keeps busy the cores it kept busy alo
   CHECK(two_matmuls_seconds(1, 2, /*one=*/false, matmul_table(10, 20)) == Approx(0.020).epsilon(0.05));
   // Never more cores than intra_op_threads.
   CHECK(two_matmuls_seconds(4, 2, /*one=*/true, matmul_table(40, 10)) == Approx(0.020).epsilon(0.05));
+}
+
+TEST_CASE("simulation: the table's runtime cost per kernel is added to every kernel", "[sim]") {
+  // The MatMul's 20 ms alone; with 5 ms of the runtime's on it and on the Fill before it,
+  // about 10 ms more. A table measured untraced whose runtime came out 0 adds nothing.
+  sim::Calibration untraced = matmul_table(20, 20);
+  untraced.set_cpu_us_per_step(1000);
+  const double none = two_matmuls_seconds(2, 2, /*one=*/true, untraced);
+  CHECK(none == Approx(0.020).epsilon(0.05));
+  sim::Calibration with_runtime = matmul_table(20, 20);
+  with_runtime.set_runtime_ns_per_kernel(5e6);
+  CHECK(two_matmuls_seconds(2, 2, /*one=*/true, with_runtime) >= none + 0.0095);
 }
 
 TEST_CASE("simulation: the roofline rates", "[sim]") {
@@ -211,6 +226,11 @@ TEST_CASE("simulation: the network's latency is on every step's path", "[sim]") 
   // back: two latencies at least, the two workers side by side: 60 steps >= 60 x 5 ms.
   CHECK(slow.training_seconds >= 60 * 0.005);
   CHECK(fast.training_seconds < slow.training_seconds / 10);
+  // The steady state, from global step 15 (a quarter of 60) to the end: the same rate.
+  CHECK(slow.steady_steps >= 40);
+  CHECK(slow.steady_steps <= 50);
+  CHECK(slow.steady_seconds < slow.training_seconds);
+  CHECK(slow.steady_seconds >= 0.9 * 0.005 * static_cast<double>(slow.steady_steps));
 }
 
 namespace {
