@@ -4,21 +4,26 @@
     bench/sim_fidelity.py [--troupe build/troupe] [--out DIR] [--workers 1,2,4,8]
                           [--models mlp,lenet] [--modes IN_PROCESS,REAL] [--rounds 3] [--quick]
 
-For each model: `troupe calibrate` measures its kernels once (2 workers and one PS task;
-in the steady state, each kernel also alone with one worker) and, the scenario being in
-mode REAL, what transfers between two server processes cost on this machine (the
-table's loopback). Then for each number of workers the same training runs for real (each
-mode, the median of --rounds runs) and in simulation, with that one table, machine_cores
-and intra_op_threads set to this machine's cores (the tasks of both real modes share
-them), and the mode's network: none for IN_PROCESS (tensors are shared: latency 0, the
-largest bandwidth), the measured loopback for REAL (latency, each transfer's turn,
-bandwidth, the CPU of its copies and of each message, that one as calibrate measured it
-in situ from the scenario trained both ways, the control plane's CPU per task and
-step; the latency as the scenario's links took in situ, and the crowding of processes
-from the scenario with three times its workers). Nothing is fitted to the runs
-compared. The step time is the steady state's: training seconds over global steps of a
-run of warm + measured steps less a run of warm (the summaries' training_seconds and
-global_step). Writes sim_fidelity.json and
+For each model and round: `troupe calibrate` measures its kernels (2 workers and one PS
+task; in the steady state, each kernel also alone with one worker, and the CPU per step
+of the same training untraced, which the table's kernels and runtime add up to) and, the
+scenario being in mode REAL, what transfers between two server processes cost on this
+machine (the table's loopback). Then for each number of workers the same training runs
+for real and in simulation with that round's table (the machine's speed drifts by several
+percent within minutes: a table from one slow moment would shift every row), with
+machine_cores and intra_op_threads set to this machine's cores (the tasks of both real
+modes share them), and the mode's network: none for IN_PROCESS (tensors are shared:
+latency 0, the largest bandwidth), the measured loopback for REAL (latency, each
+transfer's turn, bandwidth, the CPU of its copies and of each message, that one as
+calibrate measured it in situ from the scenario trained both ways, the control plane's
+CPU per task and step; the latency as the scenario's links took in situ, and the
+crowding of processes from the scenario with three times its workers). A row compares
+the medians over the rounds. Nothing is fitted to the runs
+compared. The step time is the steady state's: a run of warm + measured steps, its
+summary's steady_seconds over steady_steps (from a quarter of the steps to the end:
+start-up, connections and first-step preparations left out; with 9 processes on 2 cores
+these vary by a second between runs, so two runs differenced do not cancel them).
+Writes sim_fidelity.json and
 sim_fidelity.md (the table) into --out; bench/run.sh runs it and report.md shows it.
 Needs only troupe and the dataset (no PyPI package).
 """
@@ -29,14 +34,14 @@ import subprocess
 import sys
 import tempfile
 
-from scenario_runs import arguments, steady_state
+from scenario_runs import arguments, run
 
 MODELS = {
     # model section, optimizer, measured steps, batch
     "mlp": ('model { name: "mlp" hidden_units: [512, 512] }', 'optimizer { name: "momentum" learning_rate: 0.01 momentum: 0.9 }', 1200, 64),
     "lenet": ('model { name: "lenet" }', 'optimizer { name: "adam" learning_rate: 0.001 }', 1000, 64),
 }
-WARM_STEPS = 200  # before the measured ones: start-up and warm-ups
+WARM_STEPS = 200  # added to the measured ones: the steady state starts at a quarter of all
 
 
 def network(mode, table):
@@ -66,11 +71,28 @@ report {{ progress: OFF }}
 """
 
 
-def step_ms(troupe, text_for, warm, measured, tmp, name):
-    """Training milliseconds per global step in the steady state: `measured` steps after
-    `warm` (two runs, differenced)."""
-    seconds, steps, _ = steady_state(troupe, tmp, text_for, warm, measured, name, "sim_fidelity")
-    return 1000.0 * seconds / steps
+def calibrate(troupe, model, steps, mode, tmp, table):
+    """`troupe calibrate` of the model's scenario with 2 workers and one PS task in `mode`
+    (REAL: the loopback and the in-situ costs too) into `table`; prints what it measured."""
+    path = os.path.join(tmp, model + "-calibrate.pbtxt")
+    with open(path, "w") as f:
+        f.write(scenario(model, 2, mode, steps))
+    done = subprocess.run([troupe, "calibrate", path, "--steps", str(steps), "--out", table],
+                          capture_output=True, text=True)
+    if done.returncode != 0:
+        sys.exit(f"sim_fidelity: troupe calibrate failed:\n{done.stdout}\n{done.stderr}")
+    for line in done.stdout.splitlines():  # what it measured
+        if line.startswith("calibrate: ") and any(c.isdigit() for c in line):
+            print(f"{model} {line}", file=sys.stderr)
+
+
+def step_ms(troupe, text_for, steps, tmp, name):
+    """Training milliseconds per global step in the steady state of one run of `steps`
+    steps (its summary's steady_seconds over steady_steps)."""
+    summary, _, _ = run(troupe, text_for(steps), tmp, name, "sim_fidelity")
+    if int(summary.get("steady_steps", 0)) <= 0:
+        sys.exit(f"sim_fidelity: {name}: no steady state in the summary: {summary}")
+    return 1000.0 * summary["steady_seconds"] / int(summary["steady_steps"])
 
 
 def main():
@@ -88,37 +110,38 @@ def main():
         for model in a.models.split(","):
             steps = MODELS[model][2] // (3 if a.quick else 1)
             warm = WARM_STEPS // (3 if a.quick else 1)
-            table = os.path.join(tmp, model + "-calib.json")
-            # A REAL scenario: calibrate measures the loopback too.
-            text = scenario(model, 2, "REAL" if "REAL" in a.modes.split(",") else "IN_PROCESS", steps)
-            path = os.path.join(tmp, model + "-calibrate.pbtxt")
-            with open(path, "w") as f:
-                f.write(text)
-            done = subprocess.run([a.troupe, "calibrate", path, "--steps", str(steps), "--out", table],
-                                  capture_output=True, text=True)
-            if done.returncode != 0:
-                sys.exit(f"sim_fidelity: troupe calibrate failed:\n{done.stdout}\n{done.stderr}")
-            for line in done.stdout.splitlines():  # what it measured
-                if line.startswith("calibrate: ") and any(c.isdigit() for c in line):
-                    print(f"{model} {line}", file=sys.stderr)
-            if "REAL" in a.modes.split(","):
-                networks[model] = network("REAL", table)
-            for workers in [int(w) for w in a.workers.split(",")]:
-                for mode in a.modes.split(","):
+            configurations = [(int(w), mode) for w in a.workers.split(",") for mode in a.modes.split(",")]
+            measured = {c: [] for c in configurations}
+            simulated = {c: [] for c in configurations}
+            # Each round calibrates again, then measures and simulates every configuration
+            # with that round's table: the machine's speed drifts by several percent within
+            # minutes, and a table measured in one slow moment would shift every row.
+            for r in range(rounds):
+                table = os.path.join(tmp, f"{model}-calib-{r}.json")
+                calibrate(a.troupe, model, steps, "REAL" if "REAL" in a.modes.split(",") else "IN_PROCESS", tmp, table)
+                if "REAL" in a.modes.split(","):
+                    networks.setdefault(model, []).append(network("REAL", table))
+                for workers, mode in configurations:
                     sim = (f'simulation {{ seed: 1 {network(mode, table)} compute {{ table: "{table}" '
                            f'machine_cores: {cores} intra_op_threads: {cores} }} }}')
-                    simulated = step_ms(a.troupe, lambda n: scenario(model, workers, "SIMULATED", n, sim), warm, steps,
-                                        tmp, f"{model}-{workers}-{mode}-sim")
-                    measured = statistics.median(
-                        step_ms(a.troupe, lambda n: scenario(model, workers, mode, n), warm, steps, tmp,
-                                f"{model}-{workers}-{mode}-{r}")
-                        for r in range(rounds))
-                    error = 100.0 * (simulated - measured) / measured
-                    rows.append({"model": model, "workers": workers, "mode": mode, "warm_steps": warm, "steps": steps,
-                                 "measured_ms_per_step": measured, "simulated_ms_per_step": simulated,
-                                 "error_percent": error})
-                    print(f"{model} x{workers} {mode}: measured {measured:.3f} ms/step, simulated {simulated:.3f} "
-                          f"({error:+.1f}%)", file=sys.stderr)
+                    simulated[(workers, mode)].append(
+                        step_ms(a.troupe, lambda n: scenario(model, workers, "SIMULATED", n, sim), warm + steps, tmp,
+                                f"{model}-{workers}-{mode}-sim-{r}"))
+                    measured[(workers, mode)].append(
+                        step_ms(a.troupe, lambda n: scenario(model, workers, mode, n), warm + steps, tmp,
+                                f"{model}-{workers}-{mode}-{r}"))
+                    print(f"{model} x{workers} {mode} round {r + 1}: measured {measured[(workers, mode)][-1]:.3f} "
+                          f"ms/step, simulated {simulated[(workers, mode)][-1]:.3f}", file=sys.stderr)
+            for workers, mode in configurations:
+                m = statistics.median(measured[(workers, mode)])
+                s = statistics.median(simulated[(workers, mode)])
+                error = 100.0 * (s - m) / m
+                rows.append({"model": model, "workers": workers, "mode": mode, "warm_steps": warm, "steps": steps,
+                             "measured_ms_per_step": m, "simulated_ms_per_step": s, "error_percent": error,
+                             "measured_rounds": measured[(workers, mode)],
+                             "simulated_rounds": simulated[(workers, mode)]})
+                print(f"{model} x{workers} {mode}: measured {m:.3f} ms/step, simulated {s:.3f} ({error:+.1f}%)",
+                      file=sys.stderr)
     result = {"cores": cores, "rounds": rounds, "rows": rows, "networks": networks}
     os.makedirs(a.out, exist_ok=True)
     with open(os.path.join(a.out, "sim_fidelity.json"), "w") as f:
@@ -132,10 +155,11 @@ def main():
     if errors:
         lines.append("")
         lines.append(f"Mean absolute error {statistics.mean(errors):.1f}%, largest {max(errors):.1f}% "
-                     f"({rounds} round(s) of each measured run, median; {cores} cores).")
-    for model, text in networks.items():
+                     f"(medians of {rounds} round(s), each calibrated again; {cores} cores).")
+    for model, texts in networks.items():
         lines.append("")
-        lines.append(f"REAL's network for {model}, as `troupe calibrate` measured the loopback: `{text}`")
+        lines.append(f"REAL's network for {model}, as `troupe calibrate` measured it in each round:")
+        lines.extend(f"`{text}`" for text in texts)
     with open(os.path.join(a.out, "sim_fidelity.md"), "w") as f:
         f.write("\n".join(lines) + "\n")
     print("\n".join(lines))
