@@ -581,9 +581,9 @@ def section_sim_fidelity(results):
     """bench/sim_fidelity.py's table: simulated against measured step times (issue 17)."""
     return section_from_markdown(
         results, "Simulation fidelity",
-        "Steady-state step times of mode SIMULATED (one `troupe calibrate` table per model, from 2 workers, "
-        "with REAL's loopback measured, nothing fitted) against the same training measured in IN_PROCESS "
-        "and REAL mode (issue 17: within 10%, goal 5%).",
+        "Steady-state step times of mode SIMULATED (a `troupe calibrate` table per model and round, from 2 "
+        "workers, with REAL's loopback measured, nothing fitted) against the same training measured in "
+        "IN_PROCESS and REAL mode, medians over the rounds (issue 17: within 10%, goal 5%).",
         "sim_fidelity", "bench/sim_fidelity.py")
 
 
