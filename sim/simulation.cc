@@ -78,10 +78,7 @@ kernel_work work_of(const graph::node& node, std::span<const tensor> inputs, std
 class simulation::machine {
  public:
   using done_callback = std::function<void(env::clock::time_point start, env::clock::time_point end)>;
-  // `share` of the cores' capacity (a calibration's busy_share): the kernels running at
-  // once get at most cores * share of them in all.
-  machine(sim::world& w, int cores, double share = 1)
-      : world_(w), cores_(std::max(1, cores)), capacity_(cores_ * std::clamp(share, 0.01, 1.0)) {}
+  machine(sim::world& w, int cores) : world_(w), cores_(std::max(1, cores)) {}
 
   // A kernel of `work_ns` that may use up to `threads` cores.
   void start(double work_ns, double threads, done_callback done) {
@@ -115,7 +112,7 @@ class simulation::machine {
     std::vector<job*> by_cap;
     for (job& j : jobs_) by_cap.push_back(&j);
     std::stable_sort(by_cap.begin(), by_cap.end(), [](const job* a, const job* b) { return a->cap < b->cap; });
-    double left = capacity_;
+    double left = cores_;
     for (std::size_t i = 0; i < by_cap.size(); ++i) {
       by_cap[i]->rate = std::min(by_cap[i]->cap, left / static_cast<double>(by_cap.size() - i));
       left -= by_cap[i]->rate;
@@ -145,7 +142,6 @@ class simulation::machine {
 
   sim::world& world_;
   const int cores_;
-  const double capacity_;
   std::list<job> jobs_;  // in the order they started
   env::clock::time_point last_{};
   std::uint64_t generation_ = 0;
@@ -210,12 +206,7 @@ double cpu_cost(const KernelCost& c) {
 }  // namespace
 
 simulation::simulation(simulation_options o) : options_(std::move(o)), world_({.seed = options_.seed}) {
-  if (options_.compute.machine_cores > 0) {
-    // A calibrated runtime keeps its cores busy only part of the time it has work.
-    const auto& t = options_.compute.table;
-    shared_ = std::make_unique<machine>(world_, options_.compute.machine_cores,
-                                        t && t->busy_share() > 0 ? t->busy_share() : 1.0);
-  }
+  if (options_.compute.machine_cores > 0) shared_ = std::make_unique<machine>(world_, options_.compute.machine_cores);
   if (options_.compute.table) {
     for (const KernelCost& c : options_.compute.table->kernels()) {
       table_[cost_key(c.op(), c.device_type(), {c.inputs().begin(), c.inputs().end()},

@@ -81,8 +81,7 @@ struct compute_model {
   int intra_op_threads = 1;
   // > 0: every device of every task takes its kernels' cores from one set of this many,
   // as tasks on one machine do (IN_PROCESS, or REAL on one machine); cores_per_device
-  // is then unused. With a table that measured busy_share, the kernels running at once
-  // get that share of the set's capacity (the real runtime leaves the rest idle).
+  // is then unused.
   int machine_cores = 0;
   // > 0: each device's kernels take 1 + x times their work, x drawn from the seed from
   // an exponential distribution of this mean, drawn again for each kernel or, with

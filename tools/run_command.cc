@@ -316,15 +316,9 @@ int calibrate_command(const std::vector<std::string>& args, std::ostream& out, s
   struct cpu_window {
     std::mutex mutex;
     std::optional<std::pair<double, std::int64_t>> start, end;  // CPU ns, global step
-    std::chrono::steady_clock::time_point started, ended;       // and when
     double per_step_us() const {
       if (!start || !end || end->second <= start->second) return 0;
       return (end->first - start->first) / 1e3 / static_cast<double>(end->second - start->second);
-    }
-    double wall_per_step_us() const {
-      if (!start || !end || end->second <= start->second) return 0;
-      return std::chrono::duration<double, std::micro>(ended - started).count() /
-             static_cast<double>(end->second - start->second);
     }
   };
   // `workers_times` > 1: a run with that many times the scenario's workers, whose
@@ -338,16 +332,10 @@ int calibrate_command(const std::vector<std::string>& args, std::ostream& out, s
     options.on_step = [&, from, to](std::int64_t step) {
       std::lock_guard<std::mutex> lock(window.mutex);
       if (step >= to) {
-        if (window.start && !window.end) {
-          window.end.emplace(cpu(), step);
-          window.ended = std::chrono::steady_clock::now();
-        }
+        if (window.start && !window.end) window.end.emplace(cpu(), step);
         if (recorder != nullptr) recorder->pause();
       } else if (step >= from && !window.end) {
-        if (!window.start) {
-          window.start.emplace(cpu(), step);
-          window.started = std::chrono::steady_clock::now();
-        }
+        if (!window.start) window.start.emplace(cpu(), step);
         if (recorder != nullptr) recorder->resume();
       }
     };
@@ -384,16 +372,10 @@ int calibrate_command(const std::vector<std::string>& args, std::ostream& out, s
   cpu_window in_process;
   if (!run_window(*sc, nullptr, in_process, [] { return process_cpu_ns(); })) return 1;
   if (sim::set_runtime_untraced(table, runs, traced_steps, in_process.per_step_us())) {
-    const double wall_us = in_process.wall_per_step_us();
-    table.set_wall_us_per_step(wall_us);
-    if (wall_us > 0) {
-      table.set_busy_share(std::min(1.0, table.cpu_us_per_step() / (wall_us * std::max(1u, std::thread::hardware_concurrency()))));
-    }
     out << "calibrate: CPU per global step " << table.cpu_us_per_step() << " us untraced ("
         << traced.per_step_us() << " traced), " << table.kernels_per_step()
         << " kernels per step: runtime_ns_per_kernel " << table.runtime_ns_per_kernel() << " ("
-        << table.runtime_traced_ns_per_kernel() << " traced); " << wall_us << " us a step: the cores "
-        << 100 * table.busy_share() << "% busy (busy_share)\n";
+        << table.runtime_traced_ns_per_kernel() << " traced)\n";
   } else {
     out << "calibrate: (no steady state measured untraced: runtime_ns_per_kernel stays the traced run's)\n";
   }

@@ -58,11 +58,10 @@ timed_step one_step(sim::simulation& s, const graph::scope& root, const std::vec
 // `one`, only the first.
 // With `table`, the MatMuls' costs come from it.
 double two_matmuls_seconds(int cores, int intra_op_threads = 1, bool one = false,
-                           std::optional<sim::Calibration> table = std::nullopt, int machine_cores = 0) {
+                           std::optional<sim::Calibration> table = std::nullopt) {
   sim::simulation_options o;
   o.compute.gflops = 1;
   o.compute.cores_per_device = cores;
-  o.compute.machine_cores = machine_cores;
   o.compute.intra_op_threads = intra_op_threads;
   o.compute.table = std::move(table);
   const bool from_table = o.compute.table.has_value();
@@ -189,21 +188,6 @@ TEST_CASE("simulation: the table's runtime cost per kernel is added to every ker
   sim::Calibration with_runtime = matmul_table(20, 20);
   with_runtime.set_runtime_ns_per_kernel(5e6);
   CHECK(two_matmuls_seconds(2, 2, /*one=*/true, with_runtime) >= none + 0.0095);
-}
-
-TEST_CASE("simulation: on one machine, a table's busy_share of the cores' capacity", "[sim]") {
-  // 20 ms of CPU that kept two cores busy alone: 10 ms on two cores; with the cores
-  // 75% busy, 1.5 cores' worth: 13.3 ms; two of them share 1.5 cores: 26.7 ms.
-  sim::Calibration t = matmul_table(20, 10);
-  CHECK(two_matmuls_seconds(1, 2, /*one=*/true, t, /*machine_cores=*/2) == Approx(0.010).epsilon(0.05));
-  t.set_busy_share(0.75);
-  CHECK(two_matmuls_seconds(1, 2, /*one=*/true, t, /*machine_cores=*/2) == Approx(0.0133).epsilon(0.05));
-  CHECK(two_matmuls_seconds(1, 2, /*one=*/false, t, /*machine_cores=*/2) == Approx(0.0267).epsilon(0.05));
-  // One kernel of one thread alone is not slowed: the share is of the whole set.
-  CHECK(two_matmuls_seconds(1, 2, /*one=*/true, matmul_table(20, 20), /*machine_cores=*/2) ==
-        Approx(0.020).epsilon(0.05));
-  // Without machine_cores (each device its own cores) the share is not used.
-  CHECK(two_matmuls_seconds(2, 2, /*one=*/true, t) == Approx(0.010).epsilon(0.05));
 }
 
 TEST_CASE("simulation: the roofline rates", "[sim]") {
