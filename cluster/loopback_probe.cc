@@ -20,6 +20,9 @@ namespace troupe::cluster {
 namespace {
 
 constexpr int k_small = 16;  // small transfers in the many-transfers graph
+// The null and one-transfer graphs alternate in this many blocks each: the latency is
+// the median of the blocks' differences (the machine's speed drifts between seconds).
+constexpr int k_latency_blocks = 5;
 
 // The probe's graph: a NoOp on each task, k_small scalar variables on the ps each taken
 // by an Identity on the worker, and one of options.large_bytes.
@@ -48,6 +51,14 @@ result<graph::graph> probe_graph(std::int64_t large_bytes) {
 struct sample {
   double wall_us = 0, cpu_us = 0;
   std::int64_t steps = 0;
+  // The blocks' samples joined: wall and CPU per step over all their steps.
+  void add(const sample& b) {
+    const auto n = static_cast<double>(steps + b.steps);
+    if (n <= 0) return;
+    wall_us = (wall_us * static_cast<double>(steps) + b.wall_us * static_cast<double>(b.steps)) / n;
+    cpu_us = (cpu_us * static_cast<double>(steps) + b.cpu_us * static_cast<double>(b.steps)) / n;
+    steps += b.steps;
+  }
 };
 
 }  // namespace
@@ -89,7 +100,7 @@ result<loopback_costs> measure_loopback(const loopback_probe_options& options) {
     return unavailable_error("measuring the loopback: cannot read the servers' CPU time from /proc");
   }
   loopback_costs out;
-  auto measure = [&](const std::vector<std::string>& targets) -> result<sample> {
+  auto measure = [&](const std::vector<std::string>& targets, double seconds) -> result<sample> {
     for (int i = 0; i < 20; ++i) {  // warm-up (and the first step's preparation)
       if (auto r = (*s)->run({}, {}, targets); !r.ok()) return r.error().with_context("measuring the loopback");
     }
@@ -98,7 +109,7 @@ result<loopback_costs> measure_loopback(const loopback_probe_options& options) {
     const auto t0 = clock::now();
     sample x;
     double elapsed = 0;
-    while (elapsed < options.seconds_per_graph) {
+    while (elapsed < seconds) {
       if (auto r = (*s)->run({}, {}, targets); !r.ok()) return r.error().with_context("measuring the loopback");
       ++x.steps;
       elapsed = std::chrono::duration<double>(clock::now() - t0).count();
@@ -110,17 +121,27 @@ result<loopback_costs> measure_loopback(const loopback_probe_options& options) {
   };
   std::vector<std::string> many;
   for (int i = 0; i < k_small; ++i) many.push_back(str_cat("take_small_", i));
-  auto null_step = measure({"ps_noop", "worker_noop"});
-  if (!null_step.ok()) return null_step.error();
-  auto one = measure({"take_small_0"});
-  if (!one.ok()) return one.error();
-  auto sixteen = measure(many);
+  sample null_all, one_all;
+  std::vector<double> differences;
+  for (int b = 0; b < k_latency_blocks; ++b) {
+    auto n = measure({"ps_noop", "worker_noop"}, options.seconds_per_graph / k_latency_blocks);
+    if (!n.ok()) return n.error();
+    auto o = measure({"take_small_0"}, options.seconds_per_graph / k_latency_blocks);
+    if (!o.ok()) return o.error();
+    differences.push_back(o->wall_us - n->wall_us);
+    null_all.add(*n);
+    one_all.add(*o);
+  }
+  std::nth_element(differences.begin(), differences.begin() + k_latency_blocks / 2, differences.end());
+  const sample* null_step = &null_all;
+  const sample* one = &one_all;
+  auto sixteen = measure(many, options.seconds_per_graph);
   if (!sixteen.ok()) return sixteen.error();
-  auto large = measure({"take_large"});
+  auto large = measure({"take_large"}, options.seconds_per_graph);
   if (!large.ok()) return large.error();
   const double bytes = static_cast<double>(std::max<std::int64_t>(4, options.large_bytes / 4 * 4));
   out.null_step_us = null_step->wall_us;
-  out.latency_us = std::max(0.0, one->wall_us - null_step->wall_us);
+  out.latency_us = std::max(0.0, differences[k_latency_blocks / 2]);
   out.transfer_us = std::max(0.0, (sixteen->wall_us - one->wall_us) / (k_small - 1));
   out.bandwidth_gbps = 8 * bytes / 1e3 / std::max(1.0, large->wall_us - one->wall_us);
   out.message_cpu_us = std::max(0.0, (sixteen->cpu_us - one->cpu_us) / (k_small - 1) / 2);

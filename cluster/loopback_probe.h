@@ -13,7 +13,9 @@
 // tensor of `large_bytes`. Wall time per step, and the CPU time of all three processes
 // per step (the servers' from /proc, at the clock tick's resolution), give:
 //
-// - latency_us: what one small transfer adds to a step's wall time;
+// - latency_us: what one small transfer adds to a step's wall time (the first two graphs
+//   alternate in five blocks, and the median of the blocks' differences is taken: the
+//   machine's speed drifts between seconds; 0 when noise hid it);
 // - transfer_us: what each further small transfer in the same step adds (the
 //   transport's turn per message: transfers between two processes queue for it);
 // - bandwidth_gbps: what the large tensor adds beyond a small one, as gigabits per second;
