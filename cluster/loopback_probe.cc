@@ -121,7 +121,7 @@ result<loopback_costs> measure_loopback(const loopback_probe_options& options) {
   };
   std::vector<std::string> many;
   for (int i = 0; i < k_small; ++i) many.push_back(str_cat("take_small_", i));
-  sample null_all, one_all;
+  sample null_step, one;  // over all the blocks
   std::vector<double> differences;
   for (int b = 0; b < k_latency_blocks; ++b) {
     auto n = measure({"ps_noop", "worker_noop"}, options.seconds_per_graph / k_latency_blocks);
@@ -129,25 +129,23 @@ result<loopback_costs> measure_loopback(const loopback_probe_options& options) {
     auto o = measure({"take_small_0"}, options.seconds_per_graph / k_latency_blocks);
     if (!o.ok()) return o.error();
     differences.push_back(o->wall_us - n->wall_us);
-    null_all.add(*n);
-    one_all.add(*o);
+    null_step.add(*n);
+    one.add(*o);
   }
   std::nth_element(differences.begin(), differences.begin() + k_latency_blocks / 2, differences.end());
-  const sample* null_step = &null_all;
-  const sample* one = &one_all;
   auto sixteen = measure(many, options.seconds_per_graph);
   if (!sixteen.ok()) return sixteen.error();
   auto large = measure({"take_large"}, options.seconds_per_graph);
   if (!large.ok()) return large.error();
   const double bytes = static_cast<double>(std::max<std::int64_t>(4, options.large_bytes / 4 * 4));
-  out.null_step_us = null_step->wall_us;
+  out.null_step_us = null_step.wall_us;
   out.latency_us = std::max(0.0, differences[k_latency_blocks / 2]);
-  out.transfer_us = std::max(0.0, (sixteen->wall_us - one->wall_us) / (k_small - 1));
-  out.bandwidth_gbps = 8 * bytes / 1e3 / std::max(1.0, large->wall_us - one->wall_us);
-  out.message_cpu_us = std::max(0.0, (sixteen->cpu_us - one->cpu_us) / (k_small - 1) / 2);
-  const double copy_us = large->cpu_us - one->cpu_us;
+  out.transfer_us = std::max(0.0, (sixteen->wall_us - one.wall_us) / (k_small - 1));
+  out.bandwidth_gbps = 8 * bytes / 1e3 / std::max(1.0, large->wall_us - one.wall_us);
+  out.message_cpu_us = std::max(0.0, (sixteen->cpu_us - one.cpu_us) / (k_small - 1) / 2);
+  const double copy_us = large->cpu_us - one.cpu_us;
   out.copy_gbps = copy_us > 0 ? 2 * bytes / 1e3 / copy_us : 0;
-  out.step_cpu_us = null_step->cpu_us / 2;
+  out.step_cpu_us = null_step.cpu_us / 2;
   return out;
 }
 
