@@ -125,6 +125,7 @@ def section_machine(m):
         ("rounds (troupe and peer alternating)", m.get("rounds")),
         ("CPU", m.get("cpu_model")), ("cores (nproc)", m.get("nproc")),
         ("memory", m.get("memory")), ("vector extensions", m.get("vector_flags")),
+        ("instruction sets used", m.get("isa_cap") or "all the processor has"),
         ("OPENBLAS_CORETYPE", m.get("openblas_coretype") or "(unset)"),
         ("OPENBLAS_L2_SIZE", m.get("openblas_l2_size") or "(unset)"),
         ("compiler", m.get("compiler")), ("build type", m.get("build_type")),
@@ -134,7 +135,8 @@ def section_machine(m):
     ]
     lines += ["| | |", "|---|---|"] + [f"| {k} | {v} |" for k, v in rows]
     lines += ["", "Troupe and its peers run under the same OPENBLAS_CORETYPE and OPENBLAS_L2_SIZE, "
-              "as set in the environment (never changed by the benchmarks). The machine may be "
+              "as set in the environment (changed by the benchmarks only under --avx2, for all "
+              "alike). The machine may be "
               "shared with other work: the load average above says how busy it was, and ratios "
               "measured in one run are steadier than absolute figures.", ""]
     if m.get("lscpu"):

@@ -2,6 +2,7 @@
 # Runs the whole benchmark suite against its peers and writes a report a person can read:
 #
 #   bench/run.sh [--quick] [--rounds N] [--build-dir DIR] [--out DIR] [--no-peers]
+#                [--no-pypi-peers] [--models-only] [--avx2]
 #
 #   --quick        a few minutes: one round, shorter timings, Figure 6 with fewer workers
 #                  and a 256 MB embedding, no per-layer convolution comparison
@@ -17,6 +18,13 @@
 #                  convolutions, products, runtime micro-benchmarks, Figures 6 and 8,
 #                  graph set-up, checkpoints or simulation (for performance work on the
 #                  models; the report says n/a for what was not measured)
+#   --avx2         every system held to AVX2 on a processor that has AVX-512, as an
+#                  AVX2-only processor runs them: troupe built for x86-64-v3 in build-avx2/
+#                  (-DTROUPE_NATIVE=OFF, configured when missing) and run with
+#                  TROUPE_HIDE_AVX512=1; oneDNN capped at AVX2 (ONEDNN_MAX_CPU_ISA), MKL
+#                  (MKL_ENABLE_INSTRUCTIONS), PyTorch's own kernels (ATEN_CPU_CAPABILITY) and
+#                  OpenBLAS (OPENBLAS_CORETYPE=Haswell) for troupe and peers alike; the
+#                  report's machine table says so
 #
 # Steps: (1) build the benchmark programs; (2) install the peers when missing
 # (python3-torch, libgoogle-perftools4 for tcmalloc, python3-matplotlib for the plots:
@@ -46,17 +54,20 @@ out=""
 peers=1
 pypi_peers=1
 models_only=0
+avx2=0
+build_dir_given=0
 while [ $# -gt 0 ]; do
   case "$1" in
     --quick) mode=quick ;;
     --rounds) rounds="${2:?--rounds needs a number}"; shift ;;
-    --build-dir) build_dir="${2:?--build-dir needs a folder}"; shift ;;
+    --build-dir) build_dir="${2:?--build-dir needs a folder}"; build_dir_given=1; shift ;;
     --out) out="${2:?--out needs a folder}"; shift ;;
     --no-peers) peers=0; pypi_peers=0 ;;
     --no-pypi-peers) pypi_peers=0 ;;
     --models-only) models_only=1 ;;
+    --avx2) avx2=1 ;;
     -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
-    *) echo "run.sh: unknown argument '$1' (valid: --quick, --rounds N, --build-dir DIR, --out DIR, --no-peers, --no-pypi-peers, --models-only)" >&2; exit 2 ;;
+    *) echo "run.sh: unknown argument '$1' (valid: --quick, --rounds N, --build-dir DIR, --out DIR, --no-peers, --no-pypi-peers, --models-only, --avx2)" >&2; exit 2 ;;
   esac
   shift
 done
@@ -82,6 +93,24 @@ log() { echo "[run.sh $(date +%H:%M:%S)] $*" >&2; }
 log "mode $mode, $rounds round(s), results in $out"
 
 # --- 1. Build (Release) ---
+if [ "$avx2" = 1 ]; then
+  grep -qw avx2 /proc/cpuinfo || { log "--avx2: this processor has no AVX2"; exit 1; }
+  [ "$build_dir_given" = 1 ] || build_dir="$root/build-avx2"
+  if [ ! -f "$build_dir/build.ninja" ]; then
+    log "configuring an AVX2 build (x86-64-v3) in $build_dir"
+    launcher=()
+    command -v ccache >/dev/null && launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
+    cmake -S "$root" -B "$build_dir" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CXX_COMPILER=g++ \
+      -DTROUPE_NATIVE=OFF -DTROUPE_CUDA=OFF -DCMAKE_CXX_FLAGS=-march=x86-64-v3 "${launcher[@]}" \
+      >"$out/logs/configure.log" 2>&1 || { tail -30 "$out/logs/configure.log" >&2; exit 1; }
+  fi
+  grep -q 'CMAKE_CXX_FLAGS:STRING=.*x86-64-v3' "$build_dir/CMakeCache.txt" \
+    || { log "--avx2: $build_dir is not an x86-64-v3 build (configure it with -DTROUPE_NATIVE=OFF -DCMAKE_CXX_FLAGS=-march=x86-64-v3)"; exit 1; }
+  # Read by troupe (cpu_features.h), oneDNN, MKL, PyTorch's ATen and OpenBLAS: every
+  # program below, troupe's and the peers', inherits them.
+  export TROUPE_HIDE_AVX512=1 ONEDNN_MAX_CPU_ISA=AVX2 MKL_ENABLE_INSTRUCTIONS=AVX2 \
+    ATEN_CPU_CAPABILITY=avx2 OPENBLAS_CORETYPE=Haswell
+fi
 if [ ! -f "$build_dir/build.ninja" ]; then
   log "no build in $build_dir: running tools/setup.sh"
   "$root/tools/setup.sh" --build-dir "$build_dir"
@@ -142,7 +171,7 @@ MACHINE_DATE="$(date '+%Y-%m-%d %H:%M:%S %Z')" \
 MACHINE_COMMIT="$(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo unknown)$(git -C "$root" diff --quiet HEAD 2>/dev/null || echo ' (with uncommitted changes)')" \
 MACHINE_MODE="$mode" MACHINE_ROUNDS="$rounds" MACHINE_TORCH="$torch_version" \
 MACHINE_PRELOAD="$tcmalloc" MACHINE_LOAD="$load_before" MACHINE_BUILD_TYPE="$build_type" \
-MACHINE_COMPILER="$(g++ --version | head -1)" \
+MACHINE_COMPILER="$(g++ --version | head -1)" MACHINE_ISA_CAP="$([ "$avx2" = 1 ] && echo 'AVX2 (--avx2: x86-64-v3 build, TROUPE_HIDE_AVX512=1 ONEDNN_MAX_CPU_ISA=AVX2 MKL_ENABLE_INSTRUCTIONS=AVX2 ATEN_CPU_CAPABILITY=avx2 OPENBLAS_CORETYPE=Haswell)')" \
 "$python" - "$out/machine.json" <<'EOF'
 import json, os, re, subprocess, sys
 def run(*cmd):
@@ -165,6 +194,7 @@ json.dump({
     "openblas_l2_size": e.get("OPENBLAS_L2_SIZE", ""), "compiler": e["MACHINE_COMPILER"],
     "build_type": e["MACHINE_BUILD_TYPE"], "torch": e["MACHINE_TORCH"],
     "peer_preload": e["MACHINE_PRELOAD"], "load_before": e["MACHINE_LOAD"],
+    "isa_cap": e["MACHINE_ISA_CAP"],
     "lscpu": lscpu, "free": free,
 }, open(sys.argv[1], "w"), indent=1)
 EOF
@@ -198,9 +228,18 @@ pypi_peer() {
   py="$tf_python"; [ "$kind" = torch2 ] && py="$torch2_python"
   [ -n "$py" ] || return 0
   log "round $round: $kind $name"
+  local rc=0
   env ${tcmalloc:+LD_PRELOAD="$tcmalloc"} "$py" "$root/bench/peers/$script" "$@" \
-    >"$out/$name.$kind.r$round.json" 2>>"$out/logs/$name.$kind.log" \
-    || { log "  FAILED (log: $out/logs/$name.$kind.log)"; rm -f "$out/$name.$kind.r$round.json"; failures=$((failures + 1)); }
+    >"$out/$name.$kind.r$round.json" 2>>"$out/logs/$name.$kind.log" || rc=$?
+  if [ "$rc" -gt 128 ] && [ "$kind" = torch2 ]; then
+    # Killed by a signal: a torch.compile'd step can crash the whole process (Inductor's
+    # kernels for AlexNet under ATEN_CPU_CAPABILITY=avx2); the uncompiled variants still count.
+    log "  crashed (signal $((rc - 128))): again without torch.compile"
+    rc=0
+    env ${tcmalloc:+LD_PRELOAD="$tcmalloc"} TROUPE_PEER_NO_COMPILE=1 "$py" "$root/bench/peers/$script" "$@" \
+      >"$out/$name.$kind.r$round.json" 2>>"$out/logs/$name.$kind.log" || rc=$?
+  fi
+  [ "$rc" -eq 0 ] || { log "  FAILED (log: $out/logs/$name.$kind.log)"; rm -f "$out/$name.$kind.r$round.json"; failures=$((failures + 1)); }
 }
 # pair: troupe then peer, or the other way round in even rounds.
 pair() {
