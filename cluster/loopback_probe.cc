@@ -12,6 +12,7 @@
 #include "cluster/task_processes.h"
 #include "core/cpu_time.h"
 #include "core/file.h"
+#include "core/spin_wait.h"
 #include "graph/builder.h"
 #include "graph/ops.h"
 #include "graph/variables.h"
@@ -95,7 +96,7 @@ result<loopback_costs> measure_loopback(const loopback_probe_options& options) {
   if (auto init = (*s)->run({}, {}, {"init"}); !init.ok()) return init.error().with_context("measuring the loopback");
   const int ps_pid = (*servers)->pid("/job:ps/replica:0/task:0");
   const int worker_pid = (*servers)->pid("/job:worker/replica:0/task:0");
-  auto all_cpu_ns = [&] { return process_cpu_ns() + process_cpu_ns_of(ps_pid) + process_cpu_ns_of(worker_pid); };
+  auto all_cpu_ns = [&] { return working_cpu_ns() + process_cpu_ns_of(ps_pid) + process_cpu_ns_of(worker_pid); };
   if (process_cpu_ns_of(ps_pid) < 0 || process_cpu_ns_of(worker_pid) < 0) {
     return unavailable_error("measuring the loopback: cannot read the servers' CPU time from /proc");
   }

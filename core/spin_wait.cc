@@ -1,5 +1,7 @@
 #include "core/spin_wait.h"
 
+#include "core/cpu_time.h"
+
 #include <sched.h>
 
 #include <algorithm>
@@ -15,6 +17,7 @@ namespace troupe {
 namespace {
 
 std::atomic<int> spinners{0};
+std::atomic<std::int64_t> spun_ns{0};  // spin_gate::spun_cpu_ns
 
 int hardware_threads() { return static_cast<int>(std::max(1u, std::thread::hardware_concurrency())); }
 
@@ -52,7 +55,16 @@ bool spin_gate::enter() {
   return false;
 }
 
-void spin_gate::leave() { spinners.fetch_sub(1, std::memory_order_release); }
+void spin_gate::leave(std::int64_t spun) {
+  if (spun > 0) spun_ns.fetch_add(spun, std::memory_order_relaxed);
+  spinners.fetch_sub(1, std::memory_order_release);
+}
+
+std::int64_t spin_gate::spun_cpu_ns() { return spun_ns.load(std::memory_order_relaxed); }
+
+std::int64_t spin_gate::thread_cpu_now_ns() { return static_cast<std::int64_t>(thread_cpu_ns()); }
+
+double working_cpu_ns() { return process_cpu_ns() - static_cast<double>(spin_gate::spun_cpu_ns()); }
 
 void spin_gate::relax(unsigned i) {
   // A thread woken onto this core would otherwise wait for the spin's end (the scheduler

@@ -6,6 +6,7 @@
 
 #include "core/cpu_time.h"
 #include "core/file.h"
+#include "core/spin_wait.h"
 #include "graph/text_proto.h"
 #include "placement/device_name.h"
 
@@ -65,7 +66,7 @@ void calibration_recorder::reset() {
 
 void calibration_recorder::pause() {
   std::lock_guard<std::mutex> lock(mutex_);
-  if (recording_ && window_start_) window_end_ = cpu_point{process_cpu_ns(), accounted_cpu_ns_, runs_};
+  if (recording_ && window_start_) window_end_ = cpu_point{working_cpu_ns(), accounted_cpu_ns_, runs_};
   if (recording_ && !recorded_.empty()) recorded_.back().second = clock::now();
   recording_ = false;
 }
@@ -179,9 +180,9 @@ void calibration_recorder::node_span(const std::string& task, const std::string&
   kernel_cpu_ns_ += detail.cpu_ns;
   accounted_cpu_ns_ += detail.cpu_ns + (thread_cpu_ns() - own_start);
   if (runs_ == k_window_after) {
-    window_start_ = cpu_point{process_cpu_ns(), accounted_cpu_ns_, runs_};
+    window_start_ = cpu_point{working_cpu_ns(), accounted_cpu_ns_, runs_};
   } else if (window_start_ && runs_ % 256 == 0) {
-    window_end_ = cpu_point{process_cpu_ns(), accounted_cpu_ns_, runs_};
+    window_end_ = cpu_point{working_cpu_ns(), accounted_cpu_ns_, runs_};
   }
 }
 

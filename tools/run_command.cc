@@ -16,6 +16,7 @@
 #include "cluster/loopback_probe.h"
 #include "core/cpu_time.h"
 #include "core/file.h"
+#include "core/spin_wait.h"
 #include "graph/graph_io.h"
 #include "placement/graph_dot.h"
 #include "scenarios/runner.h"
@@ -354,7 +355,7 @@ int calibrate_command(const std::vector<std::string>& args, std::ostream& out, s
                      sim::calibration_recorder::kernel_runs* runs) -> std::optional<sim::Calibration> {
     sim::calibration_recorder recorder;
     recorder.pause();
-    if (!run_window(s, &recorder, window, [] { return process_cpu_ns(); })) return std::nullopt;
+    if (!run_window(s, &recorder, window, [] { return working_cpu_ns(); })) return std::nullopt;
     if (moved != nullptr) *moved = recorder.between_tasks();
     if (runs != nullptr) *runs = recorder.kernels_run();
     return recorder.table();
@@ -370,7 +371,7 @@ int calibrate_command(const std::vector<std::string>& args, std::ostream& out, s
   // too): the CPU per step that the table's kernels and runtime must add up to.
   out << "calibrate: again without the recorder, the CPU time per step\n";
   cpu_window in_process;
-  if (!run_window(*sc, nullptr, in_process, [] { return process_cpu_ns(); })) return 1;
+  if (!run_window(*sc, nullptr, in_process, [] { return working_cpu_ns(); })) return 1;
   if (sim::set_runtime_untraced(table, runs, traced_steps, in_process.per_step_us())) {
     out << "calibrate: CPU per global step " << table.cpu_us_per_step() << " us untraced ("
         << traced.per_step_us() << " traced), " << table.kernels_per_step()
@@ -400,7 +401,7 @@ int calibrate_command(const std::vector<std::string>& args, std::ostream& out, s
       loopback->set_processes(tasks + 1);
       loopback->set_crowded_processes(tasks + 2 * workers->tasks() + 1);
     }
-    const auto real_cpu = [] { return process_cpu_ns() + children_cpu_ns(); };
+    const auto real_cpu = [] { return working_cpu_ns() + children_cpu_ns(); };
     const int rounds = more ? 2 : 1;
     double across_us = 0, crowded_us = 0;
     bool across_ok = true, crowded_ok = more.has_value();

@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <thread>
 
+#include "core/cpu_time.h"
 #include "core/spin_wait.h"
 
 using namespace troupe;
@@ -44,6 +45,24 @@ TEST_CASE("spin_gate gives up at its budget", "[core]") {
   CHECK(took >= 3ms);
   CHECK(took < 2s);
   CHECK(spin_gate::spinning() == 0);
+}
+
+TEST_CASE("spin_gate counts the CPU its spins took, which working_cpu_ns leaves out", "[core]") {
+  const std::int64_t spun_before = spin_gate::spun_cpu_ns();
+  const double process_before = process_cpu_ns(), working_before = working_cpu_ns();
+  spin_gate gate(20ms, 1);
+  CHECK_FALSE(gate.spin([] { return false; }));  // 20 ms of spinning (less what yields gave away)
+  const std::int64_t spun = spin_gate::spun_cpu_ns() - spun_before;
+  CHECK(spun > 0);
+  CHECK(spun <= 2'000'000'000);
+  // The process's CPU grew by the spin and more; the work's by the rest only.
+  const double process = process_cpu_ns() - process_before, working = working_cpu_ns() - working_before;
+  CHECK(process >= static_cast<double>(spun));
+  CHECK(working == Approx(process - static_cast<double>(spun)).margin(1e6));
+  // An answer already there: no spin, nothing counted.
+  const std::int64_t before = spin_gate::spun_cpu_ns();
+  CHECK(spin_gate(20ms, 1).spin([] { return true; }));
+  CHECK(spin_gate::spun_cpu_ns() == before);
 }
 
 TEST_CASE("spin_gate does not spin after a wait longer than its budget, and spins again after a short one",
