@@ -1,7 +1,5 @@
 #include "core/spin_wait.h"
 
-#include "core/cpu_time.h"
-
 #include <sched.h>
 
 #include <algorithm>
@@ -61,8 +59,6 @@ void spin_gate::leave(std::int64_t spun) {
 }
 
 std::int64_t spin_gate::spun_cpu_ns() { return spun_ns.load(std::memory_order_relaxed); }
-
-std::int64_t spin_gate::thread_cpu_now_ns() { return static_cast<std::int64_t>(thread_cpu_ns()); }
 
 double working_cpu_ns() { return process_cpu_ns() - static_cast<double>(spin_gate::spun_cpu_ns()); }
 

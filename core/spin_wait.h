@@ -37,6 +37,8 @@
 #include <chrono>
 #include <cstdint>
 
+#include "core/cpu_time.h"
+
 namespace troupe {
 
 // TROUPE_SPIN_US, or 200 us; 0 when the machine has one hardware thread.
@@ -59,12 +61,12 @@ class spin_gate {
     const auto until = std::chrono::steady_clock::now() + std::chrono::nanoseconds(budget_ns_);
     bool done = ready();
     if (done) return leave(), true;
-    const std::int64_t cpu_start = thread_cpu_now_ns();
+    const double cpu_start = thread_cpu_ns();
     for (unsigned i = 1; !done && std::chrono::steady_clock::now() < until; ++i) {
       relax(i);
       done = ready();
     }
-    leave(thread_cpu_now_ns() - cpu_start);
+    leave(static_cast<std::int64_t>(thread_cpu_ns() - cpu_start));
     return done;
   }
 
@@ -81,7 +83,6 @@ class spin_gate {
   bool enter();
   // Gives the spinner's place back; `spun_ns`: the thread CPU time the spin took.
   static void leave(std::int64_t spun_ns = 0);
-  static std::int64_t thread_cpu_now_ns();
   static constexpr unsigned k_yield_every = 32;
   // A pause; every k_yield_every calls, the core for a thread waiting on it.
   static void relax(unsigned i);

@@ -355,7 +355,7 @@ int calibrate_command(const std::vector<std::string>& args, std::ostream& out, s
                      sim::calibration_recorder::kernel_runs* runs) -> std::optional<sim::Calibration> {
     sim::calibration_recorder recorder;
     recorder.pause();
-    if (!run_window(s, &recorder, window, [] { return working_cpu_ns(); })) return std::nullopt;
+    if (!run_window(s, &recorder, window, working_cpu_ns)) return std::nullopt;
     if (moved != nullptr) *moved = recorder.between_tasks();
     if (runs != nullptr) *runs = recorder.kernels_run();
     return recorder.table();
@@ -371,7 +371,7 @@ int calibrate_command(const std::vector<std::string>& args, std::ostream& out, s
   // too): the CPU per step that the table's kernels and runtime must add up to.
   out << "calibrate: again without the recorder, the CPU time per step\n";
   cpu_window in_process;
-  if (!run_window(*sc, nullptr, in_process, [] { return working_cpu_ns(); })) return 1;
+  if (!run_window(*sc, nullptr, in_process, working_cpu_ns)) return 1;
   if (sim::set_runtime_untraced(table, runs, traced_steps, in_process.per_step_us())) {
     out << "calibrate: CPU per global step " << table.cpu_us_per_step() << " us untraced ("
         << traced.per_step_us() << " traced), " << table.kernels_per_step()

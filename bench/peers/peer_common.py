@@ -107,11 +107,12 @@ def variants_of(torch, conv):
     """The variants tried; TROUPE_PEER_NO_COMPILE=1 leaves out the compiled ones (bench/run.sh
     reruns a peer so when a compiled step crashed the whole process: Inductor's generated
     AlexNet kernels index out of bounds under ATEN_CPU_CAPABILITY=avx2 with PyTorch 2.15)."""
-    compile_ok = int(torch.__version__.split(".")[0]) >= 2 and not os.environ.get("TROUPE_PEER_NO_COMPILE")
+    torch2 = int(torch.__version__.split(".")[0]) >= 2
+    compile_ok = torch2 and not os.environ.get("TROUPE_PEER_NO_COMPILE")
     out = [{"compile": False, "channels_last": False}]
     if compile_ok:
         out.append({"compile": True, "channels_last": False})
-    if int(torch.__version__.split(".")[0]) >= 2 and conv:
+    if torch2 and conv:
         out.append({"compile": False, "channels_last": True})
         if compile_ok:
             out.append({"compile": True, "channels_last": True})
