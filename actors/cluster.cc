@@ -70,7 +70,7 @@ result<std::shared_ptr<cluster>> cluster::create(cluster_options options) {
       hosted = hosted || c->canonical_task_of(t, o.spec) == task;
     }
     if (hosted) {
-      c->devices_.emplace(full, c->start_device(full));
+      c->devices_.emplace(full, c->start_device(full, 0));
       continue;
     }
     if (!o.remote_device) {
@@ -95,7 +95,20 @@ void send_exit(const caf::actor& dest, caf::error reason) {
 
 }  // namespace
 
-std::unique_ptr<runtime_device> cluster::start_device(const std::string& full) {
+std::uint64_t task_incarnation(std::uint64_t seed, std::string_view task, int life) {
+  // splitmix64's finalizer over the seed, the task's name and the life.
+  auto mix = [](std::uint64_t z) {
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+    return z ^ (z >> 31);
+  };
+  std::uint64_t h = mix(seed + 0x9e3779b97f4a7c15ULL);
+  for (char ch : task) h = mix(h ^ static_cast<unsigned char>(ch));
+  h = mix(h ^ static_cast<std::uint64_t>(life));
+  return h == 0 ? 1 : h;
+}
+
+std::unique_ptr<runtime_device> cluster::start_device(const std::string& full, int life) {
   // The spec's own device names always parse.
   const placement::device_name name = *placement::parse_full_device_name(full, "a device of the cluster spec");
   auto accelerator = accelerators_.find(full);
@@ -106,10 +119,11 @@ std::unique_ptr<runtime_device> cluster::start_device(const std::string& full) {
   dev->set_sync_watcher(options_.sync_watcher);
   dev->set_memory_limit(options_.memory_limit);
   dev->set_directory(directory_);
+  dev->set_incarnation(task_incarnation(options_.incarnation_seed, placement::task_of_full_name(full), life));
   device_options d;
   d.device = dev.get();
   d.kernels = options_.kernels;
-  directory_->set(full, spawn_device(*system_, d));
+  directory_->set(full, spawn_device(*system_, d), /*remote=*/false, dev->incarnation());
   return dev;
 }
 
@@ -210,7 +224,7 @@ result<int> cluster::restart_task(std::string_view task) {
     dev->resources().clear();
     send_exit(directory_->find(full), reason);  // no-op when already down
     retired_.push_back(std::move(dev));
-    dev = start_device(full);
+    dev = start_device(full, incarnations_[canonical_task(task)] + 1);  // tasks_mutex_ is held
   }));
   std::lock_guard<std::mutex> lock(tasks_mutex_);
   return ++incarnations_[canonical_task(task)];

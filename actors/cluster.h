@@ -73,6 +73,12 @@ struct cluster_options {
   // steps on the same tasks of a real cluster need disjoint ranges: process_cluster
   // (cluster/real_cluster.h) gives each a random incarnation in the high bits.
   std::int64_t first_step_id = 1;
+  // Where the incarnations of the tasks hosted here come from: each life of a task (its
+  // start, each restart_task) gets task_incarnation(seed, task, life), which goes into
+  // the keys of the transfers to and from its devices. Processes of a real cluster take a
+  // random seed (cluster/real_cluster.h), so each server process's task has a life of its
+  // own; in one process 0 keeps them reproducible.
+  std::uint64_t incarnation_seed = 0;
   // What kill_task, restart_task and stall_task do to a task hosted elsewhere (a server
   // process of a real cluster that this process started: cluster/task_processes.h). Null:
   // they fail with FAILED_PRECONDITION for such a task.
@@ -91,6 +97,10 @@ struct cluster_options {
   // cluster loads CAF's middleman and announces the wire types: cluster/remote_task.h).
   std::function<void(caf::actor_system_config&)> configure_system = nullptr;
 };
+
+// The incarnation of life `life` (0 for the first, 1 after the first restart, ...) of
+// `task` (canonical name) under `seed`: never 0 (0 means unknown).
+std::uint64_t task_incarnation(std::uint64_t seed, std::string_view task, int life);
 
 class cluster {
  public:
@@ -179,8 +189,9 @@ class cluster {
   // The control of `task` when it is hosted elsewhere and cluster_options::remote_tasks
   // is set; else null.
   const cluster_options::remote_task_control* remote_control(std::string_view task) const;
-  // Spawns the actor of device `full` (a new incarnation) and enters it in the directory.
-  std::unique_ptr<runtime_device> start_device(const std::string& full);
+  // Spawns the actor of device `full` for its task's life `life` (a new incarnation) and
+  // enters it in the directory.
+  std::unique_ptr<runtime_device> start_device(const std::string& full, int life);
   // Calls fn(full name, current incarnation) for each device of `task`, under
   // tasks_mutex_ (fn may replace the incarnation). Errors: no such task.
   status for_each_device(std::string_view task,

@@ -314,6 +314,7 @@ caf::behavior device_behavior(device_actor* self, device_options options) {
         if (auto* memory = st.options.device->memory()) stats.memory_in_use = memory->in_use();
         return stats;
       },
+      [=](incarnation_atom) { return self->state.options.device->incarnation(); },
       [=](straggle_atom, std::int64_t micros) {
         self->state.options.device->set_straggle(std::chrono::microseconds(micros));
         return true;

@@ -21,6 +21,8 @@
 //       reached by message (a task in another process)
 //   (link_fault_atom, to_task, int64 delay_us, double drop, uint64 seed) -> bool   faults
 //       on this device's Sends to `to_task` (runtime_device::set_link_fault), likewise
+//   (incarnation_atom)                           -> uint64_t  its task's current life
+//       (runtime_device::incarnation; a stand-in answers once its task's hello said)
 //
 // Guarantees:
 //  1. Every request is answered exactly once, also when the actor ends: its exit answers
@@ -57,6 +59,7 @@ using stats_atom = caf::atom_constant<caf::atom("stats")>;
 using forget_atom = caf::atom_constant<caf::atom("forgetprep")>;
 using straggle_atom = caf::atom_constant<caf::atom("straggle")>;
 using link_fault_atom = caf::atom_constant<caf::atom("linkfault")>;
+using incarnation_atom = caf::atom_constant<caf::atom("incarnat")>;
 
 struct device_options {
   // REQUIRES: non-null and outliving the actor; its pool runs the steps.

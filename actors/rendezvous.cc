@@ -18,6 +18,7 @@ std::size_t hash_of(const placement::rendezvous_key& k) {
   mix(h(k.tensor_name));
   mix(h(k.recv_device));
   mix(h(k.send_device));
+  mix(std::hash<std::uint64_t>()(k.recv_device_incarnation));
   return seed;
 }
 

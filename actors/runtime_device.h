@@ -39,8 +39,11 @@ class simulation;
 // process for now). A restarted device gets a new actor under the same name: whoever
 // looks a device up by name finds its current incarnation (what was resolved before keeps
 // the old actor, which is down; steps using it fail with UNAVAILABLE and are prepared
-// again; generation() tells a session's cached steps to check). Thread safety: every
-// method may be called from any thread.
+// again; generation() tells a session's cached steps to check). Each entry also holds the
+// incarnation of its task's current life (cluster_options::incarnation_seed), which the
+// session puts in every transfer's key; a stand-in for a device of another process has
+// 0 here until its task's hello says (the session asks the stand-in: actors/messages.h,
+// incarnation_atom). Thread safety: every method may be called from any thread.
 class device_directory {
  public:
   // Changes whenever an entry is set: who resolved devices at generation g and sees g
@@ -53,13 +56,21 @@ class device_directory {
     return it == actors_.end() ? caf::actor() : it->second;
   }
   // `remote`: the actor is a stand-in for a device of another process (its tensors cross
-  // a link: a _Send to it waits until they are written).
-  void set(const std::string& name, caf::actor actor, bool remote = false) {
+  // a link: a _Send to it waits until they are written); its incarnation is then unknown.
+  void set(const std::string& name, caf::actor actor, bool remote = false, std::uint64_t incarnation = 0) {
     std::unique_lock<std::shared_mutex> lock(mutex_);
     actors_[name] = std::move(actor);
+    incarnations_[name] = remote ? 0 : incarnation;
     if (remote) remote_.insert(name);
     else remote_.erase(name);
     generation_.fetch_add(1, std::memory_order_acq_rel);
+  }
+  // The incarnation of the device's current life; 0 when unknown (a stand-in) or no such
+  // device.
+  std::uint64_t incarnation(std::string_view name) const {
+    std::shared_lock<std::shared_mutex> lock(mutex_);
+    auto it = incarnations_.find(name);
+    return it == incarnations_.end() ? 0 : it->second;
   }
   bool remote(std::string_view name) const {
     std::shared_lock<std::shared_mutex> lock(mutex_);
@@ -74,6 +85,7 @@ class device_directory {
  private:
   mutable std::shared_mutex mutex_;
   std::map<std::string, caf::actor, std::less<>> actors_;
+  std::map<std::string, std::uint64_t, std::less<>> incarnations_;
   std::set<std::string, std::less<>> remote_;
   std::atomic<std::uint64_t> generation_{0};
 };
@@ -107,6 +119,10 @@ class runtime_device final : public kernels::device {
   // The device's own actor (set once when it is spawned).
   const caf::actor& self() const { return self_; }
   void set_self(caf::actor a) { self_ = std::move(a); }
+
+  // Its task's life (device_directory: the transfers' keys carry it); set once at start.
+  std::uint64_t incarnation() const { return incarnation_; }
+  void set_incarnation(std::uint64_t i) { incarnation_ = i; }
 
   // The actor of another device of the cluster, or an invalid handle.
   caf::actor find_device(std::string_view name) const {
@@ -198,6 +214,7 @@ class runtime_device final : public kernels::device {
   compute_pool& pool_;
   std::shared_ptr<kernels::device> accelerator_;
   caf::actor self_;
+  std::uint64_t incarnation_ = 0;
   std::shared_ptr<const device_directory> directory_;
   step_tracer* tracer_ = nullptr;
   sync_observer* sync_observer_ = nullptr;

@@ -45,6 +45,10 @@ std::optional<transfer_end> read_transfer_end(kernel_construction& c) {
     return std::nullopt;
   }
   key.send_device_incarnation = static_cast<std::uint64_t>(incarnation);
+  if (graph::has_attr(c.node(), "recv_device_incarnation")) {
+    if (!c.get_attr("recv_device_incarnation", &incarnation)) return std::nullopt;
+    key.recv_device_incarnation = static_cast<std::uint64_t>(incarnation);
+  }
   auto* dev = require_runtime(c);
   if (dev == nullptr) return std::nullopt;
   return transfer_end{std::make_shared<const transfer_key>(std::move(key)), dev};

@@ -65,6 +65,8 @@ struct plan_outcome {
   std::string key;
   placement_result placed;  // the graph's placement, when this job computed it
   result<std::vector<partition_plan>> plans = internal_error("not planned");
+  run_request request;  // what was planned (no feed values), to plan it again
+  bool asked = false;   // planned after asking the stand-ins for their tasks' incarnations
 };
 
 }  // namespace detail
@@ -115,6 +117,9 @@ struct plan_context {
   std::shared_ptr<const device_directory> devices;
   const kernels::kernel_registry* kernels = nullptr;
   placement::placer_options placer;
+  // Each device's incarnation as the master knows it (known_incarnations), for the
+  // transfers' keys.
+  std::map<std::string, std::uint64_t, std::less<>> incarnations;
 };
 
 // What one running step collects from its partitions.
@@ -165,6 +170,9 @@ struct master_state {
   std::map<std::int64_t, std::shared_ptr<step_progress>> running;
   bool deadline_check_pending = false;  // a deadline_atom is on its way
   std::set<caf::actor_addr> monitored;  // devices
+  // The incarnations of the tasks behind stand-ins (devices of other processes), as each
+  // stand-in answered (incarnation_atom); forgotten when the directory replaces it.
+  std::map<caf::actor_addr, std::uint64_t> incarnations;
   std::shared_ptr<std::atomic<int>> num_prepared;
   static inline const char* name = "troupe-master";
 };
@@ -266,6 +274,7 @@ result<std::vector<partition_plan>> plan_partitions(const plan_context& c, const
   }
   // Devices of one task share its process; of two tasks, only when both are hosted here.
   placement::partition_options po;
+  po.incarnations = c.incarnations;
   po.same_process = [devices = c.devices](const std::string& a, const std::string& b) {
     return placement::task_of_full_name(a) == placement::task_of_full_name(b) || devices == nullptr ||
            (!devices->remote(a) && !devices->remote(b));
@@ -532,6 +541,91 @@ void prepare_on_devices(master_actor* self, const std::string& key, std::vector<
   }
 }
 
+// Every device's incarnation as far as the master knows: the directory's (devices of this
+// process), else what the stand-in answered. Forgets the answers of replaced stand-ins.
+std::map<std::string, std::uint64_t, std::less<>> known_incarnations(master_actor* self) {
+  auto& st = self->state;
+  const device_directory& directory = *st.context.devices;
+  std::map<std::string, std::uint64_t, std::less<>> out;
+  std::map<caf::actor_addr, std::uint64_t> current;
+  for (const auto& [name, actor] : directory.entries()) {
+    std::uint64_t incarnation = directory.incarnation(name);
+    if (auto it = st.incarnations.find(actor.address()); incarnation == 0 && it != st.incarnations.end()) {
+      incarnation = it->second;
+      current.insert(*it);
+    }
+    if (incarnation != 0) out[name] = incarnation;
+  }
+  st.incarnations = std::move(current);
+  return out;
+}
+
+// Places (once per session), partitions and builds the step's executables on the pool,
+// with the incarnations known now in its transfers' keys; planned_atom brings the plans.
+void plan_on_pool(master_actor* self, const std::string& key, run_request request, bool asked) {
+  auto& st = self->state;
+  plan_context context = st.context;
+  context.incarnations = known_incarnations(self);
+  caf::actor me = caf::actor_cast<caf::actor>(self);
+  st.owner->pool().schedule([me, context = std::move(context), placed = st.placed, key, request = std::move(request),
+                             asked]() mutable {
+    plan_outcome out;
+    out.key = key;
+    out.asked = asked;
+    status thrown = kernels::catch_exceptions([&] {
+      if (placed == nullptr) out.placed = std::make_shared<const result<placement::placement>>(place_graph(context));
+      const auto& p = placed != nullptr ? *placed : *out.placed;
+      if (!p.ok()) out.plans = p.error();
+      else out.plans = plan_partitions(context, *p, request);
+    });
+    if (!thrown.ok()) out.plans = thrown.with_context("planning the step");
+    out.request = std::move(request);
+    caf::anon_send(me, planned_atom::value, std::move(out));
+  });
+}
+
+// The step's partitions need stand-ins whose tasks' incarnations the master does not know
+// yet (a task's first use, or its first since a restart): asks them (each connects and
+// says hello if it has not), then plans the step again with what they said. A stand-in
+// that cannot say fails the step with its reason. Returns whether it asked.
+bool ask_incarnations(master_actor* self, plan_outcome& out) {
+  auto& st = self->state;
+  const device_directory& directory = *st.context.devices;
+  std::vector<std::pair<std::string, caf::actor>> unknown;
+  for (const partition_plan& plan : *out.plans) {
+    if (directory.incarnation(plan.device_name) == 0 && st.incarnations.count(plan.device.address()) == 0) {
+      unknown.emplace_back(plan.device_name, plan.device);
+    }
+  }
+  if (unknown.empty()) return false;
+  struct asking {
+    int remaining = 0;
+    status error;
+  };
+  auto progress = std::make_shared<asking>();
+  progress->remaining = static_cast<int>(unknown.size());
+  auto answered = [self, progress, key = out.key, request = std::make_shared<run_request>(std::move(out.request))] {
+    if (--progress->remaining > 0) return;
+    if (!progress->error.ok()) return fail_waiting(self, key, progress->error);
+    plan_on_pool(self, key, std::move(*request), /*asked=*/true);
+  };
+  for (const auto& [name, device] : unknown) {
+    self->request(device, st.options.prepare_timeout, incarnation_atom::value)
+        .then(
+            [self, answered, address = device.address()](std::uint64_t incarnation) {
+              self->state.incarnations[address] = incarnation;
+              answered();
+            },
+            [progress, answered, name = name](caf::error& e) {
+              if (progress->error.ok()) {
+                progress->error = to_status(e).with_context(str_cat("learning the incarnation of ", name, "'s task"));
+              }
+              answered();
+            });
+  }
+  return true;
+}
+
 // A device this master uses went down: its part of every running step fails with
 // `unavailable` (the rest of each such step is aborted), and no cached step keeps it.
 void device_down(master_actor* self, const caf::down_msg& msg) {
@@ -638,19 +732,7 @@ caf::behavior master_behavior(master_actor* self, std::shared_ptr<const graph::g
         if (!first) return promise;  // the first run of this signature prepares it
         // Placement, partitioning and graph building are unbounded work: on the pool.
         r.feed_values.clear();
-        caf::actor me = caf::actor_cast<caf::actor>(self);
-        st.owner->pool().schedule([me, context = st.context, placed = st.placed, key, request = std::move(r)] {
-          plan_outcome out;
-          out.key = key;
-          status thrown = kernels::catch_exceptions([&] {
-            if (placed == nullptr) out.placed = std::make_shared<const result<placement::placement>>(place_graph(context));
-            const auto& p = placed != nullptr ? *placed : *out.placed;
-            if (!p.ok()) out.plans = p.error();
-            else out.plans = plan_partitions(context, *p, request);
-          });
-          if (!thrown.ok()) out.plans = thrown.with_context("planning the step");
-          caf::anon_send(me, planned_atom::value, std::move(out));
-        });
+        plan_on_pool(self, key, std::move(r), /*asked=*/false);
         return promise;
       },
       [=](deadline_atom) { check_deadlines(self); },
@@ -658,6 +740,7 @@ caf::behavior master_behavior(master_actor* self, std::shared_ptr<const graph::g
         auto& st = self->state;
         if (st.placed == nullptr && out.placed != nullptr) st.placed = out.placed;
         if (!out.plans.ok()) return fail_waiting(self, out.key, out.plans.error());
+        if (!out.asked && ask_incarnations(self, out)) return;  // planned again once they answer
         prepare_on_devices(self, out.key, std::move(*out.plans));
       },
   };

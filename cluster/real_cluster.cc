@@ -63,6 +63,12 @@ actors::cluster_options options_with(const cluster_file& file, const std::vector
   o.spec = file.spec();
   o.hosted_tasks = hosted;
   o.first_step_id = first_step_id_of_incarnation(new_incarnation());
+  {
+    // Each process's tasks live a life of their own: a restarted server's task has
+    // another incarnation, and tensors meant for its earlier life are dropped.
+    std::random_device seed;
+    o.incarnation_seed = (static_cast<std::uint64_t>(seed()) << 32) | seed();
+  }
   o.configure_system = add_remote_task_support;
   if (tls != nullptr) {
     o.configure_system = [tls](caf::actor_system_config& config) {
@@ -157,6 +163,7 @@ const std::string& task_server::task() const { return impl_->task; }
 std::string task_server::address() const { return impl_->address; }
 int task_server::link_port() const { return impl_->hub->port(); }
 actors::cluster& task_server::cluster() { return *impl_->cluster; }
+const transfer_hub& task_server::hub() const { return *impl_->hub; }
 
 result<std::unique_ptr<task_server>> task_server::start(const cluster_file& file, const std::string& job, int index,
                                                         task_server_options options) {

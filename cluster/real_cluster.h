@@ -19,6 +19,8 @@
 
 namespace troupe::cluster {
 
+class transfer_hub;  // cluster/remote_task.h
+
 // The identity of a cluster: a fingerprint of its tasks and their addresses (hex), which
 // every process of it must share (a process of another cluster is refused at the hello).
 std::string cluster_id_of(const cluster_file& file);
@@ -69,6 +71,9 @@ class task_server {
   std::string address() const;
   int link_port() const;
   actors::cluster& cluster();
+  // Where tensors from other processes arrive (what it delivered, refused, dropped as
+  // meant for an earlier life of the task).
+  const transfer_hub& hub() const;
 
   struct impl;  // internal
 

@@ -28,6 +28,7 @@ namespace {
 
 using actors::abort_step_atom;
 using actors::forget_atom;
+using actors::incarnation_atom;
 using actors::prepare_atom;
 using actors::run_atom;
 using actors::link_fault_atom;
@@ -144,7 +145,7 @@ constexpr char k_separator = '\x1f';
 
 std::string transfer_wire_key(std::int64_t step_id, const placement::rendezvous_key& k) {
   return str_cat(step_id, k_separator, k.send_device, k_separator, k.send_device_incarnation, k_separator, k.recv_device,
-                 k_separator, k.tensor_name);
+                 k_separator, k.recv_device_incarnation, k_separator, k.tensor_name);
 }
 
 bool parse_transfer_wire_key(std::string_view text, std::int64_t* step_id, placement::rendezvous_key* k) {
@@ -156,7 +157,7 @@ bool parse_transfer_wire_key(std::string_view text, std::int64_t* step_id, place
     if (end == std::string_view::npos) break;
     begin = end + 1;
   }
-  if (parts.size() != 5) return false;
+  if (parts.size() != 6) return false;
   try {
     std::size_t used = 0;
     *step_id = std::stoll(parts[0], &used);
@@ -164,11 +165,13 @@ bool parse_transfer_wire_key(std::string_view text, std::int64_t* step_id, place
     k->send_device = parts[1];
     k->send_device_incarnation = std::stoull(parts[2], &used);
     if (used != parts[2].size()) return false;
+    k->recv_device_incarnation = std::stoull(parts[4], &used);
+    if (used != parts[4].size()) return false;
   } catch (const std::exception&) {
     return false;
   }
   k->recv_device = parts[3];
-  k->tensor_name = parts[4];
+  k->tensor_name = parts[5];
   return true;
 }
 
@@ -180,7 +183,8 @@ struct transfer_hub::impl {
   std::unique_ptr<link_listener> listener;
   mutable std::mutex mutex;
   std::vector<std::unique_ptr<tensor_link>> links;
-  std::atomic<std::int64_t> delivered{0}, refused{0};
+  std::atomic<std::int64_t> delivered{0}, refused{0}, stale{0};
+  std::set<std::uint64_t> stale_lives;  // under `mutex`: the incarnations said so far
 
   // A tensor from another process: to the device it is for, as a local _Send posts it.
   void arrived(const std::string& from, std::string key, tensor value) {
@@ -196,6 +200,24 @@ struct transfer_hub::impl {
       ++refused;
       std::cerr << "troupe: task " << from << " sent tensor " << k.tensor_name << " for device " << k.recv_device
                 << ", which this process does not host; dropped\n";
+      return;
+    }
+    // Meant for another life of the task (a step prepared before it restarted): never
+    // this one's. Said once per earlier life.
+    const std::uint64_t mine = cluster->directory()->incarnation(k.recv_device);
+    if (k.recv_device_incarnation != mine) {
+      ++stale;
+      bool first = false;
+      {
+        std::lock_guard<std::mutex> lock(mutex);
+        first = stale_lives.insert(k.recv_device_incarnation).second;
+      }
+      if (first) {
+        std::cerr << "troupe: task " << task << " (incarnation " << std::hex << mine << ") dropped tensor "
+                  << k.tensor_name << " of step " << std::dec << step_id << " from " << from
+                  << ": it was meant for incarnation " << std::hex << k.recv_device_incarnation << std::dec
+                  << " (an earlier life of the task); later ones are dropped silently\n";
+      }
       return;
     }
     auto transfer = std::make_shared<const actors::transfer_key>(std::move(k));
@@ -222,6 +244,7 @@ std::size_t transfer_hub::links() const {
 }
 std::int64_t transfer_hub::delivered() const { return impl_->delivered; }
 std::int64_t transfer_hub::refused() const { return impl_->refused; }
+std::int64_t transfer_hub::stale() const { return impl_->stale; }
 
 result<std::unique_ptr<transfer_hub>> transfer_hub::start(actors::cluster& c, const std::string& host,
                                                           link_options options) {
@@ -324,6 +347,12 @@ status check_hello(const task_service_options& o, std::uint32_t version, const s
   return status();
 }
 
+// The task's current life, which its hello tells (the keys of transfers to it carry it).
+std::uint64_t incarnation_of(const task_service_options& o) {
+  auto devices = o.cluster->devices_of(o.task);
+  return devices.ok() && !devices->empty() ? o.cluster->directory()->incarnation(devices->front()) : 0;
+}
+
 caf::error unverified(service_actor* self) {
   return to_caf_error(unauthenticated_error("task ", self->state.options.task,
                                             " serves only peers that proved their identity in a hello"));
@@ -366,7 +395,8 @@ caf::behavior task_service(service_actor* self, task_service_options options) {
       [self](remote_hello_atom, std::uint32_t version, const std::string& cluster_id, const std::string& client,
              const std::string& task, const std::string& identity, const std::string& certificate_pem,
              const std::string& signature,
-             const std::string& their_challenge) -> caf::result<std::string, std::uint16_t, std::string, std::string> {
+             const std::string& their_challenge)
+          -> caf::result<std::string, std::uint16_t, std::uint64_t, std::string, std::string> {
         auto& st = self->state;
         const auto& o = st.options;
         auto refuse = [&](const status& why) {
@@ -389,17 +419,18 @@ caf::behavior task_service(service_actor* self, task_service_options options) {
         auto mine = prove_identity(o.tls->mine, their_challenge);
         if (!mine.ok()) return refuse(mine.error());
         st.verified.insert(sender->node());
-        return caf::result<std::string, std::uint16_t, std::string, std::string>(
-            o.task, static_cast<std::uint16_t>(o.link_port), mine->certificate_pem, mine->signature);
+        return caf::result<std::string, std::uint16_t, std::uint64_t, std::string, std::string>(
+            o.task, static_cast<std::uint16_t>(o.link_port), incarnation_of(o), mine->certificate_pem, mine->signature);
       },
       [self](remote_hello_atom, std::uint32_t version, const std::string& cluster_id, const std::string& client,
-             const std::string& task) -> caf::result<std::string, std::uint16_t> {
+             const std::string& task) -> caf::result<std::string, std::uint16_t, std::uint64_t> {
         const auto& o = self->state.options;
         if (o.tls != nullptr) {
           return to_caf_error(unauthenticated_error("task ", o.task, " wants a proof of identity (a TLS cluster)"));
         }
         if (status s = check_hello(o, version, cluster_id, client, task); !s.ok()) return to_caf_error(s);
-        return caf::result<std::string, std::uint16_t>(o.task, static_cast<std::uint16_t>(o.link_port));
+        return caf::result<std::string, std::uint16_t, std::uint64_t>(o.task, static_cast<std::uint16_t>(o.link_port),
+                                                                     incarnation_of(o));
       },
       [self](prepare_atom, std::uint64_t client_token, const wire_spec& w) -> caf::result<std::uint64_t> {
         if (!from_verified(self)) return unverified(self);
@@ -597,6 +628,7 @@ struct remote_state {
   std::shared_ptr<tensor_link> link;  // to the task's transfer hub, once connected
   bool connecting = false;
   bool takes_links = true;  // whether the task's hello named a transfer hub
+  std::uint64_t incarnation = 0;  // the task's life, once its hello said
   // What waits for the connection: run on success, failed with its error otherwise.
   struct waiter {
     bool need_service;
@@ -673,6 +705,7 @@ void with_connection(remote_actor* self, bool need_service, std::function<void()
     status outcome;
     caf::actor service;
     int link_port = 0;
+    std::uint64_t incarnation = 0;
     std::string link_host = o.host;
     // A server's stand-in sending a tensor: the task's tensor port as its clients told
     // this server (servers do not reach each other's services); else a hello tells it.
@@ -685,6 +718,7 @@ void with_connection(remote_actor* self, bool need_service, std::function<void()
       if (connection.ok()) {
         service = connection->service;
         link_port = connection->link_port;
+        incarnation = connection->incarnation;
         if (link_port > 0) link_directory::of_process().set(o.hello.cluster_id, o.hello.task, o.host, link_port);
       } else {
         outcome = connection.error();
@@ -706,7 +740,7 @@ void with_connection(remote_actor* self, bool need_service, std::function<void()
         outcome = made.error();
       }
     }
-    return [self, outcome, service, link, link_port] {
+    return [self, outcome, service, link, link_port, incarnation] {
       auto& st = self->state;
       st.connecting = false;
       auto waiting = std::move(st.waiting);
@@ -716,6 +750,7 @@ void with_connection(remote_actor* self, bool need_service, std::function<void()
         st.takes_links = link_port > 0;
         if (service) {
           st.service = service;
+          st.incarnation = incarnation;
           self->monitor(service);
         }
       } else {
@@ -930,6 +965,14 @@ caf::behavior remote_device(remote_actor* self, remote_device_options options) {
             },
             fail_pending(id));
         return caf::delegated<std::vector<observed_event>>();
+      },
+      // The task's life, from its hello (made now when not yet).
+      [self, fail_pending](incarnation_atom) -> caf::result<std::uint64_t> {
+        const std::uint64_t id = self->state.park(self->make_response_promise());
+        with_connection(
+            self, /*need_service=*/true, [self, id] { self->state.answer(id, self->state.incarnation); },
+            fail_pending(id));
+        return caf::delegated<std::uint64_t>();
       },
       [self, fail_pending](stats_atom) -> caf::result<actors::device_stats> {
         const std::uint64_t id = self->state.park(self->make_response_promise());
@@ -1183,8 +1226,10 @@ result<task_connection> connect_task_service(caf::actor_system& system, const st
     self->request(found, options.timeout, remote_hello_atom::value, k_control_version, options.cluster_id, options.client,
                   options.task, options.tls->identity, proof->certificate_pem, proof->signature, mine)
         .receive(
-            [&](std::string&, std::uint16_t link_port, std::string& certificate_pem, std::string& signature) {
+            [&](std::string&, std::uint16_t link_port, std::uint64_t incarnation, std::string& certificate_pem,
+                std::string& signature) {
               connection.link_port = link_port;
+              connection.incarnation = incarnation;
               theirs = {std::move(certificate_pem), std::move(signature)};
               outcome = status();
             },
@@ -1200,8 +1245,9 @@ result<task_connection> connect_task_service(caf::actor_system& system, const st
   self->request(found, options.timeout, remote_hello_atom::value, k_control_version, options.cluster_id, options.client,
                 options.task)
       .receive(
-          [&](std::string&, std::uint16_t link_port) {
+          [&](std::string&, std::uint16_t link_port, std::uint64_t incarnation) {
             connection.link_port = link_port;
+            connection.incarnation = incarnation;
             outcome = status();
           },
                [&](caf::error& e) {

@@ -56,7 +56,7 @@
 namespace troupe::cluster {
 
 // The version of the control plane's messages: a client and a service must agree.
-inline constexpr std::uint32_t k_control_version = 3;  // 3: observed_event's link transits
+inline constexpr std::uint32_t k_control_version = 4;  // 4: the hello answers the task's incarnation
 
 // A tensor on the wire: dtype, shape and raw bytes (read straight into a new tensor).
 struct wire_tensor {
@@ -124,6 +124,9 @@ class transfer_hub {
   // Tensors handed on, and tensors refused (a device not hosted here, a damaged key).
   std::int64_t delivered() const;
   std::int64_t refused() const;
+  // Tensors dropped because their key names another incarnation of the receiving
+  // device's task (sent for a step prepared for its earlier life).
+  std::int64_t stale() const;
 
   struct impl;  // internal
 
@@ -235,6 +238,7 @@ struct connect_options {
 struct task_connection {
   caf::actor service;
   int link_port = 0;  // where its tensor links are accepted (0: none)
+  std::uint64_t incarnation = 0;  // the task's current life (its process's)
 };
 
 // Connects to the service published at host:port and says hello, each within the timeout.

@@ -69,7 +69,7 @@ struct link_options {
 };
 
 // The version of the wire format: both ends of a link must speak the same.
-inline constexpr std::uint32_t k_wire_version = 2;  // 2: tensor_begin carries the sender's clock
+inline constexpr std::uint32_t k_wire_version = 3;  // 3: transfer keys carry the receiver's incarnation
 
 class tensor_link {
  public:

@@ -206,6 +206,7 @@ class partitioner {
     attrs["send_device_incarnation"] =
         graph::attr_value(static_cast<std::int64_t>(key.send_device_incarnation));
     attrs["recv_device"] = graph::attr_value(key.recv_device);
+    attrs["recv_device_incarnation"] = graph::attr_value(static_cast<std::int64_t>(key.recv_device_incarnation));
     attrs["client_terminated"] = graph::attr_value(false);
   }
 
@@ -215,12 +216,15 @@ class partitioner {
                            std::string tensor_name, dtype type, const partial_shape& shape,
                            const std::string& send_name, const std::string& recv_name,
                            bool control) {
+    auto incarnation_of = [&](const std::string& device) -> std::uint64_t {
+      auto it = options_.incarnations.find(device);
+      return it == options_.incarnations.end() ? 0 : it->second;
+    };
     rendezvous_key key;
     key.send_device = to_string(from);
-    auto incarnation = options_.incarnations.find(key.send_device);
-    key.send_device_incarnation =
-        incarnation == options_.incarnations.end() ? 0 : incarnation->second;
+    key.send_device_incarnation = incarnation_of(key.send_device);
     key.recv_device = to_string(to);
+    key.recv_device_incarnation = incarnation_of(key.recv_device);
     key.tensor_name = std::move(tensor_name);
 
     tf::NodeDef* send = add_to(from);

@@ -36,7 +36,8 @@
 //
 // _Send/_Recv attributes follow TensorFlow: tensor_name, send_device,
 // send_device_incarnation, recv_device, client_terminated (false), T (on _Send) and
-// tensor_type (on _Recv); a _Recv also carries `_shape` when the tensor's rank is known.
+// tensor_type (on _Recv), and troupe's recv_device_incarnation; a _Recv also carries
+// `_shape` when the tensor's rank is known.
 // The same facts are in each transfer's rendezvous_key, so the runtime needs no string
 // parsing. The runtime runs, per partition, the step's nodes there: every node except
 // fed stand-ins, i.e. graph::prune(partition, its feeds, its fetches, its targets plus
@@ -71,6 +72,9 @@ struct rendezvous_key {
   std::uint64_t send_device_incarnation = 0;
   std::string recv_device;
   std::string tensor_name;
+  // The receiving device's incarnation (troupe's, not in TensorFlow's key): a task's
+  // process takes only tensors meant for its own life (cluster/remote_task.h).
+  std::uint64_t recv_device_incarnation = 0;
 
   // TensorFlow's printed form "send;incarnation-hex;recv;tensor;0:0", for logs only.
   std::string to_string() const;
@@ -126,7 +130,8 @@ struct step_spec {
 };
 
 struct partition_options {
-  // Each device's incarnation (set by the runtime when a device starts); missing: 0.
+  // Each device's incarnation (the runtime's device directory: a new one each time a
+  // device's task starts); missing: 0. Both ends' go into each transfer's key.
   std::map<std::string, std::uint64_t, std::less<>> incarnations;
   // Whether two devices (full names) are in one process, where tensors crossing between
   // them share their buffers. Null: every device is in this one. A control edge that

@@ -5,7 +5,8 @@
 //
 // Attributes: tensor_name (the tensor's "node:index" in the original graph),
 // send_device, send_device_incarnation, recv_device, client_terminated (true when one
-// end is the client, not a device). _Send's input type is T; _Recv's output type is
+// end is the client, not a device), and troupe's recv_device_incarnation (0 when absent,
+// as in TensorFlow's GraphDefs). _Send's input type is T; _Recv's output type is
 // tensor_type. A _Recv's output shape is unknown unless the node carries the optional
 // `_shape` attribute (written by the partitioner when the rank is known).
 #include "graph/attr.h"
@@ -27,6 +28,7 @@ op_schema transfer_attrs(op_schema schema) {
       .attr("send_device: string")
       .attr("send_device_incarnation: int")
       .attr("recv_device: string")
+      .attr("recv_device_incarnation: int = 0")
       .attr("client_terminated: bool = false")
       .stateful()
       .no_gradient();

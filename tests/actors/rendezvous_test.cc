@@ -49,6 +49,8 @@ TEST_CASE("a transfer key is hashed and printed once, and equal keys match by va
   CHECK(a->printed() == a->key().to_string());
   CHECK_FALSE(*a == *key_of("x:1"));
   CHECK_FALSE(*a == *key_of("x:0", 8));  // another incarnation of the sender
+  auto later_receiver = std::make_shared<const transfer_key>(placement::rendezvous_key{k_ps, 7, k_worker, "x:0", 3});
+  CHECK_FALSE(*a == *later_receiver);  // another incarnation of the receiver
 }
 
 TEST_CASE("a tensor that arrives first waits for its Recv, which gets its buffer") {

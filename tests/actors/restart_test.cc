@@ -73,9 +73,16 @@ TEST_CASE("a killed task fails the steps that need it; restarted, it is reached 
   const float b_now = b_only->at(0).flat<float>()[0];
   CHECK((b_now == 2.0f || b_now == 3.0f));
 
+  const std::string ps0 = "/job:ps/replica:0/task:0/device:CPU:0";
+  const std::uint64_t first_life = c->directory()->incarnation(ps0);
+  CHECK(first_life == actors::task_incarnation(0, "/job:ps/replica:0/task:0", 0));
   auto incarnation = c->restart_task("/job:ps/task:0");
   REQUIRE(incarnation.ok());
   CHECK(*incarnation == 1);
+  // A new life, which the transfers' keys of steps prepared from now on carry.
+  CHECK(c->directory()->incarnation(ps0) == actors::task_incarnation(0, "/job:ps/replica:0/task:0", 1));
+  CHECK(c->directory()->incarnation(ps0) != first_life);
+  CHECK(c->find_device(ps0)->incarnation() == c->directory()->incarnation(ps0));
   const auto after = c->task_actors("/job:ps/task:0");
   REQUIRE(after.size() == 1);
   CHECK(after[0] != before[0]);

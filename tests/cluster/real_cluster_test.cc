@@ -19,6 +19,7 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <future>
 #include <set>
 #include <thread>
 
@@ -98,7 +99,7 @@ bool eventually(F done) {
   return done();
 }
 
-TEST_CASE("a transfer hub hands tensors to the devices it hosts, refuses others, keeps only live links",
+TEST_CASE("a transfer hub hands tensors to the devices it hosts, refuses others and other lives', keeps only live links",
           "[cluster][real]") {
   actors::cluster_options o;
   auto spec = placement::cluster_spec::from_task_counts({{"ps", 1}});
@@ -115,19 +116,35 @@ TEST_CASE("a transfer hub hands tensors to the devices it hosts, refuses others,
   client.local_task = "/job:worker/replica:0/task:0";
   client.cluster_id = "hub-test";
   const char sep = '\x1f';
-  const std::string good = str_cat(7, sep, "/job:worker/replica:0/task:0/device:CPU:0", sep, 0, sep,
-                                   "/job:ps/replica:0/task:0/device:CPU:0", sep, "a:0");
-  const std::string elsewhere = str_cat(7, sep, "/job:worker/replica:0/task:0/device:CPU:0", sep, 0, sep,
-                                        "/job:ps/replica:0/task:1/device:CPU:0", sep, "a:0");
-  for (int i = 0; i < 3; ++i) {
+  const std::string ps = "/job:ps/replica:0/task:0/device:CPU:0";
+  // The PS's life: what the keys of tensors for it must name.
+  const std::uint64_t life = (*c)->directory()->incarnation(ps);
+  REQUIRE(life == actors::task_incarnation(0, "/job:ps/replica:0/task:0", 0));
+  int step = 7;
+  auto key = [&](const std::string& device, std::uint64_t incarnation) {
+    return str_cat(step, sep, "/job:worker/replica:0/task:0/device:CPU:0", sep, 5, sep, device, sep, incarnation, sep, "a:0");
+  };
+  for (int i = 0; i < 3; ++i, ++step) {
+    const std::string good = key(ps, life);
+    const std::string elsewhere = key("/job:ps/replica:0/task:1/device:CPU:0", life);
+    const std::string earlier_life = key(ps, life + 1);
+    const std::string unknown_life = key(ps, 0);
     auto link = tensor_link::connect("127.0.0.1", (*hub)->port(), hub_options.local_task, client);
     REQUIRE(link.ok());
     (*link)->start({[](std::string, tensor) {}, [](const status&) {}});
+    (*link)->send(earlier_life, tensor::scalar(4.0f), nullptr);
     (*link)->send(good, tensor::scalar(1.0f), nullptr);
     (*link)->send(elsewhere, tensor::scalar(2.0f), nullptr);
     (*link)->send("not a transfer key", tensor::scalar(3.0f), nullptr);
-    REQUIRE(eventually([&] { return (*hub)->delivered() == i + 1 && (*hub)->refused() == 2 * (i + 1); }));
+    (*link)->send(unknown_life, tensor::scalar(5.0f), nullptr);
+    REQUIRE(eventually([&] {
+      return (*hub)->delivered() == i + 1 && (*hub)->refused() == 2 * (i + 1) && (*hub)->stale() == 2 * (i + 1);
+    }));
   }  // each link closed (its goodbye reaches the hub within microseconds)
+  // Only the good ones wait in the PS's rendezvous (one each for steps 7, 8, 9).
+  auto stats = (*c)->stats(ps);
+  REQUIRE(stats.ok());
+  CHECK(stats->rendezvous_entries == 3);
   std::this_thread::sleep_for(std::chrono::milliseconds(300));
   // A new link drops the three closed ones.
   auto last = tensor_link::connect("127.0.0.1", (*hub)->port(), hub_options.local_task, client);
@@ -156,6 +173,45 @@ result<std::vector<tensor>> run_across(const std::shared_ptr<actors::cluster>& c
   auto s = actors::session::create(std::move(*g), o);
   if (!s.ok()) return s.error();
   return (*s)->run({{"x", tensor::from_vector<float>({10, 20, 30}, {3})}}, {"y", "back"});
+}
+
+TEST_CASE("a restarted task never takes a tensor sent for its earlier life", "[cluster][real]") {
+  auto t = testing::make_loopback_cluster("troupe-incarnations", {{"ps", 1}, {"worker", 1}});
+  auto ps = task_server::start(t.file, "ps", 0, {});
+  REQUIRE(ps.ok());
+  auto worker = task_server::start(t.file, "worker", 0, {});
+  REQUIRE(worker.ok());
+  const std::string ps_device = "/job:ps/replica:0/task:0/device:CPU:0";
+  const std::uint64_t first_life = (*ps)->cluster().directory()->incarnation(ps_device);
+  auto client = process_cluster(t.file, {}, "test client");
+  REQUIRE(client.ok());
+  REQUIRE(run_across(*client).ok());
+  // The worker's tensor for the PS (y) now reaches its link 2 s after its _Send; the PS
+  // process is replaced meanwhile (once the step has surely sent it), at the same address.
+  REQUIRE((*client)->set_link_fault("/job:worker/task:0", "/job:ps/task:0", {std::chrono::milliseconds(2000), 0, 1}).ok());
+  auto doomed = std::async(std::launch::async, [&] { return run_across(*client); });
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  ps->reset();
+  auto next = task_server::start(t.file, "ps", 0, {});
+  REQUIRE(next.ok());
+  CHECK((*next)->cluster().directory()->incarnation(ps_device) != first_life);
+  // A new client runs the step on the new PS at once (its partitions tell the worker the
+  // new PS's tensor port, where the delayed tensor of the dead step then goes too; the
+  // dead step ends only once that tensor is out).
+  auto again = process_cluster(t.file, {}, "second client");
+  REQUIRE(again.ok());
+  auto out = run_across(*again);
+  REQUIRE(out.ok());
+  CHECK(out->at(1).flat<float>()[0] == -12.0f);
+  const auto died = doomed.get();
+  REQUIRE_FALSE(died.ok());
+  CHECK(died.error().error_code() == code::unavailable);
+  // The dead step's tensor reached the new PS and was dropped there, not kept.
+  CHECK(eventually([&] { return (*next)->hub().stale() >= 1; }));
+  auto stats = (*next)->cluster().stats(ps_device);
+  REQUIRE(stats.ok());
+  CHECK(stats->rendezvous_entries == 0);
+  std::filesystem::remove_all(t.dir);
 }
 
 TEST_CASE("a TLS cluster: steps across its servers, each end proving who it is; strangers refused", "[cluster][real][tls]") {

@@ -698,6 +698,7 @@ TEST_CASE("one tensor consumed by three nodes on another device crosses once",
 
   placement::partition_options options;
   options.incarnations[k_ps0] = 0x1234;
+  options.incarnations[k_worker0] = 0x5678;
   auto parts =
       placement::partition_graph(p.g, p.placed, step_of({}, {endpoint_of(p.g, "e")}), options);
   INFO(parts.to_status());
@@ -709,7 +710,7 @@ TEST_CASE("one tensor consumed by three nodes on another device crosses once",
 
   REQUIRE(parts->transfers.size() == 1);
   const placement::transfer& t = parts->transfers[0];
-  CHECK(t.key == placement::rendezvous_key{k_ps0, 0x1234, k_worker0, "a:0"});
+  CHECK(t.key == placement::rendezvous_key{k_ps0, 0x1234, k_worker0, "a:0", 0x5678});
   CHECK(t.key.to_string() == std::string(k_ps0) + ";0000000000001234;" + k_worker0 + ";a:0;0:0");
   CHECK(t.type == dtype::float32);
   CHECK_FALSE(t.control);
@@ -734,6 +735,8 @@ TEST_CASE("one tensor consumed by three nodes on another device crosses once",
   std::int64_t incarnation = 0;
   REQUIRE(graph::get_attr(send, "send_device_incarnation", &incarnation).ok());
   CHECK(incarnation == 0x1234);
+  REQUIRE(graph::get_attr(send, "recv_device_incarnation", &incarnation).ok());
+  CHECK(incarnation == 0x5678);
   bool client_terminated = true;
   REQUIRE(graph::get_attr(send, "client_terminated", &client_terminated).ok());
   CHECK_FALSE(client_terminated);
