@@ -96,10 +96,13 @@ caf::behavior variable_behavior(variable_actor* self, std::string name, dtype ty
               auto& s = self->state;
               if (!s.value.initialized()) return r(uninitialized(s));
               // Hand out a buffer no reader shares: the value itself when we hold the only
-              // reference, a copy otherwise (readers keep their snapshots).
+              // reference, a copy otherwise (readers keep their snapshots). A value in a
+              // device's memory goes as it is: its update copies it on the device when
+              // readers still share it (the host cannot read it).
               tensor exclusive;
-              status thrown = kernels::catch_exceptions(
-                  [&] { exclusive = s.value.ref_count_is_one() ? std::move(s.value) : s.value.deep_copy(); });
+              status thrown = kernels::catch_exceptions([&] {
+                exclusive = s.value.ref_count_is_one() || !s.value.on_host() ? std::move(s.value) : s.value.deep_copy();
+              });
               if (!thrown.ok()) return r(thrown.with_context(str_cat("leasing variable '", s.var, "'")));
               s.value = tensor();
               s.leased = true;

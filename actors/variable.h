@@ -10,8 +10,11 @@
 //   (var_assign_atom, tensor, status_reply) replaces the value (dtype checked)
 //   (var_init_atom, reply<bool>)            whether the variable has a value
 //   (var_lease_atom, id, reply<tensor>)     exclusive use for an update: the reply gets a
-//                                           tensor no one else holds; the variable answers
-//                                           nothing else until
+//                                           tensor no one else holds (a value in a device's
+//                                           memory: the value, which readers may still
+//                                           share: the update copies it on its device
+//                                           first, see variable_kernels.cc); the variable
+//                                           answers nothing else until
 //   (var_release_atom, tensor, status_reply) gives the (updated) value back, answered once
 //                                           it is stored (an update whose variable died
 //                                           meanwhile fails: its write is not lost silently)

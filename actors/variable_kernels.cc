@@ -12,6 +12,7 @@
 #include "actors/withdrawable.h"
 #include "core/cpu_time.h"
 #include "core/phantom.h"
+#include "graph/attr.h"
 #include "kernels/kernel_registry.h"
 #include "kernels/training_ops.h"
 
@@ -89,7 +90,10 @@ class read_variable_kernel final : public async_op_kernel {
 
 class assign_variable_kernel final : public async_op_kernel {
  public:
-  using async_op_kernel::async_op_kernel;
+  explicit assign_variable_kernel(kernel_construction& c)
+      : async_op_kernel(c), on_device_(c.device() != nullptr && c.device()->accelerator() != nullptr) {}
+  // On a GPU the value is kept in its memory (the executor copies a host value in).
+  memory input_memory(int i) const override { return i == 1 && on_device_ ? memory::device : memory::host; }
   void compute_async(kernel_context& ctx, done_callback done) override {
     auto v = variable_input(ctx, 0, name());
     if (!v.ok()) return ctx.fail(v.error()), done();
@@ -99,6 +103,9 @@ class assign_variable_kernel final : public async_op_kernel {
                      done();
                    }, (*v)->peer()));
   }
+
+ private:
+  bool on_device_;
 };
 
 class var_is_initialized_kernel final : public async_op_kernel {
@@ -192,6 +199,17 @@ class variable_update_kernel : public async_op_kernel {
       timer_ = dev->simulation()->timer_of(dev->name(), dev->task());
       def_ = c.node();
     }
+    if (c.device() != nullptr) accelerator_ = c.device()->accelerator();
+    for (dtype t : c.input_types()) input_is_value_.push_back(t != dtype::resource);
+    device_update_.op = c.node().op();
+    if (graph::has_attr(c.node(), "use_nesterov")) c.get_attr("use_nesterov", &device_update_.use_nesterov);
+    if (graph::has_attr(c.node(), "update_slots")) c.get_attr("update_slots", &device_update_.update_slots);
+  }
+
+  // On a device with memory of its own (a GPU), every input but the variables' handles is
+  // read there (hyper-parameters too, as TensorFlow's GPU kernels read them).
+  memory input_memory(int i) const override {
+    return accelerator_ != nullptr && input_is_value_[static_cast<std::size_t>(i)] ? memory::device : memory::host;
   }
 
   void compute_async(kernel_context& ctx, done_callback done) final {
@@ -223,9 +241,31 @@ class variable_update_kernel : public async_op_kernel {
  protected:
   kernel_timer* timer_ = nullptr;  // under a simulation: the device's kernels' timer
   tf::NodeDef def_;                 // and the node (its cost's key)
+  kernels::accelerator* accelerator_ = nullptr;  // the device's memory and streams (a GPU), or null
+  kernels::training_update device_update_;        // what the device applies (the op and its attributes)
+  std::vector<bool> input_is_value_;              // by input: not a variable's handle
 
-  // Applies the update to `vars` (the leased values, in input order), in place.
+  // Applies the update to `vars` (the leased values, in input order), in place, on the
+  // host.
   virtual status update(kernel_context& ctx, std::vector<tensor>& vars) const = 0;
+
+  // The update on a device with memory of its own: values in host memory (restored by a
+  // checkpoint) are copied in, and values that readers still share are copied on the
+  // device first (readers keep their snapshots); then the device enqueues the update.
+  status update_on_device(kernel_context& ctx, std::vector<tensor>& vars) const {
+    for (tensor& v : vars) {
+      if (v.on_host()) {
+        auto in = accelerator_->to_device(v);
+        if (!in.ok()) return in.error();
+        v = std::move(*in);
+      } else if (!v.ref_count_is_one()) {
+        auto own = accelerator_->copy(v);
+        if (!own.ok()) return own.error();
+        v = std::move(*own);
+      }
+    }
+    return accelerator_->apply_update(device_update_, vars, ctx.inputs());
+  }
   // Its estimated cost per element of the (first) variable, the figure its kernel's
   // parallel_for uses (kernels/cpu/training_ops.cc): the update runs inline (on the thread
   // that got the last lease) when it is cheaper than a hand-off, on the compute pool
@@ -323,7 +363,8 @@ class variable_update_kernel : public async_op_kernel {
         if (shape_only_update(*op->ctx, op->values)) return;
         std::optional<cpu_meter> cpu;
         if (op->ctx->cpu_ns_wanted()) cpu.emplace();
-        status updated = op->kernel->update(*op->ctx, op->values);
+        status updated = op->kernel->accelerator_ != nullptr ? op->kernel->update_on_device(*op->ctx, op->values)
+                                                             : op->kernel->update(*op->ctx, op->values);
         if (cpu) op->ctx->set_cpu_ns(cpu->elapsed_ns());
         if (!updated.ok()) op->ctx->fail(std::move(updated));
       });
@@ -336,7 +377,8 @@ class variable_update_kernel : public async_op_kernel {
       }
       release_all(op);
     };
-    if (elements * op->kernel->ns_per_element() > kernels::op_kernel::k_inline_ns) {
+    // (A device's update is enqueued, never computed here: inline.)
+    if (op->kernel->accelerator_ == nullptr && elements * op->kernel->ns_per_element() > kernels::op_kernel::k_inline_ns) {
       op->ctx->pool().schedule(std::move(work));
     } else {
       work();
@@ -453,21 +495,27 @@ kernels::kernel_factory make(Args... args) {
 }  // namespace
 
 void register_variable_kernels(kernels::kernel_registry& registry) {
-  registry.add("VarHandleOp", "CPU", {}, make<var_handle_kernel>());
-  registry.add("ReadVariableOp", "CPU", {}, make<read_variable_kernel>());
-  registry.add("AssignVariableOp", "CPU", {}, make<assign_variable_kernel>());
-  registry.add("AssignAddVariableOp", "CPU", {}, make<assign_update_kernel>(true));
-  registry.add("AssignSubVariableOp", "CPU", {}, make<assign_update_kernel>(false));
-  registry.add("VarIsInitializedOp", "CPU", {}, make<var_is_initialized_kernel>());
+  // On GPUs too: the variables, their reads and assignments, and the updates the device
+  // applies itself (kernels::accelerator::apply_update).
+  for (const char* device : {"CPU", "GPU"}) {
+    registry.add("VarHandleOp", device, {}, make<var_handle_kernel>());
+    registry.add("ReadVariableOp", device, {}, make<read_variable_kernel>());
+    registry.add("AssignVariableOp", device, {}, make<assign_variable_kernel>());
+    registry.add("AssignAddVariableOp", device, {}, make<assign_update_kernel>(true));
+    registry.add("AssignSubVariableOp", device, {}, make<assign_update_kernel>(false));
+    registry.add("VarIsInitializedOp", device, {}, make<var_is_initialized_kernel>());
+    registry.add("DestroyResourceOp", device, {}, make<destroy_resource_kernel>());
+    registry.add("ResourceApplyGradientDescent", device, {}, make<apply_gradient_descent_kernel>());
+    registry.add("ResourceApplyMomentum", device, {}, make<apply_momentum_kernel>());
+    registry.add("ResourceApplyAdagrad", device, {}, make<apply_adagrad_kernel>());
+    registry.add("ResourceApplyAdam", device, {}, make<apply_adam_kernel>());
+    registry.add("ResourceApplyRMSProp", device, {}, make<apply_rms_prop_kernel>());
+  }
+  // CPU only: a variable these touch stays on a CPU (the placer colocates a variable with
+  // every op that takes its handle).
   registry.add("ResourceGather", "CPU", {}, make<resource_gather_kernel>());
   registry.add("ResourceScatterAdd", "CPU", {}, make<scatter_add_kernel>());
-  registry.add("DestroyResourceOp", "CPU", {}, make<destroy_resource_kernel>());
-  registry.add("ResourceApplyGradientDescent", "CPU", {}, make<apply_gradient_descent_kernel>());
   registry.add("TroupeApplyGradientDescentMatMul", "CPU", {}, make<apply_gradient_descent_matmul_kernel>());
-  registry.add("ResourceApplyMomentum", "CPU", {}, make<apply_momentum_kernel>());
-  registry.add("ResourceApplyAdagrad", "CPU", {}, make<apply_adagrad_kernel>());
-  registry.add("ResourceApplyAdam", "CPU", {}, make<apply_adam_kernel>());
-  registry.add("ResourceApplyRMSProp", "CPU", {}, make<apply_rms_prop_kernel>());
 }
 
 }  // namespace troupe::actors

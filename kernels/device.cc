@@ -14,6 +14,14 @@ int visible_gpus() {
 #endif
 }
 
+result<tensor> accelerator::copy(const tensor&) {
+  return unimplemented_error("this device cannot copy a tensor within its memory");
+}
+
+status accelerator::apply_update(const training_update& update, std::vector<tensor>&, std::span<const tensor>) {
+  return unimplemented_error("this device has no ", update.op, " update of its own");
+}
+
 result<std::unique_ptr<device>> make_accelerator(const std::string& name, const std::string& type, int index) {
   if (type != "GPU") return unimplemented_error("cannot make ", name, ": troupe has no devices of type ", type);
 #ifdef TROUPE_HAS_CUDA

@@ -16,7 +16,9 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <span>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -54,6 +56,16 @@ class resource_manager {
 // executor copies a host tensor in when a kernel of such a device takes it in device
 // memory, and Send kernels copy device tensors out before they leave the device.
 // kernels/cuda/gpu_device.h implements it; tests use a fake over host memory.
+// A training update as a device applies it (accelerator::apply_update): the op
+// (ResourceApplyGradientDescent, ResourceApplyMomentum, ResourceApplyAdagrad,
+// ResourceApplyAdam, ResourceApplyRMSProp, AssignAddVariableOp, AssignSubVariableOp) and
+// the attributes it reads.
+struct training_update {
+  std::string op;
+  bool use_nesterov = false;  // Momentum, Adam
+  bool update_slots = true;   // Adagrad
+};
+
 class accelerator {
  public:
   virtual ~accelerator() = default;
@@ -66,6 +78,18 @@ class accelerator {
   virtual void to_host(const tensor& t, std::function<void(result<tensor>)> done) = 0;
   // Calls done once everything enqueued so far has run, with the device's error if any.
   virtual void when_done(std::function<void(status)> done) = 0;
+  // A new device tensor with the contents of device tensor `t`, copied after the device's
+  // work enqueued so far (a variable's value that readers still hold, before an update
+  // writes it). Throws allocation_error when it does not fit. Default: unimplemented.
+  virtual result<tensor> copy(const tensor& t);
+  // Applies `update` in place to `vars` (the op's variables in input order: device tensors
+  // that no one else holds), with `inputs` as the op's kernel has them (the variables'
+  // handles, host tensors, at their positions; every other input, the hyper-parameters
+  // and the gradient, in device memory), enqueued after the device's work so far; returns
+  // at once. The arithmetic is kernels/training_ops.h's. Errors, with nothing
+  // enqueued: dtypes or shapes that do not match (invalid_argument), an update the device
+  // does not have (unimplemented: the default).
+  virtual status apply_update(const training_update& update, std::vector<tensor>& vars, std::span<const tensor> inputs);
 };
 
 class device {

@@ -43,6 +43,10 @@
 #include "core/status.h"
 #include "core/tensor.h"
 #include "core/thread_pool.h"
+#include "kernels/device.h"
+
+#include <span>
+#include <vector>
 
 namespace troupe::kernels {
 
@@ -79,6 +83,17 @@ namespace troupe::kernels {
 // among float, double, int32, int64 (integers wrap around).
 [[nodiscard]] status assign_add(tensor& var, const tensor& value, compute_pool* pool = nullptr);
 [[nodiscard]] status assign_sub(tensor& var, const tensor& value, compute_pool* pool = nullptr);
+
+// A whole update op (kernels/device.h's training_update: ResourceApply*, AssignAdd/Sub)
+// on its variables (`vars`, in the op's input order) and the op's inputs as its kernel has
+// them (the variables' handles at their positions, then hyper-parameters and gradient by
+// position). check_training_update makes the checks only (every device's update makes the
+// same ones, with the same errors, before it computes); apply_training_update checks and
+// computes on host memory with the functions above.
+[[nodiscard]] status check_training_update(const training_update& update, std::vector<tensor>& vars,
+                                           std::span<const tensor> inputs);
+[[nodiscard]] status apply_training_update(const training_update& update, std::vector<tensor>& vars,
+                                           std::span<const tensor> inputs, compute_pool* pool = nullptr);
 
 // ResourceScatterAdd: var[indices[i], ...] += updates[i, ...] for every position i of
 // `indices` (int32 or int64, any rank); repeated indices add up. `updates` has shape

@@ -274,8 +274,7 @@ T wrap_neg(T a) {
   }
 }
 
-status assign_update(const char* fn, tensor& var, const tensor& value, bool subtract,
-                     compute_pool* pool) {
+status check_assign_update(const char* fn, const tensor& var, const tensor& value) {
   TROUPE_RETURN_IF_ERROR(check_initialized(fn, {"var", var}));
   TROUPE_RETURN_IF_ERROR(check_initialized(fn, {"value", value}));
   if (value.type() != var.type()) {
@@ -287,17 +286,23 @@ status assign_update(const char* fn, tensor& var, const tensor& value, bool subt
                                   " but var has shape ", var.shape().to_string(),
                                   "; they must be equal");
   }
-  bool supported = visit_dtype<accumulate_types>(var.type(), [&]<class T>() {
+  const dtype t = var.type();
+  if (t != dtype::float32 && t != dtype::float64 && t != dtype::int32 && t != dtype::int64) {
+    return invalid_argument_error(fn, ": var has dtype ", dtype_name(t), "; supported: float, double, int32, int64");
+  }
+  return status();
+}
+
+status assign_update(const char* fn, tensor& var, const tensor& value, bool subtract,
+                     compute_pool* pool) {
+  TROUPE_RETURN_IF_ERROR(check_assign_update(fn, var, value));
+  visit_dtype<accumulate_types>(var.type(), [&]<class T>() {
     T* out = var.data<T>();
     const T* in = value.data<T>();
     for_blocks(pool, var.num_elements(), k_cheap_cost, [&](std::int64_t b, std::int64_t e) {
       for (std::int64_t i = b; i < e; ++i) out[i] = wrap_add(out[i], subtract ? wrap_neg(in[i]) : in[i]);
     });
   });
-  if (!supported) {
-    return invalid_argument_error(fn, ": var has dtype ", dtype_name(var.type()),
-                                  "; supported: float, double, int32, int64");
-  }
   return status();
 }
 
@@ -429,6 +434,77 @@ result<tensor> gather(const tensor& params, const tensor& indices, int batch_dim
     }
   }
   return out;
+}
+
+
+namespace {
+
+// The op's variables and inputs by name, checked to be there.
+struct update_view {
+  const training_update& u;
+  std::vector<tensor>& vars;
+  std::span<const tensor> in;
+  status arity(std::size_t num_vars, std::size_t num_inputs) const {
+    if (vars.size() != num_vars || in.size() != num_inputs) {
+      return invalid_argument_error(u.op, " takes ", num_vars, " variables and ", num_inputs, " inputs, not ",
+                                    vars.size(), " and ", in.size());
+    }
+    return status();
+  }
+};
+
+}  // namespace
+
+status check_training_update(const training_update& u, std::vector<tensor>& vars, std::span<const tensor> in) {
+  const update_view x{u, vars, in};
+  const std::string& op = u.op;
+  if (op == "ResourceApplyGradientDescent") {
+    TROUPE_RETURN_IF_ERROR(x.arity(1, 3));
+    return check_update("apply_gradient_descent", {"var", vars[0]}, {{"delta", in[2]}}, {{"alpha", in[1]}});
+  }
+  if (op == "ResourceApplyMomentum") {
+    TROUPE_RETURN_IF_ERROR(x.arity(2, 5));
+    return check_update("apply_momentum", {"var", vars[0]}, {{"accum", vars[1]}, {"grad", in[3]}},
+                        {{"lr", in[2]}, {"momentum", in[4]}});
+  }
+  if (op == "ResourceApplyAdagrad") {
+    TROUPE_RETURN_IF_ERROR(x.arity(2, 4));
+    return check_update("apply_adagrad", {"var", vars[0]}, {{"accum", vars[1]}, {"grad", in[3]}}, {{"lr", in[2]}});
+  }
+  if (op == "ResourceApplyAdam") {
+    TROUPE_RETURN_IF_ERROR(x.arity(3, 10));
+    return check_update("apply_adam", {"var", vars[0]}, {{"m", vars[1]}, {"v", vars[2]}, {"grad", in[9]}},
+                        {{"beta1_power", in[3]},
+                         {"beta2_power", in[4]},
+                         {"lr", in[5]},
+                         {"beta1", in[6]},
+                         {"beta2", in[7]},
+                         {"epsilon", in[8]}});
+  }
+  if (op == "ResourceApplyRMSProp") {
+    TROUPE_RETURN_IF_ERROR(x.arity(3, 8));
+    return check_update("apply_rms_prop", {"var", vars[0]}, {{"ms", vars[1]}, {"mom", vars[2]}, {"grad", in[7]}},
+                        {{"lr", in[3]}, {"rho", in[4]}, {"momentum", in[5]}, {"epsilon", in[6]}});
+  }
+  if (op == "AssignAddVariableOp" || op == "AssignSubVariableOp") {
+    TROUPE_RETURN_IF_ERROR(x.arity(1, 2));
+    return check_assign_update(op == "AssignAddVariableOp" ? "assign_add" : "assign_sub", vars[0], in[1]);
+  }
+  return unimplemented_error("no training update named ", op);
+}
+
+status apply_training_update(const training_update& u, std::vector<tensor>& vars, std::span<const tensor> in,
+                             compute_pool* pool) {
+  TROUPE_RETURN_IF_ERROR(check_training_update(u, vars, in));
+  const std::string& op = u.op;
+  if (op == "ResourceApplyGradientDescent") return apply_gradient_descent(vars[0], in[1], in[2], pool);
+  if (op == "ResourceApplyMomentum") return apply_momentum(vars[0], vars[1], in[2], in[3], in[4], u.use_nesterov, pool);
+  if (op == "ResourceApplyAdagrad") return apply_adagrad(vars[0], vars[1], in[2], in[3], u.update_slots, pool);
+  if (op == "ResourceApplyAdam") {
+    return apply_adam(vars[0], vars[1], vars[2], in[3], in[4], in[5], in[6], in[7], in[8], in[9], u.use_nesterov, pool);
+  }
+  if (op == "ResourceApplyRMSProp") return apply_rms_prop(vars[0], vars[1], vars[2], in[3], in[4], in[5], in[6], in[7], pool);
+  return op == "AssignAddVariableOp" ? assign_add(vars[0], in[1], pool) : assign_sub(vars[0], in[1], pool);
 }
 
 }  // namespace troupe::kernels

@@ -14,6 +14,7 @@
 //   strided  anything else, up to k_max_broadcast_rank collapsed dimensions; each output
 //            index is split into coordinates by multiply-shift division (fast_divmod)
 #include "kernels/cuda/gpu_cwise_launch.h"
+#include "kernels/cuda/gpu_grid.cuh"
 
 #include <cuda_runtime.h>
 
@@ -26,20 +27,13 @@ namespace troupe::kernels::gpu {
 
 namespace {
 
-constexpr int k_threads = 256;
-// Enough blocks to fill any current GPU several times over; larger inputs loop.
-constexpr std::int64_t k_max_blocks = 4096;
+using grid::blocks_for;
+using grid::k_max_blocks;
+using grid::k_threads;
+using grid::thread_count;
+using grid::thread_index;
 // Below this many columns the rows kernel would leave most of each warp idle.
 constexpr std::int64_t k_rows_min_cols = 64;
-
-unsigned blocks_for(std::int64_t work) {
-  return static_cast<unsigned>(std::clamp<std::int64_t>((work + k_threads - 1) / k_threads, 1, k_max_blocks));
-}
-
-__device__ __forceinline__ std::int64_t thread_index() {
-  return static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-}
-__device__ __forceinline__ std::int64_t thread_count() { return static_cast<std::int64_t>(gridDim.x) * blockDim.x; }
 
 // --- Arithmetic as the CPU kernels do it -------------------------------------------------
 

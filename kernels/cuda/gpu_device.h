@@ -155,6 +155,12 @@ class gpu_device final : public device, public kernels::accelerator {
   // Calls done on the poller thread once everything enqueued on the compute stream so far
   // has run (ok), or with the error the GPU reported.
   void when_done(std::function<void(status)> done) override;
+  // A copy of device tensor `t` on the compute stream (so after the work enqueued there).
+  result<tensor> copy(const tensor& t) override;
+  // A training update on the compute stream (kernels/cuda/gpu_training.cc): float and
+  // double, the assign updates also int32 and int64.
+  status apply_update(const kernels::training_update& update, std::vector<tensor>& vars,
+                      std::span<const tensor> inputs) override;
   kernels::accelerator* accelerator() override { return this; }
   // Blocks until every stream is idle; the first error (sticky or asynchronous). For
   // tests, benchmarks and shutdown: never on an executor or actor thread.

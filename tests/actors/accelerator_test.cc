@@ -19,6 +19,9 @@
 
 #include "actors/runtime_kernels.h"
 #include "graph/ops.h"
+#include "graph/train.h"
+#include "graph/variables.h"
+#include "kernels/training_ops.h"
 #include "kernels/kernel_runner.h"
 #include "tests/actors/session_fixture.h"
 
@@ -82,9 +85,31 @@ class fake_gpu final : public kernels::device, public kernels::accelerator {
   void when_done(std::function<void(status)> done) override {
     later([done = std::move(done)] { done(status()); });
   }
+  result<tensor> copy(const tensor& t) override {
+    if (t.on_host()) return invalid_argument_error("copy of a host tensor");
+    tensor d = memory.allocate(t.type(), t.shape());
+    std::memcpy(d.raw_data(), t.raw_data(), t.byte_size());
+    copies_within.fetch_add(1);
+    return d;
+  }
+  // The CPU's arithmetic on the fake's memory (host memory behind), after the same checks
+  // of where each input is as a real GPU's.
+  status apply_update(const kernels::training_update& update, std::vector<tensor>& vars,
+                      std::span<const tensor> inputs) override {
+    for (const tensor& v : vars) {
+      if (v.on_host()) return internal_error(update.op, ": a variable's value is in host memory");
+    }
+    for (std::size_t i = 0; i < inputs.size(); ++i) {
+      if (inputs[i].type() != dtype::resource && inputs[i].on_host()) {
+        return internal_error(update.op, ": input ", i, " is in host memory");
+      }
+    }
+    updates.fetch_add(1);
+    return kernels::apply_training_update(update, vars, inputs);
+  }
 
   fake_memory memory;
-  std::atomic<int> copies_in{0}, copies_out{0};
+  std::atomic<int> copies_in{0}, copies_out{0}, copies_within{0}, updates{0};
 
  private:
   void later(std::function<void()> fn) {
@@ -177,6 +202,7 @@ kernels::kernel_registry& fake_registry() {
     fake("AddV2", {}, {dtype::float32, dtype::int32});
     fake("Relu", {}, {dtype::float32});
     fake("Sum", {1}, {dtype::float32});  // the axes are read on the host
+    fake("Fill", {0}, {dtype::float32});  // a slot's initializer, colocated with its variable
     kernels::register_builtin_kernels(*r);
     actors::register_runtime_kernels(*r);
     return r;
@@ -269,6 +295,87 @@ TEST_CASE("nodes with GPU kernels run on the GPU; copies in and out keep the num
   // device actor's last step closing, an unprepared partition): all of them go.
   for (int i = 0; i < 500 && gc.gpu->memory.live != 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
   CHECK(gc.gpu->memory.live == 0);
+}
+
+// w and b trained by `opt` to minimize sum((w x + b)^2): the variables on `device` (their
+// updates, which take their handles, with them), the rest wherever the session's default
+// device says.
+struct trained {
+  graph::scope root = graph::scope::new_root();
+  std::string train, init;
+};
+trained training_graph(const train::optimizer& opt, const std::string& device) {
+  trained t;
+  graph::variable_collection vars;
+  auto on = t.root.with_device(device);
+  auto w = graph::make_variable(on, "w", {4}, dtype::float32,
+                                ops::constant(on, tensor::from_vector<float>({1, -2, 0.5f, 3})));
+  auto b = graph::make_variable(on, "b", {4}, dtype::float32,
+                                ops::constant(on, tensor::from_vector<float>({0, 0.25f, -1, 2})));
+  vars.add(w);
+  vars.add(b);
+  auto x = ops::constant(t.root.with_name("x"), tensor::from_vector<float>({0.5f, 1, -1, 2}));
+  auto y = ops::add(t.root.with_name("y"), ops::mul(t.root.with_name("wx"), w.value, x), b.value);
+  auto loss = ops::sum(t.root.with_name("loss"), ops::mul(t.root.with_name("yy"), y, y),
+                       ops::constant(t.root.with_name("axes"), tensor::scalar<std::int32_t>(0)));
+  auto step = train::minimize(t.root.with_name("train"), opt, loss, vars);
+  REQUIRE(step.ok());
+  t.train = step->node;
+  t.init = graph::global_variables_initializer(t.root.with_name("init"), vars).node;
+  return t;
+}
+
+TEST_CASE("variables live on the GPU: read, assigned and updated there, snapshots kept, numbers as on the CPU",
+          "[actors][gpu]") {
+  for (const auto& [label, opt] : std::vector<std::pair<std::string, train::optimizer>>{
+           {"gradient descent", train::gradient_descent(0.05)},
+           {"momentum", train::momentum(0.05, 0.9)},
+           {"nesterov momentum", train::momentum(0.05, 0.9, true)},
+           {"adam", train::adam(0.05)},
+           {"rms_prop", train::rms_prop(0.05, 0.9, 0.5)},
+           {"adagrad", train::adagrad(0.05)}}) {
+    INFO(label);
+    // The computation on the CPU (the fake GPU has only a few kernels), the variables on
+    // the GPU or, for the reference, on the CPU too.
+    auto run_steps = [&](actors::session_options so, const std::string& device, std::vector<tensor>* before) {
+      so.default_device = "/job:localhost/replica:0/task:0/device:CPU:0";
+      trained t = training_graph(opt, device);
+      auto s = testing::make_session(std::move(t.root), so);
+      auto initialized = s->run({}, {}, {t.init});
+      INFO(initialized.to_status());
+      REQUIRE(initialized.ok());
+      for (int i = 0; i < 5; ++i) {
+        // The value read for this step's gradient is fetched beside the update: a snapshot
+        // the update must not touch.
+        auto r = s->run({}, {"w/Read/ReadVariableOp"}, {t.train});
+        INFO(r.to_status());
+        REQUIRE(r.ok());
+        if (before != nullptr) before->push_back(r->at(0));
+      }
+      auto last = s->run({}, {"w/Read/ReadVariableOp", "b/Read/ReadVariableOp"});
+      REQUIRE(last.ok());
+      return *last;
+    };
+    std::vector<tensor> cpu_reads, gpu_reads;
+    const auto want = run_steps({}, "/job:localhost/replica:0/task:0/device:CPU:0", &cpu_reads);
+    gpu_cluster gc;
+    actors::session_options so;
+    so.cluster = gc.cluster;
+    const auto got = run_steps(so, "/job:localhost/replica:0/task:0/device:GPU:0", &gpu_reads);
+    // Two variables and their slots, updated on the fake GPU at each of the 5 steps.
+    CHECK(gc.gpu->updates == 10);
+    REQUIRE(got.size() == want.size());
+    for (std::size_t i = 0; i < got.size(); ++i) {
+      REQUIRE(got[i].on_host());
+      CHECK(got[i].equals(want[i]));
+    }
+    // Each step's snapshot is the value before that step's update, as on the CPU.
+    REQUIRE(gpu_reads.size() == cpu_reads.size());
+    for (std::size_t i = 0; i < gpu_reads.size(); ++i) CHECK(gpu_reads[i].equals(cpu_reads[i]));
+    CHECK_FALSE(gpu_reads.front().equals(gpu_reads.back()));
+    // The fetched snapshot shared w's buffer when the update came: it was copied on the device.
+    CHECK(gc.gpu->copies_within >= 1);
+  }
 }
 
 TEST_CASE("a device tensor at a kernel input read on the host is an error naming the node", "[actors][gpu]") {

@@ -8,6 +8,7 @@
 #include "kernels/cuda/gpu_device.h"
 #include "kernels/cuda/gpu_runner.h"
 #include "kernels/kernel_runner.h"
+#include "kernels/training_ops.h"
 
 namespace troupe::testing {
 
@@ -30,6 +31,47 @@ std::vector<double> values_of(const tensor& t) {
     for (T x : t.flat<T>()) v.push_back(static_cast<double>(x));
   });
   return v;
+}
+
+// Records (FAIL_CHECK) where `got` differs from `want` beyond `tol`.
+void compare(const tensor& want, const tensor& got, tolerance tol) {
+  INFO("CPU " << want.debug_string(8) << ", GPU " << got.debug_string(8));
+  if (got.type() != want.type() || got.shape() != want.shape()) {
+    FAIL_CHECK("dtype or shape differ");
+    return;
+  }
+  if (want.type() == dtype::resource || want.type() == dtype::string) return;
+  std::vector<double> w = values_of(want), g = values_of(got);
+  std::size_t worst = 0;
+  double worst_excess = 0;
+  std::size_t failures = 0;
+  for (std::size_t i = 0; i < w.size(); ++i) {
+    bool ok;
+    double excess = 0;
+    if (std::isnan(w[i]) || std::isnan(g[i])) {
+      ok = std::isnan(w[i]) && std::isnan(g[i]);
+      excess = ok ? 0 : INFINITY;
+    } else if (std::isinf(w[i]) || std::isinf(g[i])) {
+      ok = w[i] == g[i];
+      excess = ok ? 0 : INFINITY;
+    } else {
+      const double allowed = tol.atol + tol.rtol * std::fabs(w[i]);
+      const double error = std::fabs(g[i] - w[i]);
+      ok = error <= allowed;
+      excess = error - allowed;
+    }
+    if (!ok) {
+      ++failures;
+      if (excess > worst_excess || failures == 1) {
+        worst = i;
+        worst_excess = excess;
+      }
+    }
+  }
+  if (failures > 0) {
+    FAIL_CHECK(failures << " of " << w.size() << " elements differ beyond rtol " << tol.rtol << ", atol " << tol.atol
+                        << "; worst at flat index " << worst << ": CPU " << w[worst] << ", GPU " << g[worst]);
+  }
 }
 
 }  // namespace
@@ -84,46 +126,45 @@ void check_consistency(const consistency_case& c) {
   }
   REQUIRE(gpu->size() == cpu->size());
   for (std::size_t o = 0; o < cpu->size(); ++o) {
-    const tensor& want = (*cpu)[o];
-    const tensor& got = (*gpu)[o];
-    INFO("output " << o << ": CPU " << want.debug_string(8) << ", GPU " << got.debug_string(8));
-    if (got.type() != want.type() || got.shape() != want.shape()) {
-      FAIL_CHECK("dtype or shape differ");
-      return;
+    INFO("output " << o);
+    compare((*cpu)[o], (*gpu)[o], c.tol);
+  }
+}
+
+void check_update_consistency(const std::string& name, const kernels::training_update& update,
+                              const std::vector<tensor>& vars, const std::vector<tensor>& inputs, tolerance tol) {
+  INFO("case: " << name);
+  std::vector<tensor> cpu_vars, gpu_vars, gpu_inputs;
+  for (const tensor& v : vars) {
+    cpu_vars.push_back(v.deep_copy());
+    auto d = gpu0().to_device(v);
+    REQUIRE(d.ok());
+    gpu_vars.push_back(std::move(*d));
+  }
+  for (const tensor& t : inputs) {
+    if (!t.initialized()) {
+      gpu_inputs.emplace_back();  // a variable's place
+      continue;
     }
-    if (want.type() == dtype::resource || want.type() == dtype::string) continue;
-    std::vector<double> w = values_of(want), g = values_of(got);
-    std::size_t worst = 0;
-    double worst_excess = 0;
-    std::size_t failures = 0;
-    for (std::size_t i = 0; i < w.size(); ++i) {
-      bool ok;
-      double excess = 0;
-      if (std::isnan(w[i]) || std::isnan(g[i])) {
-        ok = std::isnan(w[i]) && std::isnan(g[i]);
-        excess = ok ? 0 : INFINITY;
-      } else if (std::isinf(w[i]) || std::isinf(g[i])) {
-        ok = w[i] == g[i];
-        excess = ok ? 0 : INFINITY;
-      } else {
-        const double allowed = c.tol.atol + c.tol.rtol * std::fabs(w[i]);
-        const double error = std::fabs(g[i] - w[i]);
-        ok = error <= allowed;
-        excess = error - allowed;
-      }
-      if (!ok) {
-        ++failures;
-        if (excess > worst_excess || failures == 1) {
-          worst = i;
-          worst_excess = excess;
-        }
-      }
-    }
-    if (failures > 0) {
-      FAIL_CHECK(failures << " of " << w.size() << " elements differ beyond rtol " << c.tol.rtol << ", atol "
-                    << c.tol.atol << "; worst at flat index " << worst << ": CPU " << w[worst] << ", GPU "
-                    << g[worst]);
-    }
+    auto d = gpu0().to_device(t);
+    REQUIRE(d.ok());
+    gpu_inputs.push_back(std::move(*d));
+  }
+  status cpu = kernels::apply_training_update(update, cpu_vars, inputs);
+  if (!cpu.ok()) {
+    FAIL_CHECK("the CPU update failed: " << cpu.to_string());
+    return;
+  }
+  status gpu = gpu0().apply_update(update, gpu_vars, gpu_inputs);
+  if (!gpu.ok()) {
+    FAIL_CHECK("the GPU update failed: " << gpu.to_string());
+    return;
+  }
+  for (std::size_t i = 0; i < vars.size(); ++i) {
+    INFO("variable " << i);
+    auto back = gpu0().to_host_blocking(gpu_vars[i]);
+    REQUIRE(back.ok());
+    compare(cpu_vars[i], *back, tol);
   }
 }
 

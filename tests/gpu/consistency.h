@@ -23,6 +23,7 @@
 #include "core/tensor.h"
 #include "graph/attr.h"
 #include "graph/proto/node_def.pb.h"
+#include "kernels/device.h"
 
 namespace troupe::testing {
 
@@ -64,6 +65,13 @@ class consistency_rng {
 // Runs the case on the CPU and on GPU 0 and REQUIREs that both succeed and agree, naming
 // the case, the output, the worst element's index and both values on failure.
 void check_consistency(const consistency_case& c);
+
+// A training update (kernels/device.h) on the CPU (kernels::apply_training_update) and on
+// GPU 0 (its apply_update, every operand copied in), each from its own copy of `vars`;
+// compares the variables after it. `inputs` as the op's kernel has them, an uninitialized
+// tensor at each variable's place.
+void check_update_consistency(const std::string& name, const kernels::training_update& update,
+                              const std::vector<tensor>& vars, const std::vector<tensor>& inputs, tolerance tol);
 
 // Runs the case on the GPU only and REQUIREs that it fails with an error whose message
 // contains `message` (bad input gets a clear error on the GPU too, never a crash).

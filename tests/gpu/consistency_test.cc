@@ -22,6 +22,7 @@ void batch_matmul_cases();
 void cudnn_cases();
 void cwise_cases();
 void reduction_cases();
+void training_cases();
 
 TEST_CASE("GPU MatMul and BatchMatMul agree with the CPU", "[gpu][matmul]") {
   matmul_cases();
@@ -31,6 +32,9 @@ TEST_CASE("GPU convolutions, pooling, LRN and batch norm agree with the CPU", "[
 TEST_CASE("GPU element-wise kernels agree with the CPU", "[gpu][cwise]") { cwise_cases(); }
 TEST_CASE("GPU reductions, softmax, cross-entropies, gathers agree with the CPU", "[gpu][reduction]") {
   reduction_cases();
+}
+TEST_CASE("GPU training updates (ResourceApply*, AssignAdd/Sub) agree with the CPU", "[gpu][training]") {
+  training_cases();
 }
 
 }  // namespace troupe::testing

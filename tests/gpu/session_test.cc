@@ -1,12 +1,15 @@
 // Whole steps on a real GPU through sessions: a small MLP trained for a few steps on the
-// GPU (nodes with GPU kernels there, variables and the rest on the CPU, Send/Recv between)
-// takes the same losses as on the CPU alone, and fetches come back in host memory.
+// GPU (nodes with GPU kernels there, the variables and their updates too: the device's
+// ResourceApply* kernels; the rest on the CPU, Send/Recv between) takes the same losses as
+// on the CPU alone with each optimizer, and fetches come back in host memory.
 // Skipped (CTest SKIPPED) on a machine without a GPU.
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <optional>
 #include <random>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "actors/session.h"
 #include "graph/nn.h"
@@ -28,7 +31,7 @@ struct mlp {
   std::string train, init;
 };
 
-mlp build_mlp() {
+mlp build_mlp(const train::optimizer& opt) {
   auto root = graph::scope::new_root();
   graph::variable_collection vars;
   auto x = ops::placeholder(root.with_name("x"), dtype::float32, {-1, 20});
@@ -43,7 +46,7 @@ mlp build_mlp() {
   auto logits = nn::dense(root, vars, h, 10, output);
   auto xent = ops::sparse_softmax_cross_entropy_with_logits(root, logits, labels);
   auto loss = ops::mean(root.with_name("loss"), xent.out(0), ops::constant(root, tensor::from_vector<std::int32_t>({0})));
-  auto step = train::minimize(root.with_name("train"), train::gradient_descent(0.5), loss, vars);
+  auto step = train::minimize(root.with_name("train"), opt, loss, vars);
   REQUIRE(step.ok());
   graph::global_variables_initializer(root.with_name("init"), vars);
   auto g = root.to_graph();
@@ -51,8 +54,8 @@ mlp build_mlp() {
   return {std::make_shared<const graph::graph>(std::move(*g)), step->node, "init"};
 }
 
-std::vector<float> losses(int gpus, int steps) {
-  mlp m = build_mlp();
+std::vector<float> losses(int gpus, int steps, const train::optimizer& opt) {
+  mlp m = build_mlp(opt);
   actors::session_options o;
   o.gpus = gpus;
   auto s = actors::session::create(m.graph, o);
@@ -76,13 +79,23 @@ std::vector<float> losses(int gpus, int steps) {
 
 }  // namespace
 
-TEST_CASE("an MLP trains on the GPU as on the CPU", "[gpu][session]") {
-  const std::vector<float> cpu = losses(0, 8), gpu = losses(1, 8);
-  for (std::size_t i = 0; i < cpu.size(); ++i) {
-    INFO("step " << i << ": CPU loss " << cpu[i] << ", GPU loss " << gpu[i]);
-    CHECK(std::fabs(cpu[i] - gpu[i]) <= 1e-4 * std::fabs(cpu[i]) + 1e-5);
+TEST_CASE("an MLP trains on the GPU as on the CPU, its variables updated on the GPU by each optimizer",
+          "[gpu][session]") {
+  for (const auto& [label, opt] : std::vector<std::pair<std::string, train::optimizer>>{
+           {"gradient descent", train::gradient_descent(0.5)},
+           {"momentum", train::momentum(0.1, 0.9)},
+           {"nesterov momentum", train::momentum(0.1, 0.9, true)},
+           {"adagrad", train::adagrad(0.1)},
+           {"adam", train::adam(0.01)},
+           {"rms_prop", train::rms_prop(0.01, 0.9, 0.5)}}) {
+    const std::vector<float> cpu = losses(0, 8, opt), gpu = losses(1, 8, opt);
+    for (std::size_t i = 0; i < cpu.size(); ++i) {
+      INFO(label << ", step " << i << ": CPU loss " << cpu[i] << ", GPU loss " << gpu[i]);
+      CHECK(std::fabs(cpu[i] - gpu[i]) <= 1e-4 * std::fabs(cpu[i]) + 1e-5);
+    }
+    INFO(label);
+    CHECK(gpu.back() < gpu.front());  // it learns
   }
-  CHECK(gpu.back() < gpu.front());  // it learns
 }
 
 }  // namespace troupe::testing

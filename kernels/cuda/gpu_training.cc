@@ -1,0 +1,94 @@
+// gpu_device's training updates and device copies: what a variable on a GPU needs
+// (actors/variable_kernels.cc leases it, this computes on the compute stream).
+#include <cstdint>
+
+#include "kernels/cuda/gpu_device.h"
+#include "kernels/cuda/gpu_training_launch.h"
+#include "kernels/training_ops.h"
+
+namespace troupe::kernels::gpu {
+namespace {
+
+template <class T>
+T* device_data(tensor& t) {
+  return static_cast<T*>(t.raw_data());
+}
+template <class T>
+const T* device_data(const tensor& t) {
+  return static_cast<const T*>(t.raw_data());
+}
+
+// The update in T (float or double), after check_training_update: every operand in the
+// GPU's memory.
+template <class T>
+void launch_update(const training_update& u, std::vector<tensor>& vars, std::span<const tensor> in,
+                   cudaStream_t stream) {
+  const std::string& op = u.op;
+  const std::int64_t n = vars[0].num_elements();
+  T* var = device_data<T>(vars[0]);
+  auto at = [&](std::size_t i) { return device_data<T>(in[i]); };
+  if (op == "ResourceApplyGradientDescent") {
+    launch_apply_gradient_descent<T>(var, at(1), at(2), n, stream);
+  } else if (op == "ResourceApplyMomentum") {
+    launch_apply_momentum<T>(var, device_data<T>(vars[1]), at(2), at(3), at(4), u.use_nesterov, n, stream);
+  } else if (op == "ResourceApplyAdagrad") {
+    launch_apply_adagrad<T>(var, device_data<T>(vars[1]), at(2), at(3), u.update_slots, n, stream);
+  } else if (op == "ResourceApplyAdam") {
+    launch_apply_adam<T>(var, device_data<T>(vars[1]), device_data<T>(vars[2]), at(3), at(4), at(5), at(6), at(7),
+                         at(8), at(9), u.use_nesterov, n, stream);
+  } else if (op == "ResourceApplyRMSProp") {
+    launch_apply_rms_prop<T>(var, device_data<T>(vars[1]), device_data<T>(vars[2]), at(3), at(4), at(5), at(6), at(7),
+                             n, stream);
+  }
+}
+
+template <class T>
+void launch_assign(const training_update& u, std::vector<tensor>& vars, std::span<const tensor> in,
+                   cudaStream_t stream) {
+  launch_assign_update<T>(device_data<T>(vars[0]), device_data<T>(in[1]), u.op == "AssignSubVariableOp",
+                          vars[0].num_elements(), stream);
+}
+
+}  // namespace
+
+result<tensor> gpu_device::copy(const tensor& t) {
+  if (t.on_host()) return invalid_argument_error("copy: the tensor is in host memory, not the GPU's");
+  TROUPE_RETURN_IF_ERROR(activate());
+  tensor out = allocate(t.type(), t.shape());
+  if (t.byte_size() == 0) return out;
+  TROUPE_RETURN_IF_ERROR(cuda_status(
+      cudaMemcpyAsync(out.raw_data(), t.raw_data(), t.byte_size(), cudaMemcpyDeviceToDevice, compute_),
+      "cudaMemcpyAsync within the GPU"));
+  return out;
+}
+
+status gpu_device::apply_update(const training_update& update, std::vector<tensor>& vars,
+                                std::span<const tensor> inputs) {
+  TROUPE_RETURN_IF_ERROR(check_training_update(update, vars, inputs));
+  // Variables, slots, hyper-parameters and the gradient: all the GPU's.
+  for (std::size_t i = 0; i < inputs.size(); ++i) {
+    if (inputs[i].initialized() && inputs[i].type() != dtype::resource && inputs[i].on_host()) {
+      return invalid_argument_error(update.op, ": input ", i, " is in host memory, not the GPU's");
+    }
+  }
+  for (const tensor& v : vars) {
+    if (v.on_host()) return invalid_argument_error(update.op, ": a variable's value is in host memory, not the GPU's");
+  }
+  TROUPE_RETURN_IF_ERROR(activate());
+  const bool assign = update.op == "AssignAddVariableOp" || update.op == "AssignSubVariableOp";
+  switch (vars[0].type()) {
+    case dtype::float32:
+      assign ? launch_assign<float>(update, vars, inputs, compute_) : launch_update<float>(update, vars, inputs, compute_);
+      break;
+    case dtype::float64:
+      assign ? launch_assign<double>(update, vars, inputs, compute_)
+             : launch_update<double>(update, vars, inputs, compute_);
+      break;
+    case dtype::int32: launch_assign<std::int32_t>(update, vars, inputs, compute_); break;
+    case dtype::int64: launch_assign<std::int64_t>(update, vars, inputs, compute_); break;
+    default: return internal_error(update.op, ": dtype ", dtype_name(vars[0].type()), " passed the checks");
+  }
+  return cuda_status(cudaGetLastError(), str_cat("launching ", update.op));
+}
+
+}  // namespace troupe::kernels::gpu
