@@ -201,9 +201,11 @@ class variable_update_kernel : public async_op_kernel {
     }
     if (c.device() != nullptr) accelerator_ = c.device()->accelerator();
     for (dtype t : c.input_types()) input_is_value_.push_back(t != dtype::resource);
-    device_update_.op = c.node().op();
-    if (graph::has_attr(c.node(), "use_nesterov")) c.get_attr("use_nesterov", &device_update_.use_nesterov);
-    if (graph::has_attr(c.node(), "update_slots")) c.get_attr("update_slots", &device_update_.update_slots);
+    attrs_.op = c.node().op();
+    if (graph::has_attr(c.node(), "use_nesterov")) c.get_attr("use_nesterov", &attrs_.use_nesterov);
+    if (graph::has_attr(c.node(), "update_slots")) c.get_attr("update_slots", &attrs_.update_slots);
+    if (graph::has_attr(c.node(), "transpose_a")) c.get_attr("transpose_a", &attrs_.transpose_a);
+    if (graph::has_attr(c.node(), "transpose_b")) c.get_attr("transpose_b", &attrs_.transpose_b);
   }
 
   // On a device with memory of its own (a GPU), every input but the variables' handles is
@@ -242,12 +244,14 @@ class variable_update_kernel : public async_op_kernel {
   kernel_timer* timer_ = nullptr;  // under a simulation: the device's kernels' timer
   tf::NodeDef def_;                 // and the node (its cost's key)
   kernels::accelerator* accelerator_ = nullptr;  // the device's memory and streams (a GPU), or null
-  kernels::training_update device_update_;        // what the device applies (the op and its attributes)
+  kernels::training_update attrs_;                // the op and the attributes its update reads
   std::vector<bool> input_is_value_;              // by input: not a variable's handle
 
   // Applies the update to `vars` (the leased values, in input order), in place, on the
-  // host.
-  virtual status update(kernel_context& ctx, std::vector<tensor>& vars) const = 0;
+  // host: the op's arithmetic (kernels/training_ops.h).
+  virtual status update(kernel_context& ctx, std::vector<tensor>& vars) const {
+    return kernels::apply_training_update(attrs_, vars, ctx.inputs(), &ctx.pool());
+  }
 
   // The update on a device with memory of its own: values in host memory (restored by a
   // checkpoint) are copied in, and values that readers still share are copied on the
@@ -264,13 +268,19 @@ class variable_update_kernel : public async_op_kernel {
         v = std::move(*own);
       }
     }
-    return accelerator_->apply_update(device_update_, vars, ctx.inputs());
+    return accelerator_->apply_update(attrs_, vars, ctx.inputs());
   }
   // Its estimated cost per element of the (first) variable, the figure its kernel's
   // parallel_for uses (kernels/cpu/training_ops.cc): the update runs inline (on the thread
   // that got the last lease) when it is cheaper than a hand-off, on the compute pool
-  // otherwise.
-  virtual double ns_per_element() const { return 1.0; }
+  // otherwise. A product's multiply-adds per element of var are its inner dimension, a
+  // few hundred in the models; a square root per element costs a few.
+  double ns_per_element() const {
+    const std::string& op = attrs_.op;
+    if (op == "TroupeApplyGradientDescentMatMul") return 20.0;
+    if (op == "ResourceApplyAdagrad" || op == "ResourceApplyAdam" || op == "ResourceApplyRMSProp") return 4.0;
+    return 1.0;
+  }
 
  private:
   // One update in flight. Whatever happens to it, every lease it holds goes back: after
@@ -386,102 +396,11 @@ class variable_update_kernel : public async_op_kernel {
   }
 };
 
-class assign_update_kernel final : public variable_update_kernel {
- public:
-  assign_update_kernel(kernel_construction& c, bool add) : variable_update_kernel(c), add_(add) {}
-  status update(kernel_context& ctx, std::vector<tensor>& vars) const override {
-    return add_ ? kernels::assign_add(vars[0], ctx.input(1), &ctx.pool())
-                : kernels::assign_sub(vars[0], ctx.input(1), &ctx.pool());
-  }
-
- private:
-  bool add_;
-};
-
 class scatter_add_kernel final : public variable_update_kernel {
  public:
   using variable_update_kernel::variable_update_kernel;
   status update(kernel_context& ctx, std::vector<tensor>& vars) const override {
     return kernels::scatter_add(vars[0], ctx.input(1), ctx.input(2), &ctx.pool());
-  }
-};
-
-class apply_gradient_descent_kernel final : public variable_update_kernel {
- public:
-  using variable_update_kernel::variable_update_kernel;
-  status update(kernel_context& ctx, std::vector<tensor>& vars) const override {
-    return kernels::apply_gradient_descent(vars[0], ctx.input(1), ctx.input(2), &ctx.pool());
-  }
-};
-
-class apply_gradient_descent_matmul_kernel final : public variable_update_kernel {
- public:
-  // A product's multiply-adds per element of var: the inner dimension, a few hundred in
-  // the models (an estimate for the simulation and for running inline).
-  double ns_per_element() const override { return 20.0; }
-  explicit apply_gradient_descent_matmul_kernel(kernel_construction& c) : variable_update_kernel(c) {
-    c.get_attrs("transpose_a", &transpose_a_, "transpose_b", &transpose_b_);
-  }
-  status update(kernel_context& ctx, std::vector<tensor>& vars) const override {
-    return kernels::apply_gradient_descent_matmul(vars[0], ctx.input(1), ctx.input(2), ctx.input(3), transpose_a_,
-                                                  transpose_b_, &ctx.pool());
-  }
-
- private:
-  bool transpose_a_ = false;
-  bool transpose_b_ = false;
-};
-
-class apply_momentum_kernel final : public variable_update_kernel {
- public:
-  explicit apply_momentum_kernel(kernel_construction& c) : variable_update_kernel(c) {
-    c.get_attr("use_nesterov", &nesterov_);
-  }
-  status update(kernel_context& ctx, std::vector<tensor>& vars) const override {
-    return kernels::apply_momentum(vars[0], vars[1], ctx.input(2), ctx.input(3), ctx.input(4), nesterov_,
-                                   &ctx.pool());
-  }
-
- private:
-  bool nesterov_ = false;
-};
-
-class apply_adagrad_kernel final : public variable_update_kernel {
- public:
-  double ns_per_element() const override { return 4.0; }  // a square root per element
-  explicit apply_adagrad_kernel(kernel_construction& c) : variable_update_kernel(c) {
-    c.get_attr("update_slots", &update_slots_);
-  }
-  status update(kernel_context& ctx, std::vector<tensor>& vars) const override {
-    return kernels::apply_adagrad(vars[0], vars[1], ctx.input(2), ctx.input(3), update_slots_, &ctx.pool());
-  }
-
- private:
-  bool update_slots_ = true;
-};
-
-class apply_adam_kernel final : public variable_update_kernel {
- public:
-  double ns_per_element() const override { return 4.0; }  // a square root per element
-  explicit apply_adam_kernel(kernel_construction& c) : variable_update_kernel(c) {
-    c.get_attr("use_nesterov", &nesterov_);
-  }
-  status update(kernel_context& ctx, std::vector<tensor>& vars) const override {
-    return kernels::apply_adam(vars[0], vars[1], vars[2], ctx.input(3), ctx.input(4), ctx.input(5), ctx.input(6),
-                               ctx.input(7), ctx.input(8), ctx.input(9), nesterov_, &ctx.pool());
-  }
-
- private:
-  bool nesterov_ = false;
-};
-
-class apply_rms_prop_kernel final : public variable_update_kernel {
- public:
-  double ns_per_element() const override { return 4.0; }  // a square root per element
-  using variable_update_kernel::variable_update_kernel;
-  status update(kernel_context& ctx, std::vector<tensor>& vars) const override {
-    return kernels::apply_rms_prop(vars[0], vars[1], vars[2], ctx.input(3), ctx.input(4), ctx.input(5),
-                                   ctx.input(6), ctx.input(7), &ctx.pool());
   }
 };
 
@@ -501,21 +420,18 @@ void register_variable_kernels(kernels::kernel_registry& registry) {
     registry.add("VarHandleOp", device, {}, make<var_handle_kernel>());
     registry.add("ReadVariableOp", device, {}, make<read_variable_kernel>());
     registry.add("AssignVariableOp", device, {}, make<assign_variable_kernel>());
-    registry.add("AssignAddVariableOp", device, {}, make<assign_update_kernel>(true));
-    registry.add("AssignSubVariableOp", device, {}, make<assign_update_kernel>(false));
     registry.add("VarIsInitializedOp", device, {}, make<var_is_initialized_kernel>());
     registry.add("DestroyResourceOp", device, {}, make<destroy_resource_kernel>());
-    registry.add("ResourceApplyGradientDescent", device, {}, make<apply_gradient_descent_kernel>());
-    registry.add("ResourceApplyMomentum", device, {}, make<apply_momentum_kernel>());
-    registry.add("ResourceApplyAdagrad", device, {}, make<apply_adagrad_kernel>());
-    registry.add("ResourceApplyAdam", device, {}, make<apply_adam_kernel>());
-    registry.add("ResourceApplyRMSProp", device, {}, make<apply_rms_prop_kernel>());
+    for (const char* update : {"AssignAddVariableOp", "AssignSubVariableOp", "ResourceApplyGradientDescent",
+                               "TroupeApplyGradientDescentMatMul", "ResourceApplyMomentum", "ResourceApplyAdagrad",
+                               "ResourceApplyAdam", "ResourceApplyRMSProp"}) {
+      registry.add(update, device, {}, make<variable_update_kernel>());
+    }
   }
   // CPU only: a variable these touch stays on a CPU (the placer colocates a variable with
   // every op that takes its handle).
   registry.add("ResourceGather", "CPU", {}, make<resource_gather_kernel>());
   registry.add("ResourceScatterAdd", "CPU", {}, make<scatter_add_kernel>());
-  registry.add("TroupeApplyGradientDescentMatMul", "CPU", {}, make<apply_gradient_descent_matmul_kernel>());
 }
 
 }  // namespace troupe::actors

@@ -57,13 +57,15 @@ class resource_manager {
 // memory, and Send kernels copy device tensors out before they leave the device.
 // kernels/cuda/gpu_device.h implements it; tests use a fake over host memory.
 // A training update as a device applies it (accelerator::apply_update): the op
-// (ResourceApplyGradientDescent, ResourceApplyMomentum, ResourceApplyAdagrad,
-// ResourceApplyAdam, ResourceApplyRMSProp, AssignAddVariableOp, AssignSubVariableOp) and
-// the attributes it reads.
+// (ResourceApplyGradientDescent, TroupeApplyGradientDescentMatMul, ResourceApplyMomentum,
+// ResourceApplyAdagrad, ResourceApplyAdam, ResourceApplyRMSProp, AssignAddVariableOp,
+// AssignSubVariableOp) and the attributes it reads.
 struct training_update {
   std::string op;
   bool use_nesterov = false;  // Momentum, Adam
   bool update_slots = true;   // Adagrad
+  bool transpose_a = false;   // the product update
+  bool transpose_b = false;
 };
 
 class accelerator {

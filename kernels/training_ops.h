@@ -61,6 +61,10 @@ namespace troupe::kernels {
 [[nodiscard]] status apply_gradient_descent_matmul(tensor& var, const tensor& alpha, const tensor& a,
                                                    const tensor& b, bool transpose_a, bool transpose_b,
                                                    compute_pool* pool = nullptr);
+// Its checks alone (what it refuses, with the same errors), for devices that compute it
+// their own way.
+[[nodiscard]] status check_gradient_descent_matmul(const tensor& var, const tensor& alpha, const tensor& a,
+                                                   const tensor& b, bool transpose_a, bool transpose_b);
 
 [[nodiscard]] status apply_momentum(tensor& var, tensor& accum, const tensor& lr, const tensor& grad,
                                     const tensor& momentum, bool use_nesterov,

@@ -118,8 +118,8 @@ status apply_gradient_descent(tensor& var, const tensor& alpha, const tensor& de
   return status();
 }
 
-status apply_gradient_descent_matmul(tensor& var, const tensor& alpha, const tensor& a, const tensor& b,
-                                     bool transpose_a, bool transpose_b, compute_pool* pool) {
+status check_gradient_descent_matmul(const tensor& var, const tensor& alpha, const tensor& a, const tensor& b,
+                                     bool transpose_a, bool transpose_b) {
   constexpr const char* fn = "apply_gradient_descent_matmul";
   TROUPE_RETURN_IF_ERROR(check_update(fn, {"var", var}, {}, {{"alpha", alpha}}));
   for (const arg& x : {arg{"a", a}, arg{"b", b}}) {
@@ -142,6 +142,14 @@ status apply_gradient_descent_matmul(tensor& var, const tensor& alpha, const ten
     return unimplemented_error(fn, ": a ", a.shape().to_string(), " and b ", b.shape().to_string(),
                                " exceed the BLAS index range");
   }
+  return status();
+}
+
+status apply_gradient_descent_matmul(tensor& var, const tensor& alpha, const tensor& a, const tensor& b,
+                                     bool transpose_a, bool transpose_b, compute_pool* pool) {
+  TROUPE_RETURN_IF_ERROR(check_gradient_descent_matmul(var, alpha, a, b, transpose_a, transpose_b));
+  const std::int64_t m = a.dim(transpose_a ? 1 : 0), k = a.dim(transpose_a ? 0 : 1);
+  const std::int64_t n = b.dim(transpose_b ? 0 : 1);
   if (m == 0 || n == 0 || k == 0) return status();
   compute_pool inline_pool(0);
   visit_float(var, [&]<class T>() {
@@ -462,6 +470,10 @@ status check_training_update(const training_update& u, std::vector<tensor>& vars
     TROUPE_RETURN_IF_ERROR(x.arity(1, 3));
     return check_update("apply_gradient_descent", {"var", vars[0]}, {{"delta", in[2]}}, {{"alpha", in[1]}});
   }
+  if (op == "TroupeApplyGradientDescentMatMul") {
+    TROUPE_RETURN_IF_ERROR(x.arity(1, 4));
+    return check_gradient_descent_matmul(vars[0], in[1], in[2], in[3], u.transpose_a, u.transpose_b);
+  }
   if (op == "ResourceApplyMomentum") {
     TROUPE_RETURN_IF_ERROR(x.arity(2, 5));
     return check_update("apply_momentum", {"var", vars[0]}, {{"accum", vars[1]}, {"grad", in[3]}},
@@ -498,6 +510,9 @@ status apply_training_update(const training_update& u, std::vector<tensor>& vars
   TROUPE_RETURN_IF_ERROR(check_training_update(u, vars, in));
   const std::string& op = u.op;
   if (op == "ResourceApplyGradientDescent") return apply_gradient_descent(vars[0], in[1], in[2], pool);
+  if (op == "TroupeApplyGradientDescentMatMul") {
+    return apply_gradient_descent_matmul(vars[0], in[1], in[2], in[3], u.transpose_a, u.transpose_b, pool);
+  }
   if (op == "ResourceApplyMomentum") return apply_momentum(vars[0], vars[1], in[2], in[3], in[4], u.use_nesterov, pool);
   if (op == "ResourceApplyAdagrad") return apply_adagrad(vars[0], vars[1], in[2], in[3], u.update_slots, pool);
   if (op == "ResourceApplyAdam") {

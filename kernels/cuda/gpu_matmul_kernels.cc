@@ -1,28 +1,25 @@
 // MatMul, BatchMatMulV2 and BatchMatMul on the GPU through cuBLAS (float32, float64), all
-// through gemm() below. float32 products use TensorFloat-32 only when allow_tf32()
+// through gemm() (gpu_gemm.h). float32 products use TensorFloat-32 only when allow_tf32()
 // (gpu_device.h).
 #include <cstdint>
 #include <limits>
 
 #include "kernels/shape_checks.h"
+#include "kernels/cuda/gpu_gemm.h"
 #include "kernels/cuda/gpu_kernel.h"
 #include "kernels/kernel_registry.h"
 
-namespace troupe::kernels {
+namespace troupe::kernels::gpu {
 
-namespace {
-
-// out = op(x) op(y) for `batches` matrices [m, k] x [k, n] -> [m, n], row-major, each
-// operand's matrices `x_step` / `y_step` matrices apart (0: one matrix for every product),
-// on the compute stream. As the column-major product out^T = op(y)^T op(x)^T: operands
-// swapped, nothing transposed in memory. REQUIRES: m, n, k >= 1 and all within int.
+// As the column-major product out^T = op(y)^T op(x)^T: operands swapped, nothing
+// transposed in memory.
 template <class T>
-cublasStatus_t gemm(gpu::gpu_device& gpu, bool adj_x, bool adj_y, std::int64_t m, std::int64_t n, std::int64_t k,
+cublasStatus_t gemm(gpu_device& gpu, bool adj_x, bool adj_y, std::int64_t m, std::int64_t n, std::int64_t k,
                     const T* x, long long x_step, const T* y, long long y_step, T* out, std::int64_t batches) {
   constexpr bool is_float = std::is_same_v<T, float>;
   const cudaDataType_t type = is_float ? CUDA_R_32F : CUDA_R_64F;
   const cublasComputeType_t compute =
-      is_float ? (gpu::allow_tf32() ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F) : CUBLAS_COMPUTE_64F;
+      is_float ? (allow_tf32() ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F) : CUBLAS_COMPUTE_64F;
   const cublasOperation_t op_x = adj_x ? CUBLAS_OP_T : CUBLAS_OP_N, op_y = adj_y ? CUBLAS_OP_T : CUBLAS_OP_N;
   const int mi = static_cast<int>(m), ni = static_cast<int>(n), ki = static_cast<int>(k);
   const int ldx = adj_x ? mi : ki, ldy = adj_y ? ki : ni;  // row lengths of the stored matrices
@@ -35,6 +32,19 @@ cublasStatus_t gemm(gpu::gpu_device& gpu, bool adj_x, bool adj_y, std::int64_t m
                                     ldx, x_step * m * k, &zero, out, type, ni, static_cast<long long>(m) * n,
                                     static_cast<int>(batches), compute, CUBLAS_GEMM_DEFAULT);
 }
+
+template cublasStatus_t gemm<float>(gpu_device&, bool, bool, std::int64_t, std::int64_t, std::int64_t, const float*,
+                                    long long, const float*, long long, float*, std::int64_t);
+template cublasStatus_t gemm<double>(gpu_device&, bool, bool, std::int64_t, std::int64_t, std::int64_t, const double*,
+                                     long long, const double*, long long, double*, std::int64_t);
+
+}  // namespace troupe::kernels::gpu
+
+namespace troupe::kernels {
+
+using gpu::gemm;
+
+namespace {
 
 constexpr std::int64_t k_cublas_max = std::numeric_limits<int>::max();
 

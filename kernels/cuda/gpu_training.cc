@@ -3,6 +3,7 @@
 #include <cstdint>
 
 #include "kernels/cuda/gpu_device.h"
+#include "kernels/cuda/gpu_gemm.h"
 #include "kernels/cuda/gpu_training_launch.h"
 #include "kernels/training_ops.h"
 
@@ -42,6 +43,24 @@ void launch_update(const training_update& u, std::vector<tensor>& vars, std::spa
   }
 }
 
+// var -= alpha * op(a) op(b): the product into a temporary by cuBLAS, then gradient descent
+// with it (rounds as gradient descent of the product: the sum is rounded on its own first).
+template <class T>
+status product_update(gpu_device& gpu, const training_update& u, tensor& var, std::span<const tensor> in) {
+  const tensor& a = in[2];
+  const tensor& b = in[3];
+  const std::int64_t m = a.dim(u.transpose_a ? 1 : 0), k = a.dim(u.transpose_a ? 0 : 1);
+  const std::int64_t n = b.dim(u.transpose_b ? 0 : 1);
+  if (m == 0 || n == 0 || k == 0) return status();
+  tensor product = gpu.allocate(var.type(), var.shape());  // reused only by later compute-stream work
+  TROUPE_RETURN_IF_ERROR(cublas_status(gemm<T>(gpu, u.transpose_a, u.transpose_b, m, n, k, device_data<T>(a), 0,
+                                               device_data<T>(b), 0, device_data<T>(product), 1),
+                                       "TroupeApplyGradientDescentMatMul: cublasGemmEx"));
+  launch_apply_gradient_descent<T>(device_data<T>(var), device_data<T>(in[1]), device_data<T>(product), m * n,
+                                   gpu.compute_stream());
+  return status();
+}
+
 template <class T>
 void launch_assign(const training_update& u, std::vector<tensor>& vars, std::span<const tensor> in,
                    cudaStream_t stream) {
@@ -75,6 +94,11 @@ status gpu_device::apply_update(const training_update& update, std::vector<tenso
     if (v.on_host()) return invalid_argument_error(update.op, ": a variable's value is in host memory, not the GPU's");
   }
   TROUPE_RETURN_IF_ERROR(activate());
+  if (update.op == "TroupeApplyGradientDescentMatMul") {
+    TROUPE_RETURN_IF_ERROR(vars[0].type() == dtype::float32 ? product_update<float>(*this, update, vars[0], inputs)
+                                                            : product_update<double>(*this, update, vars[0], inputs));
+    return cuda_status(cudaGetLastError(), str_cat("launching ", update.op));
+  }
   const bool assign = update.op == "AssignAddVariableOp" || update.op == "AssignSubVariableOp";
   switch (vars[0].type()) {
     case dtype::float32:

@@ -105,11 +105,12 @@ class fake_gpu final : public kernels::device, public kernels::accelerator {
       }
     }
     updates.fetch_add(1);
+    if (update.op == "TroupeApplyGradientDescentMatMul") product_updates.fetch_add(1);
     return kernels::apply_training_update(update, vars, inputs);
   }
 
   fake_memory memory;
-  std::atomic<int> copies_in{0}, copies_out{0}, copies_within{0}, updates{0};
+  std::atomic<int> copies_in{0}, copies_out{0}, copies_within{0}, updates{0}, product_updates{0};
 
  private:
   void later(std::function<void()> fn) {
@@ -203,6 +204,7 @@ kernels::kernel_registry& fake_registry() {
     fake("Relu", {}, {dtype::float32});
     fake("Sum", {1}, {dtype::float32});  // the axes are read on the host
     fake("Fill", {0}, {dtype::float32});  // a slot's initializer, colocated with its variable
+    for (const char* op : {"ZerosLike", "OnesLike", "Mul"}) fake(op, {}, {dtype::float32});  // in gradients
     kernels::register_builtin_kernels(*r);
     actors::register_runtime_kernels(*r);
     return r;
@@ -376,6 +378,50 @@ TEST_CASE("variables live on the GPU: read, assigned and updated there, snapshot
     // The fetched snapshot shared w's buffer when the update came: it was copied on the device.
     CHECK(gc.gpu->copies_within >= 1);
   }
+}
+
+TEST_CASE("a dense layer's weights on the GPU take gradient descent's product update there", "[actors][gpu]") {
+  // loss = sum(x W): W's whole gradient is a product, which gradient descent with
+  // fuse_matmul_updates applies with one fused update (TroupeApplyGradientDescentMatMul).
+  auto run_steps = [](actors::session_options so, const std::string& device) {
+    so.default_device = "/job:localhost/replica:0/task:0/device:CPU:0";
+    auto root = graph::scope::new_root();
+    graph::variable_collection vars;
+    auto on = root.with_device(device);
+    auto w = graph::make_variable(on, "w", {3, 2}, dtype::float32,
+                                  ops::constant(on, tensor::from_vector<float>({1, -2, 0.5f, 3, 0.25f, -1}, {3, 2})));
+    vars.add(w);
+    auto x = ops::constant(root.with_name("x"), tensor::from_vector<float>({0.5f, 1, -1, 2, 0, 1, -0.5f, 0.25f, 1.5f,
+                                                                            1, 1, 1, -2, 0.5f, 0},
+                                                                           {5, 3}));
+    auto y = ops::matmul(root.with_name("xw"), x, w.value);
+    auto loss = ops::sum(root.with_name("loss"), y,
+                         ops::constant(root.with_name("axes"), tensor::from_vector<std::int32_t>({0, 1})));
+    train::optimizer sgd = train::gradient_descent(0.01);
+    sgd.fuse_matmul_updates = true;
+    // The gradients on W's device too (the product update fuses only there).
+    auto step = train::minimize(root.with_name("train").with_device(device), sgd, loss, vars);
+    REQUIRE(step.ok());
+    const std::string init = graph::global_variables_initializer(root.with_name("init"), vars).node;
+    so.allow_soft_placement = true;  // the gradients' ops without a GPU kernel on the CPU
+    auto s = testing::make_session(std::move(root), so);
+    REQUIRE(s->run({}, {}, {init}).ok());
+    for (int i = 0; i < 4; ++i) {
+      auto r = s->run({}, {}, {step->node});
+      INFO(r.to_status());
+      REQUIRE(r.ok());
+    }
+    auto last = s->run({}, {"w/Read/ReadVariableOp"});
+    REQUIRE(last.ok());
+    return last->at(0);
+  };
+  const tensor want = run_steps({}, "/job:localhost/replica:0/task:0/device:CPU:0");
+  gpu_cluster gc;
+  actors::session_options so;
+  so.cluster = gc.cluster;
+  const tensor got = run_steps(so, "/job:localhost/replica:0/task:0/device:GPU:0");
+  CHECK(gc.gpu->product_updates == 4);
+  CHECK(got.equals(want));
 }
 
 TEST_CASE("a device tensor at a kernel input read on the host is an error naming the node", "[actors][gpu]") {

@@ -56,6 +56,23 @@ void training_cases() {
                                {none, none, none, s(0.01), s(0.9), s(0.5), s(1e-7), value()}, tol);
     }
   }
+  // The product update (a dense layer's weights by gradient descent), each transposition.
+  for (dtype type : {dtype::float32, dtype::float64}) {
+    for (bool ta : {false, true}) {
+      for (bool tb : {false, true}) {
+        const std::int64_t m = 37, n = 65, k = 129;
+        kernels::training_update u{"TroupeApplyGradientDescentMatMul"};
+        u.transpose_a = ta;
+        u.transpose_b = tb;
+        check_update_consistency(str_cat("TroupeApplyGradientDescentMatMul ", dtype_name(type), " transpose_a=", ta,
+                                         " transpose_b=", tb),
+                                 u, {rng.uniform(type, {m, n})},
+                                 {tensor(), scalar_of(type, 0.1), rng.uniform(type, ta ? tensor_shape{k, m} : tensor_shape{m, k}),
+                                  rng.uniform(type, tb ? tensor_shape{n, k} : tensor_shape{k, n})},
+                                 type == dtype::float32 ? k_float32_sum : k_float64);
+      }
+    }
+  }
   for (dtype type : {dtype::float32, dtype::float64, dtype::int32, dtype::int64}) {
     const bool integer = type == dtype::int32 || type == dtype::int64;
     // Integers near the ends of their range, so that some sums wrap.
