@@ -9,9 +9,13 @@
 //            enqueues per second and the host's microseconds per enqueue;
 //   executor a chain of 1000 one-element Neg nodes run as one step by a session on the GPU
 //            (each node's kernel launched by the executor) and on the CPU alone: the
-//            microseconds per node, step time over nodes.
+//            microseconds per node, step time over nodes;
+//   models   training steps through a session on the GPU: AlexNet at batch 128 and the
+//            LSTM language model (bench/models.h), ms per step (PyTorch's on the same GPU:
+//            bench/peers/gpu_models_torch.py; tools/gpu_check.sh puts them side by side).
 //
-//   build/bench/bench_gpu [--repeats=20] [--smoke]
+//   build/bench/bench_gpu [--repeats=20] [--smoke] [--no-models]
+//   build/bench/bench_gpu --models-on-cpu [--smoke]   # only the models, on the CPU: a dry run
 //
 // Times are medians of `--repeats` runs, each timed with CUDA events on the compute stream
 // after warm-up runs; inputs are random (never zeros). Prints one JSON object. Without a
@@ -30,6 +34,7 @@
 #include <vector>
 
 #include "actors/session.h"
+#include "bench/models.h"
 #include "graph/attr.h"
 #include "graph/ops.h"
 #include "kernels/cuda/gpu_device.h"
@@ -302,18 +307,73 @@ double executor_us_per_node(int gpus, int n, int steps) {
   return median(us);
 }
 
+// A model's training step on the machine's GPU through a session (the nodes with GPU
+// kernels there, their variables too when every op on them has one; gpus = 1), as JSON:
+// the median of `samples` samples of `steps` steps each, after the initializer and three
+// warm-up steps (the convolutions' algorithms measured then). A session's step returns
+// once the GPU work it queued has run.
+std::string model_json(const std::string& name, const training_model& m, int gpus, int steps, int samples) {
+  ok_or_die(m.root.get_status());
+  auto g = m.root.to_graph();
+  ok_or_die(g.to_status());
+  actors::session_options o;
+  o.gpus = gpus;
+  auto s = actors::session::create(std::move(*g), o);
+  ok_or_die(s.to_status());
+  ok_or_die((*s)->run({}, {}, {m.init_op}).to_status());
+  std::size_t next = 0;
+  auto step = [&] {
+    ok_or_die((*s)->run(m.batches[next], {}, {m.train_op}).to_status());
+    next = (next + 1) % m.batches.size();
+  };
+  for (int i = 0; i < 3; ++i) step();
+  std::vector<double> ms;
+  for (int k = 0; k < samples; ++k) {
+    const auto start = std::chrono::steady_clock::now();
+    for (int i = 0; i < steps; ++i) step();
+    ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count() / steps);
+  }
+  std::string list;
+  for (double x : ms) list += str_cat(list.empty() ? "" : ", ", json_number(x));
+  const double median_ms = median(ms);
+  return str_cat("{\"name\": \"", name, "\", \"ms_per_step\": ", json_number(median_ms), ", \"items_per_s\": ",
+                 json_number(static_cast<double>(m.items_per_step) / median_ms * 1e3), ", \"samples_ms\": [", list,
+                 "]}");
+}
+
+// The training steps of issue 19 (PyTorch's: bench/peers/gpu_models_torch.py): AlexNet at
+// batch 128, and the LSTM language model with the full softmax, its cells unrolled
+// (BlockLSTM has no GPU kernel) and its embedding on the CPU (ResourceGather has none).
+std::string models_json(int gpus, bool smoke) {
+  const int steps = smoke ? 1 : 10, samples = smoke ? 1 : 5;
+  const std::int64_t batch = smoke ? 2 : 128;
+  return str_cat("[\n  ", model_json(str_cat("alexnet_batch", batch), build_alexnet(batch), gpus, steps, samples),
+                 ",\n  ", model_json("lstm_lm_full", build_lm(/*sampled=*/false, /*fused=*/false), gpus, steps, samples),
+                 "]");
+}
+
 int run(int argc, char** argv) {
   int repeats = 20;
   bool smoke = false;
+  bool models = true, cpu_models = false;
   for (int i = 1; i < argc; ++i) {
     std::string arg = argv[i];
     if (arg.rfind("--repeats=", 0) == 0) {
       repeats = std::max(1, std::atoi(arg.c_str() + 10));
     } else if (arg == "--smoke") {
       smoke = true;
+      setenv("TROUPE_BENCH_SMOKE", "1", 1);  // the models' small shapes (bench/models.h)
+    } else if (arg == "--no-models") {
+      models = false;
+    } else if (arg == "--models-on-cpu") {
+      cpu_models = true;
     } else {
-      die(str_cat("unknown argument '", arg, "' (flags: --repeats=N, --smoke)"));
+      die(str_cat("unknown argument '", arg, "' (flags: --repeats=N, --smoke, --no-models, --models-on-cpu)"));
     }
+  }
+  if (cpu_models) {  // a dry run of the models' harness where there is no GPU
+    std::cout << "{\"device\": \"cpu\", \"models\": " << models_json(0, smoke) << "}\n";
+    return 0;
   }
   if (kernels::gpu::device_count() == 0) {
     std::cout << "{\"skipped\": \"" << kernels::gpu::no_gpu_reason() << "\"}\n";
@@ -344,7 +404,9 @@ int run(int argc, char** argv) {
   const int chain = smoke ? 50 : 1000, steps = smoke ? 3 : 20;
   out += str_cat(",\n \"executor\": {\"nodes\": ", chain, ", \"gpu_us_per_node\": ",
                  json_number(executor_us_per_node(1, chain, steps)), ", \"cpu_us_per_node\": ",
-                 json_number(executor_us_per_node(0, chain, steps)), "}}\n");
+                 json_number(executor_us_per_node(0, chain, steps)), "}");
+  if (models) out += str_cat(",\n \"models\": ", models_json(1, smoke));
+  out += "}\n";
   std::cout << out;
   return 0;
 }

@@ -76,10 +76,14 @@ if [ -x "$bin/bench_gpu" ]; then
   status=0
   "$bin/bench_gpu" --smoke --repeats=2 >"$out/gpu.json" 2>"$out/gpu.log" || status=$?
   case "$status" in
-    0) grep -q '"executor"' "$out/gpu.json" || { echo "smoke: bench_gpu wrote no executor figure" >&2; exit 1; } ;;
+    0) grep -q '"models"' "$out/gpu.json" || { echo "smoke: bench_gpu wrote no model steps" >&2; exit 1; } ;;
     77) echo "   skipped: $(cat "$out/gpu.json")" ;;
     *) cat "$out/gpu.log" >&2; echo "smoke: bench_gpu failed" >&2; exit 1 ;;
   esac
+  # Its training steps' harness, on the CPU (runs without a GPU).
+  "$bin/bench_gpu" --smoke --models-on-cpu >"$out/gpu_models_cpu.json" 2>"$out/gpu.log" \
+    || { cat "$out/gpu.log" >&2; echo "smoke: bench_gpu --models-on-cpu failed" >&2; exit 1; }
+  grep -q '"lstm_lm_full"' "$out/gpu_models_cpu.json" || { echo "smoke: bench_gpu --models-on-cpu wrote no LSTM step" >&2; exit 1; }
 fi
 
 # The report builder reads what the programs wrote (no peers here; plots only when

@@ -8,9 +8,10 @@
 #   there: tools/gpu_check.sh                       # (device run, carry .gpu-bundle)
 #
 # It runs the consistency test (every GPU kernel against its CPU kernel), the session test
-# (an MLP trained on the GPU against the CPU), bench_gpu with
-# exact float32 and with TensorFloat-32, and the PyTorch peer of the same kernels
-# (bench/peers/gpu_ops_torch.py), and writes their logs and summary.md to $OUT (default
+# (an MLP trained on the GPU against the CPU, with each optimizer), bench_gpu with exact
+# float32 (kernels and the AlexNet and LSTM training steps) and with TensorFloat-32
+# (kernels), the PyTorch peers of the same kernels (bench/peers/gpu_ops_torch.py) and
+# training steps (bench/peers/gpu_models_torch.py), and writes their logs and summary.md to $OUT (default
 # ./gpu-check-out). Exit status: 0 when both tests passed, 77 without a GPU,
 # 1 otherwise.
 set -uo pipefail
@@ -68,9 +69,9 @@ grep -E "(FAILED|step [0-9]+|with [0-9] GPUs)" "$out/session.log" | head -20 | t
 
 say ""
 say "## Kernels against cuBLAS / cuDNN alone (bench_gpu; ratio = library time / troupe time)"
-TROUPE_ALLOW_TF32=0 timeout 150 "$bin/bench_gpu" >"$out/bench_fp32.json" 2>>"$out/bench.log"
+TROUPE_ALLOW_TF32=0 timeout 210 "$bin/bench_gpu" >"$out/bench_fp32.json" 2>>"$out/bench.log"
 say "- float32: exit $? ($(wc -c <"$out/bench_fp32.json") bytes)"
-TROUPE_ALLOW_TF32=1 timeout 150 "$bin/bench_gpu" >"$out/bench_tf32.json" 2>>"$out/bench.log"
+TROUPE_ALLOW_TF32=1 timeout 150 "$bin/bench_gpu" --no-models >"$out/bench_tf32.json" 2>>"$out/bench.log"
 say "- TF32: exit $? ($(wc -c <"$out/bench_tf32.json") bytes)"
 python3 - "$out/bench_fp32.json" "$out/bench_tf32.json" <<'PY' | tee -a "$summary"
 import json, sys
@@ -103,6 +104,31 @@ print(f"torch {r['torch']}, cuDNN {r['cudnn']}; eager neg chain {r['neg_chain_us
 for k in r["kernels"]:
     print(f"| {k['name']} | {k['float32_ms']:.3f} | {k['tf32_ms']:.3f} |")
 PY
+say ""
+say "## Training steps against PyTorch (AlexNet batch 128, the LSTM language model; float32)"
+LD_LIBRARY_PATH="$original_library_path" PYTHONUNBUFFERED=1 timeout 150 python3 "$here/bench/peers/gpu_models_torch.py" >"$out/torch_models.json" 2>"$out/torch_models.log"
+say "- PyTorch: exit $?"
+python3 - "$out/bench_fp32.json" "$out/torch_models.json" <<'PY' | tee -a "$summary"
+import json, sys
+def load(path):
+    try:
+        return json.load(open(path))
+    except Exception as e:
+        print(f"- {path}: unreadable ({e})")
+        return {}
+troupe, torch = load(sys.argv[1]), load(sys.argv[2])
+mine = {m["name"]: m for m in troupe.get("models", [])}
+theirs = {m["name"]: m for m in torch.get("models", [])}
+print(f"\ntroupe on {troupe.get('device', '?')}, PyTorch {torch.get('torch', '?')} on {torch.get('device', '?')}; "
+      "ms per step (median), ratio = PyTorch / troupe (above 1: troupe faster)\n")
+print("| step | troupe ms | PyTorch ms | ratio |\n|---|---|---|---|")
+for name in sorted(set(mine) | set(theirs)):
+    a, b = mine.get(name, {}).get("ms_per_step"), theirs.get(name, {}).get("ms_per_step")
+    ratio = f"{b / a:.2f}" if a and b else "-"
+    print(f"| {name} | {a if a is None else round(a, 2)} | {b if b is None else round(b, 2)} | {ratio} |")
+print("\nFor history: the TensorFlow paper's Table 1 gives AlexNet 81 ms per step (batch 128) on a Titan X (2016).")
+PY
+
 say ""
 say "total $(( $(date +%s) - start )) s"
 [ $consistency = 0 ] && [ $session = 0 ] || exit 1

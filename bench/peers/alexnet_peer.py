@@ -19,21 +19,27 @@ from torch import nn
 import peer_common
 
 
+def alexnet(image, fc, classes):
+    """The model, NCHW, for images of `image` x `image` (bench/peers/gpu_models_torch.py
+    trains it on a GPU too)."""
+    side = (((image - 11) // 4 + 1 - 3) // 2 + 1 - 3) // 2 + 1
+    side = (side - 3) // 2 + 1
+    return nn.Sequential(
+        nn.Conv2d(3, 64, 11, stride=4), nn.ReLU(), nn.MaxPool2d(3, 2),
+        nn.Conv2d(64, 192, 5, padding=2), nn.ReLU(), nn.MaxPool2d(3, 2),
+        nn.Conv2d(192, 384, 3, padding=1), nn.ReLU(),
+        nn.Conv2d(384, 256, 3, padding=1), nn.ReLU(),
+        nn.Conv2d(256, 256, 3, padding=1), nn.ReLU(), nn.MaxPool2d(3, 2),
+        nn.Flatten(), nn.Linear(256 * side * side, fc), nn.ReLU(), nn.Linear(fc, fc), nn.ReLU(),
+        nn.Linear(fc, classes))
+
+
 def main():
     args = peer_common.parse_args(__doc__)
     batch, image, fc, classes = (1, 100, 64, 10) if args.smoke else (16, 224, 4096, 1000)
-    side = (((image - 11) // 4 + 1 - 3) // 2 + 1 - 3) // 2 + 1
-    side = (side - 3) // 2 + 1
 
     def make_step():
-        model = nn.Sequential(
-            nn.Conv2d(3, 64, 11, stride=4), nn.ReLU(), nn.MaxPool2d(3, 2),
-            nn.Conv2d(64, 192, 5, padding=2), nn.ReLU(), nn.MaxPool2d(3, 2),
-            nn.Conv2d(192, 384, 3, padding=1), nn.ReLU(),
-            nn.Conv2d(384, 256, 3, padding=1), nn.ReLU(),
-            nn.Conv2d(256, 256, 3, padding=1), nn.ReLU(), nn.MaxPool2d(3, 2),
-            nn.Flatten(), nn.Linear(256 * side * side, fc), nn.ReLU(), nn.Linear(fc, fc), nn.ReLU(),
-            nn.Linear(fc, classes))
+        model = alexnet(image, fc, classes)
         batches = [(torch.rand(batch, 3, image, image), torch.randint(0, classes, (batch,)))
                    for _ in range(2)]
         return peer_common.sgd_step(model, torch.optim.SGD(model.parameters(), lr=0.01),
