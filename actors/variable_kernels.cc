@@ -127,10 +127,19 @@ class resource_gather_kernel final : public async_op_kernel {
  public:
   explicit resource_gather_kernel(kernel_construction& c) : async_op_kernel(c) {
     c.get_attr("batch_dims", &batch_dims_);
+    if (c.device() != nullptr) accelerator_ = c.device()->accelerator();
+    if (accelerator_ != nullptr && batch_dims_ != 0) {
+      c.fail(unimplemented_error("'", c.node().name(), "': ResourceGather with batch_dims ", batch_dims_,
+                                 " has no GPU kernel (only 0)"));
+    }
   }
+  // On a GPU the indices are read there.
+  memory input_memory(int i) const override { return i == 1 && accelerator_ != nullptr ? memory::device : memory::host; }
+
   void compute_async(kernel_context& ctx, done_callback done) override {
     auto v = variable_input(ctx, 0, name());
     if (!v.ok()) return ctx.fail(v.error()), done();
+    if (accelerator_ != nullptr) return gather_on_device(ctx, **v, std::move(done));
     int batch_dims = static_cast<int>(batch_dims_);
     caf::anon_send((*v)->actor(), var_read_atom::value,
                    reply<tensor>([&ctx, done, batch_dims](result<tensor> r) {
@@ -167,7 +176,21 @@ class resource_gather_kernel final : public async_op_kernel {
   }
 
  private:
+  // The device gathers the rows (enqueued: cheap, so here); a value in host memory (set by
+  // a checkpoint's restore) is copied in first.
+  void gather_on_device(kernel_context& ctx, variable_resource& v, done_callback done) {
+    caf::anon_send(v.actor(), var_read_atom::value,
+                   reply<tensor>([this, &ctx, done](result<tensor> r) {
+                     if (r.ok() && r->on_host()) r = accelerator_->to_device(*r);
+                     if (r.ok()) r = accelerator_->gather(*r, ctx.input(1));
+                     if (r.ok()) ctx.set_output(0, std::move(*r));
+                     else ctx.fail(r.error());
+                     done();
+                   }, v.peer()));
+  }
+
   std::int64_t batch_dims_ = 0;
+  kernels::accelerator* accelerator_ = nullptr;
 };
 
 class destroy_resource_kernel final : public kernels::op_kernel {
@@ -396,14 +419,6 @@ class variable_update_kernel : public async_op_kernel {
   }
 };
 
-class scatter_add_kernel final : public variable_update_kernel {
- public:
-  using variable_update_kernel::variable_update_kernel;
-  status update(kernel_context& ctx, std::vector<tensor>& vars) const override {
-    return kernels::scatter_add(vars[0], ctx.input(1), ctx.input(2), &ctx.pool());
-  }
-};
-
 template <class Kernel, class... Args>
 kernels::kernel_factory make(Args... args) {
   return [=](kernel_construction& c) -> std::unique_ptr<kernels::op_kernel> {
@@ -414,24 +429,22 @@ kernels::kernel_factory make(Args... args) {
 }  // namespace
 
 void register_variable_kernels(kernels::kernel_registry& registry) {
-  // On GPUs too: the variables, their reads and assignments, and the updates the device
-  // applies itself (kernels::accelerator::apply_update).
+  // On GPUs too: the variables, their reads, gathers and assignments, and the updates the
+  // device applies itself (kernels::accelerator::apply_update, gather).
   for (const char* device : {"CPU", "GPU"}) {
     registry.add("VarHandleOp", device, {}, make<var_handle_kernel>());
     registry.add("ReadVariableOp", device, {}, make<read_variable_kernel>());
     registry.add("AssignVariableOp", device, {}, make<assign_variable_kernel>());
     registry.add("VarIsInitializedOp", device, {}, make<var_is_initialized_kernel>());
     registry.add("DestroyResourceOp", device, {}, make<destroy_resource_kernel>());
-    for (const char* update : {"AssignAddVariableOp", "AssignSubVariableOp", "ResourceApplyGradientDescent",
+    registry.add("ResourceGather", device, {}, make<resource_gather_kernel>());
+    for (const char* update : {"AssignAddVariableOp", "AssignSubVariableOp", "ResourceScatterAdd",
+                               "ResourceApplyGradientDescent",
                                "TroupeApplyGradientDescentMatMul", "ResourceApplyMomentum", "ResourceApplyAdagrad",
                                "ResourceApplyAdam", "ResourceApplyRMSProp"}) {
       registry.add(update, device, {}, make<variable_update_kernel>());
     }
   }
-  // CPU only: a variable these touch stays on a CPU (the placer colocates a variable with
-  // every op that takes its handle).
-  registry.add("ResourceGather", "CPU", {}, make<resource_gather_kernel>());
-  registry.add("ResourceScatterAdd", "CPU", {}, make<scatter_add_kernel>());
 }
 
 }  // namespace troupe::actors

@@ -343,7 +343,7 @@ std::string model_json(const std::string& name, const training_model& m, int gpu
 
 // The training steps of issue 19 (PyTorch's: bench/peers/gpu_models_torch.py): AlexNet at
 // batch 128, and the LSTM language model with the full softmax, its cells unrolled
-// (BlockLSTM has no GPU kernel) and its embedding on the CPU (ResourceGather has none).
+// (BlockLSTM has no GPU kernel).
 std::string models_json(int gpus, bool smoke) {
   const int steps = smoke ? 1 : 10, samples = smoke ? 1 : 5;
   const std::int64_t batch = smoke ? 2 : 128;

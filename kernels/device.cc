@@ -18,6 +18,10 @@ result<tensor> accelerator::copy(const tensor&) {
   return unimplemented_error("this device cannot copy a tensor within its memory");
 }
 
+result<tensor> accelerator::gather(const tensor&, const tensor&) {
+  return unimplemented_error("this device has no gather of its own");
+}
+
 status accelerator::apply_update(const training_update& update, std::vector<tensor>&, std::span<const tensor>) {
   return unimplemented_error("this device has no ", update.op, " update of its own");
 }

@@ -59,7 +59,7 @@ class resource_manager {
 // A training update as a device applies it (accelerator::apply_update): the op
 // (ResourceApplyGradientDescent, TroupeApplyGradientDescentMatMul, ResourceApplyMomentum,
 // ResourceApplyAdagrad, ResourceApplyAdam, ResourceApplyRMSProp, AssignAddVariableOp,
-// AssignSubVariableOp) and the attributes it reads.
+// AssignSubVariableOp, ResourceScatterAdd) and the attributes it reads.
 struct training_update {
   std::string op;
   bool use_nesterov = false;  // Momentum, Adam
@@ -92,6 +92,12 @@ class accelerator {
   // enqueued: dtypes or shapes that do not match (invalid_argument), an update the device
   // does not have (unimplemented: the default).
   virtual status apply_update(const training_update& update, std::vector<tensor>& vars, std::span<const tensor> inputs);
+  // ResourceGather on the device: the rows of device tensor `params` at `indices` (device
+  // memory, int32 or int64) in a new device tensor of shape indices.shape +
+  // params.shape[1:], enqueued after the device's work so far. Errors: what
+  // kernels::gather refuses but the indices' values (a row outside params is zeros, as in
+  // TensorFlow's GPU kernel); unimplemented: the default.
+  virtual result<tensor> gather(const tensor& params, const tensor& indices);
 };
 
 class device {

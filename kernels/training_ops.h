@@ -106,6 +106,9 @@ namespace troupe::kernels {
 // invalid_argument naming it, and nothing is changed.
 [[nodiscard]] status scatter_add(tensor& var, const tensor& indices, const tensor& updates,
                                  compute_pool* pool = nullptr);
+// scatter_add's checks but the indices' values (a device reads those itself: it skips
+// rows outside var, as TensorFlow's GPU kernel does).
+[[nodiscard]] status check_scatter_add(const tensor& var, const tensor& indices, const tensor& updates);
 
 // ResourceGather / GatherV2 on axis batch_dims: a new tensor of shape
 // params.shape[:batch_dims] + indices.shape[batch_dims:] + params.shape[batch_dims + 1:]

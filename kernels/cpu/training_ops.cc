@@ -345,7 +345,7 @@ status assign_sub(tensor& var, const tensor& value, compute_pool* pool) {
   return assign_update("assign_sub", var, value, true, pool);
 }
 
-status scatter_add(tensor& var, const tensor& indices, const tensor& updates, compute_pool* pool) {
+status check_scatter_add(const tensor& var, const tensor& indices, const tensor& updates) {
   const char* fn = "scatter_add";
   TROUPE_RETURN_IF_ERROR(check_initialized(fn, {"var", var}));
   TROUPE_RETURN_IF_ERROR(check_initialized(fn, {"updates", updates}));
@@ -368,10 +368,21 @@ status scatter_add(tensor& var, const tensor& indices, const tensor& updates, co
                                     want.to_string(), " (or a scalar)");
     }
   }
+  const dtype t = var.type();
+  if (t != dtype::float32 && t != dtype::float64 && t != dtype::int32 && t != dtype::int64) {
+    return invalid_argument_error(fn, ": var has dtype ", dtype_name(t), "; supported: float, double, int32, int64");
+  }
+  return status();
+}
+
+status scatter_add(tensor& var, const tensor& indices, const tensor& updates, compute_pool* pool) {
+  const char* fn = "scatter_add";
+  TROUPE_RETURN_IF_ERROR(check_scatter_add(var, indices, updates));
+  const bool broadcast = updates.rank() == 0;
   const std::vector<std::int64_t> rows = index_values(indices);
   TROUPE_RETURN_IF_ERROR(check_indices(fn, rows, var.dim(0), "the first dimension of var"));
   const std::int64_t inner = var.dim(0) == 0 ? 0 : var.num_elements() / var.dim(0);
-  bool supported = visit_dtype<accumulate_types>(var.type(), [&]<class T>() {
+  visit_dtype<accumulate_types>(var.type(), [&]<class T>() {
     T* out = var.data<T>();
     const T* in = updates.data<T>();
     // Blocks of columns: every block visits every index, so repeated indices never race.
@@ -384,10 +395,6 @@ status scatter_add(tensor& var, const tensor& indices, const tensor& updates, co
       }
     });
   });
-  if (!supported) {
-    return invalid_argument_error(fn, ": var has dtype ", dtype_name(var.type()),
-                                  "; supported: float, double, int32, int64");
-  }
   return status();
 }
 
@@ -498,6 +505,10 @@ status check_training_update(const training_update& u, std::vector<tensor>& vars
     return check_update("apply_rms_prop", {"var", vars[0]}, {{"ms", vars[1]}, {"mom", vars[2]}, {"grad", in[7]}},
                         {{"lr", in[3]}, {"rho", in[4]}, {"momentum", in[5]}, {"epsilon", in[6]}});
   }
+  if (op == "ResourceScatterAdd") {
+    TROUPE_RETURN_IF_ERROR(x.arity(1, 3));
+    return check_scatter_add(vars[0], in[1], in[2]);
+  }
   if (op == "AssignAddVariableOp" || op == "AssignSubVariableOp") {
     TROUPE_RETURN_IF_ERROR(x.arity(1, 2));
     return check_assign_update(op == "AssignAddVariableOp" ? "assign_add" : "assign_sub", vars[0], in[1]);
@@ -519,6 +530,7 @@ status apply_training_update(const training_update& u, std::vector<tensor>& vars
     return apply_adam(vars[0], vars[1], vars[2], in[3], in[4], in[5], in[6], in[7], in[8], in[9], u.use_nesterov, pool);
   }
   if (op == "ResourceApplyRMSProp") return apply_rms_prop(vars[0], vars[1], vars[2], in[3], in[4], in[5], in[6], in[7], pool);
+  if (op == "ResourceScatterAdd") return scatter_add(vars[0], in[1], in[2], pool);
   return op == "AssignAddVariableOp" ? assign_add(vars[0], in[1], pool) : assign_sub(vars[0], in[1], pool);
 }
 

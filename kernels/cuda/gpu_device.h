@@ -158,9 +158,11 @@ class gpu_device final : public device, public kernels::accelerator {
   // A copy of device tensor `t` on the compute stream (so after the work enqueued there).
   result<tensor> copy(const tensor& t) override;
   // A training update on the compute stream (kernels/cuda/gpu_training.cc): float and
-  // double, the assign updates also int32 and int64.
+  // double, the assign updates and the scatter-add also int32 and int64.
   status apply_update(const kernels::training_update& update, std::vector<tensor>& vars,
                       std::span<const tensor> inputs) override;
+  // ResourceGather's rows on the compute stream (gpu_training.cc).
+  result<tensor> gather(const tensor& params, const tensor& indices) override;
   kernels::accelerator* accelerator() override { return this; }
   // Blocks until every stream is idle; the first error (sticky or asynchronous). For
   // tests, benchmarks and shutdown: never on an executor or actor thread.

@@ -1,9 +1,12 @@
-// gpu_device's training updates and device copies: what a variable on a GPU needs
-// (actors/variable_kernels.cc leases it, this computes on the compute stream).
+// gpu_device's training updates, gathers and device copies: what a variable on a GPU needs
+// (actors/variable_kernels.cc leases or reads it, this computes on the compute stream).
 #include <cstdint>
+#include <type_traits>
 
 #include "kernels/cuda/gpu_device.h"
 #include "kernels/cuda/gpu_gemm.h"
+#include "kernels/cuda/gpu_reduction_launch.h"
+#include "kernels/shape_checks.h"
 #include "kernels/cuda/gpu_training_launch.h"
 #include "kernels/training_ops.h"
 
@@ -62,6 +65,16 @@ status product_update(gpu_device& gpu, const training_update& u, tensor& var, st
 }
 
 template <class T>
+void launch_scatter(std::vector<tensor>& vars, std::span<const tensor> in, cudaStream_t stream) {
+  tensor& var = vars[0];
+  const tensor& indices = in[1];
+  const tensor& updates = in[2];
+  const std::int64_t rows = var.dim(0), inner = rows == 0 ? 0 : var.num_elements() / rows;
+  launch_scatter_add<T>(device_data<T>(var), rows, inner, indices.raw_data(), indices.type() == dtype::int64,
+                        indices.num_elements(), device_data<T>(updates), updates.rank() == 0, stream);
+}
+
+template <class T>
 void launch_assign(const training_update& u, std::vector<tensor>& vars, std::span<const tensor> in,
                    cudaStream_t stream) {
   launch_assign_update<T>(device_data<T>(vars[0]), device_data<T>(in[1]), u.op == "AssignSubVariableOp",
@@ -69,6 +82,32 @@ void launch_assign(const training_update& u, std::vector<tensor>& vars, std::spa
 }
 
 }  // namespace
+
+result<tensor> gpu_device::gather(const tensor& params, const tensor& indices) {
+  if (params.on_host() || indices.on_host()) {
+    return invalid_argument_error("ResourceGather on ", name(), ": params and indices must be in the GPU's memory");
+  }
+  if (indices.type() != dtype::int32 && indices.type() != dtype::int64) {
+    return invalid_argument_error("ResourceGather: indices have dtype ", dtype_name(indices.type()),
+                                  "; they must be int32 or int64");
+  }
+  auto g = gather_geometry_of(params.shape(), indices.shape(), tensor::scalar<std::int32_t>(0));
+  if (!g.ok()) return g.error();
+  TROUPE_RETURN_IF_ERROR(activate());
+  tensor out = allocate(params.type(), g->output);
+  if (out.num_elements() == 0) return out;
+  // Rows move as units of the widest power of two (at most 16 bytes) that divides the
+  // row's bytes and params' address, as GatherV2's kernel moves them.
+  const auto row_bytes = static_cast<std::size_t>(g->inner) * dtype_size(params.type());
+  const auto address = reinterpret_cast<std::uintptr_t>(params.raw_data());
+  std::size_t unit = 16;
+  while (row_bytes % unit != 0 || address % unit != 0) unit /= 2;
+  launch_gather(params.raw_data(), indices.raw_data(),
+                indices.type() == dtype::int64 ? index_kind::int64 : index_kind::int32, out.raw_data(), unit, g->outer,
+                g->rows, indices.num_elements(), static_cast<std::int64_t>(row_bytes / unit), compute_);
+  TROUPE_RETURN_IF_ERROR(cuda_status(cudaGetLastError(), "launching ResourceGather"));
+  return out;
+}
 
 result<tensor> gpu_device::copy(const tensor& t) {
   if (t.on_host()) return invalid_argument_error("copy: the tensor is in host memory, not the GPU's");
@@ -100,18 +139,18 @@ status gpu_device::apply_update(const training_update& update, std::vector<tenso
     return cuda_status(cudaGetLastError(), str_cat("launching ", update.op));
   }
   const bool assign = update.op == "AssignAddVariableOp" || update.op == "AssignSubVariableOp";
-  switch (vars[0].type()) {
-    case dtype::float32:
-      assign ? launch_assign<float>(update, vars, inputs, compute_) : launch_update<float>(update, vars, inputs, compute_);
-      break;
-    case dtype::float64:
-      assign ? launch_assign<double>(update, vars, inputs, compute_)
-             : launch_update<double>(update, vars, inputs, compute_);
-      break;
-    case dtype::int32: launch_assign<std::int32_t>(update, vars, inputs, compute_); break;
-    case dtype::int64: launch_assign<std::int64_t>(update, vars, inputs, compute_); break;
-    default: return internal_error(update.op, ": dtype ", dtype_name(vars[0].type()), " passed the checks");
-  }
+  const bool scatter = update.op == "ResourceScatterAdd";
+  // The assign updates and the scatter take integers too; the optimizers float and double.
+  bool known = visit_dtype<type_list<float, double, std::int32_t, std::int64_t>>(vars[0].type(), [&]<class T>() {
+    if (scatter) {
+      launch_scatter<T>(vars, inputs, compute_);
+    } else if (assign) {
+      launch_assign<T>(update, vars, inputs, compute_);
+    } else if constexpr (std::is_floating_point_v<T>) {
+      launch_update<T>(update, vars, inputs, compute_);
+    }
+  });
+  if (!known) return internal_error(update.op, ": dtype ", dtype_name(vars[0].type()), " passed the checks");
   return cuda_status(cudaGetLastError(), str_cat("launching ", update.op));
 }
 

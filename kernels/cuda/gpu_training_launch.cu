@@ -110,7 +110,44 @@ __global__ void assign_update_kernel(T* var, const T* value, bool subtract, std:
   for (std::int64_t i = thread_index(); i < n; i += thread_count()) var[i] = wrapped(var[i], value[i], subtract);
 }
 
+// An atomic add that wraps for integers (64-bit ones through unsigned long long).
+template <class T>
+__device__ __forceinline__ void atomic_add(T* at, T v) {
+  if constexpr (std::is_same_v<T, std::int64_t>) {
+    atomicAdd(reinterpret_cast<unsigned long long*>(at), static_cast<unsigned long long>(v));
+  } else if constexpr (std::is_same_v<T, std::int32_t>) {
+    atomicAdd(reinterpret_cast<unsigned int*>(at), static_cast<unsigned int>(v));
+  } else {
+    atomicAdd(at, v);
+  }
+}
+
+template <class T, class Index>
+__global__ void scatter_add_kernel(T* var, std::int64_t rows, std::int64_t inner, const Index* indices,
+                                   std::int64_t count, const T* updates, bool scalar_update) {
+  const std::int64_t n = count * inner;
+  for (std::int64_t i = thread_index(); i < n; i += thread_count()) {
+    const std::int64_t j = i / inner, k = i - j * inner;
+    const std::int64_t row = static_cast<std::int64_t>(indices[j]);
+    if (row < 0 || row >= rows) continue;
+    atomic_add(var + row * inner + k, scalar_update ? updates[0] : updates[i]);
+  }
+}
+
 }  // namespace
+
+template <class T>
+void launch_scatter_add(T* var, std::int64_t rows, std::int64_t inner, const void* indices, bool indices64,
+                        std::int64_t count, const T* updates, bool scalar_update, cudaStream_t stream) {
+  if (count == 0 || inner == 0) return;
+  if (indices64) {
+    scatter_add_kernel<T, std::int64_t><<<blocks_for(count * inner), k_threads, 0, stream>>>(
+        var, rows, inner, static_cast<const std::int64_t*>(indices), count, updates, scalar_update);
+  } else {
+    scatter_add_kernel<T, std::int32_t><<<blocks_for(count * inner), k_threads, 0, stream>>>(
+        var, rows, inner, static_cast<const std::int32_t*>(indices), count, updates, scalar_update);
+  }
+}
 
 template <class T>
 void launch_apply_gradient_descent(T* var, const T* alpha, const T* delta, std::int64_t n, cudaStream_t stream) {
@@ -169,5 +206,13 @@ template void launch_assign_update<float>(float*, const float*, bool, std::int64
 template void launch_assign_update<double>(double*, const double*, bool, std::int64_t, cudaStream_t);
 template void launch_assign_update<std::int32_t>(std::int32_t*, const std::int32_t*, bool, std::int64_t, cudaStream_t);
 template void launch_assign_update<std::int64_t>(std::int64_t*, const std::int64_t*, bool, std::int64_t, cudaStream_t);
+#define TROUPE_SCATTER_ADD(T)                                                                                  \
+  template void launch_scatter_add<T>(T*, std::int64_t, std::int64_t, const void*, bool, std::int64_t, const T*, \
+                                      bool, cudaStream_t);
+TROUPE_SCATTER_ADD(float)
+TROUPE_SCATTER_ADD(double)
+TROUPE_SCATTER_ADD(std::int32_t)
+TROUPE_SCATTER_ADD(std::int64_t)
+#undef TROUPE_SCATTER_ADD
 
 }  // namespace troupe::kernels::gpu

@@ -50,4 +50,12 @@ void launch_apply_rms_prop(T* var, T* ms, T* mom, const T* lr, const T* rho, con
 template <class T>
 void launch_assign_update(T* var, const T* value, bool subtract, std::int64_t n, cudaStream_t stream);
 
+// ResourceScatterAdd: var[indices[i], :] += updates[i, :] (or the scalar updates[0] when
+// `scalar_update`) with atomic adds, so repeated indices add up; var is seen as [rows,
+// inner]; an index outside [0, rows) is skipped (TensorFlow's GPU behaviour: the CPU
+// refuses it). Integers wrap. indices int32 or int64 (indices64). float, double, int32, int64.
+template <class T>
+void launch_scatter_add(T* var, std::int64_t rows, std::int64_t inner, const void* indices, bool indices64,
+                        std::int64_t count, const T* updates, bool scalar_update, cudaStream_t stream);
+
 }  // namespace troupe::kernels::gpu

@@ -168,6 +168,24 @@ void check_update_consistency(const std::string& name, const kernels::training_u
   }
 }
 
+void check_gather_consistency(const std::string& name, const tensor& params, const tensor& indices) {
+  INFO("case: " << name);
+  auto want = kernels::gather(params, indices);
+  REQUIRE(want.ok());
+  auto p = gpu0().to_device(params);
+  auto i = gpu0().to_device(indices);
+  REQUIRE(p.ok());
+  REQUIRE(i.ok());
+  auto got = gpu0().gather(*p, *i);
+  if (!got.ok()) {
+    FAIL_CHECK("the GPU gather failed: " << got.error().to_string());
+    return;
+  }
+  auto back = gpu0().to_host_blocking(*got);
+  REQUIRE(back.ok());
+  compare(*want, *back, k_exact);
+}
+
 void check_gpu_error(const consistency_case& c, const std::string& message) {
   INFO("case: " << c.name);
   auto gpu = kernels::gpu::run_gpu_kernel(gpu0(), c.node, c.inputs);

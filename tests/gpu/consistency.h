@@ -73,6 +73,9 @@ void check_consistency(const consistency_case& c);
 void check_update_consistency(const std::string& name, const kernels::training_update& update,
                               const std::vector<tensor>& vars, const std::vector<tensor>& inputs, tolerance tol);
 
+// ResourceGather's rows on GPU 0 (accelerator::gather) against kernels::gather: exact.
+void check_gather_consistency(const std::string& name, const tensor& params, const tensor& indices);
+
 // Runs the case on the GPU only and REQUIREs that it fails with an error whose message
 // contains `message` (bad input gets a clear error on the GPU too, never a crash).
 void check_gpu_error(const consistency_case& c, const std::string& message);

@@ -1,7 +1,8 @@
 // Consistency cases of the training updates a GPU applies to its variables
 // (gpu_device::apply_update against kernels::apply_training_update): every optimizer, with
 // and without its variants, float and double, empty, odd and multi-block sizes; the
-// assign updates also for integers (wrapping). (Bad operands get the same errors on both:
+// assign updates also for integers (wrapping); an embedding's scatter-add and gather.
+// (Bad operands get the same errors on both:
 // the GPU's update makes kernels::check_training_update's checks.)
 #include <catch2/catch.hpp>
 
@@ -71,6 +72,22 @@ void training_cases() {
                                   rng.uniform(type, tb ? tensor_shape{n, k} : tensor_shape{k, n})},
                                  type == dtype::float32 ? k_float32_sum : k_float64);
       }
+    }
+  }
+  // An embedding's sparse update and its lookup: rows scattered (repeated indices add up,
+  // in any order: float sums within a few ulps) and gathered, both index types.
+  for (dtype index : {dtype::int32, dtype::int64}) {
+    for (dtype type : {dtype::float32, dtype::float64, dtype::int32}) {
+      const tensor_shape table{50, 33};
+      tensor ids = rng.uniform(index, {7, 3}, 0, 49);
+      const std::string at = str_cat(dtype_name(type), " indices ", dtype_name(index));
+      check_update_consistency("ResourceScatterAdd " + at, {"ResourceScatterAdd"}, {rng.uniform(type, table, -9, 9)},
+                               {tensor(), ids, rng.uniform(type, {7, 3, 33}, -9, 9)},
+                               type == dtype::int32 ? k_exact : (type == dtype::float32 ? k_float32_sum : k_float64));
+      check_update_consistency("ResourceScatterAdd of a scalar " + at, {"ResourceScatterAdd"},
+                               {rng.uniform(type, table, -9, 9)}, {tensor(), ids, rng.uniform(type, {}, -9, 9)},
+                               type == dtype::int32 ? k_exact : (type == dtype::float32 ? k_float32_sum : k_float64));
+      check_gather_consistency("ResourceGather " + at, rng.uniform(type, table, -9, 9), ids);
     }
   }
   for (dtype type : {dtype::float32, dtype::float64, dtype::int32, dtype::int64}) {
