@@ -311,6 +311,21 @@ TEST_CASE("nodes with GPU kernels run on the GPU; copies in and out keep the num
 
 float init_value(std::size_t i) { return 0.25f * static_cast<float>(i) - 1.0f; }
 
+// `fetch` after running `init` and then `steps` steps of `train` on a session of `root`.
+tensor value_after_steps(graph::scope root, const actors::session_options& so, const std::string& init,
+                         const std::string& train, int steps, const std::string& fetch) {
+  auto s = testing::make_session(std::move(root), so);
+  REQUIRE(s->run({}, {}, {init}).ok());
+  for (int i = 0; i < steps; ++i) {
+    auto r = s->run({}, {}, {train});
+    INFO(r.to_status());
+    REQUIRE(r.ok());
+  }
+  auto last = s->run({}, {fetch});
+  REQUIRE(last.ok());
+  return last->at(0);
+}
+
 // w and b trained by `opt` to minimize sum((w x + b)^2): the variables on `device` (their
 // updates, which take their handles, with them), the rest wherever the session's default
 // device says.
@@ -416,16 +431,7 @@ TEST_CASE("a dense layer's weights on the GPU take gradient descent's product up
     REQUIRE(step.ok());
     const std::string init = graph::global_variables_initializer(root.with_name("init"), vars).node;
     so.allow_soft_placement = true;  // the gradients' ops without a GPU kernel on the CPU
-    auto s = testing::make_session(std::move(root), so);
-    REQUIRE(s->run({}, {}, {init}).ok());
-    for (int i = 0; i < 4; ++i) {
-      auto r = s->run({}, {}, {step->node});
-      INFO(r.to_status());
-      REQUIRE(r.ok());
-    }
-    auto last = s->run({}, {"w/Read/ReadVariableOp"});
-    REQUIRE(last.ok());
-    return last->at(0);
+    return value_after_steps(std::move(root), so, init, step->node, 4, "w/Read/ReadVariableOp");
   };
   const tensor want = run_steps({}, "/job:localhost/replica:0/task:0/device:CPU:0");
   gpu_cluster gc;
@@ -461,16 +467,7 @@ TEST_CASE("an embedding on the GPU: rows gathered and sparse updates scattered t
     auto step = train::minimize(root.with_name("train"), train::gradient_descent(0.1), loss, vars);
     REQUIRE(step.ok());
     const std::string init_op = graph::global_variables_initializer(root.with_name("init"), vars).node;
-    auto s = testing::make_session(std::move(root), so);
-    REQUIRE(s->run({}, {}, {init_op}).ok());
-    for (int i = 0; i < 3; ++i) {
-      auto r = s->run({}, {}, {step->node});
-      INFO(r.to_status());
-      REQUIRE(r.ok());
-    }
-    auto last = s->run({}, {"table/Read/ReadVariableOp"});
-    REQUIRE(last.ok());
-    return last->at(0);
+    return value_after_steps(std::move(root), so, init_op, step->node, 3, "table/Read/ReadVariableOp");
   };
   const tensor want = run_steps({}, "/job:localhost/replica:0/task:0/device:CPU:0");
   gpu_cluster gc;
