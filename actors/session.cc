@@ -66,7 +66,8 @@ struct plan_outcome {
   placement_result placed;  // the graph's placement, when this job computed it
   result<std::vector<partition_plan>> plans = internal_error("not planned");
   run_request request;  // what was planned (no feed values), to plan it again
-  bool asked = false;   // planned after asking the stand-ins for their tasks' incarnations
+  // The incarnations the plans' transfer keys carry (plan_context::incarnations).
+  std::map<std::string, std::uint64_t, std::less<>> incarnations;
 };
 
 }  // namespace detail
@@ -562,16 +563,15 @@ std::map<std::string, std::uint64_t, std::less<>> known_incarnations(master_acto
 
 // Places (once per session), partitions and builds the step's executables on the pool,
 // with the incarnations known now in its transfers' keys; planned_atom brings the plans.
-void plan_on_pool(master_actor* self, const std::string& key, run_request request, bool asked) {
+void plan_on_pool(master_actor* self, const std::string& key, run_request request) {
   auto& st = self->state;
   plan_context context = st.context;
   context.incarnations = known_incarnations(self);
   caf::actor me = caf::actor_cast<caf::actor>(self);
-  st.owner->pool().schedule([me, context = std::move(context), placed = st.placed, key, request = std::move(request),
-                             asked]() mutable {
+  st.owner->pool().schedule([me, context = std::move(context), placed = st.placed, key,
+                             request = std::move(request)]() mutable {
     plan_outcome out;
     out.key = key;
-    out.asked = asked;
     status thrown = kernels::catch_exceptions([&] {
       if (placed == nullptr) out.placed = std::make_shared<const result<placement::placement>>(place_graph(context));
       const auto& p = placed != nullptr ? *placed : *out.placed;
@@ -580,24 +580,39 @@ void plan_on_pool(master_actor* self, const std::string& key, run_request reques
     });
     if (!thrown.ok()) out.plans = thrown.with_context("planning the step");
     out.request = std::move(request);
+    out.incarnations = std::move(context.incarnations);
     caf::anon_send(me, planned_atom::value, std::move(out));
   });
 }
 
-// The step's partitions need stand-ins whose tasks' incarnations the master does not know
-// yet (a task's first use, or its first since a restart): asks them (each connects and
-// says hello if it has not), then plans the step again with what they said. A stand-in
-// that cannot say fails the step with its reason. Returns whether it asked.
-bool ask_incarnations(master_actor* self, plan_outcome& out) {
+// Whether the plans' transfer keys carry the incarnations of their devices' tasks as the
+// master knows them now. When not, plans the step again, first asking the stand-ins whose
+// task's incarnation it has not heard yet (a task's first use, or its first since a
+// restart gave new stand-ins: each says hello if it has not); a stand-in that cannot say
+// fails the step with its reason. (Another preparation may have learned an incarnation
+// while this one was planned, or a task may have restarted.) Returns whether it did.
+bool plan_again_if_stale(master_actor* self, plan_outcome& out) {
   auto& st = self->state;
   const device_directory& directory = *st.context.devices;
   std::vector<std::pair<std::string, caf::actor>> unknown;
+  bool stale = false;
   for (const partition_plan& plan : *out.plans) {
-    if (directory.incarnation(plan.device_name) == 0 && st.incarnations.count(plan.device.address()) == 0) {
-      unknown.emplace_back(plan.device_name, plan.device);
+    std::uint64_t now = directory.incarnation(plan.device_name);
+    if (now == 0) {
+      auto heard = st.incarnations.find(plan.device.address());
+      if (heard == st.incarnations.end()) {
+        unknown.emplace_back(plan.device_name, plan.device);
+        continue;
+      }
+      now = heard->second;
     }
+    auto used = out.incarnations.find(plan.device_name);
+    stale = stale || now != (used == out.incarnations.end() ? 0 : used->second);
   }
-  if (unknown.empty()) return false;
+  if (unknown.empty()) {
+    if (stale) plan_on_pool(self, out.key, std::move(out.request));
+    return stale;
+  }
   struct asking {
     int remaining = 0;
     status error;
@@ -607,7 +622,7 @@ bool ask_incarnations(master_actor* self, plan_outcome& out) {
   auto answered = [self, progress, key = out.key, request = std::make_shared<run_request>(std::move(out.request))] {
     if (--progress->remaining > 0) return;
     if (!progress->error.ok()) return fail_waiting(self, key, progress->error);
-    plan_on_pool(self, key, std::move(*request), /*asked=*/true);
+    plan_on_pool(self, key, std::move(*request));
   };
   for (const auto& [name, device] : unknown) {
     self->request(device, st.options.prepare_timeout, incarnation_atom::value)
@@ -732,7 +747,7 @@ caf::behavior master_behavior(master_actor* self, std::shared_ptr<const graph::g
         if (!first) return promise;  // the first run of this signature prepares it
         // Placement, partitioning and graph building are unbounded work: on the pool.
         r.feed_values.clear();
-        plan_on_pool(self, key, std::move(r), /*asked=*/false);
+        plan_on_pool(self, key, std::move(r));
         return promise;
       },
       [=](deadline_atom) { check_deadlines(self); },
@@ -740,7 +755,7 @@ caf::behavior master_behavior(master_actor* self, std::shared_ptr<const graph::g
         auto& st = self->state;
         if (st.placed == nullptr && out.placed != nullptr) st.placed = out.placed;
         if (!out.plans.ok()) return fail_waiting(self, out.key, out.plans.error());
-        if (!out.asked && ask_incarnations(self, out)) return;  // planned again once they answer
+        if (plan_again_if_stale(self, out)) return;
         prepare_on_devices(self, out.key, std::move(*out.plans));
       },
   };

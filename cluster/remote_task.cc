@@ -203,10 +203,16 @@ struct transfer_hub::impl {
       return;
     }
     // Meant for another life of the task (a step prepared before it restarted): never
-    // this one's. Said once per earlier life.
+    // this one's. Said once per earlier life. The step is aborted here too: this life never
+    // runs it, and should a step of its own ever carry a wrong key, it fails at once
+    // rather than waiting for the tensor until its deadline.
     const std::uint64_t mine = cluster->directory()->incarnation(k.recv_device);
     if (k.recv_device_incarnation != mine) {
       ++stale;
+      caf::anon_send(device, abort_step_atom::value, step_id,
+                     to_caf_error(unavailable_error("task ", task, " took a tensor (", k.tensor_name, ") of step ", step_id,
+                                                    " meant for another life of it (incarnation ",
+                                                    k.recv_device_incarnation, ", not ", mine, ")")));
       bool first = false;
       {
         std::lock_guard<std::mutex> lock(mutex);

@@ -120,15 +120,16 @@ TEST_CASE("a transfer hub hands tensors to the devices it hosts, refuses others 
   // The PS's life: what the keys of tensors for it must name.
   const std::uint64_t life = (*c)->directory()->incarnation(ps);
   REQUIRE(life == actors::task_incarnation(0, "/job:ps/replica:0/task:0", 0));
-  int step = 7;
-  auto key = [&](const std::string& device, std::uint64_t incarnation) {
+  auto key = [&](std::int64_t step, const std::string& device, std::uint64_t incarnation) {
     return str_cat(step, sep, "/job:worker/replica:0/task:0/device:CPU:0", sep, 5, sep, device, sep, incarnation, sep, "a:0");
   };
-  for (int i = 0; i < 3; ++i, ++step) {
-    const std::string good = key(ps, life);
-    const std::string elsewhere = key("/job:ps/replica:0/task:1/device:CPU:0", life);
-    const std::string earlier_life = key(ps, life + 1);
-    const std::string unknown_life = key(ps, 0);
+  for (int i = 0; i < 3; ++i) {
+    // Steps 7, 8, 9 for the good keys; a tensor of another life aborts its step here (this
+    // life never runs it), so those go under other steps.
+    const std::string good = key(7 + i, ps, life);
+    const std::string elsewhere = key(7 + i, "/job:ps/replica:0/task:1/device:CPU:0", life);
+    const std::string earlier_life = key(100 + i, ps, life + 1);
+    const std::string unknown_life = key(200 + i, ps, 0);
     auto link = tensor_link::connect("127.0.0.1", (*hub)->port(), hub_options.local_task, client);
     REQUIRE(link.ok());
     (*link)->start({[](std::string, tensor) {}, [](const status&) {}});
