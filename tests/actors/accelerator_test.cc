@@ -311,6 +311,23 @@ TEST_CASE("nodes with GPU kernels run on the GPU; copies in and out keep the num
 
 float init_value(std::size_t i) { return 0.25f * static_cast<float>(i) - 1.0f; }
 
+constexpr const char* k_cpu = "/job:localhost/replica:0/task:0/device:CPU:0";
+constexpr const char* k_gpu = "/job:localhost/replica:0/task:0/device:GPU:0";
+
+// run(options, device) twice, the computation on the CPU either way (the fake GPU has only
+// a few kernels): on a CPU-only cluster with the variables on its CPU (the reference),
+// then on `gc`'s cluster with them on the GPU. Returns {reference, GPU's}.
+template <class Run>
+auto on_cpu_and_gpu(gpu_cluster& gc, Run run) {
+  actors::session_options cpu;
+  cpu.default_device = k_cpu;
+  auto want = run(cpu, k_cpu);
+  actors::session_options gpu = cpu;
+  gpu.cluster = gc.cluster;
+  auto got = run(gpu, k_gpu);
+  return std::make_pair(std::move(want), std::move(got));
+}
+
 // `fetch` after running `init` and then `steps` steps of `train` on a session of `root`.
 tensor value_after_steps(graph::scope root, const actors::session_options& so, const std::string& init,
                          const std::string& train, int steps, const std::string& fetch) {
@@ -364,10 +381,9 @@ TEST_CASE("variables live on the GPU: read, assigned and updated there, snapshot
            {"rms_prop", train::rms_prop(0.05, 0.9, 0.5)},
            {"adagrad", train::adagrad(0.05)}}) {
     INFO(label);
-    // The computation on the CPU (the fake GPU has only a few kernels), the variables on
-    // the GPU or, for the reference, on the CPU too.
-    auto run_steps = [&](actors::session_options so, const std::string& device, std::vector<tensor>* before) {
-      so.default_device = "/job:localhost/replica:0/task:0/device:CPU:0";
+    std::vector<tensor> cpu_reads, gpu_reads;
+    gpu_cluster gc;
+    const auto [want, got] = on_cpu_and_gpu(gc, [&](const actors::session_options& so, const std::string& device) {
       trained t = training_graph(opt, device);
       auto s = testing::make_session(std::move(t.root), so);
       auto initialized = s->run({}, {}, {t.init});
@@ -379,18 +395,12 @@ TEST_CASE("variables live on the GPU: read, assigned and updated there, snapshot
         auto r = s->run({}, {"w/Read/ReadVariableOp"}, {t.train});
         INFO(r.to_status());
         REQUIRE(r.ok());
-        if (before != nullptr) before->push_back(r->at(0));
+        (device == k_gpu ? gpu_reads : cpu_reads).push_back(r->at(0));
       }
       auto last = s->run({}, {"w/Read/ReadVariableOp", "b/Read/ReadVariableOp"});
       REQUIRE(last.ok());
       return *last;
-    };
-    std::vector<tensor> cpu_reads, gpu_reads;
-    const auto want = run_steps({}, "/job:localhost/replica:0/task:0/device:CPU:0", &cpu_reads);
-    gpu_cluster gc;
-    actors::session_options so;
-    so.cluster = gc.cluster;
-    const auto got = run_steps(so, "/job:localhost/replica:0/task:0/device:GPU:0", &gpu_reads);
+    });
     // Two variables and their slots, updated on the fake GPU at each of the 5 steps.
     CHECK(gc.gpu->updates == 10);
     REQUIRE(got.size() == want.size());
@@ -410,8 +420,8 @@ TEST_CASE("variables live on the GPU: read, assigned and updated there, snapshot
 TEST_CASE("a dense layer's weights on the GPU take gradient descent's product update there", "[actors][gpu]") {
   // loss = sum(x W): W's whole gradient is a product, which gradient descent with
   // fuse_matmul_updates applies with one fused update (TroupeApplyGradientDescentMatMul).
-  auto run_steps = [](actors::session_options so, const std::string& device) {
-    so.default_device = "/job:localhost/replica:0/task:0/device:CPU:0";
+  gpu_cluster gc;
+  const auto [want, got] = on_cpu_and_gpu(gc, [](actors::session_options so, const std::string& device) {
     auto root = graph::scope::new_root();
     graph::variable_collection vars;
     auto on = root.with_device(device);
@@ -432,12 +442,7 @@ TEST_CASE("a dense layer's weights on the GPU take gradient descent's product up
     const std::string init = graph::global_variables_initializer(root.with_name("init"), vars).node;
     so.allow_soft_placement = true;  // the gradients' ops without a GPU kernel on the CPU
     return value_after_steps(std::move(root), so, init, step->node, 4, "w/Read/ReadVariableOp");
-  };
-  const tensor want = run_steps({}, "/job:localhost/replica:0/task:0/device:CPU:0");
-  gpu_cluster gc;
-  actors::session_options so;
-  so.cluster = gc.cluster;
-  const tensor got = run_steps(so, "/job:localhost/replica:0/task:0/device:GPU:0");
+  });
   CHECK(gc.gpu->product_updates == 4);
   CHECK(got.equals(want));
 }
@@ -445,8 +450,8 @@ TEST_CASE("a dense layer's weights on the GPU take gradient descent's product up
 TEST_CASE("an embedding on the GPU: rows gathered and sparse updates scattered there", "[actors][gpu]") {
   // loss = sum(lookup(table, ids) * weights): the table's gradient is sparse (its rows at
   // ids, two of them repeated), which gradient descent scatter-adds into the table.
-  auto run_steps = [](actors::session_options so, const std::string& device) {
-    so.default_device = "/job:localhost/replica:0/task:0/device:CPU:0";
+  gpu_cluster gc;
+  const auto [want, got] = on_cpu_and_gpu(gc, [](const actors::session_options& so, const std::string& device) {
     auto root = graph::scope::new_root();
     graph::variable_collection vars;
     auto on = root.with_device(device);
@@ -468,12 +473,7 @@ TEST_CASE("an embedding on the GPU: rows gathered and sparse updates scattered t
     REQUIRE(step.ok());
     const std::string init_op = graph::global_variables_initializer(root.with_name("init"), vars).node;
     return value_after_steps(std::move(root), so, init_op, step->node, 3, "table/Read/ReadVariableOp");
-  };
-  const tensor want = run_steps({}, "/job:localhost/replica:0/task:0/device:CPU:0");
-  gpu_cluster gc;
-  actors::session_options so;
-  so.cluster = gc.cluster;
-  const tensor got = run_steps(so, "/job:localhost/replica:0/task:0/device:GPU:0");
+  });
   CHECK(gc.gpu->gathers == 3);
   CHECK(gc.gpu->updates == 3);  // the scatter-adds
   CHECK(got.equals(want));
