@@ -592,6 +592,7 @@ void plan_on_pool(master_actor* self, const std::string& key, run_request reques
 // fails the step with its reason. (Another preparation may have learned an incarnation
 // while this one was planned, or a task may have restarted.) Returns whether it did.
 bool plan_again_if_stale(master_actor* self, plan_outcome& out) {
+  if (out.plans->size() < 2) return false;  // one device: no transfers, no keys
   auto& st = self->state;
   const device_directory& directory = *st.context.devices;
   std::vector<std::pair<std::string, caf::actor>> unknown;

@@ -215,7 +215,7 @@ class destroy_resource_kernel final : public kernels::op_kernel {
 // An op that updates the variables among its inputs: leases them all (in lease_key order,
 // each request withdrawn if the step aborts), runs update(), releases them and waits until
 // every variable has its value back. Subclasses see the leased values in input order.
-class variable_update_kernel : public async_op_kernel {
+class variable_update_kernel final : public async_op_kernel {
  public:
   explicit variable_update_kernel(kernel_construction& c) : async_op_kernel(c) {
     if (auto* dev = runtime_device::from(c.device()); dev != nullptr && dev->simulation() != nullptr) {
@@ -229,6 +229,14 @@ class variable_update_kernel : public async_op_kernel {
     if (graph::has_attr(c.node(), "update_slots")) c.get_attr("update_slots", &attrs_.update_slots);
     if (graph::has_attr(c.node(), "transpose_a")) c.get_attr("transpose_a", &attrs_.transpose_a);
     if (graph::has_attr(c.node(), "transpose_b")) c.get_attr("transpose_b", &attrs_.transpose_b);
+    // Its estimated cost per element of the (first) variable, the figure its kernel's
+    // parallel_for uses (kernels/cpu/training_ops.cc): the update runs inline (on the
+    // thread that got the last lease) when it is cheaper than a hand-off, on the compute
+    // pool otherwise. A product's multiply-adds per element of var are its inner dimension,
+    // a few hundred in the models; a square root per element costs a few.
+    const std::string& op = attrs_.op;
+    if (op == "TroupeApplyGradientDescentMatMul") ns_per_element_ = 20.0;
+    if (op == "ResourceApplyAdagrad" || op == "ResourceApplyAdam" || op == "ResourceApplyRMSProp") ns_per_element_ = 4.0;
   }
 
   // On a device with memory of its own (a GPU), every input but the variables' handles is
@@ -263,23 +271,21 @@ class variable_update_kernel : public async_op_kernel {
     lease_next(op);
   }
 
- protected:
+ private:
   kernel_timer* timer_ = nullptr;  // under a simulation: the device's kernels' timer
   tf::NodeDef def_;                 // and the node (its cost's key)
   kernels::accelerator* accelerator_ = nullptr;  // the device's memory and streams (a GPU), or null
   kernels::training_update attrs_;                // the op and the attributes its update reads
   std::vector<bool> input_is_value_;              // by input: not a variable's handle
+  double ns_per_element_ = 1.0;                   // see the constructor
 
-  // Applies the update to `vars` (the leased values, in input order), in place, on the
-  // host: the op's arithmetic (kernels/training_ops.h).
-  virtual status update(kernel_context& ctx, std::vector<tensor>& vars) const {
-    return kernels::apply_training_update(attrs_, vars, ctx.inputs(), &ctx.pool());
-  }
-
-  // The update on a device with memory of its own: values in host memory (restored by a
-  // checkpoint) are copied in, and values that readers still share are copied on the
-  // device first (readers keep their snapshots); then the device enqueues the update.
-  status update_on_device(kernel_context& ctx, std::vector<tensor>& vars) const {
+  // Applies the update to `vars` (the leased values, in input order), in place: on the
+  // host, the op's arithmetic (kernels/training_ops.h); on a device with memory of its
+  // own, values in host memory (restored by a checkpoint) are copied in and values that
+  // readers still share are copied on the device first (readers keep their snapshots),
+  // then the device enqueues the update.
+  status update(kernel_context& ctx, std::vector<tensor>& vars) const {
+    if (accelerator_ == nullptr) return kernels::apply_training_update(attrs_, vars, ctx.inputs(), &ctx.pool());
     for (tensor& v : vars) {
       if (v.on_host()) {
         auto in = accelerator_->to_device(v);
@@ -293,19 +299,7 @@ class variable_update_kernel : public async_op_kernel {
     }
     return accelerator_->apply_update(attrs_, vars, ctx.inputs());
   }
-  // Its estimated cost per element of the (first) variable, the figure its kernel's
-  // parallel_for uses (kernels/cpu/training_ops.cc): the update runs inline (on the thread
-  // that got the last lease) when it is cheaper than a hand-off, on the compute pool
-  // otherwise. A product's multiply-adds per element of var are its inner dimension, a
-  // few hundred in the models; a square root per element costs a few.
-  double ns_per_element() const {
-    const std::string& op = attrs_.op;
-    if (op == "TroupeApplyGradientDescentMatMul") return 20.0;
-    if (op == "ResourceApplyAdagrad" || op == "ResourceApplyAdam" || op == "ResourceApplyRMSProp") return 4.0;
-    return 1.0;
-  }
 
- private:
   // One update in flight. Whatever happens to it, every lease it holds goes back: after
   // the update, after a failure, or (without waiting for the answer) when it is destroyed.
   struct operation {
@@ -396,8 +390,7 @@ class variable_update_kernel : public async_op_kernel {
         if (shape_only_update(*op->ctx, op->values)) return;
         std::optional<cpu_meter> cpu;
         if (op->ctx->cpu_ns_wanted()) cpu.emplace();
-        status updated = op->kernel->accelerator_ != nullptr ? op->kernel->update_on_device(*op->ctx, op->values)
-                                                             : op->kernel->update(*op->ctx, op->values);
+        status updated = op->kernel->update(*op->ctx, op->values);
         if (cpu) op->ctx->set_cpu_ns(cpu->elapsed_ns());
         if (!updated.ok()) op->ctx->fail(std::move(updated));
       });
@@ -405,13 +398,13 @@ class variable_update_kernel : public async_op_kernel {
       if (kernel_timer* timer = op->kernel->timer_) {
         // Simulated: the leases are held for the update's virtual time (the calibration's,
         // or its estimate as run() makes it: per element of the variable).
-        return timer->hold(op->kernel->def_, op->ctx->inputs(), elements * op->kernel->ns_per_element(),
+        return timer->hold(op->kernel->def_, op->ctx->inputs(), elements * op->kernel->ns_per_element_,
                            [op] { release_all(op); });
       }
       release_all(op);
     };
     // (A device's update is enqueued, never computed here: inline.)
-    if (op->kernel->accelerator_ == nullptr && elements * op->kernel->ns_per_element() > kernels::op_kernel::k_inline_ns) {
+    if (op->kernel->accelerator_ == nullptr && elements * op->kernel->ns_per_element_ > kernels::op_kernel::k_inline_ns) {
       op->ctx->pool().schedule(std::move(work));
     } else {
       work();

@@ -288,8 +288,6 @@ class sparse_softmax_xent_kernel final : public gpu_kernel {
 
 // ---- GatherV2, UnsortedSegmentSum, OneHot ----
 
-// Rows of params are moved as units of the widest power of two (at most 16 bytes) that
-// divides the row's bytes and params' address, whatever the dtype.
 class gather_kernel final : public gpu_kernel {
  public:
   explicit gather_kernel(kernel_construction& c) : gpu_kernel(c) {
@@ -305,13 +303,9 @@ class gather_kernel final : public gpu_kernel {
     if (!begin(ctx)) return;
     tensor& out = allocate_output(ctx, 0, g->output);
     if (out.num_elements() == 0) return;
-    const auto row_bytes = static_cast<std::size_t>(g->inner) * dtype_size(params.type());
-    const auto address = reinterpret_cast<std::uintptr_t>(params.raw_data());  // a view may start anywhere
-    std::size_t unit = 16;
-    while (row_bytes % unit != 0 || address % unit != 0) unit /= 2;
-    gpu::launch_gather(params.raw_data(), indices.raw_data(), index_kind_of(indices.type()), out.raw_data(), unit,
-                       g->outer, g->rows, indices.num_elements(), static_cast<std::int64_t>(row_bytes / unit),
-                       stream());
+    gpu::launch_gather(params.raw_data(), indices.raw_data(), index_kind_of(indices.type()), out.raw_data(),
+                       static_cast<std::size_t>(g->inner) * dtype_size(params.type()), g->outer, g->rows,
+                       indices.num_elements(), stream());
     check_launch(ctx, "GatherV2");
   }
 };

@@ -17,6 +17,7 @@
 // tree order gives the sequential result for integers, arg-reductions and max/min), and
 // store (the accumulator converted to the output type).
 #include <cuda_runtime.h>
+#include <cstdint>
 
 #include <limits>
 #include <type_traits>
@@ -625,8 +626,13 @@ void launch_sparse_softmax_xent(const T* features, const void* labels, bool labe
 }
 
 void launch_gather(const void* params, const void* indices, index_kind indices_kind, void* out,
-                   std::size_t unit_bytes, int64_t outer, int64_t rows, int64_t count, int64_t inner,
-                   cudaStream_t stream) {
+                   std::size_t row_bytes, int64_t outer, int64_t rows, int64_t count, cudaStream_t stream) {
+  // Rows move as units of the widest power of two (at most 16 bytes) that divides the
+  // row's bytes and params' address (a view may start anywhere), whatever the dtype.
+  const auto address = reinterpret_cast<std::uintptr_t>(params);
+  std::size_t unit_bytes = 16;
+  while (row_bytes % unit_bytes != 0 || address % unit_bytes != 0) unit_bytes /= 2;
+  const int64_t inner = static_cast<int64_t>(row_bytes / unit_bytes);
   const int64_t total = outer * count * inner;
   visit_unit(unit_bytes, [&](auto unit) {
     using E = decltype(unit);

@@ -94,12 +94,13 @@ void launch_sparse_softmax_xent(const T* features, const void* labels, bool labe
 // The integer types index operands come in.
 enum class index_kind { uint8, int8, int32, int64 };
 
-// GatherV2: out[o, j, :] = params[o, indices[j], :] with params seen as [outer, rows, inner]
-// and rows of `inner` units of `unit_bytes` (1, 2, 4, 8 or 16) bytes; an index outside
-// [0, rows) gives a row of zeros (TensorFlow's GPU behaviour).
+// GatherV2: out[o, j, :] = params[o, indices[j], :] with params seen as [outer, rows, a
+// row of `row_bytes` bytes], moved in the widest units (up to 16 bytes) that the rows'
+// size and params' address allow; an index outside [0, rows) gives a row of zeros
+// (TensorFlow's GPU behaviour).
 void launch_gather(const void* params, const void* indices, index_kind indices_kind, void* out,
-                   std::size_t unit_bytes, std::int64_t outer, std::int64_t rows, std::int64_t count,
-                   std::int64_t inner, cudaStream_t stream);
+                   std::size_t row_bytes, std::int64_t outer, std::int64_t rows, std::int64_t count,
+                   cudaStream_t stream);
 
 // UnsortedSegmentSum: out[ids[j], i] += data[j, i] with atomic adds into `out` (which the
 // caller zeroes); ids outside [0, num_segments) are skipped. T is float, double, int32_t

@@ -96,15 +96,10 @@ result<tensor> gpu_device::gather(const tensor& params, const tensor& indices) {
   TROUPE_RETURN_IF_ERROR(activate());
   tensor out = allocate(params.type(), g->output);
   if (out.num_elements() == 0) return out;
-  // Rows move as units of the widest power of two (at most 16 bytes) that divides the
-  // row's bytes and params' address, as GatherV2's kernel moves them.
-  const auto row_bytes = static_cast<std::size_t>(g->inner) * dtype_size(params.type());
-  const auto address = reinterpret_cast<std::uintptr_t>(params.raw_data());
-  std::size_t unit = 16;
-  while (row_bytes % unit != 0 || address % unit != 0) unit /= 2;
   launch_gather(params.raw_data(), indices.raw_data(),
-                indices.type() == dtype::int64 ? index_kind::int64 : index_kind::int32, out.raw_data(), unit, g->outer,
-                g->rows, indices.num_elements(), static_cast<std::int64_t>(row_bytes / unit), compute_);
+                indices.type() == dtype::int64 ? index_kind::int64 : index_kind::int32, out.raw_data(),
+                static_cast<std::size_t>(g->inner) * dtype_size(params.type()), g->outer, g->rows,
+                indices.num_elements(), compute_);
   TROUPE_RETURN_IF_ERROR(cuda_status(cudaGetLastError(), "launching ResourceGather"));
   return out;
 }
