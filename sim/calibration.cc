@@ -29,6 +29,8 @@ std::vector<std::string> cost_attrs(const tf::NodeDef& def) {
   std::vector<std::string> out;
   for (const auto& [name, v] : def.attr()) {
     if (name.empty() || name[0] == '_') continue;  // the runtime's own
+    // A transfer's ends' lives (random per server process) say nothing of its cost.
+    if (name == "send_device_incarnation" || name == "recv_device_incarnation") continue;
     switch (v.value_case()) {
       case tf::AttrValue::kB: out.push_back(str_cat(name, "=", v.b() ? "true" : "false")); break;
       case tf::AttrValue::kI: out.push_back(str_cat(name, "=", v.i())); break;

@@ -48,6 +48,13 @@ TEST_CASE("calibration: durations by op, inputs and cost attributes, after a war
   transposed = plain;
   (*transposed.mutable_attr())["transpose_b"] = graph::attr_value(true);
   CHECK(sim::cost_attrs(plain) == std::vector<std::string>{"transpose_a=false", "transpose_b=false"});
+  // A transfer's cost does not depend on its ends' lives (random per server process).
+  tf::NodeDef send;
+  send.set_op("_Send");
+  (*send.mutable_attr())["client_terminated"] = graph::attr_value(false);
+  (*send.mutable_attr())["send_device_incarnation"] = graph::attr_value(std::int64_t{12345});
+  (*send.mutable_attr())["recv_device_incarnation"] = graph::attr_value(std::int64_t{-678});
+  CHECK(sim::cost_attrs(send) == std::vector<std::string>{"client_terminated=false"});
 
   sim::calibration_recorder r;
   // Two warm-up runs (1000 us each) do not count; then 10, 20, ..., 50 us.
