@@ -45,6 +45,13 @@ int default_max_spinners() { return hardware_threads() - 1; }
 
 int spin_gate::spinning() { return spinners.load(std::memory_order_relaxed); }
 
+bool spin_gate::worth_spinning() {
+  if (long_waits_.load(std::memory_order_relaxed) < k_long_waits) return true;
+  if (unspun_.fetch_add(1, std::memory_order_relaxed) + 1 < k_probe_every) return false;
+  unspun_.store(0, std::memory_order_relaxed);
+  return true;
+}
+
 bool spin_gate::enter() {
   int now = spinners.load(std::memory_order_relaxed);
   while (now < max_spinners_) {

@@ -10,10 +10,15 @@
 // TensorFlow's thread pools spin before they park for the same reason.
 //
 // A spin_gate decides whether a waiter spins, and how long: only while the waits it has
-// seen are short (the last one ended within the budget), on machines of more than one
-// hardware thread, and by at most (hardware threads - 1) threads of the process at once.
-// So waits of milliseconds (a training step) never spin after the first, and spinners
-// never hold every core from the threads that would answer them. A spinner yields its
+// seen are short (not the last k_long_waits (4) all longer than the budget), on machines
+// of more than one hardware thread, and by at most (hardware threads - 1) threads of the
+// process at once. So waits of milliseconds (a training step) spin only once in
+// k_probe_every (64) after the first four, and spinners never hold every core from the
+// threads that would answer them. Until 2026-12-06 one wait longer than the budget (a
+// preemption) stopped the spinning for good, since the waits that followed, unspun, took
+// longer still: bench_remote_step's remote p50 was 235-260 us in most runs against
+// 80-130 us spinning, the same binary and machine; now one long wait is forgiven, and a
+// probe now and then finds out whether spinning makes the waits short again. A spinner yields its
 // core every k_yield_every pauses: the scheduler need not preempt a spinner for a thread
 // woken onto its core, which would otherwise wait for the spin's end (measured: half the
 // runs of bench_remote_step then took 208 us at the median), and a process that computes
@@ -57,7 +62,7 @@ class spin_gate {
   // short and a spinner's place is free; else once. Returns ready()'s last answer.
   template <class Ready>
   bool spin(Ready&& ready) {
-    if (budget_ns_ <= 0 || last_ns_.load(std::memory_order_relaxed) > budget_ns_ || !enter()) return ready();
+    if (budget_ns_ <= 0 || !worth_spinning() || !enter()) return ready();
     const auto until = std::chrono::steady_clock::now() + std::chrono::nanoseconds(budget_ns_);
     bool done = ready();
     if (done) return leave(), true;
@@ -71,7 +76,17 @@ class spin_gate {
   }
 
   // How long the whole wait took: whether the next one spins.
-  void record(std::chrono::nanoseconds took) { last_ns_.store(took.count(), std::memory_order_relaxed); }
+  void record(std::chrono::nanoseconds took) {
+    if (took.count() <= budget_ns_) {
+      long_waits_.store(0, std::memory_order_relaxed);
+    } else {
+      long_waits_.fetch_add(1, std::memory_order_relaxed);
+    }
+  }
+
+  // Long waits in a row that stop the spinning; waits unspun between two probes.
+  static constexpr std::int64_t k_long_waits = 4;
+  static constexpr std::int64_t k_probe_every = 64;
 
   // Threads of this process spinning now (for tests).
   static int spinning();
@@ -81,15 +96,21 @@ class spin_gate {
 
  private:
   bool enter();
+  // Whether this wait spins: fewer than k_long_waits waits in a row took longer than the
+  // budget, or k_probe_every waits have not spun since (a probe: a wait that took long
+  // because nothing spun for it may be short again spinning).
+  bool worth_spinning();
   // Gives the spinner's place back; `spun_ns`: the thread CPU time the spin took.
   static void leave(std::int64_t spun_ns = 0);
   static constexpr unsigned k_yield_every = 32;
+
   // A pause; every k_yield_every calls, the core for a thread waiting on it.
   static void relax(unsigned i);
 
   const std::int64_t budget_ns_;
   const int max_spinners_;
-  std::atomic<std::int64_t> last_ns_{0};
+  std::atomic<std::int64_t> long_waits_{0};  // waits in a row longer than the budget
+  std::atomic<std::int64_t> unspun_{0};      // waits since the last that spun
 };
 
 // The process's CPU time less what its threads spent spinning for answers: the CPU its

@@ -1,5 +1,6 @@
 // spin_gate (core/spin_wait.h): spins until the answer comes while waits are short, not
-// at all after a long wait, within its budget, and never by more threads than it allows.
+// after several long waits but for a probe now and then, within its budget, and never by
+// more threads than it allows.
 #include <catch2/catch.hpp>
 
 #include <atomic>
@@ -65,7 +66,8 @@ TEST_CASE("spin_gate counts the CPU its spins took, which working_cpu_ns leaves 
   CHECK(spin_gate::spun_cpu_ns() == before);
 }
 
-TEST_CASE("spin_gate does not spin after a wait longer than its budget, and spins again after a short one",
+TEST_CASE("spin_gate stops spinning after waits longer than its budget, probes now and then, and spins again "
+          "after a short one",
           "[core]") {
   // A budget long enough that a spinner descheduled on a busy machine still asks twice.
   spin_gate gate(50ms, 1);
@@ -74,13 +76,25 @@ TEST_CASE("spin_gate does not spin after a wait longer than its budget, and spin
     ++calls;
     return false;
   };
-  gate.record(100ms);
-  CHECK_FALSE(gate.spin(never));
-  CHECK(calls == 1);  // asked once, no spin
+  const auto spins = [&] {
+    calls = 0;
+    CHECK_FALSE(gate.spin(never));
+    return calls > 1;  // asked once: no spin
+  };
+  // Long waits fewer than k_long_waits in a row (a preemption) do not stop it.
+  for (std::int64_t i = 1; i < spin_gate::k_long_waits; ++i) gate.record(100ms);
+  CHECK(spins());
+  gate.record(100ms);  // the k_long_waits-th in a row
+  // No spin until k_probe_every waits have passed unspun; that one probes.
+  for (std::int64_t i = 1; i < spin_gate::k_probe_every; ++i) {
+    if (spins()) FAIL("spun at wait " << i << " after " << spin_gate::k_long_waits << " long waits");
+  }
+  CHECK(spins());
+  CHECK_FALSE(spins());  // the probe's wait recorded nothing: still long
+  // A short wait: spins again at once.
   gate.record(100us);
-  calls = 0;
-  CHECK_FALSE(gate.spin(never));
-  CHECK(calls > 1);
+  CHECK(spins());
+  CHECK(spins());
 }
 
 TEST_CASE("spin_gate with no budget or no spinner's place asks once", "[core]") {
