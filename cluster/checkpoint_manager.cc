@@ -642,6 +642,8 @@ result<std::optional<checkpoint::snapshot>> checkpoint_manager::cut(double* stop
   std::lock_guard<env::mutex> state_lock(state_mutex_);
   auto stop_started = env::now();
   if (options_.gate != nullptr) options_.gate->close();
+  // A slow cut (a PS that answers its reads late) keeps training out that much longer.
+  if (env::buggify("checkpoint.slow_cut")) env::sleep_for(k_slow_cut);
   auto values = session_->run({}, read_fetches_);
   if (values.ok()) {
     // A periodic save requested and not yet begun was due at a step no later than this

@@ -195,6 +195,8 @@ class checkpoint_manager {
   // BUGGIFY site checkpoint.save_fails (env::buggify, simulation only): true when the
   // writer's periodic save is to fail now, counted as a failed save.
   bool periodic_save_fails();
+  // BUGGIFY site checkpoint.slow_cut: a cut that holds the gate closed this much longer.
+  static constexpr std::chrono::milliseconds k_slow_cut{200};
 
   explicit checkpoint_manager(checkpoint_manager_options options) : options_(std::move(options)) {}
   void writer_loop();

@@ -70,6 +70,9 @@ std::int64_t reader_batch(const scenario::Dataset& d, int batch) {
   return std::max<std::int64_t>(1, std::min<std::int64_t>(batch, room / readers));
 }
 // Readers that run at once: no more than elements fit above min_after_dequeue.
+// BUGGIFY site input.slow_reader: a reader step that starts this much later.
+constexpr std::chrono::milliseconds k_slow_reader{20};
+
 int effective_readers(const scenario::Dataset& d) {
   return static_cast<int>(std::max<std::int64_t>(
       1, std::min<std::int64_t>(std::max(1, d.reader_threads()), std::int64_t{d.queue_capacity()} - d.min_after_dequeue())));
@@ -1041,6 +1044,8 @@ result<run_summary> run_scenario(const scenario::Scenario& sc, const run_options
         std::optional<std::int32_t> size;
         std::uint64_t size_restores = 0;  // pipeline_restores_of(task) when `size` was seen
         while (!stop) {
+          // A slow reader (a slow disk): its trainer may find the queue too empty and wait.
+          if (env::buggify("input.slow_reader")) env::sleep_for(k_slow_reader);
           result<std::vector<tensor>> e = std::vector<tensor>{};
           bool full = false;
           const std::uint64_t seen = [&] {

@@ -461,7 +461,8 @@ TEST_CASE("simulation: BUGGIFY sites fire by seed, replay alike, and every run f
       std::filesystem::remove_all(dir);
     }
   }
-  for (const char* site : {"network.spike", "kernel.slow", "variable.slow_update", "checkpoint.save_fails"}) {
+  for (const char* site : {"network.spike", "kernel.slow", "variable.slow_update", "checkpoint.save_fails",
+                           "checkpoint.slow_cut", "input.slow_reader"}) {
     INFO(site);
     CHECK(fired[site] > 0);
   }
