@@ -121,9 +121,15 @@ void supervisor::recovery_loop() {
     pending_.pop_front();
     if (!failure_.ok()) continue;  // given up: nothing more is restarted
     lock.unlock();
-    recover(notice);
+    std::optional<down_notice> later = recover(notice);
     lock.lock();
-    down_.erase(notice.task);
+    if (later) {
+      // After the recovery of the task whose loss caught it: given time to be reported.
+      changed_.wait_for(lock, k_report_wait, [&] { return stopping_ || !pending_.empty(); });
+      pending_.push_back(std::move(*later));  // still down_: its recovery is not over
+    } else {
+      down_.erase(notice.task);
+    }
     changed_.notify_all();
   }
 }
@@ -135,8 +141,8 @@ void supervisor::give_up(status why) {
   changed_.notify_all();
 }
 
-void supervisor::recover(const down_notice& notice) {
-  const auto down_at = env::now();
+std::optional<supervisor::down_notice> supervisor::recover(const down_notice& notice) {
+  const auto down_at = notice.restarted ? notice.down_at : env::now();
   recovery_record record{notice.task, notice.reason, down_at};
   auto finish = [&] {
     {
@@ -145,8 +151,8 @@ void supervisor::recover(const down_notice& notice) {
     }
     changed_.notify_all();
   };
-  log(str_cat("supervisor: task ", notice.task, " went down (", notice.reason, ")"));
-  {
+  if (!notice.restarted) log(str_cat("supervisor: task ", notice.task, " went down (", notice.reason, ")"));
+  if (!notice.restarted) {
     std::lock_guard<std::mutex> lock(mutex_);
     auto& recent = recent_[notice.task];
     const auto window = std::chrono::duration_cast<std::chrono::steady_clock::duration>(
@@ -159,22 +165,32 @@ void supervisor::recover(const down_notice& notice) {
       recoveries_.push_back(record);
       changed_.notify_all();
       log("supervisor: giving up: " + failure_.message());
-      return;
+      return std::nullopt;
     }
     recent.push_back(down_at);
   }
+  // A task slow to come back (its machine restarting): the steps that need it fail and
+  // are retried meanwhile, the others go on.
+  if (!notice.restarted && env::buggify("supervisor.slow_restart")) env::sleep_for(k_slow_restart);
   if (options_.gate != nullptr) options_.gate->close();
+  bool restarted = notice.restarted;
   status outcome = [&]() -> status {
-    auto incarnation = cluster_->restart_task(notice.task);
-    if (!incarnation.ok()) return incarnation.error();
-    watch(notice.task);
-    {
+    if (!restarted) {
+      auto incarnation = cluster_->restart_task(notice.task);
+      if (!incarnation.ok()) return incarnation.error();
+      restarted = true;
+      watch(notice.task);
       std::lock_guard<std::mutex> lock(mutex_);
       ++restarts_[notice.task];
     }
     checkpoint_manager* m = options_.checkpoints;
     if (m == nullptr) return status();
-    const bool all = options_.recovery == recovery_policy::rollback_all;
+    const bool over = options_.finished && options_.finished();
+    const bool all = options_.recovery == recovery_policy::rollback_all && !over;
+    if (over) {
+      log(str_cat("supervisor: the run has applied its last step: only what ", notice.task,
+                  " held returns to the checkpoint"));
+    }
     if (!all && !m->holds_variables(notice.task) && !m->holds_pipelines(notice.task)) return status();
     auto restored = all ? m->restore_latest() : m->restore_latest(notice.task);
     if (!restored.ok()) return restored.error().with_context(str_cat("restoring task ", notice.task));
@@ -184,17 +200,24 @@ void supervisor::recover(const down_notice& notice) {
                                        "to restore them from");
     }
     record.restored_step = **restored;
-    if ((all || m->holds_global_step(notice.task)) && options_.global_step_restored) {
+    if ((all || m->holds_global_step(notice.task)) && !over && options_.global_step_restored) {
       options_.global_step_restored(**restored);
     }
     return status();
   }();
   if (!outcome.ok()) {
     if (options_.gate != nullptr) options_.gate->open();
+    // Restarted, but its restore was caught by another task going down meanwhile (a
+    // ROLLBACK_ALL restore reads every task): restored again after that task's restart.
+    if (restarted && is_retryable(outcome) && notice.deferrals < k_max_deferrals) {
+      log(str_cat("supervisor: restoring ", notice.task, " failed (", outcome.message(),
+                  "); it is restored again after the tasks lost meanwhile are restarted"));
+      return down_notice{notice.task, notice.reason, /*restarted=*/true, down_at, notice.deferrals + 1};
+    }
     // The failure first: whoever sees the record (wait_for_recoveries) sees why too.
     give_up(aborted_error("could not recover task ", notice.task, ": ", outcome.message()));
     finish();
-    return;
+    return std::nullopt;
   }
   record.recovered = true;
   record.seconds = seconds(env::now() - down_at).count();
@@ -204,6 +227,8 @@ void supervisor::recover(const down_notice& notice) {
                                                          ? str_cat(", restored from step ", record.restored_step)
                                                          : std::string(""),
               ", in ", std::to_string(record.seconds).substr(0, 5), " s"));
+  return std::nullopt;
 }
+
 
 }  // namespace troupe::cluster

@@ -22,13 +22,15 @@
 //         actors under the same names, which every session resolves from then on;
 //      d. its state comes back from the latest committed checkpoint: with RESTORE_LOST,
 //         the variables that lived on the task; with ROLLBACK_ALL, every variable (and
-//         the global step); global_step_restored learns the step it returned to;
+//         the global step), unless the run has applied its last step (finished);
+//         global_step_restored learns the step it returned to;
 //      e. the gate opens, and the retried steps run on the new incarnation.
 //    A task without variables (a worker) is restarted empty: its queues refill from its
 //    readers.
 // 3. A recovery that cannot restore the task's variables (no committed checkpoint, a
 //    damaged or mismatching one) gives up too: a run never continues on uninitialized
-//    or inconsistent state.
+//    or inconsistent state. One whose restore another task's loss caught (UNAVAILABLE)
+//    restores again after that task's recovery (at most three times).
 //
 // Thread safety: every method may be called from any thread. The supervisor must be
 // destroyed before the cluster, the checkpoint manager and the gate it uses.
@@ -41,6 +43,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <string>
 #include <thread>
@@ -74,6 +77,13 @@ struct supervisor_options {
   // RESTORE_LOST of the task holding it), with the step it returned to; called while the
   // gate is still closed.
   std::function<void(std::int64_t global_step)> global_step_restored;
+  // Whether the run has applied its last step (null: never), asked with the gate closed.
+  // Once it has, a recovery restores only what the lost task held (as RESTORE_LOST)
+  // whatever the policy, and does not call global_step_restored: the run is over, and a
+  // rollback would undo steps that no one trains again (a worker killed near the end and
+  // restarted after the last step rolled every variable back to the checkpoint, and its
+  // trainer, back at that step, waited for a SYNC turn that never came).
+  std::function<bool()> finished;
 };
 
 // One failure of a task and what the supervisor did about it.
@@ -106,6 +116,11 @@ class supervisor {
   struct down_notice {
     std::string task;
     std::string reason;
+    // Restarted already, its restore to do again (another task went down during it),
+    // since down_at.
+    bool restarted = false;
+    env::clock::time_point down_at{};
+    int deferrals = 0;
   };
 
  private:
@@ -113,7 +128,16 @@ class supervisor {
       : cluster_(std::move(cluster)), options_(std::move(options)) {}
   void watch(const std::string& task);
   void recovery_loop();
-  void recover(const down_notice& notice);
+  // Recovers the task; what is left to do later (its restore, when another task's loss
+  // caught it), or nothing.
+  std::optional<down_notice> recover(const down_notice& notice);
+  // A restore caught by a retryable error (another task lost meanwhile: a ROLLBACK_ALL
+  // restore reads every task) is done again after the recoveries pending then, waiting
+  // up to k_report_wait for the loss to be reported, at most k_max_deferrals times.
+  static constexpr int k_max_deferrals = 3;
+  static constexpr std::chrono::milliseconds k_report_wait{100};
+  // BUGGIFY site supervisor.slow_restart (simulation only): a restart begun this much later.
+  static constexpr std::chrono::milliseconds k_slow_restart{500};
   void give_up(status why);
   void log(const std::string& line) const;
 

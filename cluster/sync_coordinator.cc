@@ -149,6 +149,7 @@ result<std::int64_t> sync_coordinator::turn(std::int64_t epoch) {
                                                      "were being gathered");
     applied = session_->run(feeds, {step_after_}, {update_});
     if (!applied.ok()) return applied.error();
+    if (applied->at(0).scalar_value<std::int64_t>() >= options_.last_step) finished_ = true;
     if (!options_.before_tokens) {
       if (status s = release_tokens(); !s.ok()) return s.with_context("handing out tokens");
     }

@@ -93,6 +93,9 @@ class sync_coordinator {
   // (cancelled when stopped first).
   status wait();
   std::int64_t updates() const { return updates_.load(); }
+  // Whether an update has reached last_step: set inside the gate with that update, so a
+  // holder of the closed gate (a recovery) sees it once the update is in.
+  bool finished() const { return finished_.load(); }
 
  private:
   sync_coordinator(std::unique_ptr<actors::session> session, const train::sync_replicas_ops& ops,
@@ -123,6 +126,7 @@ class sync_coordinator {
   std::shared_ptr<takes_state> takes_state_ = std::make_shared<takes_state>();
   std::atomic<std::int64_t> epoch_{0};
   std::atomic<std::int64_t> updates_{0};
+  std::atomic<bool> finished_{false};
   double average_turn_ms_ = 0;  // of the turns that got their gradients (the loop's thread only)
   // A turn waits for its gradients max(floor_ms_, 50 x average_turn_ms_) unless
   // options_.stall_timeout says; the floor doubles after each lost turn while none has

@@ -865,6 +865,11 @@ result<run_summary> run_scenario(const scenario::Scenario& sc, const run_options
     global_step = step;
     if (coordinator != nullptr) coordinator->rolled_back(step);
   };
+  // ASYNC's trainers advance the global step inside the gate, the SYNC coordinator its
+  // last update: a recovery (gate closed) sees either.
+  so.finished = [&global_step, &coordinator, total_steps] {
+    return global_step.load() >= total_steps || (coordinator != nullptr && coordinator->finished());
+  };
   auto supervisor_or = cluster::supervisor::create(*cluster, so);
   if (!supervisor_or.ok()) return supervisor_or.error();
   std::unique_ptr<cluster::supervisor> supervisor = std::move(*supervisor_or);
@@ -1138,6 +1143,7 @@ result<run_summary> run_scenario(const scenario::Scenario& sc, const run_options
     // After a failure: catches up. False when the run must end.
     auto resume = [&](status why) {
       while (!stop) {
+        if (coordinator->finished()) return false;  // nothing more to compute
         if (!retry(why)) {
           fail(supervisor->failure().ok() ? why.with_context(str_cat("training step on worker ", w))
                                           : supervisor->failure());
@@ -1159,7 +1165,9 @@ result<run_summary> run_scenario(const scenario::Scenario& sc, const run_options
       std::uint64_t restores = 0;
       tensor images, labels;
     } held;
-    while (!stop && local < total_steps) {
+    // Until the last update: a worker that reads an earlier step after it (a recovery
+    // restored its task's state) has no turn left to wait for.
+    while (!stop && local < total_steps && !coordinator->finished()) {
       result<std::vector<tensor>> r = internal_error("not run");
       {
         cluster::step_gate::pass inside(gate);

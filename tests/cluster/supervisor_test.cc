@@ -3,7 +3,9 @@
 // global step), training threads that retry their failed steps go on and, with
 // ROLLBACK_ALL, end on a consistent state; a task that fails more often than its budget
 // allows makes the supervisor give up with a clear error; so does a lost task with no
-// checkpoint to restore it from.
+// checkpoint to restore it from; and once the run has applied its last step, a recovery
+// restores only what the lost task held, whatever the policy; a task lost during another's
+// recovery has both restarted, the first restored again after.
 #include <catch2/catch.hpp>
 
 #include <atomic>
@@ -40,6 +42,7 @@ struct rig {
   std::vector<std::string> log;
   std::mutex log_mutex;
   std::atomic<std::int64_t> rolled_back_to{-1};
+  std::function<void(const std::string&)> on_log;  // on the supervisor's thread; set before any failure
 
   explicit rig(cluster::supervisor_options so, bool with_checkpoints = true) {
     actors::session_options o;
@@ -61,8 +64,11 @@ struct rig {
     }
     so.gate = &gate;
     so.log = [this](const std::string& line) {
-      std::lock_guard<std::mutex> lock(log_mutex);
-      log.push_back(line);
+      {
+        std::lock_guard<std::mutex> lock(log_mutex);
+        log.push_back(line);
+      }
+      if (on_log) on_log(line);
     };
     so.global_step_restored = [this](std::int64_t step) { rolled_back_to = step; };
     auto s = cluster::supervisor::create(cluster, so);
@@ -211,4 +217,85 @@ TEST_CASE("a lost PS task with no checkpoint to restore it from: the supervisor 
   status f = r.supervisor->failure();
   REQUIRE_FALSE(f.ok());
   CHECK_THAT(f.message(), Catch::Contains("/job:ps/replica:0/task:0") && Catch::Contains("no checkpoint"));
+}
+
+TEST_CASE("ROLLBACK_ALL once the run has applied its last step: only what the lost task held comes back",
+          "[supervisor]") {
+  cluster::supervisor_options so;
+  so.recovery = cluster::recovery_policy::rollback_all;
+  std::atomic<bool> over{false};
+  so.finished = [&over] { return over.load(); };
+  rig r(so);
+  REQUIRE(r.train_until(4));
+  REQUIRE(r.checkpoints->save_now().ok());
+  REQUIRE(r.train_until(9));
+  // Before the end a worker's loss rolls every variable back, as ROLLBACK_ALL says...
+  REQUIRE(r.cluster->kill_task("/job:worker/task:0").ok());
+  REQUIRE(r.supervisor->wait_for_recoveries(1, std::chrono::seconds(10)));
+  CHECK(r.rolled_back_to == 4);
+  CHECK(r.step() == 4);
+  REQUIRE(r.train_until(9));
+  // ...once the run is over it rolls nothing back: the worker held no variables.
+  over = true;
+  r.rolled_back_to = -1;
+  REQUIRE(r.cluster->kill_task("/job:worker/task:0").ok());
+  REQUIRE(r.supervisor->wait_for_recoveries(2, std::chrono::seconds(10)));
+  CHECK(r.supervisor->failure().ok());
+  CHECK(r.supervisor->recoveries().at(1).recovered);
+  CHECK(r.rolled_back_to == -1);
+  CHECK(r.step() == 9);
+  CHECK(all_equal(r.read("a"), 9.0f));
+  CHECK(all_equal(r.read("b"), 9.0f));
+  // A PS task's loss then restores its own variables only (ps:1 holds b, not the step).
+  REQUIRE(r.cluster->kill_task("/job:ps/task:1").ok());
+  REQUIRE(r.supervisor->wait_for_recoveries(3, std::chrono::seconds(10)));
+  CHECK(r.supervisor->failure().ok());
+  CHECK(r.rolled_back_to == -1);
+  CHECK(r.step() == 9);
+  CHECK(all_equal(r.read("a"), 9.0f));
+  CHECK(all_equal(r.read("b"), 4.0f));
+  std::lock_guard<std::mutex> lock(r.log_mutex);
+  int said = 0;
+  for (const auto& line : r.log) said += line.find("has applied its last step") != std::string::npos;
+  CHECK(said == 2);
+}
+
+TEST_CASE("ROLLBACK_ALL: a task lost during another's recovery: both are restarted, the first restored again after",
+          "[supervisor]") {
+  cluster::supervisor_options so;
+  so.recovery = cluster::recovery_policy::rollback_all;
+  rig r(so);
+  REQUIRE(r.train_until(4));
+  REQUIRE(r.checkpoints->save_now().ok());
+  REQUIRE(r.train_until(9));
+  // ps:1 goes down as the supervisor begins on ps:0's loss, before ps:0's restore (which
+  // reads every task) runs: that restore fails, and is done again after ps:1's recovery.
+  std::atomic<bool> killed{false};
+  r.on_log = [&](const std::string& line) {
+    if (line.find("/job:ps/replica:0/task:0 went down") != std::string::npos && !killed.exchange(true)) {
+      CHECK(r.cluster->kill_task("/job:ps/task:1").ok());
+    }
+  };
+  REQUIRE(r.cluster->kill_task("/job:ps/task:0").ok());
+  REQUIRE(r.supervisor->wait_for_recoveries(2, std::chrono::seconds(20)));
+  CHECK(r.supervisor->failure().ok());
+  auto restarts = r.supervisor->restarts();
+  CHECK(restarts["/job:ps/replica:0/task:0"] == 1);
+  CHECK(restarts["/job:ps/replica:0/task:1"] == 1);
+  for (const auto& rec : r.supervisor->recoveries()) {
+    CHECK(rec.recovered);
+    CHECK(rec.restored_step == 4);
+  }
+  CHECK(r.rolled_back_to == 4);
+  CHECK(r.step() == 4);
+  CHECK(all_equal(r.read("a"), 4.0f));
+  CHECK(all_equal(r.read("b"), 4.0f));
+  {
+    std::lock_guard<std::mutex> lock(r.log_mutex);
+    bool again = false;
+    for (const auto& line : r.log) again = again || line.find("restored again after") != std::string::npos;
+    CHECK(again);
+  }
+  REQUIRE(r.train_until(12));
+  CHECK(all_equal(r.read("a"), 12.0f));
 }

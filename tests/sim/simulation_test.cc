@@ -475,6 +475,38 @@ TEST_CASE("simulation: BUGGIFY sites fire by seed, replay alike, and every run f
   CHECK(r[2].buggify_fires.empty());
 }
 
+TEST_CASE("simulation: BUGGIFY supervisor.slow_restart: a worker lost near the end of a SYNC run with a backup "
+          "comes back after the last step, and the run keeps its steps",
+          "[sim]") {
+  // The other worker finishes the run alone while the lost one's restart waits 500 ms;
+  // the recovery then restores only the lost worker's state (the run has applied its
+  // last step: no rollback), and its trainer has no turn left to wait for. Before, the
+  // rollback sent every variable back to step 40 and the restarted worker waited for a
+  // SYNC turn until the step timeout (an hour of virtual time).
+  std::string base = sync_scenario();
+  base.replace(base.find("replication: SYNC"), 17, "replication: SYNC backup_workers: 1");
+  int slow = 0;
+  for (int seed = 1; seed <= 24; ++seed) {
+    const std::string dir = temp_path(str_cat("troupe-sim-slow-restart-", seed));
+    std::string out;
+    auto r = run_with("checkpoint { dir: \"" + dir + "\" every_steps: 10 }\n"
+                      "faults { fault { at_step: 52 kill { task: \"/job:worker/task:1\" } } random { buggify: true } }\n" +
+                          str_cat("simulation { seed: ", seed, " }\n"),
+                      &out, base);
+    INFO("seed " << seed << "\n" << out);
+    REQUIRE(r.ok());
+    CHECK(r->steps == 60);
+    CHECK(r->checkpoints.latest_step == 60);
+    const auto fired = r->buggify_fires.find("supervisor.slow_restart");
+    if (fired != r->buggify_fires.end() && fired->second > 0) {
+      ++slow;
+      CHECK(out.find("has applied its last step") != std::string::npos);
+    }
+    std::filesystem::remove_all(dir);
+  }
+  CHECK(slow > 0);
+}
+
 TEST_CASE("simulation: on one machine each transfer costs its cores a fixed CPU time at both ends", "[sim]") {
   // 8 transfers per worker step (4 variables read, 4 gradients sent; 60 steps): at 500
   // us of a core at each end, 60 x 8 x 2 x 0.5 ms over 2 cores = 240 ms more at least.
