@@ -157,6 +157,9 @@ result<std::int64_t> sync_coordinator::turn(std::int64_t epoch) {
   const std::int64_t step = applied->at(0).scalar_value<std::int64_t>();
   if (options_.before_tokens) {
     options_.before_tokens(step);
+    // Tokens handed out late: every replica waits, and a recovery may come between the
+    // update and the tokens.
+    if (env::buggify("sync.slow_tokens")) env::sleep_for(k_slow_tokens);
     auto inside = inside_gate();
     // A rollback meanwhile has handed out the tokens of the step it restored.
     if (epoch_.load() == epoch) {

@@ -33,6 +33,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -106,6 +107,8 @@ class sync_coordinator {
   // A pass through options_.gate (none when there is no gate).
   std::optional<step_gate::pass> inside_gate();
   status reset_and_release();
+  // BUGGIFY site sync.slow_tokens (simulation only): tokens handed out this much later.
+  static constexpr std::chrono::milliseconds k_slow_tokens{20};
   status release_tokens();
 
   std::unique_ptr<actors::session> session_;  // holds the cluster
