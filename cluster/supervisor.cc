@@ -116,10 +116,18 @@ void supervisor::recovery_loop() {
   std::unique_lock<std::mutex> lock(mutex_);
   for (;;) {
     changed_.wait(lock, [&] { return stopping_ || !pending_.empty(); });
-    if (stopping_) return;
+    if (stopping_) {
+      for (const down_notice& n : pending_) {
+        if (n.restarted && options_.gate != nullptr) options_.gate->open();  // its recovery held it
+      }
+      return;
+    }
     down_notice notice = std::move(pending_.front());
     pending_.pop_front();
-    if (!failure_.ok()) continue;  // given up: nothing more is restarted
+    if (!failure_.ok()) {  // given up: nothing more is restarted
+      if (notice.restarted && options_.gate != nullptr) options_.gate->open();  // its recovery held it
+      continue;
+    }
     lock.unlock();
     std::optional<down_notice> later = recover(notice);
     lock.lock();
@@ -172,7 +180,8 @@ std::optional<supervisor::down_notice> supervisor::recover(const down_notice& no
   // A task slow to come back (its machine restarting): the steps that need it fail and
   // are retried meanwhile, the others go on.
   if (!notice.restarted && env::buggify("supervisor.slow_restart")) env::sleep_for(k_slow_restart);
-  if (options_.gate != nullptr) options_.gate->close();
+  // (A restore done again holds the gate still: the task restarted empty stays out of steps.)
+  if (options_.gate != nullptr && !notice.restarted) options_.gate->close();
   bool restarted = notice.restarted;
   status outcome = [&]() -> status {
     if (!restarted) {
@@ -206,14 +215,15 @@ std::optional<supervisor::down_notice> supervisor::recover(const down_notice& no
     return status();
   }();
   if (!outcome.ok()) {
-    if (options_.gate != nullptr) options_.gate->open();
     // Restarted, but its restore was caught by another task going down meanwhile (a
-    // ROLLBACK_ALL restore reads every task): restored again after that task's restart.
+    // ROLLBACK_ALL restore reads every task): restored again after that task's recovery,
+    // the gate held closed until then (the other recovery closes it too).
     if (restarted && is_retryable(outcome) && notice.deferrals < k_max_deferrals) {
       log(str_cat("supervisor: restoring ", notice.task, " failed (", outcome.message(),
                   "); it is restored again after the tasks lost meanwhile are restarted"));
       return down_notice{notice.task, notice.reason, /*restarted=*/true, down_at, notice.deferrals + 1};
     }
+    if (options_.gate != nullptr) options_.gate->open();
     // The failure first: whoever sees the record (wait_for_recoveries) sees why too.
     give_up(aborted_error("could not recover task ", notice.task, ": ", outcome.message()));
     finish();
@@ -229,6 +239,5 @@ std::optional<supervisor::down_notice> supervisor::recover(const down_notice& no
               ", in ", std::to_string(record.seconds).substr(0, 5), " s"));
   return std::nullopt;
 }
-
 
 }  // namespace troupe::cluster

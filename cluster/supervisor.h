@@ -117,7 +117,7 @@ class supervisor {
     std::string task;
     std::string reason;
     // Restarted already, its restore to do again (another task went down during it),
-    // since down_at.
+    // since down_at; its recovery holds the gate closed.
     bool restarted = false;
     env::clock::time_point down_at{};
     int deferrals = 0;
