@@ -138,6 +138,11 @@ result<std::int64_t> sync_coordinator::turn(std::int64_t epoch) {
     taken = std::move(*st->value);
   }
   if (!taken.ok()) return taken.error();
+  // The aggregates lost after they were taken (the coordinator's task failing between the
+  // take and the update): every replica computes the step again.
+  if (env::buggify("sync.lost_aggregates")) {
+    return unavailable_error("buggify sync.lost_aggregates: the step's aggregates were lost after they were taken");
+  }
   const double took_ms = std::chrono::duration<double, std::milli>(env::now() - started).count();
   average_turn_ms_ = average_turn_ms_ == 0 ? took_ms : 0.9 * average_turn_ms_ + 0.1 * took_ms;
   actors::feed_list feeds;
