@@ -201,6 +201,15 @@ status cluster::kill_task(std::string_view task) {
   });
 }
 
+bool cluster::task_down(std::string_view task) {
+  if (remote_control(task) != nullptr) return false;
+  bool down = false;
+  const status s = for_each_device(task, [&](const std::string&, std::unique_ptr<runtime_device>& dev) {
+    down = down || !dev->alive().ok();
+  });
+  return s.ok() && down;
+}
+
 result<int> cluster::restart_task(std::string_view task) {
   const caf::error reason = to_caf_error(unavailable_error("task ", canonical_task(task), " was restarted"));
   if (const auto* control = remote_control(task)) {

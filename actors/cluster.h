@@ -150,6 +150,9 @@ class cluster {
   // (cluster_options::remote_tasks) and its stand-ins here exit the same way.
   // Errors: no such task.
   status kill_task(std::string_view task);
+  // Whether `task` is down: killed here and not restarted since (its current incarnation's
+  // devices marked killed). False for a task hosted elsewhere, and for no such task.
+  bool task_down(std::string_view task);
   // Starts `task` again: each of its devices gets a new runtime_device and device actor
   // (empty: no resources, no prepared steps) under the same name, which the directory
   // resolves from now on. The old incarnations stay allocated until the cluster goes

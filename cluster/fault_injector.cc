@@ -161,6 +161,13 @@ void fault_injector::step_reached(std::int64_t global_step) {
     spec.kind = "kill";
     spec.task = chaos.tasks[bits[1] % chaos.tasks.size()];
     spec.at_step = s;
+    // A task down already (killed, its restart to come) is not killed twice: that kill
+    // would take nothing down, and no recovery would answer it.
+    if (cluster_->task_down(spec.task)) {
+      log(str_cat("fault: random kill of ", cluster_->canonical_task(spec.task), " at step ", global_step,
+                  " skipped: the task is down already"));
+      continue;
+    }
     fire(spec, global_step, "random");
   }
   for (auto& f : injected_) {

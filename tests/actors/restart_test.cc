@@ -54,10 +54,14 @@ TEST_CASE("a killed task fails the steps that need it; restarted, it is reached 
   REQUIRE(s->run({}, {}, {"bump"}).ok());
   const auto before = c->task_actors("/job:ps/task:0");
   REQUIRE(before.size() == 1);
+  CHECK_FALSE(c->task_down("/job:ps/task:0"));
 
   pending_step parked(*s, {}, {"dequeue:0"});  // waits on the queue of ps:0
   CHECK_FALSE(parked.ended(std::chrono::milliseconds(50)));
   REQUIRE(c->kill_task("/job:ps/task:0").ok());
+  CHECK(c->task_down("/job:ps/task:0"));  // until restarted (a random kill skips it then)
+  CHECK_FALSE(c->task_down("/job:ps/task:1"));
+  CHECK_FALSE(c->task_down("/job:nope/task:0"));
   auto failed = parked.wait();
   REQUIRE_FALSE(failed.ok());
   CHECK(failed.error().error_code() == code::unavailable);
@@ -79,6 +83,7 @@ TEST_CASE("a killed task fails the steps that need it; restarted, it is reached 
   auto incarnation = c->restart_task("/job:ps/task:0");
   REQUIRE(incarnation.ok());
   CHECK(*incarnation == 1);
+  CHECK_FALSE(c->task_down("/job:ps/task:0"));
   // A new life, which the transfers' keys of steps prepared from now on carry.
   CHECK(c->directory()->incarnation(ps0) == actors::task_incarnation(0, "/job:ps/replica:0/task:0", 1));
   CHECK(c->directory()->incarnation(ps0) != first_life);
