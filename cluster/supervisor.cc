@@ -14,7 +14,7 @@ using seconds = std::chrono::duration<double>;
 // The supervisor's eyes: monitors device actors and reports those that go down (but for
 // a shutdown, and but for earlier incarnations that a restart replaced) to `report`.
 struct monitor_state {
-  std::map<caf::actor_addr, std::string> tasks;
+  std::map<caf::actor_addr, std::pair<std::string, int>> tasks;  // the task and its life
   static inline const char* name = "troupe-supervisor-monitor";
 };
 using monitor_actor = caf::stateful_actor<monitor_state>;
@@ -24,19 +24,21 @@ caf::behavior monitor_behavior(monitor_actor* self, std::shared_ptr<actors::clus
   self->set_down_handler([self, cluster, report](caf::down_msg& msg) {
     auto it = self->state.tasks.find(msg.source);
     if (it == self->state.tasks.end()) return;
-    std::string task = std::move(it->second);
+    auto [task, life] = std::move(it->second);
     self->state.tasks.erase(it);
     if (msg.reason == caf::exit_reason::user_shutdown || msg.reason == caf::exit_reason::normal) return;
     bool current = false;
     for (const auto& a : cluster->task_actors(task)) current = current || a.address() == msg.source;
     if (!current) return;  // an incarnation already replaced
     status why = actors::to_status(msg.reason);
-    report({task, why.message().empty() ? caf::to_string(msg.reason) : why.message()});
+    supervisor::down_notice n{task, why.message().empty() ? caf::to_string(msg.reason) : why.message()};
+    n.life = life;
+    report(std::move(n));
   });
   return {
-      [self](watch_atom, const std::vector<caf::actor>& actors, const std::string& task) {
+      [self](watch_atom, const std::vector<caf::actor>& actors, const std::string& task, int life) {
         for (const auto& a : actors) {
-          self->state.tasks[a.address()] = task;
+          self->state.tasks[a.address()] = {task, life};
           self->monitor(a);
         }
       },
@@ -62,12 +64,17 @@ result<std::unique_ptr<supervisor>> supervisor::create(std::shared_ptr<actors::c
   s->monitor_ = actors::spawn_unpinned(cluster->system(), monitor_behavior, cluster, [self](down_notice n) {
     {
       std::lock_guard<std::mutex> lock(self->mutex_);
-      if (self->stopping_ || !self->down_.insert(n.task).second) return;  // already being recovered
+      if (self->stopping_) return;
+      // Each life's loss once (a task's devices each report it); a later life's loss
+      // (killed again after its restart, its recovery not over) is recovered after.
+      auto [at, added] = self->down_.emplace(n.task, n.life);
+      if (!added && at->second >= n.life) return;
+      at->second = n.life;
       self->pending_.push_back(std::move(n));
     }
     self->changed_.notify_all();
   });
-  for (const auto& task : cluster->task_names()) s->watch(task);
+  for (const auto& task : cluster->task_names()) s->watch(task, 0);
   s->thread_ = env::thread([self] { self->recovery_loop(); });
   return s;
 }
@@ -84,8 +91,8 @@ supervisor::~supervisor() {
   actors::await_exit(monitor_);
 }
 
-void supervisor::watch(const std::string& task) {
-  caf::anon_send(monitor_, watch_atom::value, cluster_->task_actors(task), task);
+void supervisor::watch(const std::string& task, int life) {
+  caf::anon_send(monitor_, watch_atom::value, cluster_->task_actors(task), task, life);
 }
 
 void supervisor::log(const std::string& line) const {
@@ -135,8 +142,8 @@ void supervisor::recovery_loop() {
       // After the recovery of the task whose loss caught it: given time to be reported.
       changed_.wait_for(lock, k_report_wait, [&] { return stopping_ || !pending_.empty(); });
       pending_.push_back(std::move(*later));  // still down_: its recovery is not over
-    } else {
-      down_.erase(notice.task);
+    } else if (auto at = down_.find(notice.task); at != down_.end() && at->second <= notice.life) {
+      down_.erase(at);  // (a later life's loss, pending, keeps it)
     }
     changed_.notify_all();
   }
@@ -188,7 +195,7 @@ std::optional<supervisor::down_notice> supervisor::recover(const down_notice& no
       auto incarnation = cluster_->restart_task(notice.task);
       if (!incarnation.ok()) return incarnation.error();
       restarted = true;
-      watch(notice.task);
+      watch(notice.task, *incarnation);
       std::lock_guard<std::mutex> lock(mutex_);
       ++restarts_[notice.task];
     }
@@ -221,7 +228,7 @@ std::optional<supervisor::down_notice> supervisor::recover(const down_notice& no
     if (restarted && is_retryable(outcome) && notice.deferrals < k_max_deferrals) {
       log(str_cat("supervisor: restoring ", notice.task, " failed (", outcome.message(),
                   "); it is restored again after the tasks lost meanwhile are restarted"));
-      return down_notice{notice.task, notice.reason, /*restarted=*/true, down_at, notice.deferrals + 1};
+      return down_notice{notice.task, notice.reason, /*restarted=*/true, down_at, notice.deferrals + 1, notice.life};
     }
     if (options_.gate != nullptr) options_.gate->open();
     // The failure first: whoever sees the record (wait_for_recoveries) sees why too.

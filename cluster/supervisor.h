@@ -121,12 +121,14 @@ class supervisor {
     bool restarted = false;
     env::clock::time_point down_at{};
     int deferrals = 0;
+    int life = 0;  // the life of the task that was lost (0: its first)
   };
 
  private:
   explicit supervisor(std::shared_ptr<actors::cluster> cluster, supervisor_options options)
       : cluster_(std::move(cluster)), options_(std::move(options)) {}
-  void watch(const std::string& task);
+  // Monitors the device actors of `task`'s life `life` (its current one).
+  void watch(const std::string& task, int life);
   void recovery_loop();
   // Recovers the task; what is left to do later (its restore, when another task's loss
   // caught it), or nothing.
@@ -149,7 +151,7 @@ class supervisor {
   env::condition_variable changed_;
   // Guarded by mutex_.
   std::deque<down_notice> pending_;
-  std::set<std::string> down_;  // tasks pending or being recovered
+  std::map<std::string, int> down_;  // tasks pending or being recovered: the latest life lost
   bool stopping_ = false;
   status failure_;
   std::map<std::string, int> restarts_;

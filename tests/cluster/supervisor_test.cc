@@ -5,7 +5,8 @@
 // allows makes the supervisor give up with a clear error; so does a lost task with no
 // checkpoint to restore it from; and once the run has applied its last step, a recovery
 // restores only what the lost task held, whatever the policy; a task lost during another's
-// recovery has both restarted, the first restored again after.
+// recovery has both restarted, the first restored again after; and one killed again
+// inside its own recovery is recovered again.
 #include <catch2/catch.hpp>
 
 #include <atomic>
@@ -43,6 +44,7 @@ struct rig {
   std::mutex log_mutex;
   std::atomic<std::int64_t> rolled_back_to{-1};
   std::function<void(const std::string&)> on_log;  // on the supervisor's thread; set before any failure
+  std::function<void(std::int64_t)> on_restored;     // likewise, inside a recovery that restored the step
 
   explicit rig(cluster::supervisor_options so, bool with_checkpoints = true) {
     actors::session_options o;
@@ -70,7 +72,10 @@ struct rig {
       }
       if (on_log) on_log(line);
     };
-    so.global_step_restored = [this](std::int64_t step) { rolled_back_to = step; };
+    so.global_step_restored = [this](std::int64_t step) {
+      rolled_back_to = step;
+      if (on_restored) on_restored(step);
+    };
     auto s = cluster::supervisor::create(cluster, so);
     if (!s.ok()) FAIL(s.error().to_string());
     supervisor = std::move(*s);
@@ -298,4 +303,32 @@ TEST_CASE("ROLLBACK_ALL: a task lost during another's recovery: both are restart
   }
   REQUIRE(r.train_until(12));
   CHECK(all_equal(r.read("a"), 12.0f));
+}
+
+TEST_CASE("a task killed again after its restart, before its recovery is over, is recovered again", "[supervisor]") {
+  cluster::supervisor_options so;
+  so.recovery = cluster::recovery_policy::restore_lost;
+  rig r(so);
+  REQUIRE(r.train_until(4));
+  REQUIRE(r.checkpoints->save_now().ok());
+  REQUIRE(r.train_until(9));
+  // ps:0's new life is killed inside its recovery (it holds the global step, so the
+  // recovery reports the restored step): that loss was taken for the first one's and
+  // dropped, leaving the task down for good.
+  std::atomic<bool> killed_again{false};
+  r.on_restored = [&](std::int64_t) {
+    if (killed_again.exchange(true)) return;
+    CHECK(r.cluster->kill_task("/job:ps/task:0").ok());
+    // The loss is reported while this recovery still runs.
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  };
+  REQUIRE(r.cluster->kill_task("/job:ps/task:0").ok());
+  REQUIRE(r.supervisor->wait_for_recoveries(2, std::chrono::seconds(20)));
+  CHECK(r.supervisor->failure().ok());
+  CHECK(r.supervisor->restarts()["/job:ps/replica:0/task:0"] == 2);
+  for (const auto& rec : r.supervisor->recoveries()) CHECK(rec.recovered);
+  CHECK_FALSE(r.cluster->task_down("/job:ps/task:0"));
+  CHECK(r.step() == 4);
+  REQUIRE(r.train_until(7));
+  CHECK(all_equal(r.read("a"), 7.0f));
 }
