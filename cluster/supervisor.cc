@@ -124,15 +124,13 @@ void supervisor::recovery_loop() {
   for (;;) {
     changed_.wait(lock, [&] { return stopping_ || !pending_.empty(); });
     if (stopping_) {
-      for (const down_notice& n : pending_) {
-        if (n.restarted && options_.gate != nullptr) options_.gate->open();  // its recovery held it
-      }
+      for (const down_notice& n : pending_) drop(n);
       return;
     }
     down_notice notice = std::move(pending_.front());
     pending_.pop_front();
     if (!failure_.ok()) {  // given up: nothing more is restarted
-      if (notice.restarted && options_.gate != nullptr) options_.gate->open();  // its recovery held it
+      drop(notice);
       continue;
     }
     lock.unlock();
@@ -147,6 +145,10 @@ void supervisor::recovery_loop() {
     }
     changed_.notify_all();
   }
+}
+
+void supervisor::drop(const down_notice& notice) {
+  if (notice.restarted && options_.gate != nullptr) options_.gate->open();  // its recovery held it
 }
 
 void supervisor::give_up(status why) {
@@ -166,8 +168,8 @@ std::optional<supervisor::down_notice> supervisor::recover(const down_notice& no
     }
     changed_.notify_all();
   };
-  if (!notice.restarted) log(str_cat("supervisor: task ", notice.task, " went down (", notice.reason, ")"));
   if (!notice.restarted) {
+    log(str_cat("supervisor: task ", notice.task, " went down (", notice.reason, ")"));
     std::lock_guard<std::mutex> lock(mutex_);
     auto& recent = recent_[notice.task];
     const auto window = std::chrono::duration_cast<std::chrono::steady_clock::duration>(

@@ -44,7 +44,6 @@
 #include <memory>
 #include <mutex>
 #include <optional>
-#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -140,6 +139,8 @@ class supervisor {
   static constexpr std::chrono::milliseconds k_report_wait{100};
   // BUGGIFY site supervisor.slow_restart (simulation only): a restart begun this much later.
   static constexpr std::chrono::milliseconds k_slow_restart{500};
+  // A notice not recovered (given up, stopping): the gate its recovery held opens.
+  void drop(const down_notice& notice);
   void give_up(status why);
   void log(const std::string& line) const;
 

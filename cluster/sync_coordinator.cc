@@ -147,19 +147,19 @@ result<std::int64_t> sync_coordinator::turn(std::int64_t epoch) {
   average_turn_ms_ = average_turn_ms_ == 0 ? took_ms : 0.9 * average_turn_ms_ + 0.1 * took_ms;
   actors::feed_list feeds;
   for (std::size_t i = 0; i < reads_.size(); ++i) feeds.emplace_back(reads_[i], (*taken)[i]);
-  result<std::vector<tensor>> applied = internal_error("not run");
+  std::int64_t step = 0;
   {
     auto inside = inside_gate();
     if (epoch_.load() != epoch) return aborted_error("a recovery restored the variables while the step's gradients "
                                                      "were being gathered");
-    applied = session_->run(feeds, {step_after_}, {update_});
+    auto applied = session_->run(feeds, {step_after_}, {update_});
     if (!applied.ok()) return applied.error();
-    if (applied->at(0).scalar_value<std::int64_t>() >= options_.last_step) finished_ = true;
+    step = applied->at(0).scalar_value<std::int64_t>();
+    if (step >= options_.last_step) finished_ = true;
     if (!options_.before_tokens) {
       if (status s = release_tokens(); !s.ok()) return s.with_context("handing out tokens");
     }
   }
-  const std::int64_t step = applied->at(0).scalar_value<std::int64_t>();
   if (options_.before_tokens) {
     options_.before_tokens(step);
     // Tokens handed out late: every replica waits, and a recovery may come between the

@@ -18,11 +18,12 @@
 // preemption) stopped the spinning for good, since the waits that followed, unspun, took
 // longer still: bench_remote_step's remote p50 was 235-260 us in most runs against
 // 80-130 us spinning, the same binary and machine; now one long wait is forgiven, and a
-// probe now and then finds out whether spinning makes the waits short again. A spinner yields its
-// core every k_yield_every pauses: the scheduler need not preempt a spinner for a thread
-// woken onto its core, which would otherwise wait for the spin's end (measured: half the
-// runs of bench_remote_step then took 208 us at the median), and a process that computes
-// (an in-process MLP's input readers spin on short steps) loses nothing measurable.
+// probe now and then finds out whether spinning makes the waits short again. A spinner
+// yields its core every k_yield_every pauses: the scheduler need not preempt a spinner
+// for a thread woken onto its core, which would otherwise wait for the spin's end
+// (measured: half the runs of bench_remote_step then took 208 us at the median), and a
+// process that computes (an in-process MLP's input readers spin on short steps) loses
+// nothing measurable.
 //
 //   spin_gate gate;                           // one per thread and stream of similar waits
 //   const auto start = std::chrono::steady_clock::now();
@@ -103,7 +104,6 @@ class spin_gate {
   // Gives the spinner's place back; `spun_ns`: the thread CPU time the spin took.
   static void leave(std::int64_t spun_ns = 0);
   static constexpr unsigned k_yield_every = 32;
-
   // A pause; every k_yield_every calls, the core for a thread waiting on it.
   static void relax(unsigned i);
 

@@ -69,10 +69,10 @@ std::int64_t reader_batch(const scenario::Dataset& d, int batch) {
   const std::int64_t room = std::int64_t{d.queue_capacity()} - d.min_after_dequeue();
   return std::max<std::int64_t>(1, std::min<std::int64_t>(batch, room / readers));
 }
-// Readers that run at once: no more than elements fit above min_after_dequeue.
 // BUGGIFY site input.slow_reader: a reader step that starts this much later.
 constexpr std::chrono::milliseconds k_slow_reader{20};
 
+// Readers that run at once: no more than elements fit above min_after_dequeue.
 int effective_readers(const scenario::Dataset& d) {
   return static_cast<int>(std::max<std::int64_t>(
       1, std::min<std::int64_t>(std::max(1, d.reader_threads()), std::int64_t{d.queue_capacity()} - d.min_after_dequeue())));
@@ -1002,9 +1002,13 @@ result<run_summary> run_scenario(const scenario::Scenario& sc, const run_options
   std::vector<batches_taken> taken(workers.size());
   env::mutex queues_mutex;  // held while closing them
   bool queues_closed = false;
-  auto end_run = [&] {
+  // Stops the readers and trainers at their next look (a reader waiting for room wakes).
+  auto stop_loops = [&] {
     stop = true;
     for (auto& t : taken) t.bump();
+  };
+  auto end_run = [&] {
+    stop_loops();
     std::lock_guard<env::mutex> lock(queues_mutex);
     if (std::exchange(queues_closed, true)) return;
     for (auto& w : workers) (void)w->run({}, {}, {k_close});
@@ -1360,8 +1364,7 @@ result<run_summary> run_scenario(const scenario::Scenario& sc, const run_options
   // reader's cursor past it, the batch in no queue), so a run resumed from the final
   // checkpoint skipped it (seen once as a resumed SYNC run that was not bit for bit the
   // uninterrupted one, tests/scenarios/runner_test.cc).
-  stop = true;
-  for (auto& t : taken) t.bump();
+  stop_loops();
   for (auto& th : readers) th.join();
   end_run();
   // Every task killed is back (or the supervisor gave up) before the end is read and saved.

@@ -91,6 +91,22 @@ struct rig {
   }
   std::int64_t step() { return static_cast<std::int64_t>(read("global_step")[0]); }
 
+  // Trains to step `saved`, commits a checkpoint there, then trains on to step `to`.
+  void checkpoint_then_train(std::int64_t saved, std::int64_t to) {
+    REQUIRE(train_until(saved));
+    auto committed = checkpoints->save_now();
+    REQUIRE(committed.ok());
+    REQUIRE(committed->step == saved);
+    REQUIRE(train_until(to));
+  }
+  // Lines of the supervisor's log that contain `text`.
+  int logged(const std::string& text) {
+    std::lock_guard<std::mutex> lock(log_mutex);
+    int n = 0;
+    for (const auto& line : log) n += line.find(text) != std::string::npos;
+    return n;
+  }
+
   // Steps through the gate until the global step reaches `target` (and, given
   // `release`, it is set), running again the steps a failure caught; false when a step
   // fails otherwise or the supervisor gives up.
@@ -129,11 +145,7 @@ TEST_CASE("RESTORE_LOST: a killed PS task comes back with its variables from the
   cluster::supervisor_options so;
   so.recovery = cluster::recovery_policy::restore_lost;
   rig r(so);
-  REQUIRE(r.train_until(5));
-  auto saved = r.checkpoints->save_now();
-  REQUIRE(saved.ok());
-  REQUIRE(saved->step == 5);
-  REQUIRE(r.train_until(9));
+  r.checkpoint_then_train(5, 9);
   REQUIRE(r.cluster->kill_task("/job:ps/task:0").ok());
   REQUIRE(r.supervisor->wait_for_recoveries(1, std::chrono::seconds(10)));
   CHECK(r.supervisor->failure().ok());
@@ -231,9 +243,7 @@ TEST_CASE("ROLLBACK_ALL once the run has applied its last step: only what the lo
   std::atomic<bool> over{false};
   so.finished = [&over] { return over.load(); };
   rig r(so);
-  REQUIRE(r.train_until(4));
-  REQUIRE(r.checkpoints->save_now().ok());
-  REQUIRE(r.train_until(9));
+  r.checkpoint_then_train(4, 9);
   // Before the end a worker's loss rolls every variable back, as ROLLBACK_ALL says...
   REQUIRE(r.cluster->kill_task("/job:worker/task:0").ok());
   REQUIRE(r.supervisor->wait_for_recoveries(1, std::chrono::seconds(10)));
@@ -259,10 +269,7 @@ TEST_CASE("ROLLBACK_ALL once the run has applied its last step: only what the lo
   CHECK(r.step() == 9);
   CHECK(all_equal(r.read("a"), 9.0f));
   CHECK(all_equal(r.read("b"), 4.0f));
-  std::lock_guard<std::mutex> lock(r.log_mutex);
-  int said = 0;
-  for (const auto& line : r.log) said += line.find("has applied its last step") != std::string::npos;
-  CHECK(said == 2);
+  CHECK(r.logged("has applied its last step") == 2);
 }
 
 TEST_CASE("ROLLBACK_ALL: a task lost during another's recovery: both are restarted, the first restored again after",
@@ -270,9 +277,7 @@ TEST_CASE("ROLLBACK_ALL: a task lost during another's recovery: both are restart
   cluster::supervisor_options so;
   so.recovery = cluster::recovery_policy::rollback_all;
   rig r(so);
-  REQUIRE(r.train_until(4));
-  REQUIRE(r.checkpoints->save_now().ok());
-  REQUIRE(r.train_until(9));
+  r.checkpoint_then_train(4, 9);
   // ps:1 goes down as the supervisor begins on ps:0's loss, before ps:0's restore (which
   // reads every task) runs: that restore fails, and is done again after ps:1's recovery.
   std::atomic<bool> killed{false};
@@ -295,12 +300,7 @@ TEST_CASE("ROLLBACK_ALL: a task lost during another's recovery: both are restart
   CHECK(r.step() == 4);
   CHECK(all_equal(r.read("a"), 4.0f));
   CHECK(all_equal(r.read("b"), 4.0f));
-  {
-    std::lock_guard<std::mutex> lock(r.log_mutex);
-    bool again = false;
-    for (const auto& line : r.log) again = again || line.find("restored again after") != std::string::npos;
-    CHECK(again);
-  }
+  CHECK(r.logged("restored again after") >= 1);
   REQUIRE(r.train_until(12));
   CHECK(all_equal(r.read("a"), 12.0f));
 }
@@ -309,9 +309,7 @@ TEST_CASE("a task killed again after its restart, before its recovery is over, i
   cluster::supervisor_options so;
   so.recovery = cluster::recovery_policy::restore_lost;
   rig r(so);
-  REQUIRE(r.train_until(4));
-  REQUIRE(r.checkpoints->save_now().ok());
-  REQUIRE(r.train_until(9));
+  r.checkpoint_then_train(4, 9);
   // ps:0's new life is killed inside its recovery (it holds the global step, so the
   // recovery reports the restored step): that loss was taken for the first one's and
   // dropped, leaving the task down for good.
