@@ -57,8 +57,7 @@ void calibration_recorder::reset() {
   runs_ = 0;
   accounted_cpu_ns_ = 0;
   kernel_cpu_ns_ = 0;
-  window_start_.reset();
-  window_end_ = {};
+  cpu_points_.clear();
   traffic_ = {};
   parts_seen_.clear();
   transits_.clear();
@@ -68,7 +67,7 @@ void calibration_recorder::reset() {
 
 void calibration_recorder::pause() {
   std::lock_guard<std::mutex> lock(mutex_);
-  if (recording_ && window_start_) window_end_ = cpu_point{working_cpu_ns(), accounted_cpu_ns_, runs_};
+  if (recording_ && !cpu_points_.empty() && cpu_points_.back().kernels < runs_) read_cpu();
   if (recording_ && !recorded_.empty()) recorded_.back().second = clock::now();
   recording_ = false;
 }
@@ -170,6 +169,9 @@ void calibration_recorder::node_span(const std::string& task, const std::string&
   const double ns = std::chrono::duration<double, std::nano>(end - start).count();
   std::lock_guard<std::mutex> lock(mutex_);
   if (!recording_.load(std::memory_order_relaxed)) return;
+  // Begun before the recording (a reader's first step, loading its files): not the
+  // steady state.
+  if (!recorded_.empty() && start < recorded_.back().first) return;
   auto& s = samples_[std::move(k)];
   if (s.skipped < k_skipped_per_kernel) {
     ++s.skipped;
@@ -181,21 +183,26 @@ void calibration_recorder::node_span(const std::string& task, const std::string&
   ++runs_;
   kernel_cpu_ns_ += detail.cpu_ns;
   accounted_cpu_ns_ += detail.cpu_ns + (thread_cpu_ns() - own_start);
-  if (runs_ == k_window_after) {
-    window_start_ = cpu_point{working_cpu_ns(), accounted_cpu_ns_, runs_};
-  } else if (window_start_ && runs_ % 256 == 0) {
-    window_end_ = cpu_point{working_cpu_ns(), accounted_cpu_ns_, runs_};
-  }
+  if (runs_ >= k_window_after && (runs_ - k_window_after) % k_window_kernels == 0) read_cpu();
 }
+
+void calibration_recorder::read_cpu() { cpu_points_.push_back(cpu_point{working_cpu_ns(), accounted_cpu_ns_, runs_}); }
 
 Calibration calibration_recorder::table() const {
   std::lock_guard<std::mutex> lock(mutex_);
   Calibration out;
-  if (window_start_ && window_end_.kernels > window_start_->kernels) {
-    const double process = window_end_.process_ns - window_start_->process_ns;
-    const double accounted = window_end_.accounted_ns - window_start_->accounted_ns;
-    out.set_runtime_ns_per_kernel(std::max(0.0, process - accounted) /
-                                  static_cast<double>(window_end_.kernels - window_start_->kernels));
+  std::vector<double> per_kernel;  // each window's
+  for (std::size_t i = 1; i < cpu_points_.size(); ++i) {
+    const cpu_point &from = cpu_points_[i - 1], &to = cpu_points_[i];
+    if (to.kernels - from.kernels < k_window_kernels / 4) continue;
+    per_kernel.push_back(((to.process_ns - from.process_ns) - (to.accounted_ns - from.accounted_ns)) /
+                         static_cast<double>(to.kernels - from.kernels));
+  }
+  if (!per_kernel.empty()) {
+    std::sort(per_kernel.begin(), per_kernel.end());
+    const std::size_t n = per_kernel.size();
+    const double median = n % 2 == 1 ? per_kernel[n / 2] : (per_kernel[n / 2 - 1] + per_kernel[n / 2]) / 2;
+    out.set_runtime_ns_per_kernel(std::max(0.0, median));
   }
   for (const auto& [k, s] : samples_) {
     if (s.ns.empty()) continue;

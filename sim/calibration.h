@@ -35,11 +35,15 @@ std::vector<std::string> cost_attrs(const tf::NodeDef& def);
 
 // Collects the durations of synchronous kernels by (op, device type, input signatures).
 // The first k_skipped_per_kernel runs of each are a warm-up (first-touch allocations, a
-// GEMM library timed once per process) and not counted. Thread-safe. Each key keeps at
+// GEMM library timed once per process) and not counted, nor are runs begun before the
+// recording was last resumed. Thread-safe. Each key keeps at
 // most `max_samples` durations (later ones are dropped).
 class calibration_recorder final : public actors::step_tracer {
  public:
   static constexpr int k_skipped_per_kernel = 2;
+  // The windows of the runtime's CPU per kernel (below): from this run on, this many runs.
+  static constexpr std::int64_t k_window_after = 500;
+  static constexpr std::int64_t k_window_kernels = 256;
   explicit calibration_recorder(std::size_t max_samples = 100000)
       : max_samples_(max_samples), recorded_{{clock::now(), clock::time_point::max()}} {}
 
@@ -108,20 +112,24 @@ class calibration_recorder final : public actors::step_tracer {
   };
   std::vector<transit> transits_;
   std::vector<std::pair<clock::time_point, clock::time_point>> recorded_;
-  // The process's CPU time against its kernels', for Calibration::runtime_ns_per_kernel:
-  // a window from the k_window_after-th kernel run to the last multiple of 256 (or the
-  // pause), less what this recorder itself takes.
-  static constexpr std::int64_t k_window_after = 500;
+  // The process's CPU time against its kernels', for Calibration::runtime_ns_per_kernel
+  // (the constants above): read at the k_window_after-th kernel run, every
+  // k_window_kernels runs after and at the pause; the median over the windows between two
+  // readings (of at least a quarter of k_window_kernels runs) of what the process took
+  // beyond the kernels and this recorder, per kernel. The median, not the whole: a kernel's
+  // CPU time is counted when it ends, and one begun before the recording (an input reader
+  // loading its files, 250 ms of CPU on a loaded machine) would put more into one window
+  // than the process spent in it.
   struct cpu_point {
     double process_ns = 0, accounted_ns = 0;
     std::int64_t kernels = 0;
   };
+  void read_cpu();  // REQUIRES: mutex_ held
   std::atomic<bool> recording_{true};
   std::int64_t runs_ = 0;
   double accounted_cpu_ns_ = 0;  // the kernels' CPU time and this recorder's own
   double kernel_cpu_ns_ = 0;     // the kernels' alone
-  std::optional<cpu_point> window_start_;
-  cpu_point window_end_;
+  std::vector<cpu_point> cpu_points_;
 };
 
 // The runtime's cost per kernel from the same training untraced (Calibration::

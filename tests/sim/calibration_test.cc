@@ -11,6 +11,7 @@
 #include <sstream>
 #include <thread>
 
+#include "core/cpu_time.h"
 #include "graph/attr.h"
 #include "scenarios/runner.h"
 #include "scenarios/scenario.h"
@@ -25,12 +26,12 @@ std::string temp_path(const std::string& name) {
 }
 
 // A MatMul of [2,3] x [3,4] that took `us` microseconds (and `cpu_us` of CPU time, when
-// >= 0).
+// >= 0),
+// begun at `start`.
 void matmul_span(sim::calibration_recorder& r, const tf::NodeDef& def, int us, bool asynchronous = false,
-                 double cpu_us = -1) {
+                 double cpu_us = -1, clock_type::time_point start = clock_type::now()) {
   const tensor a(dtype::float32, {2, 3}), b(dtype::float32, {3, 4});
   const tensor inputs[] = {a, b};
-  const auto start = clock_type::now();
   r.node_span("/job:worker/replica:0/task:0", "CPU:0", def.name(), def.op(), 1, start, start + std::chrono::microseconds(us),
               {inputs, asynchronous, &def, cpu_us >= 0 ? cpu_us * 1e3 : -1});
 }
@@ -226,6 +227,39 @@ TEST_CASE("calibration: the runtime's cost per kernel from the same training unt
   CHECK_FALSE(sim::set_runtime_untraced(t, runs, 2, 0));
   CHECK_FALSE(sim::set_runtime_untraced(t, {}, 2, 200));
   CHECK(t.SerializeAsString() == before.SerializeAsString());
+}
+
+TEST_CASE("calibration: the runtime's CPU per kernel traced is the median of windows, runs begun earlier left out",
+          "[sim]") {
+  tf::NodeDef def;
+  def.set_name("mm");
+  def.set_op("MatMul");
+  sim::calibration_recorder r;
+  r.pause();
+  const auto before = clock_type::now();
+  r.resume();
+  // Begun before the recording resumed (an input reader loading its files): not a run.
+  matmul_span(r, def, 50, false, 30, before - std::chrono::milliseconds(1));
+  CHECK(r.kernels_run().runs == 0);
+  // Each run: 1 us of its own CPU, 20 us of the process's around it (the runtime's).
+  const auto run = [&](double cpu_us) {
+    const double until = thread_cpu_ns() + 20e3;
+    while (thread_cpu_ns() < until) {
+    }
+    matmul_span(r, def, 25, false, cpu_us);
+  };
+  const std::int64_t total = sim::calibration_recorder::k_window_after + 5 * sim::calibration_recorder::k_window_kernels;
+  for (std::int64_t i = 0; i < total; ++i) {
+    // One run ends with a second of CPU time it mostly spent before the window began (its
+    // start is not the recording's, but a kernel's CPU is counted when it ends): one
+    // window of five takes more than the process spent in it.
+    run(i == sim::calibration_recorder::k_window_after + 300 ? 1e6 : 1);
+  }
+  r.pause();
+  CHECK(r.kernels_run().runs == total);
+  const double runtime = r.table().runtime_ns_per_kernel();
+  CHECK(runtime > 15000);   // 19 us a run and the recorder's own, less than it
+  CHECK(runtime < 200000);  // plus what the process's other threads took meanwhile
 }
 
 TEST_CASE("calibration: a scenario's training measured kernel by kernel", "[sim]") {
