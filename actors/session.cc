@@ -908,6 +908,12 @@ result<std::vector<tensor>> session::run(const feed_list& feeds,
 
 void session::run_async(const feed_list& feeds, const std::vector<std::string>& fetches,
                         const std::vector<std::string>& targets, run_callback done) {
+  // BUGGIFY site step.unavailable: the step fails as a step caught by a task's loss does
+  // (a lost connection, a task restarting), before any of it runs; its caller must retry.
+  if (env::buggify("step.unavailable")) {
+    done(unavailable_error("buggify step.unavailable: the step failed before it ran"));
+    return;
+  }
   std::shared_ptr<pending_callbacks> pending = impl_->pending;
   {
     std::lock_guard<std::mutex> lock(pending->mutex);

@@ -197,6 +197,8 @@ class checkpoint_manager {
   bool periodic_save_fails();
   // BUGGIFY site checkpoint.slow_cut: a cut that holds the gate closed this much longer.
   static constexpr std::chrono::milliseconds k_slow_cut{200};
+  // A cut's read of the variables, tried this many times while it fails as retryable.
+  static constexpr int k_cut_reads = 3;
 
   explicit checkpoint_manager(checkpoint_manager_options options) : options_(std::move(options)) {}
   void writer_loop();

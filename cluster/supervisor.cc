@@ -47,10 +47,6 @@ caf::behavior monitor_behavior(monitor_actor* self, std::shared_ptr<actors::clus
 
 }  // namespace
 
-bool is_retryable(const status& s) {
-  return s.error_code() == code::unavailable || s.error_code() == code::aborted;
-}
-
 result<std::unique_ptr<supervisor>> supervisor::create(std::shared_ptr<actors::cluster> cluster,
                                                        supervisor_options options) {
   if (options.max_restarts < 0) {
@@ -225,12 +221,13 @@ std::optional<supervisor::down_notice> supervisor::recover(const down_notice& no
   }();
   if (!outcome.ok()) {
     // Restarted, but its restore was caught by another task going down meanwhile (a
-    // ROLLBACK_ALL restore reads every task): restored again after that task's recovery,
-    // the gate held closed until then (the other recovery closes it too).
-    if (restarted && is_retryable(outcome) && notice.deferrals < k_max_deferrals) {
+    // ROLLBACK_ALL restore reads every task) or by a step failed as UNAVAILABLE: restored
+    // again after that task's recovery, if any, the gate held closed until then (the
+    // other recovery closes it too).
+    if (restarted && is_retryable(outcome) && env::now() - down_at < k_restore_for) {
       log(str_cat("supervisor: restoring ", notice.task, " failed (", outcome.message(),
                   "); it is restored again after the tasks lost meanwhile are restarted"));
-      return down_notice{notice.task, notice.reason, /*restarted=*/true, down_at, notice.deferrals + 1, notice.life};
+      return down_notice{notice.task, notice.reason, /*restarted=*/true, down_at, notice.life};
     }
     if (options_.gate != nullptr) options_.gate->open();
     // The failure first: whoever sees the record (wait_for_recoveries) sees why too.

@@ -61,9 +61,8 @@ enum class recovery_policy {
   rollback_all,  // every variable returns to the checkpoint (SYNC's default)
 };
 
-// Whether a step that failed with `s` should be run again: it was caught by a task's
-// failure (UNAVAILABLE, ABORTED), not by its own mistake.
-bool is_retryable(const status& s);
+// Whether a step that failed with `s` should be run again (core/status.h).
+using troupe::is_retryable;
 
 struct supervisor_options {
   int max_restarts = 5;         // per task, within within_seconds; then the supervisor gives up
@@ -119,7 +118,6 @@ class supervisor {
     // since down_at; its recovery holds the gate closed.
     bool restarted = false;
     env::clock::time_point down_at{};
-    int deferrals = 0;
     int life = 0;  // the life of the task that was lost (0: its first)
   };
 
@@ -133,10 +131,11 @@ class supervisor {
   // caught it), or nothing.
   std::optional<down_notice> recover(const down_notice& notice);
   // A restore caught by a retryable error (another task lost meanwhile: a ROLLBACK_ALL
-  // restore reads every task) is done again after the recoveries pending then, waiting
-  // up to k_report_wait for the loss to be reported, at most k_max_deferrals times.
-  static constexpr int k_max_deferrals = 3;
+  // restore reads every task; a step failed as UNAVAILABLE for a dropped connection) is
+  // done again after the recoveries pending then, waiting up to k_report_wait for a loss
+  // to be reported, until k_restore_for has passed since the task was lost.
   static constexpr std::chrono::milliseconds k_report_wait{100};
+  static constexpr std::chrono::minutes k_restore_for{1};
   // BUGGIFY site supervisor.slow_restart (simulation only): a restart begun this much later.
   static constexpr std::chrono::milliseconds k_slow_restart{500};
   // A notice not recovered (given up, stopping): the gate its recovery held opens.

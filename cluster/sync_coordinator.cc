@@ -47,6 +47,7 @@ sync_coordinator::~sync_coordinator() {
 
 status sync_coordinator::start() {
   auto init = session_->run({}, {}, {init_});
+  while (!init.ok() && options_.retry && options_.retry(init.error())) init = session_->run({}, {}, {init_});
   if (!init.ok()) return init.error().with_context("sync coordinator: setting the accumulators' global step");
   thread_ = env::thread([this] { loop(); });
   return status();
@@ -148,6 +149,7 @@ result<std::int64_t> sync_coordinator::turn(std::int64_t epoch) {
   actors::feed_list feeds;
   for (std::size_t i = 0; i < reads_.size(); ++i) feeds.emplace_back(reads_[i], (*taken)[i]);
   std::int64_t step = 0;
+  status released;
   {
     auto inside = inside_gate();
     if (epoch_.load() != epoch) return aborted_error("a recovery restored the variables while the step's gradients "
@@ -156,20 +158,24 @@ result<std::int64_t> sync_coordinator::turn(std::int64_t epoch) {
     if (!applied.ok()) return applied.error();
     step = applied->at(0).scalar_value<std::int64_t>();
     if (step >= options_.last_step) finished_ = true;
-    if (!options_.before_tokens) {
-      if (status s = release_tokens(); !s.ok()) return s.with_context("handing out tokens");
-    }
+    if (!options_.before_tokens) released = release_tokens();
   }
   if (options_.before_tokens) {
     options_.before_tokens(step);
     // Tokens handed out late: every replica waits, and a recovery may come between the
     // update and the tokens.
     if (env::buggify("sync.slow_tokens")) env::sleep_for(k_slow_tokens);
-    auto inside = inside_gate();
-    // A rollback meanwhile has handed out the tokens of the step it restored.
-    if (epoch_.load() == epoch) {
-      if (status s = release_tokens(); !s.ok()) return s.with_context("handing out tokens");
+    released = cancelled_error("not yet");
+  }
+  // The update is in: the turn must not fail now (the next would wait for a step after
+  // the last), so the tokens are handed out again while their failure is retryable.
+  while (!released.ok()) {
+    if (released.error_code() != code::cancelled) {
+      if (stop_ || !options_.retry || !options_.retry(released)) return released.with_context("handing out tokens");
     }
+    auto inside = inside_gate();
+    if (epoch_.load() != epoch) break;  // a rollback meanwhile handed out the tokens of the step it restored
+    released = release_tokens();
   }
   return step;
 }
@@ -194,10 +200,19 @@ void sync_coordinator::loop() {
       // step's gradient meanwhile compute it again; the runner's workers do so on the
       // batch they kept. Skipping the reset could leave them waiting for ever when this
       // turn's takes had consumed those gradients.)
-      env::sleep_for(std::chrono::milliseconds(1));
-      auto inside = inside_gate();
-      if (status s = reset_and_release(); !s.ok() && options_.log) {
-        options_.log(str_cat("sync: resetting after a failed update: ", s.message(), "; trying again"));
+      // The reset is done again until it is through while its failure is retryable: no
+      // replica gets a token without it, and the next turn would wait for gradients
+      // that cannot come (outside the gate meanwhile: a recovery may need it closed).
+      for (;;) {
+        env::sleep_for(std::chrono::milliseconds(1));
+        status s;
+        {
+          auto inside = inside_gate();
+          s = reset_and_release();
+        }
+        if (s.ok() || stop_) break;
+        if (options_.log) options_.log(str_cat("sync: resetting after a failed update: ", s.message(), "; trying again"));
+        if (!options_.retry || !options_.retry(s)) break;  // (the next turn fails and resets again)
       }
       continue;
     }

@@ -23,7 +23,8 @@
 // liveness guard, logged) fails the same way.
 // A failed turn that `retry` allows (a task went down: the supervisor restarts it) resets
 // the accumulators to the global step and hands out tokens again, inside the gate (so
-// after the recovery), so that every replica computes the step again; one it does not
+// after the recovery; the reset itself is done again while `retry` allows its failure,
+// and so is start()'s), so that every replica computes the step again; one it does not
 // allow ends the loop with that error. Replicas should apply their gradients inside the
 // gate too (train::sync_replicas_ops::apply) and wait for tokens outside it. At the
 // end (last_step reached, or stop()), every replica gets a token, so none waits.
@@ -62,7 +63,7 @@ struct sync_coordinator_options {
   // close the gate): the moment no replica is ahead of the global step, for a
   // checkpoint's cut (checkpoint_manager::cut_if_due). Null: none.
   std::function<void(std::int64_t)> before_tokens;
-  std::function<bool(const status&)> retry;         // may a failed turn be tried again? null: never
+  std::function<bool(const status&)> retry;         // may a failed step be tried again? null: never
   std::function<void(const std::string&)> log;
   // How long a turn waits for the step's gradients before it gives the step up as lost
   // (a failed turn, which `retry` may allow: every replica computes the step again).

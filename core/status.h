@@ -193,6 +193,13 @@ status unauthenticated_error(const Args&... args) {
   return make_error(code::unauthenticated, args...);
 }
 
+// Whether an operation (a step) that failed with `s` may succeed if run again: it was
+// caught by a task's failure or a lost connection (UNAVAILABLE, ABORTED), not by its own
+// mistake.
+inline bool is_retryable(const status& s) {
+  return s.error_code() == code::unavailable || s.error_code() == code::aborted;
+}
+
 // Holds a T or the status explaining why there is none. REQUIRES: the status is not ok.
 template <class T>
 class [[nodiscard]] result {

@@ -692,6 +692,28 @@ result<sim::simulation_options> simulation_options_of(const scenario::Simulation
   return o;
 }
 
+// Runs `request` (a step, or anything that answers a result) again while it fails in a
+// way `may_retry` takes (a task lost or restarting, a connection dropped:
+// cluster::is_retryable) and `deadline` has not passed, `pause` after the first failure,
+// twice as long after each next up to `max_pause`; its last answer.
+template <class Request, class MayRetry>
+auto run_retried(Request&& request, MayRetry&& may_retry, env::clock::time_point deadline,
+                 std::chrono::milliseconds pause, std::chrono::milliseconds max_pause) {
+  for (;;) {
+    auto r = request();
+    if (r.ok() || env::now() > deadline || !may_retry(r.error())) return r;
+    env::sleep_for(pause);
+    pause = std::min(2 * pause, max_pause);
+  }
+}
+
+// The set-up's requests (before the supervisor watches the tasks) are made again while
+// they fail as retryable, for up to k_setup_for (k_setup_for_simulated in virtual time,
+// where no server can be missing and waiting costs nothing), 100 ms after the first try,
+// then up to a second apart.
+constexpr std::chrono::seconds k_setup_for{5};
+constexpr std::chrono::seconds k_setup_for_simulated{60};
+
 progress_style style_of(scenario::Report::Progress p) {
   switch (p) {
     case scenario::Report::BAR: return progress_style::bar;
@@ -794,8 +816,14 @@ result<run_summary> run_scenario(const scenario::Scenario& sc, const run_options
   auto tests = shape_only ? result<test_set>(test_set{}) : load_test_set(files);
   if (!tests.ok()) return tests.error();
 
-  // The chief initializes every variable once.
-  auto init = workers[0]->run({}, {}, {k_init});
+  // The chief initializes every variable once. (Again if a connection dropped: no fault
+  // is injected yet, but a server that is not there fails the run in seconds.)
+  const auto setup_deadline = env::now() + (simulated != nullptr ? k_setup_for_simulated : k_setup_for);
+  auto set_up = [&](auto request) {
+    return run_retried(request, cluster::is_retryable, setup_deadline, std::chrono::milliseconds(100),
+                       std::chrono::milliseconds(1000));
+  };
+  auto init = set_up([&] { return workers[0]->run({}, {}, {k_init}); });
   if (!init.ok()) return init.error().with_context("initializing the variables");
 
   // Checkpoints: saved by a manager of their own (not by a worker), at cuts between the
@@ -829,7 +857,7 @@ result<run_summary> run_scenario(const scenario::Scenario& sc, const run_options
     if (!m.ok()) return m.error().with_context(str_cat("checkpoint.dir '", ck.dir(), "'"));
     checkpoints = std::move(*m);
     if (ck.restore() == scenario::Checkpoint::LATEST) {
-      auto from = checkpoints->restore_latest();
+      auto from = set_up([&] { return checkpoints->restore_latest(); });
       if (!from.ok()) return from.error().with_context("checkpoint.restore: LATEST");
       if (from->has_value()) {
         first_step = **from;
@@ -848,7 +876,7 @@ result<run_summary> run_scenario(const scenario::Scenario& sc, const run_options
   const bool chaos = !options.no_faults && sc.faults().random().kills_per_1000_steps() > 0;
   if (checkpoints != nullptr && (!fault_specs.empty() || chaos) && checkpoints->stats().latest_step < 0) {
     // A task lost before the first periodic save is restored from this one.
-    auto initial = checkpoints->save_now();
+    auto initial = set_up([&] { return checkpoints->save_now(); });
     if (!initial.ok()) return initial.error().with_context("the initial checkpoint");
   }
   cluster::supervisor_options so;
@@ -1392,11 +1420,7 @@ result<run_summary> run_scenario(const scenario::Scenario& sc, const run_options
   // gate (closed while a restarted task is restored; the checkpoint closes it itself).
   const auto closing_deadline = env::now() + std::chrono::minutes(1);
   auto settled = [&](auto request) {
-    for (;;) {
-      auto r = request();
-      if (r.ok() || env::now() > closing_deadline || !retry(r.error())) return r;
-      env::sleep_for(std::chrono::milliseconds(20));
-    }
+    return run_retried(request, retry, closing_deadline, std::chrono::milliseconds(20), std::chrono::milliseconds(20));
   };
   auto gated = [&](auto request) {
     return [&, request] {

@@ -462,7 +462,8 @@ TEST_CASE("simulation: BUGGIFY sites fire by seed, replay alike, and every run f
     }
   }
   for (const char* site : {"network.spike", "kernel.slow", "variable.slow_update", "checkpoint.save_fails",
-                           "checkpoint.slow_cut", "input.slow_reader", "sync.slow_tokens", "sync.lost_aggregates"}) {
+                           "checkpoint.slow_cut", "input.slow_reader", "sync.slow_tokens", "sync.lost_aggregates",
+                           "step.unavailable"}) {
     INFO(site);
     CHECK(fired[site] > 0);
   }
