@@ -267,6 +267,22 @@ std::map<std::string, std::int64_t> world::buggify_fires() const {
   return {buggify_fires_.begin(), buggify_fires_.end()};
 }
 
+namespace {
+// Whether TROUPE_BUGGIFY_LIVE names `site` ("a,b,c").
+bool named_live(std::string_view site) {
+  const char* env = std::getenv("TROUPE_BUGGIFY_LIVE");
+  if (env == nullptr) return false;
+  std::string_view names(env);
+  while (!names.empty()) {
+    const auto comma = names.find(',');
+    if (names.substr(0, comma) == site) return true;
+    if (comma == std::string_view::npos) break;
+    names.remove_prefix(comma + 1);
+  }
+  return false;
+}
+}  // namespace
+
 bool world::buggify(std::string_view site) {
   std::lock_guard<std::mutex> lock(mutex_);
   if (!buggify_) return false;
@@ -279,7 +295,7 @@ bool world::buggify(std::string_view site) {
     h ^= h >> 33;
     h *= 0xff51afd7ed558ccdULL;
     h ^= h >> 33;
-    it = buggify_live_.emplace(std::string(site), h % 4 == 0).first;
+    it = buggify_live_.emplace(std::string(site), h % 4 == 0 || named_live(site)).first;
     if (it->second) buggify_fires_.emplace(std::string(site), 0);
   }
   if (!it->second || random_() % 4 != 0) return false;

@@ -84,7 +84,9 @@ class world final : public env::world {
   bool buggify(std::string_view site) override;
 
   // BUGGIFY sites (env::buggify) live from now on; off by default. Which sites are live
-  // depends on the seed and their names only; how often each fired so far, by name.
+  // depends on the seed and their names only, but for the sites that TROUPE_BUGGIFY_LIVE
+  // names (comma-separated), live in every run (to chase one site over many seeds); how
+  // often each fired so far, by name.
   void set_buggify(bool on);
   std::map<std::string, std::int64_t> buggify_fires() const;
 

@@ -476,6 +476,39 @@ TEST_CASE("simulation: BUGGIFY sites fire by seed, replay alike, and every run f
   CHECK(r[2].buggify_fires.empty());
 }
 
+TEST_CASE("simulation: BUGGIFY step.unavailable live in every run (TROUPE_BUGGIFY_LIVE): every caller runs its "
+          "step again, and ASYNC and SYNC runs with a PS lost finish with their checkpoints",
+          "[sim]") {
+  // A quarter of every session's steps fail before they run: the set-up's, the
+  // trainers', the readers', the SYNC coordinator's turns, resets and tokens, the cuts',
+  // the restores', the closing ones. Before each of them was retried, a run failed at
+  // its set-up or its restore, or a SYNC run stalled for good (the coordinator waited for
+  // a step after the last, or left every replica without a token).
+  ::setenv("TROUPE_BUGGIFY_LIVE", "network.spike,step.unavailable", 1);
+  struct unset {
+    ~unset() { ::unsetenv("TROUPE_BUGGIFY_LIVE"); }
+  } unset_at_end;
+  for (const std::string& base : {std::string(k_scenario), sync_scenario()}) {
+    for (int seed = 1; seed <= 3; ++seed) {
+      const std::string dir = temp_path(str_cat("troupe-sim-unavailable-", seed));
+      std::string out;
+      auto r = run_with("checkpoint { dir: \"" + dir + "\" every_steps: 10 }\n"
+                        "faults { fault { at_step: 35 kill { task: \"/job:ps/task:0\" } } random { buggify: true } }\n" +
+                            str_cat("simulation { seed: ", seed, " }\n"),
+                        &out, base);
+      INFO("seed " << seed << "\n" << out);
+      REQUIRE(r.ok());
+      CHECK(r->steps >= 60);
+      CHECK(r->checkpoints.latest_step >= 60);
+      CHECK(r->buggify_fires["step.unavailable"] > 0);
+      CHECK(r->buggify_fires.count("network.spike") == 1);  // the list names both
+      REQUIRE(r->faults.size() == 1);
+      CHECK(r->faults[0].recovered);
+      std::filesystem::remove_all(dir);
+    }
+  }
+}
+
 TEST_CASE("simulation: BUGGIFY supervisor.slow_restart: a worker lost near the end of a SYNC run with a backup "
           "comes back after the last step, and the run keeps its steps",
           "[sim]") {
