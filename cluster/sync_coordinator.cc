@@ -47,7 +47,10 @@ sync_coordinator::~sync_coordinator() {
 
 status sync_coordinator::start() {
   auto init = session_->run({}, {}, {init_});
-  while (!init.ok() && options_.retry && options_.retry(init.error())) init = session_->run({}, {}, {init_});
+  const auto until = env::now() + std::chrono::minutes(1);  // a task that stays down: the run fails
+  while (!init.ok() && env::now() < until && options_.retry && options_.retry(init.error())) {
+    init = session_->run({}, {}, {init_});
+  }
   if (!init.ok()) return init.error().with_context("sync coordinator: setting the accumulators' global step");
   thread_ = env::thread([this] { loop(); });
   return status();
@@ -165,12 +168,12 @@ result<std::int64_t> sync_coordinator::turn(std::int64_t epoch) {
     // Tokens handed out late: every replica waits, and a recovery may come between the
     // update and the tokens.
     if (env::buggify("sync.slow_tokens")) env::sleep_for(k_slow_tokens);
-    released = cancelled_error("not yet");
   }
   // The update is in: the turn must not fail now (the next would wait for a step after
   // the last), so the tokens are handed out again while their failure is retryable.
-  while (!released.ok()) {
-    if (released.error_code() != code::cancelled) {
+  for (bool tried = !options_.before_tokens;; tried = true) {
+    if (tried) {
+      if (released.ok()) break;
       if (stop_ || !options_.retry || !options_.retry(released)) return released.with_context("handing out tokens");
     }
     auto inside = inside_gate();
