@@ -476,6 +476,19 @@ TEST_CASE("simulation: BUGGIFY sites fire by seed, replay alike, and every run f
   CHECK(r[2].buggify_fires.empty());
 }
 
+// Runs `base` with BUGGIFY on in simulation seed `seed`, checkpoints every 10 steps into a
+// fresh directory (removed after) and `task` killed at step `at_step`; its output in *out.
+result<scenarios::run_summary> run_killed_with_buggify(const std::string& base, int seed, int at_step,
+                                                       const std::string& task, std::string* out) {
+  const std::string dir = temp_path(str_cat("troupe-sim-buggify-kill-", seed));
+  auto r = run_with(str_cat("checkpoint { dir: \"", dir, "\" every_steps: 10 }\n", "faults { fault { at_step: ", at_step,
+                            " kill { task: \"", task, "\" } } random { buggify: true } }\n", "simulation { seed: ", seed,
+                            " }\n"),
+                    out, base);
+  std::filesystem::remove_all(dir);
+  return r;
+}
+
 TEST_CASE("simulation: BUGGIFY step.unavailable live in every run (TROUPE_BUGGIFY_LIVE): every caller runs its "
           "step again, and ASYNC and SYNC runs with a PS lost finish with their checkpoints",
           "[sim]") {
@@ -490,12 +503,8 @@ TEST_CASE("simulation: BUGGIFY step.unavailable live in every run (TROUPE_BUGGIF
   } unset_at_end;
   for (const std::string& base : {std::string(k_scenario), sync_scenario()}) {
     for (int seed = 1; seed <= 3; ++seed) {
-      const std::string dir = temp_path(str_cat("troupe-sim-unavailable-", seed));
       std::string out;
-      auto r = run_with("checkpoint { dir: \"" + dir + "\" every_steps: 10 }\n"
-                        "faults { fault { at_step: 35 kill { task: \"/job:ps/task:0\" } } random { buggify: true } }\n" +
-                            str_cat("simulation { seed: ", seed, " }\n"),
-                        &out, base);
+      auto r = run_killed_with_buggify(base, seed, 35, "/job:ps/task:0", &out);
       INFO("seed " << seed << "\n" << out);
       REQUIRE(r.ok());
       CHECK(r->steps >= 60);
@@ -504,7 +513,6 @@ TEST_CASE("simulation: BUGGIFY step.unavailable live in every run (TROUPE_BUGGIF
       CHECK(r->buggify_fires.count("network.spike") == 1);  // the list names both
       REQUIRE(r->faults.size() == 1);
       CHECK(r->faults[0].recovered);
-      std::filesystem::remove_all(dir);
     }
   }
 }
@@ -521,12 +529,8 @@ TEST_CASE("simulation: BUGGIFY supervisor.slow_restart: a worker lost near the e
   base.replace(base.find("replication: SYNC"), 17, "replication: SYNC backup_workers: 1");
   int slow = 0;
   for (int seed = 1; seed <= 24; ++seed) {
-    const std::string dir = temp_path(str_cat("troupe-sim-slow-restart-", seed));
     std::string out;
-    auto r = run_with("checkpoint { dir: \"" + dir + "\" every_steps: 10 }\n"
-                      "faults { fault { at_step: 52 kill { task: \"/job:worker/task:1\" } } random { buggify: true } }\n" +
-                          str_cat("simulation { seed: ", seed, " }\n"),
-                      &out, base);
+    auto r = run_killed_with_buggify(base, seed, 52, "/job:worker/task:1", &out);
     INFO("seed " << seed << "\n" << out);
     REQUIRE(r.ok());
     CHECK(r->steps == 60);
@@ -536,7 +540,6 @@ TEST_CASE("simulation: BUGGIFY supervisor.slow_restart: a worker lost near the e
       ++slow;
       CHECK(out.find("has applied its last step") != std::string::npos);
     }
-    std::filesystem::remove_all(dir);
   }
   CHECK(slow > 0);
 }
