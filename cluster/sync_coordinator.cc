@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <optional>
+#include <utility>
 
 #include "core/env.h"
 
@@ -62,7 +63,16 @@ void sync_coordinator::rolled_back(std::int64_t step) {
   if (options_.log) {
     options_.log(s.ok() ? str_cat("sync: accumulators reset to the restored global step ", step)
                         : str_cat("sync: resetting the accumulators after the restore failed (", s.message(),
-                                  "); the next turn tries again"));
+                                  "); the coordinator resets them again"));
+  }
+  if (!s.ok()) {
+    // No replica has a token, so no gradient comes: the turn waiting for them (or the
+    // next) gives up now and the loop resets, rather than after the stall timeout.
+    {
+      std::lock_guard<std::mutex> lock(takes_state_->mutex);
+      takes_state_->reset_owed = true;
+    }
+    takes_state_->answered.notify_all();
   }
 }
 
@@ -105,6 +115,10 @@ std::optional<step_gate::pass> sync_coordinator::inside_gate() {
   return std::optional<step_gate::pass>(std::in_place, *options_.gate);  // built in place: a pass cannot move
 }
 
+namespace {
+constexpr const char* k_reset_owed = "a rollback's reset of the accumulators failed; they are reset again";
+}  // namespace
+
 result<std::int64_t> sync_coordinator::turn(std::int64_t epoch) {
   auto st = takes_state_;
   std::uint64_t turn = 0;
@@ -112,6 +126,7 @@ result<std::int64_t> sync_coordinator::turn(std::int64_t epoch) {
     std::lock_guard<std::mutex> lock(st->mutex);
     turn = ++st->turn;
     st->value.reset();
+    if (std::exchange(st->reset_owed, false)) return aborted_error(k_reset_owed);
   }
   session_->run_async({}, takes_, {}, [st, turn](result<std::vector<tensor>> r) {
     {
@@ -128,7 +143,7 @@ result<std::int64_t> sync_coordinator::turn(std::int64_t epoch) {
                          : std::chrono::milliseconds(static_cast<std::int64_t>(std::max(floor_ms_, 50 * average_turn_ms_)));
   {
     std::unique_lock<std::mutex> lock(st->mutex);
-    if (!st->answered.wait_for(lock, limit, [&] { return st->value.has_value() || st->stopped; })) {
+    if (!st->answered.wait_for(lock, limit, [&] { return st->value.has_value() || st->stopped || st->reset_owed; })) {
       // The takes still waiting fail when the failed turn resets the accumulators.
       const status lost = unavailable_error("sync coordinator: the gradients of a step did not all come within ",
                                             limit.count(), " ms (one was lost); every replica computes the step again");
@@ -138,6 +153,7 @@ result<std::int64_t> sync_coordinator::turn(std::int64_t epoch) {
       if (average_turn_ms_ == 0) floor_ms_ = std::min(2 * floor_ms_, 600000.0);
       return lost;
     }
+    if (std::exchange(st->reset_owed, false)) return aborted_error(k_reset_owed);
     if (!st->value.has_value()) return cancelled_error("the coordinator was stopped while gathering gradients");
     taken = std::move(*st->value);
   }

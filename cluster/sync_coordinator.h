@@ -126,6 +126,7 @@ class sync_coordinator {
     std::uint64_t turn = 0;
     std::optional<result<std::vector<tensor>>> value;
     bool stopped = false;
+    bool reset_owed = false;  // rolled_back's reset failed: the loop must reset
   };
   std::shared_ptr<takes_state> takes_state_ = std::make_shared<takes_state>();
   std::atomic<std::int64_t> epoch_{0};
