@@ -179,22 +179,24 @@ result<std::int64_t> sync_coordinator::turn(std::int64_t epoch) {
     if (step >= options_.last_step) finished_ = true;
     if (!options_.before_tokens) released = release_tokens();
   }
+  // The tokens, inside the gate (none if a rollback meanwhile handed out those of the
+  // step it restored).
+  auto hand_out = [&] {
+    auto inside = inside_gate();
+    return epoch_.load() != epoch ? status() : release_tokens();
+  };
   if (options_.before_tokens) {
     options_.before_tokens(step);
     // Tokens handed out late: every replica waits, and a recovery may come between the
     // update and the tokens.
     if (env::buggify("sync.slow_tokens")) env::sleep_for(k_slow_tokens);
+    released = hand_out();
   }
   // The update is in: the turn must not fail now (the next would wait for a step after
   // the last), so the tokens are handed out again while their failure is retryable.
-  for (bool tried = !options_.before_tokens;; tried = true) {
-    if (tried) {
-      if (released.ok()) break;
-      if (stop_ || !options_.retry || !options_.retry(released)) return released.with_context("handing out tokens");
-    }
-    auto inside = inside_gate();
-    if (epoch_.load() != epoch) break;  // a rollback meanwhile handed out the tokens of the step it restored
-    released = release_tokens();
+  while (!released.ok()) {
+    if (stop_ || !options_.retry || !options_.retry(released)) return released.with_context("handing out tokens");
+    released = hand_out();
   }
   return step;
 }
