@@ -7,6 +7,7 @@
 #include <set>
 
 #include "core/env.h"
+#include "core/retry.h"
 #include "graph/attr.h"
 #include "placement/device_name.h"
 #include "placement/placer.h"
@@ -644,13 +645,14 @@ result<std::optional<checkpoint::snapshot>> checkpoint_manager::cut(double* stop
   if (options_.gate != nullptr) options_.gate->close();
   // A slow cut (a PS that answers its reads late) keeps training out that much longer.
   if (env::buggify("checkpoint.slow_cut")) env::sleep_for(k_slow_cut);
-  auto values = session_->run({}, read_fetches_);
-  // A read that failed as retryable (a dropped connection) is tried again a few times
-  // before the save is given up: the cut is consistent whenever it reads.
-  for (int tries = 1; !values.ok() && is_retryable(values.error()) && tries < k_cut_reads; ++tries) {
-    env::sleep_for(std::chrono::milliseconds(1));
-    values = session_->run({}, read_fetches_);
-  }
+  // A read that failed as retryable (a dropped connection) is tried again a few times,
+  // 1 ms apart (training is held), before the save is given up: the cut is consistent
+  // whenever it reads.
+  int tries = 1;
+  auto values = run_retried([&] { return session_->run({}, read_fetches_); },
+                            [&](const status& e) { return is_retryable(e) && tries++ < k_cut_reads; },
+                            retry_policy{env::clock::time_point::max(), std::chrono::milliseconds(1),
+                                         std::chrono::milliseconds(1)});
   if (values.ok()) {
     // A periodic save requested and not yet begun was due at a step no later than this
     // cut's (no step ends while the gate is closed): this cut serves it (the final save

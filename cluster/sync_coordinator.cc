@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "core/env.h"
+#include "core/retry.h"
 
 namespace troupe::cluster {
 
@@ -46,12 +47,15 @@ sync_coordinator::~sync_coordinator() {
   if (thread_.joinable()) thread_.join();
 }
 
+bool sync_coordinator::may_retry(const status& failure) {
+  return !stop_ && options_.retry && options_.retry(failure);
+}
+
 status sync_coordinator::start() {
-  auto init = session_->run({}, {}, {init_});
-  const auto until = env::now() + std::chrono::minutes(1);  // a task that stays down: the run fails
-  while (!init.ok() && env::now() < until && options_.retry && options_.retry(init.error())) {
-    init = session_->run({}, {}, {init_});
-  }
+  // A task that stays down for a minute fails the run.
+  auto init = run_retried([&] { return session_->run({}, {}, {init_}); }, [&](const status& e) { return may_retry(e); },
+                          retry_policy{env::now() + std::chrono::minutes(1), std::chrono::milliseconds(100),
+                                       std::chrono::milliseconds(1000)});
   if (!init.ok()) return init.error().with_context("sync coordinator: setting the accumulators' global step");
   thread_ = env::thread([this] { loop(); });
   return status();
@@ -194,10 +198,10 @@ result<std::int64_t> sync_coordinator::turn(std::int64_t epoch) {
   }
   // The update is in: the turn must not fail now (the next would wait for a step after
   // the last), so the tokens are handed out again while their failure is retryable.
-  while (!released.ok()) {
-    if (stop_ || !options_.retry || !options_.retry(released)) return released.with_context("handing out tokens");
-    released = hand_out();
+  if (!released.ok() && may_retry(released)) {
+    released = run_retried(hand_out, [&](const status& e) { return may_retry(e); }, k_pause_again);
   }
+  if (!released.ok()) return released.with_context("handing out tokens");
   return step;
 }
 
@@ -224,17 +228,23 @@ void sync_coordinator::loop() {
       // The reset is done again until it is through while its failure is retryable: no
       // replica gets a token without it, and the next turn would wait for gradients
       // that cannot come (outside the gate meanwhile: a recovery may need it closed).
-      for (;;) {
-        env::sleep_for(std::chrono::milliseconds(1));
-        status s;
-        {
-          auto inside = inside_gate();
-          s = reset_and_release();
-        }
-        if (s.ok() || stop_) break;
-        if (options_.log) options_.log(str_cat("sync: resetting after a failed update: ", s.message(), "; trying again"));
-        if (!options_.retry || !options_.retry(s)) break;  // (the next turn fails and resets again)
-      }
+      // (A failure it does not allow: the next turn fails and resets again.) Only the
+      // first failure of a reset is logged: a task down retries it for a second or more.
+      env::sleep_for(std::chrono::milliseconds(1));
+      int failures = 0;
+      status reset = run_retried(
+          [&] {
+            auto inside = inside_gate();
+            return reset_and_release();
+          },
+          [&](const status& e) {
+            if (++failures == 1 && options_.log && !stop_) {
+              options_.log(str_cat("sync: resetting after a failed update: ", e.message(), "; trying again"));
+            }
+            return may_retry(e);
+          },
+          k_pause_again);
+      if (failures > 1 && reset.ok() && options_.log) options_.log(str_cat("sync: reset after ", failures + 1, " tries"));
       continue;
     }
     step = *next;

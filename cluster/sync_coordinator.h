@@ -48,6 +48,7 @@
 #include "actors/session.h"
 #include "cluster/step_gate.h"
 #include "core/env.h"
+#include "core/retry.h"
 #include "core/status.h"
 #include "graph/graph.h"
 #include "graph/train.h"
@@ -111,6 +112,13 @@ class sync_coordinator {
   // BUGGIFY site sync.slow_tokens (simulation only): tokens handed out this much later.
   static constexpr std::chrono::milliseconds k_slow_tokens{20};
   status release_tokens();
+  // Whether a failed request may be made again: options_.retry allows it and the loop is
+  // not stopping.
+  bool may_retry(const status& failure);
+  // A reset or the tokens after an update, tried again: 1 ms after the first failure,
+  // doubling up to 100 ms (a task restarted comes back within that of its restore).
+  static constexpr retry_policy k_pause_again{env::clock::time_point::max(), std::chrono::milliseconds(1),
+                                              std::chrono::milliseconds(100)};
 
   std::unique_ptr<actors::session> session_;  // holds the cluster
   sync_coordinator_options options_;

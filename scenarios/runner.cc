@@ -28,6 +28,7 @@
 #include "core/env.h"
 #include "core/file.h"
 #include "core/idx.h"
+#include "core/retry.h"
 #include "graph/attr.h"
 #include "graph/ops.h"
 #include "graph/train.h"
@@ -692,21 +693,6 @@ result<sim::simulation_options> simulation_options_of(const scenario::Simulation
   return o;
 }
 
-// Runs `request` (a step, or anything that answers a result) again while it fails in a
-// way `may_retry` takes (a task lost or restarting, a connection dropped:
-// cluster::is_retryable) and `deadline` has not passed, `pause` after the first failure,
-// twice as long after each next up to `max_pause`; its last answer.
-template <class Request, class MayRetry>
-auto run_retried(Request&& request, MayRetry&& may_retry, env::clock::time_point deadline,
-                 std::chrono::milliseconds pause, std::chrono::milliseconds max_pause) {
-  for (;;) {
-    auto r = request();
-    if (r.ok() || env::now() > deadline || !may_retry(r.error())) return r;
-    env::sleep_for(pause);
-    pause = std::min(2 * pause, max_pause);
-  }
-}
-
 // The set-up's requests (before the supervisor watches the tasks) are made again while
 // they fail as retryable, for up to k_setup_for (k_setup_for_simulated in virtual time,
 // where no server can be missing and waiting costs nothing), 100 ms after the first try,
@@ -820,8 +806,8 @@ result<run_summary> run_scenario(const scenario::Scenario& sc, const run_options
   // is injected yet, but a server that is not there fails the run in seconds.)
   const auto setup_deadline = env::now() + (simulated != nullptr ? k_setup_for_simulated : k_setup_for);
   auto set_up = [&](auto request) {
-    return run_retried(request, cluster::is_retryable, setup_deadline, std::chrono::milliseconds(100),
-                       std::chrono::milliseconds(1000));
+    return run_retried(request, cluster::is_retryable,
+                       retry_policy{setup_deadline, std::chrono::milliseconds(100), std::chrono::milliseconds(1000)});
   };
   auto init = set_up([&] { return workers[0]->run({}, {}, {k_init}); });
   if (!init.ok()) return init.error().with_context("initializing the variables");
@@ -1155,19 +1141,22 @@ result<run_summary> run_scenario(const scenario::Scenario& sc, const run_options
     const std::string task = layout->worker(static_cast<int>(w));
     std::int64_t local = first_step;
     std::uint64_t local_restores = pipeline_restores_of(task);  // when `local` was read
-    // Inside the gate: reads the step to compute now (so never from a task restarted but
-    // not yet restored) and takes the tokens handed out meanwhile (a recovery hands every
-    // worker one): they are for the step this worker now computes anyway; taken later,
-    // they would start it twice.
+    // Inside the gate: takes the tokens handed out meanwhile (a recovery hands every
+    // worker one), then reads the step to compute now (so never from a task restarted but
+    // not yet restored): the tokens are for that step or one before, which this worker
+    // computes anyway; taken later, they would start it twice. (The gate does not keep the
+    // coordinator's updates out: read first, the step could be one behind the token of
+    // the update that came between, and the worker would compute a stale step and then
+    // wait for a token it had already taken, one gradient short of the next step.)
     auto catch_up = [&]() -> status {
       const std::uint64_t restores = pipeline_restores_of(task);
-      auto now = s.run({}, {"step_value"});
-      auto tokens = now.ok() ? s.run({}, {o.token_size[w].name()}) : now;
+      auto tokens = s.run({}, {o.token_size[w].name()});
       for (std::int32_t k = tokens.ok() ? tokens->at(0).scalar_value<std::int32_t>() : 0; k > 0 && tokens.ok(); --k) {
         tokens = s.run({}, {o.after_token.name()});
       }
-      if (!now.ok()) return now.error();
       if (!tokens.ok()) return tokens.error();
+      auto now = s.run({}, {"step_value"});
+      if (!now.ok()) return now.error();
       local = now->at(0).scalar_value<std::int64_t>();
       local_restores = restores;
       return status();
@@ -1420,7 +1409,8 @@ result<run_summary> run_scenario(const scenario::Scenario& sc, const run_options
   // gate (closed while a restarted task is restored; the checkpoint closes it itself).
   const auto closing_deadline = env::now() + std::chrono::minutes(1);
   auto settled = [&](auto request) {
-    return run_retried(request, retry, closing_deadline, std::chrono::milliseconds(20), std::chrono::milliseconds(20));
+    return run_retried(request, retry,
+                       retry_policy{closing_deadline, std::chrono::milliseconds(20), std::chrono::milliseconds(20)});
   };
   auto gated = [&](auto request) {
     return [&, request] {
