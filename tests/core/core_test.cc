@@ -12,6 +12,7 @@
 #include "core/file.h"
 #include "core/npy.h"
 #include "core/random.h"
+#include "core/retry.h"
 #include "core/tensor.h"
 #include "core/tensor_eigen.h"
 #include "core/cpu_time.h"
@@ -30,6 +31,42 @@ TEST_CASE("status carries a code and a message; ok is cheap", "[core]") {
   CHECK(s.with_context("loading g.pb").message() == "loading g.pb: node 'x' has 3 inputs");
   status copy = s;
   CHECK(copy == s);
+}
+
+TEST_CASE("run_retried makes a request again while its failure may pass, pausing longer each time", "[core]") {
+  const retry_policy quick{env::clock::time_point::max(), std::chrono::milliseconds(1), std::chrono::milliseconds(4)};
+  int calls = 0;
+  auto flaky = [&]() -> result<int> {
+    if (++calls < 4) return unavailable_error("dropped");
+    return calls;
+  };
+  const auto started = env::now();
+  auto r = run_retried(flaky, is_retryable, quick);
+  REQUIRE(r.ok());
+  CHECK(*r == 4);
+  CHECK(env::now() - started >= std::chrono::milliseconds(1 + 2 + 4));  // the pauses before tries 2, 3, 4
+
+  // A failure the caller does not allow ends it with that failure.
+  calls = 0;
+  status s = run_retried([&] { ++calls; return invalid_argument_error("bad"); }, is_retryable, quick);
+  CHECK(s.error_code() == code::invalid_argument);
+  CHECK(calls == 1);
+
+  // The caller may count: three tries at most.
+  calls = 0;
+  int tries = 1;
+  s = run_retried([&] { ++calls; return aborted_error("again"); }, [&](const status&) { return tries++ < 3; }, quick);
+  CHECK(s.error_code() == code::aborted);
+  CHECK(calls == 3);
+
+  // Past the deadline, the last failure.
+  calls = 0;
+  retry_policy until = quick;
+  until.deadline = env::now() + std::chrono::milliseconds(20);
+  s = run_retried([&] { ++calls; return unavailable_error("down"); }, is_retryable, until);
+  CHECK(s.error_code() == code::unavailable);
+  CHECK(calls >= 2);  // at least one pause (a loaded machine may oversleep it past the deadline)
+  CHECK(calls <= 12);  // 1 + 2 + 4 + 4 + 4 + 4 ms of pauses after 6 tries: past 20 ms after the 8th
 }
 
 TEST_CASE("str_cat writes every argument as a stream would", "[core]") {
