@@ -914,6 +914,16 @@ void session::run_async(const feed_list& feeds, const std::vector<std::string>& 
     done(unavailable_error("buggify step.unavailable: the step failed before it ran"));
     return;
   }
+  // BUGGIFY site step.lost_answer: the step runs, but its caller hears UNAVAILABLE (a
+  // connection lost after the work was done): what the step changed stays changed, and
+  // the caller's retry must not count on it not having run.
+  if (env::buggify("step.lost_answer")) {
+    done = [done = std::move(done)](result<std::vector<tensor>> r) {
+      done(r.ok() ? result<std::vector<tensor>>(
+                        unavailable_error("buggify step.lost_answer: the step ran but its answer was lost"))
+                  : std::move(r));
+    };
+  }
   std::shared_ptr<pending_callbacks> pending = impl_->pending;
   {
     std::lock_guard<std::mutex> lock(pending->mutex);

@@ -39,6 +39,7 @@ sync_coordinator::sync_coordinator(std::unique_ptr<actors::session> session, con
   update_ = ops.update.node;
   step_after_ = ops.step_after_update.name();
   init_ = ops.init.node;
+  step_at_init_ = ops.step_at_init.name();
   close_ = ops.close_tokens.node;
 }
 
@@ -53,17 +54,19 @@ bool sync_coordinator::may_retry(const status& failure) {
 
 status sync_coordinator::start() {
   // A task that stays down for a minute fails the run.
-  auto init = run_retried([&] { return session_->run({}, {}, {init_}); }, [&](const status& e) { return may_retry(e); },
+  auto init = run_retried([&] { return reset(); }, [&](const status& e) { return may_retry(e); },
                           retry_policy{env::now() + std::chrono::minutes(1), std::chrono::milliseconds(100),
                                        std::chrono::milliseconds(1000)});
   if (!init.ok()) return init.error().with_context("sync coordinator: setting the accumulators' global step");
+  known_step_ = *init;
   thread_ = env::thread([this] { loop(); });
   return status();
 }
 
 void sync_coordinator::rolled_back(std::int64_t step) {
   ++epoch_;
-  status s = reset_and_release();
+  known_step_ = step;
+  status s = reset_and_release().to_status();
   if (options_.log) {
     options_.log(s.ok() ? str_cat("sync: accumulators reset to the restored global step ", step)
                         : str_cat("sync: resetting the accumulators after the restore failed (", s.message(),
@@ -108,10 +111,17 @@ status sync_coordinator::release_tokens() {
   return given.ok() ? status() : given.error();
 }
 
-status sync_coordinator::reset_and_release() {
-  auto init = session_->run({}, {}, {init_});
+result<std::int64_t> sync_coordinator::reset() {
+  auto init = session_->run({}, {step_at_init_}, {init_});
   if (!init.ok()) return init.error();
-  return release_tokens();
+  return init->at(0).scalar_value<std::int64_t>();
+}
+
+result<std::int64_t> sync_coordinator::reset_and_release() {
+  auto step = reset();
+  if (!step.ok()) return step;
+  TROUPE_RETURN_IF_ERROR(release_tokens());
+  return step;
 }
 
 std::optional<step_gate::pass> sync_coordinator::inside_gate() {
@@ -180,6 +190,7 @@ result<std::int64_t> sync_coordinator::turn(std::int64_t epoch) {
     auto applied = session_->run(feeds, {step_after_}, {update_});
     if (!applied.ok()) return applied.error();
     step = applied->at(0).scalar_value<std::int64_t>();
+    known_step_ = step;
     if (step >= options_.last_step) finished_ = true;
     if (!options_.before_tokens) released = release_tokens();
   }
@@ -232,7 +243,7 @@ void sync_coordinator::loop() {
       // first failure of a reset is logged: a task down retries it for a second or more.
       env::sleep_for(std::chrono::milliseconds(1));
       int failures = 0;
-      status reset = run_retried(
+      result<std::int64_t> reset = run_retried(
           [&] {
             auto inside = inside_gate();
             return reset_and_release();
@@ -245,6 +256,19 @@ void sync_coordinator::loop() {
           },
           k_pause_again);
       if (failures > 1 && reset.ok() && options_.log) options_.log(str_cat("sync: reset after ", failures + 1, " tries"));
+      // The failed turn's update may have gone in all the same (its answer lost with a
+      // connection): the reset read a global step past the last one known. It counts as
+      // done, and when it is the last the loop ends (else it would wait for the
+      // gradients of a step after the last, which no replica computes).
+      if (reset.ok() && *reset > known_step_.load()) {
+        if (options_.log) options_.log(str_cat("sync: the update to global step ", *reset, " went in though its answer was lost"));
+        known_step_ = *reset;
+        step = *reset;
+        if (step >= options_.last_step) finished_ = true;
+        ++updates_;
+        if (options_.step_done) options_.step_done(step);
+        if (step >= options_.last_step) break;
+      }
       continue;
     }
     step = *next;

@@ -25,7 +25,10 @@
 // the accumulators to the global step and hands out tokens again, inside the gate (so
 // after the recovery; the reset itself is done again while `retry` allows its failure,
 // and so is start()'s), so that every replica computes the step again; one it does not
-// allow ends the loop with that error. Replicas should apply their gradients inside the
+// allow ends the loop with that error. The reset reads the global step: one past the
+// last the coordinator knew means the failed turn's update went in all the same (its
+// answer was lost), and it counts as done (step_done; the last one ends the loop).
+// Replicas should apply their gradients inside the
 // gate too (train::sync_replicas_ops::apply) and wait for tokens outside it. At the
 // end (last_step reached, or stop()), every replica gets a token, so none waits.
 //
@@ -108,7 +111,9 @@ class sync_coordinator {
   result<std::int64_t> turn(std::int64_t epoch);
   // A pass through options_.gate (none when there is no gate).
   std::optional<step_gate::pass> inside_gate();
-  status reset_and_release();
+  // Sets every accumulator to the global step; that step.
+  result<std::int64_t> reset();
+  result<std::int64_t> reset_and_release();
   // BUGGIFY site sync.slow_tokens (simulation only): tokens handed out this much later.
   static constexpr std::chrono::milliseconds k_slow_tokens{20};
   status release_tokens();
@@ -123,7 +128,7 @@ class sync_coordinator {
   std::unique_ptr<actors::session> session_;  // holds the cluster
   sync_coordinator_options options_;
   std::vector<std::string> takes_, reads_, sizes_, enqueues_;
-  std::string update_, step_after_, init_, close_;
+  std::string update_, step_after_, init_, step_at_init_, close_;
   env::thread thread_;
   std::atomic<bool> stop_{false};
   // The takes of the current turn, answered on a session thread; shared with the
@@ -139,6 +144,9 @@ class sync_coordinator {
   std::shared_ptr<takes_state> takes_state_ = std::make_shared<takes_state>();
   std::atomic<std::int64_t> epoch_{0};
   std::atomic<std::int64_t> updates_{0};
+  // The global step as the coordinator last saw it: after an update, a rollback or a
+  // reset (changed inside the gate, or with it closed).
+  std::atomic<std::int64_t> known_step_{-1};
   std::atomic<bool> finished_{false};
   double average_turn_ms_ = 0;  // of the turns that got their gradients (the loop's thread only)
   // A turn waits for its gradients max(floor_ms_, 50 x average_turn_ms_) unless

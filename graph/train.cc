@@ -540,6 +540,7 @@ result<sync_replicas_ops> minimize(const scope& s, const sync_replicas_optimizer
   out.update = *update;
   out.step_after_update = ops::identity(ss.with_name("step_after_update"), read_step(at_step.with_control_dependencies({out.update})));
   out.init = ops::no_op(ss.with_name("init").with_control_dependencies(inits));
+  out.step_at_init = step_for_accumulators;
 
   // Tokens: one queue per replica, beside the global step.
   const std::map<std::string, tf::AttrValue> queue_attrs = {

@@ -164,6 +164,7 @@ struct sync_replicas_ops {
   std::vector<std::pair<output, output>> aggregates;
   output step_after_update;  // the global step, read after `update`
   operation init;          // accumulators' global step := the global step
+  output step_at_init;     // the global step init sets them to (fetch it with init)
   std::vector<output> token_size;         // per replica: int32 scalar
   std::vector<operation> token_enqueue;   // per replica
   operation close_tokens;

@@ -176,10 +176,11 @@ void progress_reporter::message(std::string_view line) {
   out_ << std::flush;
 }
 
-void progress_reporter::finish() {
+void progress_reporter::finish(std::int64_t final_step) {
   std::lock_guard<std::mutex> lock(mutex_);
   if (finished_) return;
   finished_ = true;
+  step_ = std::max(step_, final_step);
   double t = now();
   if (options_.style == progress_style::bar && bar_length_ > 0) {
     draw_bar(t);  // the final state stays on screen

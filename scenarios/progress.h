@@ -63,8 +63,9 @@ class progress_reporter {
   void update(std::int64_t step, double loss);
   // Prints `line` on a line of its own; a bar is redrawn below it.
   void message(std::string_view line);
-  // Ends the bar and prints the summary (once; later calls do nothing).
-  void finish();
+  // Ends the bar and prints the summary (once; later calls do nothing). `final_step`: the
+  // global step the run ended at, when known (a step no update reported still counts).
+  void finish(std::int64_t final_step = 0);
 
   // The moving average of the losses (NaN before the first update).
   double smoothed_loss() const;

@@ -1436,7 +1436,7 @@ result<run_summary> run_scenario(const scenario::Scenario& sc, const run_options
     return final_step.error().with_context("reading the global step");
   }
   summary.steps = final_step->at(0).scalar_value<std::int64_t>();
-  progress.finish();
+  progress.finish(summary.steps);
   summary.seconds = seconds;
   if (steady.started.load() && summary.steps > steady.step) {
     summary.steady_seconds = std::chrono::duration<double>(trained_at - steady.at).count();

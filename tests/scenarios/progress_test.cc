@@ -59,6 +59,17 @@ TEST_CASE("Plain progress prints a line every N steps, then a summary", "[progre
   CHECK(out.str().find('\r') == std::string::npos);
 }
 
+TEST_CASE("The summary counts the step the run ended at, reported or not", "[progress]") {
+  // A SYNC run whose last update's answer was lost: no worker reported step 200.
+  double now = 0;
+  std::ostringstream out;
+  progress_reporter progress(out, {.style = progress_style::off, .total_steps = 200, .clock = [&] { return now; }});
+  progress.update(199, 0.5);
+  now = 2;
+  progress.finish(200);
+  CHECK(out.str() == "done: 200 steps in 0:02 (100 steps/s), loss 0.5000\n");
+}
+
 TEST_CASE("The loss shown is a moving average; steps may come out of order", "[progress]") {
   double now = 0;
   std::ostringstream out;
