@@ -711,6 +711,7 @@ result<std::optional<checkpoint::snapshot>> checkpoint_manager::cut(double* stop
 result<checkpoint::committed> checkpoint_manager::write(const checkpoint::snapshot& s, double stopped) {
   std::lock_guard<env::mutex> dir_lock(dir_mutex_);
   auto write_started = env::now();
+  if (env::buggify("checkpoint.slow_write")) env::sleep_for(k_slow_write);
   auto committed = dir_->save(s);
   if (!committed.ok()) return count_failure(committed.error());
   double wrote = seconds(env::now() - write_started).count();

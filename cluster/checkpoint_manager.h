@@ -197,6 +197,9 @@ class checkpoint_manager {
   bool periodic_save_fails();
   // BUGGIFY site checkpoint.slow_cut: a cut that holds the gate closed this much longer.
   static constexpr std::chrono::milliseconds k_slow_cut{200};
+  // BUGGIFY site checkpoint.slow_write: a save whose file takes this much longer to write
+  // (a slow disk): training goes on, later cuts merge, tasks may be lost meanwhile.
+  static constexpr std::chrono::milliseconds k_slow_write{500};
   // A cut's read of the variables, tried this many times while it fails as retryable.
   static constexpr int k_cut_reads = 3;
 
