@@ -479,6 +479,14 @@ TEST_CASE("simulation: BUGGIFY sites fire by seed, replay alike, and every run f
 
 // Runs `base` with BUGGIFY on in simulation seed `seed`, checkpoints every 10 steps into a
 // fresh directory (removed after) and `task` killed at step `at_step`; its output in *out.
+// TROUPE_BUGGIFY_LIVE=`sites` while it lives: those sites live in every BUGGIFY run.
+struct live_sites {
+  explicit live_sites(const char* sites) { ::setenv("TROUPE_BUGGIFY_LIVE", sites, 1); }
+  ~live_sites() { ::unsetenv("TROUPE_BUGGIFY_LIVE"); }
+  live_sites(const live_sites&) = delete;
+  live_sites& operator=(const live_sites&) = delete;
+};
+
 result<scenarios::run_summary> run_killed_with_buggify(const std::string& base, int seed, int at_step,
                                                        const std::string& task, std::string* out) {
   const std::string dir = temp_path(str_cat("troupe-sim-buggify-kill-", seed));
@@ -501,10 +509,7 @@ TEST_CASE("simulation: BUGGIFY step.unavailable live in every run (TROUPE_BUGGIF
   // out its stall timeout: a worker that caught up after a failed step read the global
   // step before taking the tokens handed out meanwhile, so an update between the two left
   // it computing the step before with the next step's token spent (seed 1 stalled 5 s).
-  ::setenv("TROUPE_BUGGIFY_LIVE", "network.spike,step.unavailable", 1);
-  struct unset {
-    ~unset() { ::unsetenv("TROUPE_BUGGIFY_LIVE"); }
-  } unset_at_end;
+  const live_sites live("network.spike,step.unavailable");
   for (const std::string& base : {std::string(k_scenario), sync_scenario()}) {
     for (int seed = 1; seed <= 3; ++seed) {
       std::string out;
@@ -530,10 +535,7 @@ TEST_CASE("simulation: BUGGIFY step.lost_answer live: a SYNC update that went in
   // global step and counts an update past the last it knew; before, a lost answer of the
   // last update left it waiting for the gradients of a step after the last, for ever
   // (seed 4 here; the fault matrix's 'kill ps' SYNC seed 15).
-  ::setenv("TROUPE_BUGGIFY_LIVE", "step.lost_answer", 1);
-  struct unset {
-    ~unset() { ::unsetenv("TROUPE_BUGGIFY_LIVE"); }
-  } unset_at_end;
+  const live_sites live("step.lost_answer");
   int last_lost = 0;
   for (int seed = 1; seed <= 6; ++seed) {
     std::string out;
