@@ -5,6 +5,7 @@
 #include <cstring>
 #include <map>
 #include <set>
+#include <utility>
 
 #include "core/env.h"
 #include "core/retry.h"
@@ -561,13 +562,20 @@ result<std::optional<std::int64_t>> checkpoint_manager::restore_some(const std::
   return std::optional<std::int64_t>(restored->global_step);
 }
 
+bool checkpoint_manager::due_at(std::int64_t global_step) {
+  const bool scheduled = global_step >= next_due_;
+  if (!scheduled && !retry_due_) return false;
+  while (next_due_ <= global_step) next_due_ += options_.every_steps;
+  retry_due_ = false;
+  return true;
+}
+
 void checkpoint_manager::step_done(std::int64_t global_step) {
   if (options_.every_steps <= 0) return;
   bool request = false;
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    if (global_step >= next_due_) {
-      while (next_due_ <= global_step) next_due_ += options_.every_steps;
+    if (due_at(global_step)) {
       if (requested_) ++stats_.merged;  // one save, after the one being written, serves both
       request = requested_ = true;
     }
@@ -579,8 +587,7 @@ void checkpoint_manager::cut_if_due(std::int64_t global_step) {
   if (options_.every_steps <= 0) return;
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    if (global_step < next_due_) return;
-    while (next_due_ <= global_step) next_due_ += options_.every_steps;
+    if (!due_at(global_step)) return;
   }
   double stopped = 0;
   std::optional<checkpoint::committed> unchanged;
@@ -629,12 +636,16 @@ bool checkpoint_manager::periodic_save_fails() {
 
 status checkpoint_manager::count_failure(const status& s) {
   std::string why = s.to_string();
+  bool again = false;
   {
     std::lock_guard<std::mutex> lock(mutex_);
     ++stats_.failed;
     stats_.errors.push_back(why);
+    again = options_.every_steps > 0 && !std::exchange(retry_spent_, true);
+    retry_due_ = retry_due_ || again;
   }
-  log("checkpoint: save failed, training goes on (the committed checkpoints are intact): " + why);
+  log("checkpoint: save failed, training goes on (the committed checkpoints are intact" +
+      std::string(again ? "; tried again at the next step" : "") + "): " + why);
   return s;
 }
 
@@ -718,6 +729,7 @@ result<checkpoint::committed> checkpoint_manager::write(const checkpoint::snapsh
   {
     std::lock_guard<std::mutex> lock(mutex_);
     ++stats_.committed;
+    retry_spent_ = false;
     stats_.commit_times.push_back(env::now());
     last_committed_ = *committed;
     stats_.latest_path = committed->path;

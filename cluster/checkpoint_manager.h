@@ -44,7 +44,8 @@
 //    replication: after an update, before the workers get their tokens).
 // 4. Failures: a save that fails (a full disk, an I/O error, a task down) leaves the
 //    committed checkpoints as they were; it is counted, reported through options.log,
-//    and training goes on. Saves requested while one is being written merge into one.
+//    and training goes on; a periodic one is tried again at the next step (once, until a
+//    save commits again). Saves requested while one is being written merge into one.
 //
 // Thread safety: every method may be called from any thread; each call that does I/O
 // blocks its caller, so never call one on a CAF scheduler thread (step_done never
@@ -231,6 +232,11 @@ class checkpoint_manager {
   std::map<std::string, std::uint64_t, std::less<>> pipeline_restores_;  // by task
   env::condition_variable written_;
   std::int64_t next_due_ = 0;
+  // A periodic save that failed is tried again at the next step (once: a second failure
+  // waits for the schedule, so a full disk is not hammered); a commit rearms it.
+  bool retry_due_ = false, retry_spent_ = false;
+  // Whether a periodic save is due at `global_step`; moves the schedule on. Under mutex_.
+  bool due_at(std::int64_t global_step);
   checkpoint_stats stats_;
   std::optional<checkpoint::committed> last_committed_;  // by this manager
   env::thread writer_;

@@ -121,9 +121,10 @@ class sync_coordinator {
   // not stopping.
   bool may_retry(const status& failure);
   // A reset or the tokens after an update, tried again: 1 ms after the first failure,
-  // doubling up to 100 ms (a task restarted comes back within that of its restore).
+  // doubling up to 20 ms (a task restarted comes back within that of its restore; a
+  // reset later than the recovery's own drops the gradients handed in meanwhile).
   static constexpr retry_policy k_pause_again{env::clock::time_point::max(), std::chrono::milliseconds(1),
-                                              std::chrono::milliseconds(100)};
+                                              std::chrono::milliseconds(20)};
 
   std::unique_ptr<actors::session> session_;  // holds the cluster
   sync_coordinator_options options_;

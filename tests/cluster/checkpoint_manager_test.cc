@@ -6,6 +6,7 @@
 #include <catch2/catch.hpp>
 
 #include <atomic>
+#include <chrono>
 #include <cstring>
 #include <filesystem>
 #include <string>
@@ -264,6 +265,52 @@ TEST_CASE("a full disk fails a save, not the run, and the committed checkpoints 
   auto again = manager->save_now();
   REQUIRE(again.ok());
   CHECK(again->step == 3);
+}
+
+TEST_CASE("a periodic save that failed is tried again at the next step, once while it fails", "[cluster][checkpoint]") {
+  temp_dir dir;
+  auto [c, model, s] = start_counting(1);
+  cluster::faulty_file_system fs;
+  cluster::checkpoint_manager_options o;
+  o.dir = dir.path;
+  o.fs = &fs;
+  o.every_steps = 5;
+  auto manager = manager_on(c, *model, o);
+  // The writer saves on its own thread: wait for what it has done (or give up).
+  auto wait_for = [&](auto done) {
+    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+    while (!done(manager->stats()) && std::chrono::steady_clock::now() < until) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    return done(manager->stats());
+  };
+  std::int64_t step = 0;
+  auto train_to = [&](std::int64_t last) {
+    while (step < last) {
+      REQUIRE(s->run({}, {}, {"train"}).ok());
+      manager->step_done(++step);
+    }
+  };
+  fs.full = true;
+  train_to(5);  // due: fails
+  REQUIRE(wait_for([](const cluster::checkpoint_stats& st) { return st.failed == 1; }));
+  train_to(6);  // tried again at once: fails again
+  REQUIRE(wait_for([](const cluster::checkpoint_stats& st) { return st.failed == 2; }));
+  train_to(9);  // no more tries until the schedule's next
+  fs.full = false;
+  train_to(10);
+  REQUIRE(wait_for([](const cluster::checkpoint_stats& st) { return st.committed == 1; }));
+  auto st = manager->stats();
+  CHECK(st.latest_step == 10);
+  CHECK(st.failed == 2);
+  // A commit rearms it: the next failure is tried again at the step after, and commits.
+  fs.full = true;
+  train_to(15);
+  REQUIRE(wait_for([](const cluster::checkpoint_stats& st) { return st.failed == 3; }));
+  fs.full = false;
+  train_to(16);
+  REQUIRE(wait_for([](const cluster::checkpoint_stats& st) { return st.committed == 2; }));
+  CHECK(manager->stats().latest_step == 16);
 }
 
 namespace {
