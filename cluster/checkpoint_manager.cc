@@ -563,10 +563,10 @@ result<std::optional<std::int64_t>> checkpoint_manager::restore_some(const std::
 }
 
 bool checkpoint_manager::due_at(std::int64_t global_step) {
-  const bool scheduled = global_step >= next_due_;
-  if (!scheduled && !retry_due_) return false;
+  last_step_ = std::max(last_step_, global_step);
+  if (global_step < next_due_ && global_step < retry_at_) return false;
   while (next_due_ <= global_step) next_due_ += options_.every_steps;
-  retry_due_ = false;
+  retry_at_ = std::numeric_limits<std::int64_t>::max();
   return true;
 }
 
@@ -641,11 +641,14 @@ status checkpoint_manager::count_failure(const status& s) {
     std::lock_guard<std::mutex> lock(mutex_);
     ++stats_.failed;
     stats_.errors.push_back(why);
-    again = options_.every_steps > 0 && !std::exchange(retry_spent_, true);
-    retry_due_ = retry_due_ || again;
+    again = options_.every_steps > 0 && retry_gap_ < options_.every_steps;
+    if (again) {
+      retry_at_ = std::min(retry_at_, last_step_ + retry_gap_);
+      retry_gap_ *= 2;
+    }
   }
   log("checkpoint: save failed, training goes on (the committed checkpoints are intact" +
-      std::string(again ? "; tried again at the next step" : "") + "): " + why);
+      std::string(again ? "; tried again soon" : "") + "): " + why);
   return s;
 }
 
@@ -729,7 +732,7 @@ result<checkpoint::committed> checkpoint_manager::write(const checkpoint::snapsh
   {
     std::lock_guard<std::mutex> lock(mutex_);
     ++stats_.committed;
-    retry_spent_ = false;
+    retry_gap_ = 1;
     stats_.commit_times.push_back(env::now());
     last_committed_ = *committed;
     stats_.latest_path = committed->path;

@@ -44,8 +44,8 @@
 //    replication: after an update, before the workers get their tokens).
 // 4. Failures: a save that fails (a full disk, an I/O error, a task down) leaves the
 //    committed checkpoints as they were; it is counted, reported through options.log,
-//    and training goes on; a periodic one is tried again at the next step (once, until a
-//    save commits again). Saves requested while one is being written merge into one.
+//    and training goes on; a periodic one is tried again 1, then 2, 4, ... steps later
+//    while that comes before the next scheduled one. Saves requested while one is being written merge into one.
 //
 // Thread safety: every method may be called from any thread; each call that does I/O
 // blocks its caller, so never call one on a CAF scheduler thread (step_done never
@@ -55,6 +55,7 @@
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <limits>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -232,9 +233,12 @@ class checkpoint_manager {
   std::map<std::string, std::uint64_t, std::less<>> pipeline_restores_;  // by task
   env::condition_variable written_;
   std::int64_t next_due_ = 0;
-  // A periodic save that failed is tried again at the next step (once: a second failure
-  // waits for the schedule, so a full disk is not hammered); a commit rearms it.
-  bool retry_due_ = false, retry_spent_ = false;
+  // A periodic save that failed is tried again 1 step later, then 2, 4, ... steps after
+  // each failure while that is sooner than the schedule's next (a full disk costs a few
+  // tries a period, not one a step); a commit starts again from 1.
+  std::int64_t retry_at_ = std::numeric_limits<std::int64_t>::max();
+  std::int64_t retry_gap_ = 1;
+  std::int64_t last_step_ = 0;  // the latest global step step_done or cut_if_due saw
   // Whether a periodic save is due at `global_step`; moves the schedule on. Under mutex_.
   bool due_at(std::int64_t global_step);
   checkpoint_stats stats_;

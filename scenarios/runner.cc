@@ -243,7 +243,10 @@ result<test_set> load_test_set(const dataset_files& files) {
   return t;
 }
 
-result<double> evaluate(actors::session& s, const test_set& t) {
+// The test accuracy, 1,000 images a step; `run` makes each step (a callable that takes the
+// step's request and answers its result: it may retry the step, or pass a gate).
+template <class Run>
+result<double> evaluate(actors::session& s, const test_set& t, Run&& run) {
   const std::int64_t n = t.labels.num_elements();
   const std::int64_t chunk = 1000;
   std::int64_t correct = 0;
@@ -253,7 +256,7 @@ result<double> evaluate(actors::session& s, const test_set& t) {
     tensor y(dtype::int32, {k});
     std::memcpy(x.raw_data(), t.images.flat<float>().data() + begin * 784, x.byte_size());
     std::memcpy(y.raw_data(), t.labels.flat<std::int32_t>().data() + begin, y.byte_size());
-    auto r = s.run({{"eval_images", x}, {"eval_labels", y}}, {"eval_correct"});
+    result<std::vector<tensor>> r = run([&] { return s.run({{"eval_images", x}, {"eval_labels", y}}, {"eval_correct"}); });
     if (!r.ok()) return r.error().with_context("evaluation");
     correct += r->at(0).scalar_value<std::int32_t>();
   }
@@ -1116,10 +1119,10 @@ result<run_summary> run_scenario(const scenario::Scenario& sc, const run_options
   auto evaluate_at = [&](std::int64_t step) {
     if (next_eval <= 0 || step < next_eval || step >= total_steps) return true;
     std::lock_guard<env::mutex> lock(eval_mutex);
-    const result<double> acc = [&] {
+    const result<double> acc = evaluate(**evaluator, *tests, [&](auto request) {
       cluster::step_gate::pass inside(gate);
-      return evaluate(**evaluator, *tests);
-    }();
+      return request();
+    });
     if (acc.ok()) {
       progress.message(str_cat("step ", step, ": test accuracy ", std::to_string(*acc * 100).substr(0, 5), "%"));
     } else if (cluster::is_retryable(acc.error())) {
@@ -1444,7 +1447,9 @@ result<run_summary> run_scenario(const scenario::Scenario& sc, const run_options
   }
   summary.final_loss = shape_only ? 0 : progress.smoothed_loss();
   if (!shape_only) {
-    auto acc = settled(gated([&] { return evaluate(**evaluator, *tests); }));
+    // Each step of it retried on its own: a whole evaluation (10 steps) retried as one
+    // needed every one of them through in the same try.
+    auto acc = evaluate(**evaluator, *tests, [&](auto request) { return settled(gated(request)); });
     if (!acc.ok()) return acc.error();
     summary.test_accuracy = *acc;
   }

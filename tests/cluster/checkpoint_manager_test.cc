@@ -267,14 +267,15 @@ TEST_CASE("a full disk fails a save, not the run, and the committed checkpoints 
   CHECK(again->step == 3);
 }
 
-TEST_CASE("a periodic save that failed is tried again at the next step, once while it fails", "[cluster][checkpoint]") {
+TEST_CASE("a periodic save that failed is tried again 1, 2, 4, ... steps later, before the next one due",
+          "[cluster][checkpoint]") {
   temp_dir dir;
   auto [c, model, s] = start_counting(1);
   cluster::faulty_file_system fs;
   cluster::checkpoint_manager_options o;
   o.dir = dir.path;
   o.fs = &fs;
-  o.every_steps = 5;
+  o.every_steps = 8;
   auto manager = manager_on(c, *model, o);
   // The writer saves on its own thread: wait for what it has done (or give up).
   auto wait_for = [&](auto done) {
@@ -284,6 +285,8 @@ TEST_CASE("a periodic save that failed is tried again at the next step, once whi
     }
     return done(manager->stats());
   };
+  auto failed = [](int n) { return [n](const cluster::checkpoint_stats& st) { return st.failed == n; }; };
+  auto committed = [](int n) { return [n](const cluster::checkpoint_stats& st) { return st.committed == n; }; };
   std::int64_t step = 0;
   auto train_to = [&](std::int64_t last) {
     while (step < last) {
@@ -292,25 +295,28 @@ TEST_CASE("a periodic save that failed is tried again at the next step, once whi
     }
   };
   fs.full = true;
-  train_to(5);  // due: fails
-  REQUIRE(wait_for([](const cluster::checkpoint_stats& st) { return st.failed == 1; }));
-  train_to(6);  // tried again at once: fails again
-  REQUIRE(wait_for([](const cluster::checkpoint_stats& st) { return st.failed == 2; }));
-  train_to(9);  // no more tries until the schedule's next
-  fs.full = false;
-  train_to(10);
-  REQUIRE(wait_for([](const cluster::checkpoint_stats& st) { return st.committed == 1; }));
-  auto st = manager->stats();
-  CHECK(st.latest_step == 10);
-  CHECK(st.failed == 2);
-  // A commit rearms it: the next failure is tried again at the step after, and commits.
-  fs.full = true;
-  train_to(15);
-  REQUIRE(wait_for([](const cluster::checkpoint_stats& st) { return st.failed == 3; }));
+  train_to(8);  // due: fails
+  REQUIRE(wait_for(failed(1)));
+  train_to(9);  // 1 step later: fails
+  REQUIRE(wait_for(failed(2)));
+  train_to(11);  // 2 later
+  REQUIRE(wait_for(failed(3)));
+  train_to(15);  // 4 later (8 later is the schedule's own)
+  REQUIRE(wait_for(failed(4)));
   fs.full = false;
   train_to(16);
-  REQUIRE(wait_for([](const cluster::checkpoint_stats& st) { return st.committed == 2; }));
-  CHECK(manager->stats().latest_step == 16);
+  REQUIRE(wait_for(committed(1)));
+  auto st = manager->stats();
+  CHECK(st.latest_step == 16);
+  CHECK(st.failed == 4);
+  // A commit starts again from 1 step.
+  fs.full = true;
+  train_to(24);
+  REQUIRE(wait_for(failed(5)));
+  fs.full = false;
+  train_to(25);
+  REQUIRE(wait_for(committed(2)));
+  CHECK(manager->stats().latest_step == 25);
 }
 
 namespace {
