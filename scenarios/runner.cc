@@ -902,8 +902,12 @@ result<run_summary> run_scenario(const scenario::Scenario& sc, const run_options
   cluster::fault_injector faults(*cluster, fault_specs, fo);
   // A step caught by a task's failure runs again, unless the supervisor gave up.
   std::atomic<std::int64_t> retried{0};
+  // Whether a request a fault caught may be made again (the SYNC coordinator's and the
+  // closing requests, which pause themselves); `retry` also counts a training or reader
+  // step run again (the summary's steps_retried) and pauses 1 ms.
+  auto may_retry = [&](const status& error) { return cluster::is_retryable(error) && supervisor->failure().ok(); };
   auto retry = [&](const status& error) {
-    if (!cluster::is_retryable(error) || !supervisor->failure().ok()) return false;
+    if (!may_retry(error)) return false;
     ++retried;
     env::sleep_for(std::chrono::milliseconds(1));
     return true;
@@ -981,7 +985,7 @@ result<run_summary> run_scenario(const scenario::Scenario& sc, const run_options
     // The checkpoints' cuts come between an update and the tokens of the next step, when
     // every worker's input pipeline has given exactly the batches of the steps taken.
     if (checkpoints != nullptr) o.before_tokens = [&](std::int64_t step) { checkpoints->cut_if_due(step); };
-    o.retry = retry;
+    o.retry = may_retry;
     o.log = log_line;
     auto c = cluster::sync_coordinator::create(*cluster, *g, chief_ops, o);
     if (!c.ok()) return c.error();
@@ -1412,7 +1416,7 @@ result<run_summary> run_scenario(const scenario::Scenario& sc, const run_options
   // gate (closed while a restarted task is restored; the checkpoint closes it itself).
   const auto closing_deadline = env::now() + std::chrono::minutes(1);
   auto settled = [&](auto request) {
-    return run_retried(request, retry,
+    return run_retried(request, may_retry,
                        retry_policy{closing_deadline, std::chrono::milliseconds(20), std::chrono::milliseconds(20)});
   };
   auto gated = [&](auto request) {
