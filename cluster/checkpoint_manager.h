@@ -45,7 +45,8 @@
 // 4. Failures: a save that fails (a full disk, an I/O error, a task down) leaves the
 //    committed checkpoints as they were; it is counted, reported through options.log,
 //    and training goes on; a periodic one is tried again 1, then 2, 4, ... steps later
-//    while that comes before the next scheduled one. Saves requested while one is being written merge into one.
+//    while that comes before the next scheduled one. Saves requested while one is being
+//    written merge into one.
 //
 // Thread safety: every method may be called from any thread; each call that does I/O
 // blocks its caller, so never call one on a CAF scheduler thread (step_done never

@@ -219,6 +219,13 @@ result<std::int64_t> sync_coordinator::turn(std::int64_t epoch) {
 void sync_coordinator::loop() {
   status outcome;
   std::int64_t step = -1;
+  // An update that went in: counted, and step_done told. Whether it was the last.
+  auto updated = [&](std::int64_t to) {
+    step = to;
+    ++updates_;
+    if (options_.step_done) options_.step_done(step);
+    return step >= options_.last_step;
+  };
   while (!stop_) {
     const std::int64_t epoch = epoch_.load();
     auto next = turn(epoch);
@@ -263,18 +270,12 @@ void sync_coordinator::loop() {
       if (reset.ok() && *reset > known_step_.load()) {
         if (options_.log) options_.log(str_cat("sync: the update to global step ", *reset, " went in though its answer was lost"));
         known_step_ = *reset;
-        step = *reset;
-        if (step >= options_.last_step) finished_ = true;
-        ++updates_;
-        if (options_.step_done) options_.step_done(step);
-        if (step >= options_.last_step) break;
+        if (*reset >= options_.last_step) finished_ = true;
+        if (updated(*reset)) break;
       }
       continue;
     }
-    step = *next;
-    ++updates_;
-    if (options_.step_done) options_.step_done(step);
-    if (step >= options_.last_step) break;
+    if (updated(*next)) break;
   }
   if (outcome.ok() && step < options_.last_step) outcome = cancelled_error("sync coordinator: stopped at global step ", step);
   // No replica waits for a token that will never come.
