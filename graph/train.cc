@@ -295,6 +295,19 @@ result<gathered> gather_gradients(const scope& s, const std::string& opt_name, c
   return out;
 }
 
+// Whether `opt`'s learning-rate decay can be built (before anything is added).
+status check_decay(const optimizer& opt, const variable& global_step) {
+  if (opt.decay_steps < 0 || (opt.decay_steps > 0 && !(opt.decay_rate > 0))) {
+    return invalid_argument_error("minimize: learning-rate decay needs decay_steps >= 0 and decay_rate > 0 (",
+                                  opt.name(), " has decay_steps ", opt.decay_steps, ", decay_rate ", opt.decay_rate,
+                                  ")");
+  }
+  if (opt.decay_steps > 0 && !global_step.valid()) {
+    return invalid_argument_error("minimize: ", opt.name(), "'s learning-rate decay needs a global step");
+  }
+  return status();
+}
+
 // Adds `opt`'s updates of vars.trainable by `gradients` (minimize's second half; one
 // entry per trainable variable, empty for those the loss does not reach). `reads`, when
 // given, are the step's reads that each update waits for (readers_of).
@@ -308,6 +321,23 @@ result<operation> apply_gradients(const scope& s, const optimizer& opt, std::vec
   std::vector<operation> updates;
   variable beta1_power, beta2_power;
   const std::vector<bool> needed = reads != nullptr ? ancestors_of(g, gradients) : std::vector<bool>{};
+  // The learning rate in dtype t: a constant, or decayed from the global step (one per
+  // dtype, where the step lives).
+  std::map<dtype, output> decayed;
+  auto learning_rate = [&](dtype t) -> output {
+    if (opt.decay_steps == 0) return hyper.get("learning_rate", t, opt.learning_rate);
+    auto it = decayed.find(t);
+    if (it != decayed.end()) return it->second;
+    const scope ds = os.sub("learning_rate_decay").colocate_with(global_step.handle.node);
+    output step = ops::cast(ds, ds.add("ReadVariableOp", {global_step.handle}, {{"dtype", attr_value(global_step.type)}}).out(), t);
+    output exponent = ops::div(ds, step, graph::scalar_of(ds, t, static_cast<double>(opt.decay_steps)));
+    if (opt.staircase) exponent = ds.add("Floor", {exponent}).out();
+    output factor = ds.add("Pow", {graph::scalar_of(ds, t, opt.decay_rate), exponent}).out();
+    output lr = ops::mul(os.with_name("learning_rate_decayed").colocate_with(global_step.handle.node),
+                         graph::scalar_of(ds, t, opt.learning_rate), factor);
+    decayed.emplace(t, lr);
+    return lr;
+  };
   auto slot = [&](const variable& v, const std::string& suffix, double initial) {
     // Slots live with their variable (TensorFlow colocates them the same way).
     variable slot_var = graph::make_variable(s.colocate_with(v.handle.node), v.name + "/" + suffix, v.shape, v.type,
@@ -329,11 +359,12 @@ result<operation> apply_gradients(const scope& s, const optimizer& opt, std::vec
       us = us.with_control_dependencies(std::move(readers)).with_attr(graph::k_in_place_after_attr, std::move(names));
     }
     const dtype t = v.type;
-    output lr = hyper.get("learning_rate", t, opt.learning_rate);
+    output lr = learning_rate(t);
 
     if (opt.kind == algorithm::gradient_descent) {
       for (const auto& [rows, indices] : grad.sparse) {
-        output delta = ops::mul(us, rows, hyper.get("neg_learning_rate", t, -opt.learning_rate));
+        output neg_lr = opt.decay_steps == 0 ? hyper.get("neg_learning_rate", t, -opt.learning_rate) : ops::neg(us, lr);
+        output delta = ops::mul(us, rows, neg_lr);
         updates.push_back(us.add("ResourceScatterAdd", {v.handle, indices, delta}));
       }
       if (!grad.dense.empty()) {
@@ -434,6 +465,7 @@ result<operation> apply_gradients(const scope& s, const optimizer& opt, std::vec
 
 result<operation> minimize(const scope& s, const optimizer& opt, const output& loss,
                            variable_collection& vars, const variable& global_step) {
+  TROUPE_RETURN_IF_ERROR(check_decay(opt, global_step));
   auto gathered = gather_gradients(s, opt.name(), loss, vars);
   if (!gathered.ok()) return gathered.error();
   return apply_gradients(s, opt, std::move(gathered->gradients), &gathered->reads, vars, global_step);
@@ -460,6 +492,7 @@ result<sync_replicas_ops> minimize(const scope& s, const sync_replicas_optimizer
     return invalid_argument_error("sync_replicas: replica ", replica, " is not in [0, ", total, ")");
   }
   if (!global_step.valid()) return invalid_argument_error("sync_replicas: a global step is needed");
+  TROUPE_RETURN_IF_ERROR(check_decay(opt.base, global_step));
   auto gathered = gather_gradients(s, opt.base.name(), loss, vars);
   if (!gathered.ok()) return gathered.error();
 

@@ -22,7 +22,8 @@
 //     "beta1_power", "beta2_power" (initialized to beta1, beta2; multiplied by them after
 //     every step's updates); RMSProp: ms (ones, as TensorFlow 1) and mom (zeros);
 //   - "O/update_<v.name>/ResourceApply..." with the hyper-parameters as constants of v's
-//     dtype (use_locking false); for gradient descent, TroupeApplyGradientDescentMatMul
+//     dtype (use_locking false) but a decayed learning rate ("O/learning_rate_decayed",
+//     optimizer::decay_steps); for gradient descent, TroupeApplyGradientDescentMatMul
 //     where the gradient is a MatMul's product (optimizer::fuse_matmul_updates);
 //   - for sparse gradients: gradient descent adds ResourceScatterAdd(v, indices,
 //     -lr * rows) (only the gathered rows change); the other optimizers turn the rows into
@@ -81,6 +82,13 @@ struct optimizer {
   // devices are assigned later (replica_device_setter puts variables on parameter
   // servers) the servers would compute it. Turn it on for single-device training.
   bool fuse_matmul_updates = false;
+  // Learning-rate decay (TensorFlow 1's tf.train.exponential_decay): with decay_steps > 0
+  // each step's rate is learning_rate * decay_rate ^ (global_step / decay_steps), the
+  // exponent rounded down with staircase; computed where the global step lives, in the
+  // variables' dtype, from its value when the step's updates start. Needs a global step.
+  std::int64_t decay_steps = 0;  // 0: a constant learning rate
+  double decay_rate = 1.0;
+  bool staircase = false;
 
   // "GradientDescent", "Momentum", "Adagrad", "Adam", "RMSProp".
   std::string name() const;

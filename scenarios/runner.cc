@@ -111,11 +111,17 @@ result<cluster_layout> layout_of(const scenario::Cluster& c) {
 
 train::optimizer optimizer_of(const scenario::Optimizer& o) {
   const std::string& n = o.name();
-  if (n == "momentum") return train::momentum(o.learning_rate(), o.momentum(), o.nesterov());
-  if (n == "adagrad") return train::adagrad(o.learning_rate(), o.initial_accumulator_value());
-  if (n == "adam") return train::adam(o.learning_rate(), o.beta1(), o.beta2(), o.epsilon());
-  if (n == "rmsprop") return train::rms_prop(o.learning_rate(), o.decay(), o.momentum(), o.epsilon());
-  return train::gradient_descent(o.learning_rate());
+  train::optimizer opt = n == "momentum" ? train::momentum(o.learning_rate(), o.momentum(), o.nesterov())
+                         : n == "adagrad" ? train::adagrad(o.learning_rate(), o.initial_accumulator_value())
+                         : n == "adam"    ? train::adam(o.learning_rate(), o.beta1(), o.beta2(), o.epsilon())
+                         : n == "rmsprop" ? train::rms_prop(o.learning_rate(), o.decay(), o.momentum(), o.epsilon())
+                                          : train::gradient_descent(o.learning_rate());
+  if (o.has_decay_steps()) {
+    opt.decay_steps = o.decay_steps();
+    opt.decay_rate = o.decay_rate();
+    opt.staircase = o.staircase();
+  }
+  return opt;
 }
 
 // Places variables on the PS tasks and the rest on `worker_device`, then validates.
@@ -158,7 +164,7 @@ result<graph::graph> training_graph(const scenario::Scenario& sc, const cluster_
         {"shapes", graph::attr_value(std::vector<partial_shape>{partial_shape({784}), partial_shape::scalar()})},
         {"capacity", graph::attr_value(static_cast<std::int64_t>(d.queue_capacity()))}};
     std::string queue_op = "FIFOQueueV2";
-    if (d.shuffle()) {
+    if (d.shuffle() && !d.deterministic()) {
       queue_op = "RandomShuffleQueueV2";
       queue_attrs["min_after_dequeue"] = graph::attr_value(static_cast<std::int64_t>(d.min_after_dequeue()));
       queue_attrs["seed"] = graph::attr_value(seed + 1000 * worker + 2);
@@ -1465,7 +1471,9 @@ result<run_summary> run_scenario(const scenario::Scenario& sc, const run_options
     out << " of virtual time (" << std::to_string(wall).substr(0, 5) << " s wall for the whole run, "
         << std::to_string(summary.virtual_seconds).substr(0, 5) << " s virtual)";
   }
-  out << " (" << static_cast<int>(summary.steps / std::max(seconds, 1e-9)) << " steps/s); ";
+  // (No rate for a run that trained nothing: one resumed at or past its last step.)
+  if (seconds > 0) out << " (" << static_cast<std::int64_t>(summary.steps / seconds) << " steps/s)";
+  out << "; ";
   if (shape_only) {
     out << "shape-only: no loss or accuracy\n";
   } else {

@@ -402,6 +402,10 @@ struct optimizer_parameter {
   const char* field;
   double default_value;
 };
+// Fields of every optimizer (learning-rate decay), checked on their own.
+bool is_decay_field(const std::string& field) {
+  return field == "decay_steps" || field == "decay_rate" || field == "staircase";
+}
 const std::map<std::string, std::vector<optimizer_parameter>>& optimizer_parameters() {
   static const auto* table = new std::map<std::string, std::vector<optimizer_parameter>>{
       {"sgd", {{"learning_rate", 0.01}}},
@@ -430,7 +434,7 @@ void check_optimizer(checker& c, const node& parent, scenario::Optimizer* optimi
   const pb::Descriptor* type = optimizer->GetDescriptor();
   for (int i = 0; i < type->field_count(); ++i) {
     const pb::FieldDescriptor* field = type->field(i);
-    if (field->name() == "name") continue;
+    if (field->name() == "name" || is_decay_field(field->name())) continue;
     auto p = std::find_if(parameters.begin(), parameters.end(),
                           [&](const optimizer_parameter& q) { return q.field == field->name(); });
     bool has = reflection->HasField(*optimizer, field);
@@ -463,6 +467,18 @@ void check_optimizer(checker& c, const node& parent, scenario::Optimizer* optimi
   if (optimizer->has_epsilon()) positive("epsilon", optimizer->epsilon());
   if (optimizer->has_initial_accumulator_value()) {
     positive("initial_accumulator_value", optimizer->initial_accumulator_value());
+  }
+  if (optimizer->has_decay_steps()) {
+    check_range(c, n, "decay_steps", optimizer->decay_steps(), 1, k_max_steps);
+    if (!optimizer->has_decay_rate()) {
+      c.error(n, "decay_steps", "needs decay_rate: the learning rate is multiplied by it every decay_steps steps");
+    } else {
+      positive("decay_rate", optimizer->decay_rate());
+    }
+  } else {
+    for (const char* field : {"decay_rate", "staircase"}) {
+      if (c.written(n, field)) c.error(n, field, "needs decay_steps (learning-rate decay)");
+    }
   }
 }
 
@@ -511,14 +527,22 @@ void check_dataset(checker& c, const node& parent, scenario::Dataset* dataset,
   if (dataset->dir().empty()) dataset->set_dir(k_default_dataset_dir);
   if (!dataset->has_shuffle()) dataset->set_shuffle(true);
   if (!dataset->has_reader_threads()) dataset->set_reader_threads(1);
+  if (!dataset->has_deterministic()) dataset->set_deterministic(false);
   check_range(c, n, "reader_threads", dataset->reader_threads(), 1, k_max_reader_threads);
+  if (dataset->deterministic() && dataset->reader_threads() > 1) {
+    c.error(n, "reader_threads", "is ", dataset->reader_threads(),
+            " but deterministic: true needs 1 (several readers fill the queue in an order set by timing)");
+  }
+  // A shuffling queue only with shuffle and without deterministic.
+  const bool shuffling_queue = dataset->shuffle() && !dataset->deterministic();
   if (!dataset->has_min_after_dequeue()) {
-    dataset->set_min_after_dequeue(dataset->shuffle() ? static_cast<std::int32_t>(4 * batch_size) : 0);
+    dataset->set_min_after_dequeue(shuffling_queue ? static_cast<std::int32_t>(4 * batch_size) : 0);
   } else if (dataset->min_after_dequeue() < 0 || dataset->min_after_dequeue() >= k_max_queue_capacity) {
     check_range(c, n, "min_after_dequeue", dataset->min_after_dequeue(), 0, k_max_queue_capacity - 1);
-  } else if (!dataset->shuffle() && dataset->min_after_dequeue() > 0) {
+  } else if (!shuffling_queue && dataset->min_after_dequeue() > 0) {
     c.error(n, "min_after_dequeue", "is ", dataset->min_after_dequeue(),
-            " but the dataset is not shuffled (shuffle: false): it must be 0");
+            dataset->shuffle() ? " but the queue is first-in first-out (deterministic: true): it must be 0"
+                               : " but the dataset is not shuffled (shuffle: false): it must be 0");
   }
   if (!dataset->has_queue_capacity()) {
     std::int64_t wanted = std::int64_t{dataset->min_after_dequeue()} + 3 * batch_size;

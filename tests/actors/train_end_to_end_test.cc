@@ -3,10 +3,12 @@
 // embedding; the global step counts steps; batch_norm's moving averages move).
 #include <catch2/catch.hpp>
 
+#include <cmath>
 #include <random>
 
 #include "actors/session.h"
 #include "tests/actors/session_fixture.h"
+#include "graph/initializers.h"
 #include "graph/nn.h"
 #include "graph/ops.h"
 #include "graph/train.h"
@@ -63,6 +65,43 @@ TEST_CASE("every optimizer fits a linear model", "[train_end_to_end]") {
     INFO("loss " << l0 << " -> " << l1);
     CHECK(l1 < 0.01 * l0);
     CHECK((*last)[1].scalar_value<std::int64_t>() == 200);
+  }
+}
+
+TEST_CASE("a decayed learning rate: each step's rate is lr * rate^(step / decay_steps)", "[train_end_to_end]") {
+  // loss = sum(v) has gradient 1 everywhere: each gradient-descent step takes exactly its
+  // learning rate off every element, and each Adam step (m / sqrt(v) = 1 for a constant
+  // gradient) its bias-corrected rate.
+  for (const bool staircase : {false, true}) {
+    for (const bool adam : {false, true}) {
+      INFO("staircase " << staircase << " adam " << adam);
+      auto root = scope::new_root();
+      graph::variable_collection vars;
+      auto v = graph::make_variable(root, "v", tensor_shape{3}, dtype::float32, init::constant_initializer(1.0));
+      vars.add(v, true);
+      output loss = ops::sum(root, v.value, ops::constant(root, tensor::from_vector<std::int32_t>({0})));
+      auto step = train::make_global_step(root, vars);
+      train::optimizer opt = adam ? train::adam(0.1) : train::gradient_descent(0.1);
+      opt.decay_steps = 2;
+      opt.decay_rate = 0.5;
+      opt.staircase = staircase;
+      auto train_op = train::minimize(root, opt, loss, vars, step);
+      REQUIRE(train_op.ok());
+      auto init = graph::global_variables_initializer(root, vars);
+      auto session = make_session(root);
+      REQUIRE(session->run({}, {}, {init.node}).ok());
+      double expected = 1.0;
+      for (int i = 0; i < 5; ++i) {
+        REQUIRE(session->run({}, {}, {train_op->node}).ok());
+        const double exponent = staircase ? std::floor(i / 2.0) : i / 2.0;
+        double lr = 0.1 * std::pow(0.5, exponent);
+        expected -= lr;
+        auto r = session->run({}, {v.value.name()});
+        REQUIRE(r.ok());
+        INFO("step " << i);
+        CHECK((*r)[0].flat<float>()[0] == Approx(expected).epsilon(1e-5));
+      }
+    }
   }
 }
 

@@ -659,6 +659,18 @@ TEST_CASE("minimize errors", "[train_graph]") {
   auto int_loss = train::minimize(root, train::adam(), ops::placeholder(root, dtype::int32), vars);
   REQUIRE_FALSE(int_loss.ok());
   CHECK(int_loss.error().message().find("int32") != std::string::npos);
+
+  output y = ops::sum(root, ops::square(root, a.value), ops::scalar<std::int32_t>(root, 0));
+  train::optimizer decayed = train::adam();
+  decayed.decay_steps = 100;
+  decayed.decay_rate = 0.5;
+  auto no_step = train::minimize(root, decayed, y, vars);
+  REQUIRE_FALSE(no_step.ok());
+  CHECK(no_step.error().message() == "minimize: Adam's learning-rate decay needs a global step");
+  decayed.decay_rate = 0;
+  auto no_rate = train::minimize(root, decayed, y, vars);
+  REQUIRE_FALSE(no_rate.ok());
+  CHECK(no_rate.error().message().find("decay_rate > 0") != std::string::npos);
 }
 
 TEST_CASE("the example of doc/training.md builds", "[train_graph]") {

@@ -123,6 +123,13 @@ TEST_CASE("Defaults are filled in", "[scenario]") {
   REQUIRE(unshuffled.ok());
   CHECK(unshuffled->dataset().min_after_dequeue() == 0);
   CHECK(unshuffled->dataset().queue_capacity() == 3 * 64);
+  // Nor in the first-in first-out queue of a deterministic order.
+  auto ordered = parse_scenario("dataset { deterministic: true }\n" + k_minimal, "d.pbtxt");
+  REQUIRE(ordered.ok());
+  CHECK(ordered->dataset().shuffle());
+  CHECK(ordered->dataset().min_after_dequeue() == 0);
+  CHECK(ordered->dataset().queue_capacity() == 3 * 64);
+  CHECK_FALSE(s->dataset().deterministic());
 
   // A seed drawn at load time differs between loads; a written one is kept.
   auto a = parse_scenario(k_minimal, "s.pbtxt");
@@ -214,6 +221,12 @@ TEST_CASE("Values out of range name the field and say what is valid", "[scenario
   CHECK(error_of("dataset { shuffle: false min_after_dequeue: 10 }\n" + k_minimal) ==
         "s.pbtxt:1:26: dataset.min_after_dequeue: is 10 but the dataset is not shuffled "
         "(shuffle: false): it must be 0");
+  CHECK(error_of("dataset { deterministic: true min_after_dequeue: 10 }\n" + k_minimal) ==
+        "s.pbtxt:1:31: dataset.min_after_dequeue: is 10 but the queue is first-in first-out "
+        "(deterministic: true): it must be 0");
+  CHECK(error_of("dataset { deterministic: true reader_threads: 2 }\n" + k_minimal) ==
+        "s.pbtxt:1:31: dataset.reader_threads: is 2 but deterministic: true needs 1 (several "
+        "readers fill the queue in an order set by timing)");
   CHECK(error_of("dataset { queue_capacity: 32 }\n" + k_minimal) ==
         "s.pbtxt:1:11: dataset.queue_capacity: must be >= training.batch_size (64) and > "
         "min_after_dequeue (256); is 32");
@@ -299,6 +312,22 @@ TEST_CASE("Optimizer parameters must belong to the optimizer and be in range", "
         "s.pbtxt:1:33: training.optimizer.learning_rate: must be > 0 (is nan)");
   CHECK(error_of("training { steps: 1 optimizer { name: 'adagrad' initial_accumulator_value: 0 } }") ==
         "s.pbtxt:1:49: training.optimizer.initial_accumulator_value: must be > 0 (is 0)");
+  // Learning-rate decay belongs to every optimizer, and needs both of its numbers.
+  auto decayed = parse_scenario(
+      "training { steps: 1 optimizer { name: 'momentum' decay_steps: 100 decay_rate: 0.5 staircase: true } }", "s.pbtxt");
+  REQUIRE(decayed.ok());
+  CHECK(decayed->training().optimizer().decay_steps() == 100);
+  CHECK(decayed->training().optimizer().decay_rate() == 0.5f);
+  CHECK(decayed->training().optimizer().staircase());
+  CHECK(error_of("training { steps: 1 optimizer { decay_steps: 100 } }") ==
+        "s.pbtxt:1:33: training.optimizer.decay_steps: needs decay_rate: the learning rate is multiplied by it "
+        "every decay_steps steps");
+  CHECK(error_of("training { steps: 1 optimizer { decay_rate: 0.5 } }") ==
+        "s.pbtxt:1:33: training.optimizer.decay_rate: needs decay_steps (learning-rate decay)");
+  CHECK(error_of("training { steps: 1 optimizer { decay_steps: 0 decay_rate: 0.5 } }") ==
+        "s.pbtxt:1:33: training.optimizer.decay_steps: must be >= 1 (is 0)");
+  CHECK(error_of("training { steps: 1 optimizer { decay_steps: 10 decay_rate: -1 } }") ==
+        "s.pbtxt:1:49: training.optimizer.decay_rate: must be > 0 (is -1)");
 }
 
 TEST_CASE("Cluster mistakes: duplicate, unused or missing jobs, LOCAL with many tasks", "[scenario]") {
