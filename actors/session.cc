@@ -906,18 +906,22 @@ result<std::vector<tensor>> session::run(const feed_list& feeds,
   return out;
 }
 
+// How often the BUGGIFY sites of a step fire when live: every step passes them (readers',
+// trainers', the SYNC coordinator's), so 1 in 10 rather than a site's usual 1 in 4.
+constexpr double k_step_buggify_probability = 0.1;
+
 void session::run_async(const feed_list& feeds, const std::vector<std::string>& fetches,
                         const std::vector<std::string>& targets, run_callback done) {
   // BUGGIFY site step.unavailable: the step fails as a step caught by a task's loss does
   // (a lost connection, a task restarting), before any of it runs; its caller must retry.
-  if (env::buggify("step.unavailable")) {
+  if (env::buggify("step.unavailable", k_step_buggify_probability)) {
     done(unavailable_error("buggify step.unavailable: the step failed before it ran"));
     return;
   }
   // BUGGIFY site step.lost_answer: the step runs, but its caller hears UNAVAILABLE (a
   // connection lost after the work was done): what the step changed stays changed, and
   // the caller's retry must not count on it not having run.
-  if (env::buggify("step.lost_answer")) {
+  if (env::buggify("step.lost_answer", k_step_buggify_probability)) {
     done = [done = std::move(done)](result<std::vector<tensor>> r) {
       done(r.ok() ? result<std::vector<tensor>>(
                         unavailable_error("buggify step.lost_answer: the step ran but its answer was lost"))

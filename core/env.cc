@@ -38,9 +38,9 @@ std::uint64_t random_seed() {
   return engine();
 }
 
-bool buggify(std::string_view site) {
+bool buggify(std::string_view site, double probability) {
   world* w = current();
-  return w != nullptr && w->buggify(site);
+  return w != nullptr && w->buggify(site, probability);
 }
 
 thread::thread(std::function<void()> fn, std::string name) : world_(current()) {

@@ -51,8 +51,9 @@ class world {
   virtual std::uint64_t random_seed() = 0;
   // Runs `fn` on the world's turn, after what is running now, at the same virtual time.
   virtual void post(std::function<void()> fn) = 0;
-  // Whether BUGGIFY site `site` fires now (see env::buggify). On the world's turn.
-  virtual bool buggify(std::string_view site) { return false; }
+  // Whether BUGGIFY site `site` fires now, if live with `probability` each time (see
+  // env::buggify). On the world's turn.
+  virtual bool buggify(std::string_view site, double probability) { return false; }
 };
 
 // The world now in force; null for the real one.
@@ -79,11 +80,14 @@ std::uint64_t random_seed();
 // the real world, and in a simulated one unless its buggify is on (scenario
 // faults.random.buggify): then each site is live in a run with
 // probability 1/4, drawn from the seed and the site's name, and a live site fires each
-// time with probability 1/4, drawn from the seed. Call it on the world's turn (from
-// actors, events and the world's threads) so that a seed replays the same fires.
+// time with `probability` (FoundationDB's BUGGIFY_WITH_PROB; 1/4 unless the site says
+// less, as one passed on every step does), drawn from the seed. Call it on the world's
+// turn (from actors, events and the world's threads) so that a seed replays the same fires.
 //
 //   if (env::buggify("network.spike")) delay += 20ms;
-bool buggify(std::string_view site);
+//   if (env::buggify("step.unavailable", 0.1)) return unavailable_error(...);
+inline constexpr double k_buggify_probability = 0.25;
+bool buggify(std::string_view site, double probability = k_buggify_probability);
 
 // std::thread's shape: runs `fn` at once (its turn, under a simulation); join before it
 // goes (destroying a joinable thread terminates, as std::thread does).

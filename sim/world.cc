@@ -1,6 +1,7 @@
 #include "sim/world.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <thread>
@@ -268,22 +269,36 @@ std::map<std::string, std::int64_t> world::buggify_fires() const {
 }
 
 namespace {
-// Whether TROUPE_BUGGIFY_LIVE names `site` ("a,b,c").
-bool named_live(std::string_view site) {
+// Whether TROUPE_BUGGIFY_LIVE names `site` ("a,b=0.05,c"), and the probability it gives it
+// (negative: none, or not named).
+std::pair<bool, double> named_live(std::string_view site) {
   const char* env = std::getenv("TROUPE_BUGGIFY_LIVE");
-  if (env == nullptr) return false;
+  if (env == nullptr) return {false, -1};
   std::string_view names(env);
   while (!names.empty()) {
     const auto comma = names.find(',');
-    if (names.substr(0, comma) == site) return true;
+    std::string_view entry = names.substr(0, comma);
+    const auto equals = entry.find('=');
+    if (entry.substr(0, equals) == site) {
+      if (equals == std::string_view::npos) return {true, -1};
+      const std::string number(entry.substr(equals + 1));
+      char* end = nullptr;
+      const double p = std::strtod(number.c_str(), &end);
+      if (number.empty() || *end != '\0' || !(p >= 0 && p <= 1)) {
+        std::fprintf(stderr, "troupe: TROUPE_BUGGIFY_LIVE: '%s' must be a probability in [0, 1] (for site %s)\n",
+                     number.c_str(), std::string(site).c_str());
+        std::exit(2);
+      }
+      return {true, p};
+    }
     if (comma == std::string_view::npos) break;
     names.remove_prefix(comma + 1);
   }
-  return false;
+  return {false, -1};
 }
 }  // namespace
 
-bool world::buggify(std::string_view site) {
+bool world::buggify(std::string_view site, double probability) {
   std::lock_guard<std::mutex> lock(mutex_);
   if (!buggify_) return false;
   auto it = buggify_live_.find(site);
@@ -295,10 +310,21 @@ bool world::buggify(std::string_view site) {
     h ^= h >> 33;
     h *= 0xff51afd7ed558ccdULL;
     h ^= h >> 33;
-    it = buggify_live_.emplace(std::string(site), h % 4 == 0 || named_live(site)).first;
-    if (it->second) buggify_fires_.emplace(std::string(site), 0);
+    const auto [named, named_probability] = named_live(site);
+    it = buggify_live_.emplace(std::string(site), buggify_site{h % 4 == 0 || named, named_probability}).first;
+    if (it->second.live) buggify_fires_.emplace(std::string(site), 0);
   }
-  if (!it->second || random_() % 4 != 0) return false;
+  if (!it->second.live) return false;
+  if (it->second.probability >= 0) probability = it->second.probability;
+  // One draw: a probability 1/n fires when the draw is 0 modulo n (1/4: the one rule that
+  // was, so that every seed explored before replays the same), any other when it is below
+  // p * 2^20 modulo 2^20.
+  const std::uint64_t draw = random_();
+  const double inverse = probability > 0 ? 1 / probability : 0;
+  const bool fires = inverse >= 1 && std::abs(inverse - std::round(inverse)) < 1e-9
+                         ? draw % static_cast<std::uint64_t>(std::round(inverse)) == 0
+                         : static_cast<double>(draw % (1u << 20)) < probability * (1u << 20);
+  if (!fires) return false;
   ++buggify_fires_.find(site)->second;
   return true;
 }

@@ -81,12 +81,13 @@ class world final : public env::world {
   void notify(const void* channel, bool all) override;
   std::uint64_t random_seed() override;
   void post(std::function<void()> fn) override { at(env::clock::time_point(), std::move(fn)); }
-  bool buggify(std::string_view site) override;
+  bool buggify(std::string_view site, double probability) override;
 
   // BUGGIFY sites (env::buggify) live from now on; off by default. Which sites are live
   // depends on the seed and their names only, but for the sites that TROUPE_BUGGIFY_LIVE
-  // names (comma-separated), live in every run (to chase one site over many seeds); how
-  // often each fired so far, by name.
+  // names (comma-separated), live in every run (to chase one site over many seeds); a name
+  // given as "site=p" also fires with probability p instead of its own. How often each
+  // fired so far, by name.
   void set_buggify(bool on);
   std::map<std::string, std::int64_t> buggify_fires() const;
 
@@ -123,7 +124,13 @@ class world final : public env::world {
   std::uint64_t next_id_ = 1;
   std::uint64_t running_ = 0;  // the thread whose turn it is
   bool buggify_ = false;
-  std::map<std::string, bool, std::less<>> buggify_live_;           // by site, once asked
+  // By site, once asked: whether live, and the probability TROUPE_BUGGIFY_LIVE gives it
+  // (negative: the site's own).
+  struct buggify_site {
+    bool live = false;
+    double probability = -1;
+  };
+  std::map<std::string, buggify_site, std::less<>> buggify_live_;
   std::map<std::string, std::int64_t, std::less<>> buggify_fires_;  // by live site
 };
 

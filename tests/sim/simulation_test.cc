@@ -501,7 +501,8 @@ result<scenarios::run_summary> run_killed_with_buggify(const std::string& base, 
 TEST_CASE("simulation: BUGGIFY step.unavailable live in every run (TROUPE_BUGGIFY_LIVE): every caller runs its "
           "step again, and ASYNC and SYNC runs with a PS lost finish with their checkpoints",
           "[sim]") {
-  // A quarter of every session's steps fail before they run: the set-up's, the
+  // A quarter of every session's steps fail before they run (the site's own 1 in 10 made
+  // a quarter by TROUPE_BUGGIFY_LIVE's "=0.25"): the set-up's, the
   // trainers', the readers', the SYNC coordinator's turns, resets and tokens, the cuts',
   // the restores', the closing ones. Before each of them was retried, a run failed at
   // its set-up or its restore, or a SYNC run stalled for good (the coordinator waited for
@@ -509,7 +510,7 @@ TEST_CASE("simulation: BUGGIFY step.unavailable live in every run (TROUPE_BUGGIF
   // out its stall timeout: a worker that caught up after a failed step read the global
   // step before taking the tokens handed out meanwhile, so an update between the two left
   // it computing the step before with the next step's token spent (seed 1 stalled 5 s).
-  const live_sites live("network.spike,step.unavailable");
+  const live_sites live("network.spike,step.unavailable=0.25");
   for (const std::string& base : {std::string(k_scenario), sync_scenario()}) {
     for (int seed = 1; seed <= 3; ++seed) {
       std::string out;
@@ -535,7 +536,7 @@ TEST_CASE("simulation: BUGGIFY step.lost_answer live: a SYNC update that went in
   // global step and counts an update past the last it knew; before, a lost answer of the
   // last update left it waiting for the gradients of a step after the last, for ever
   // (seed 4 here; the fault matrix's 'kill ps' SYNC seed 15).
-  const live_sites live("step.lost_answer");
+  const live_sites live("step.lost_answer=0.25");
   int last_lost = 0;
   for (int seed = 1; seed <= 6; ++seed) {
     std::string out;

@@ -3,6 +3,7 @@
 #include <catch2/catch.hpp>
 
 #include <chrono>
+#include <cstdlib>
 #include <optional>
 #include <set>
 #include <string>
@@ -51,6 +52,31 @@ TEST_CASE("world: one seed replays one interleaving, another seed gives another"
   std::set<std::string> seen;
   for (std::uint64_t seed = 1; seed <= 20; ++seed) seen.insert(interleaving(seed));
   CHECK(seen.size() > 1);
+}
+
+// How often site "probe" fires in 20,000 passes at `probability`, with TROUPE_BUGGIFY_LIVE
+// = `live` (seed 11), and whether it was live.
+std::int64_t fires(const char* live, double probability) {
+  ::setenv("TROUPE_BUGGIFY_LIVE", live, 1);
+  world w({.seed = 11});
+  w.set_buggify(true);
+  std::int64_t n = 0;
+  for (int i = 0; i < 20000; ++i) n += env::buggify("probe", probability) ? 1 : 0;
+  ::unsetenv("TROUPE_BUGGIFY_LIVE");
+  const auto fired = w.buggify_fires();
+  CHECK(fired.count("probe") == 1);  // forced live
+  return n;
+}
+
+TEST_CASE("world: a live BUGGIFY site fires with its own probability, or the one TROUPE_BUGGIFY_LIVE gives it") {
+  CHECK(fires("probe", env::k_buggify_probability) == Approx(5000).epsilon(0.05));
+  CHECK(fires("probe", 0.1) == Approx(2000).epsilon(0.08));
+  CHECK(fires("probe", 0.003) == Approx(60).epsilon(0.4));
+  CHECK(fires("other,probe=0.5", 0.1) == Approx(10000).epsilon(0.05));
+  CHECK(fires("probe=0", 0.25) == 0);
+  CHECK(fires("probe=1", 0.25) == 20000);
+  // Replayed alike by its seed.
+  CHECK(fires("probe=0.37", 0.1) == fires("probe=0.37", 0.1));
 }
 
 TEST_CASE("world: sleeps take virtual time, not wall time") {
