@@ -133,6 +133,19 @@ bool set_runtime_untraced(Calibration& table, const calibration_recorder::kernel
   return true;
 }
 
+double untraced_cpu_us_per_step(double traced_us, const std::function<double()>& measure, int tries,
+                                const std::function<void(double)>& rejected) {
+  double lowest = 0;
+  for (int i = 0; i < std::max(1, tries); ++i) {
+    const double us = measure();
+    if (us <= 0) return lowest;  // no steady state: nothing more to learn by running again
+    if (lowest <= 0 || us < lowest) lowest = us;
+    if (traced_us <= 0 || us <= traced_us) return lowest;
+    if (rejected && i + 1 < tries) rejected(us);
+  }
+  return lowest;
+}
+
 calibration_recorder::traffic calibration_recorder::between_tasks() const {
   std::lock_guard<std::mutex> lock(mutex_);
   traffic out = traffic_;

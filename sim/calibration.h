@@ -11,6 +11,7 @@
 #pragma once
 
 #include <atomic>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <optional>
@@ -139,6 +140,16 @@ class calibration_recorder final : public actors::step_tracer {
 // False (the table unchanged) when nothing was measured.
 bool set_runtime_untraced(Calibration& table, const calibration_recorder::kernel_runs& runs, std::int64_t steps,
                           double cpu_us_per_step);
+
+// The untraced run's CPU per global step: `measure` runs the untraced training and says
+// its CPU per step (0: no steady state measured). It cannot exceed the traced run's
+// (`traced_us`: the recorder only adds work), so a figure above it says the machine
+// slowed between the two runs (one 2-core VM's CPU per LeNet step measured 6,198 us
+// untraced against 5,251 traced, then 4,400 in the next calibration): measured again, at
+// most `tries` runs in all, and the lowest kept. `rejected` (may be null) hears each
+// figure measured again.
+double untraced_cpu_us_per_step(double traced_us, const std::function<double()>& measure, int tries = 3,
+                                const std::function<void(double)>& rejected = nullptr);
 
 // Sets each entry's alone_ns to the mean wall time of the same kernel (op, device type,
 // inputs, attributes) in `alone`, a table measured with one worker task; the entries it

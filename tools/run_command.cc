@@ -370,9 +370,24 @@ int calibrate_command(const std::vector<std::string>& args, std::ostream& out, s
   // The same training without the recorder (whose metering of every kernel costs CPU
   // too): the CPU per step that the table's kernels and runtime must add up to.
   out << "calibrate: again without the recorder, the CPU time per step\n";
-  cpu_window in_process;
-  if (!run_window(*sc, nullptr, in_process, working_cpu_ns)) return 1;
-  if (sim::set_runtime_untraced(table, runs, traced_steps, in_process.per_step_us())) {
+  bool failed = false;
+  const double untraced_us = sim::untraced_cpu_us_per_step(
+      traced.per_step_us(),
+      [&] {
+        cpu_window in_process;
+        if (failed || !run_window(*sc, nullptr, in_process, working_cpu_ns)) {
+          failed = true;
+          return 0.0;
+        }
+        return in_process.per_step_us();
+      },
+      3,
+      [&](double us) {
+        out << "calibrate: " << us << " us of CPU per step untraced, more than traced (" << traced.per_step_us()
+            << "): the machine slowed between the runs; measured again\n";
+      });
+  if (failed) return 1;
+  if (sim::set_runtime_untraced(table, runs, traced_steps, untraced_us)) {
     out << "calibrate: CPU per global step " << table.cpu_us_per_step() << " us untraced ("
         << traced.per_step_us() << " traced), " << table.kernels_per_step()
         << " kernels per step: runtime_ns_per_kernel " << table.runtime_ns_per_kernel() << " ("
@@ -417,7 +432,7 @@ int calibrate_command(const std::vector<std::string>& args, std::ostream& out, s
       crowded_us += crowded.per_step_us() / rounds;
     }
     if (crowded_ok) loopback->set_real_cpu_us_per_step_crowded(crowded_us);
-    in_situ_costs(*loopback, across_ok ? across_us : 0, in_process.per_step_us(), moved, traced_steps, out);
+    in_situ_costs(*loopback, across_ok ? across_us : 0, untraced_us, moved, traced_steps, out);
     // Once more traced (its servers time their links): the transits of the steady state.
     out << "calibrate: again in mode REAL, the links' transits\n";
     sim::calibration_recorder links;

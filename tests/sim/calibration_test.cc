@@ -229,6 +229,36 @@ TEST_CASE("calibration: the runtime's cost per kernel from the same training unt
   CHECK(t.SerializeAsString() == before.SerializeAsString());
 }
 
+TEST_CASE("calibration: an untraced CPU per step above the traced one is measured again, the lowest kept", "[sim]") {
+  // Measurements in the order the untraced runs would give them; how many were asked.
+  auto run = [](double traced, std::vector<double> figures, int* asked, std::vector<double>* rejected) {
+    std::size_t next = 0;
+    const double us = sim::untraced_cpu_us_per_step(
+        traced, [&] { return next < figures.size() ? figures[next++] : 0.0; }, 3,
+        [&](double r) { rejected->push_back(r); });
+    *asked = static_cast<int>(next);
+    return us;
+  };
+  int asked = 0;
+  std::vector<double> rejected;
+  // The case met: 6,198 us untraced against 5,251 traced, then 4,400.
+  CHECK(run(5251, {6198, 4400, 4300}, &asked, &rejected) == 4400);
+  CHECK(asked == 2);
+  CHECK(rejected == std::vector<double>{6198});
+  rejected.clear();
+  CHECK(run(5000, {4200}, &asked, &rejected) == 4200);  // below: kept at once
+  CHECK(asked == 1);
+  CHECK(run(5000, {6100, 5900, 6000}, &asked, &rejected) == 5900);  // never below: the lowest of three
+  CHECK(asked == 3);
+  CHECK(rejected == std::vector<double>{6100, 5900});
+  rejected.clear();
+  CHECK(run(5000, {0}, &asked, &rejected) == 0);  // no steady state: not run again
+  CHECK(asked == 1);
+  CHECK(run(5000, {6100, 0}, &asked, &rejected) == 6100);  // the one measured
+  CHECK(run(0, {6100}, &asked, &rejected) == 6100);         // no traced figure to compare with
+  CHECK(asked == 1);
+}
+
 TEST_CASE("calibration: the runtime's CPU per kernel traced is the median of windows, runs begun earlier left out",
           "[sim]") {
   tf::NodeDef def;
