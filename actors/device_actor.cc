@@ -15,6 +15,7 @@ namespace troupe::actors::detail {
 struct prepare_outcome {
   std::uint64_t request = 0;
   result<std::shared_ptr<const executable>> exec = internal_error("not prepared");
+  bool held = false;  // held back once by BUGGIFY partition.slow_prepare
 };
 
 }  // namespace troupe::actors::detail
@@ -34,6 +35,9 @@ using detail::prepare_outcome;
 // arrival while none is pending, re-armed while tensors wait (no clock read per arrival).
 constexpr auto k_orphan_age = std::chrono::minutes(5);
 constexpr auto k_sweep_every = std::chrono::seconds(30);
+// BUGGIFY site partition.slow_prepare: a preparation that ends this much later (a
+// partition of 10^5 nodes, a pool busy with kernels).
+constexpr auto k_slow_prepare = std::chrono::milliseconds(300);
 
 struct device_state {
   device_options options;
@@ -185,6 +189,14 @@ caf::behavior device_behavior(device_actor* self, device_options options) {
         auto& st = self->state;
         auto it = st.preparing.find(outcome.request);
         if (it == st.preparing.end()) return;
+        // A slow preparation: its steps wait, and a recovery's preparations (a restarted
+        // task's partitions prepared again) race the other tasks' steps; a forget or the
+        // device's end meanwhile finds it still preparing.
+        if (!outcome.held && env::buggify("partition.slow_prepare")) {
+          outcome.held = true;
+          self->delayed_send(self, k_slow_prepare, prepared_atom::value, std::move(outcome));
+          return;
+        }
         auto preparing = std::move(it->second);
         st.preparing.erase(it);
         if (!outcome.exec.ok()) return preparing.promise.deliver(to_caf_error(outcome.exec.error()));

@@ -464,7 +464,7 @@ TEST_CASE("simulation: BUGGIFY sites fire by seed, replay alike, and every run f
   // (step.lost_answer is live in none of these seeds: its own test below forces it.)
   for (const char* site : {"network.spike", "kernel.slow", "variable.slow_update", "checkpoint.save_fails",
                            "checkpoint.slow_cut", "checkpoint.slow_write", "input.slow_reader", "sync.slow_tokens", "sync.lost_aggregates",
-                           "step.unavailable"}) {
+                           "step.unavailable", "partition.slow_prepare"}) {
     INFO(site);
     CHECK(fired[site] > 0);
   }
