@@ -226,11 +226,13 @@ TEST_CASE("a deterministic input order: a shuffled run of one worker repeats bit
 namespace {
 
 // k_small under SYNC without backups, unshuffled: deterministic; checkpoints into `dir`;
-// `mode` goes first in the cluster section.
+// `mode` goes first in the cluster section. Its learning rate decays with the global
+// step, so a run resumed or rolled back goes on at the rate of the step it restored.
 scenario::Scenario deterministic_sync(const std::string& dir, const std::string& more = "", const std::string& mode = "") {
   std::string text = k_small;
   text.replace(text.find("cluster {"), 9, "cluster { " + mode);
   text.replace(text.find("eval_every: 150"), 15, "eval_every: 0 replication: SYNC");
+  text.replace(text.find("learning_rate: 0.003 }"), 22, "learning_rate: 0.003 decay_steps: 10 decay_rate: 0.8 }");
   text += "dataset { shuffle: false reader_threads: 1 }\n";
   return parse(text + "checkpoint { dir: \"" + dir + "\" every_steps: 20 }\n" + more);
 }
