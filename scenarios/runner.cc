@@ -733,8 +733,13 @@ result<run_summary> run_scenario(const scenario::Scenario& sc, const run_options
 
   out << "scenario '" << sc.name() << "': model " << sc.model().name() << ", " << layout->workers << " worker(s)";
   if (layout->ps_tasks > 0) out << ", " << layout->ps_tasks << " ps task(s)";
-  out << ", " << sc.training().optimizer().name() << ", " << total_steps << " steps of batch "
-      << t.batch_size() << ", seed " << t.seed();
+  const auto& o = t.optimizer();
+  out << ", " << o.name();
+  if (o.has_decay_steps()) {
+    out << " (learning rate " << o.learning_rate() << " times " << o.decay_rate() << " every " << o.decay_steps()
+        << " steps" << (o.staircase() ? ", in stairs)" : ")");
+  }
+  out << ", " << total_steps << " steps of batch " << t.batch_size() << ", seed " << t.seed();
   if (sync) {
     out << ", SYNC: each step averages " << layout->workers - t.backup_workers() << " of " << layout->workers
         << " workers' gradients";

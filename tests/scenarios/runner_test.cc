@@ -262,6 +262,7 @@ TEST_CASE("checkpoints hold the input pipelines: a resumed run reads on where it
   std::ostringstream out;
   auto uninterrupted = run_ok(deterministic_sync(whole.path), out, "", 60);
   REQUIRE(uninterrupted.checkpoints.latest_step == 60);
+  CHECK_THAT(out.str(), Catch::Contains(", adam (learning rate 0.003 times 0.8 every 10 steps), 60 steps of batch 64"));
   std::ostringstream first_out, second_out;
   auto first = run_ok(deterministic_sync(split.path), first_out, "", 30);
   REQUIRE(first.checkpoints.latest_step == 30);
