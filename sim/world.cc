@@ -285,9 +285,12 @@ std::pair<bool, double> named_live(std::string_view site) {
       char* end = nullptr;
       const double p = std::strtod(number.c_str(), &end);
       if (number.empty() || *end != '\0' || !(p >= 0 && p <= 1)) {
+        // A setting of the environment, met on a world's thread under its lock: ends the
+        // process at once (as a deadlock does), not through the exit handlers.
         std::fprintf(stderr, "troupe: TROUPE_BUGGIFY_LIVE: '%s' must be a probability in [0, 1] (for site %s)\n",
                      number.c_str(), std::string(site).c_str());
-        std::exit(2);
+        std::fflush(stderr);
+        std::_Exit(2);
       }
       return {true, p};
     }
