@@ -146,16 +146,28 @@ def main():
     os.makedirs(a.out, exist_ok=True)
     with open(os.path.join(a.out, "sim_fidelity.json"), "w") as f:
         json.dump(result, f, indent=1)
-    lines = ["| model | workers | compared with | measured ms/step | simulated ms/step | error |",
-             "|---|---|---|---|---|---|"]
+    # How far the measured figure moved between rounds: the machine's own drift, beside
+    # which a row's error says little (a row whose measurements moved by a third).
+    def spread(r):
+        m = r["measured_rounds"]
+        return 100.0 * (max(m) - min(m)) / min(m) if m and min(m) > 0 else 0.0
+
+    lines = ["| model | workers | compared with | measured ms/step | simulated ms/step | error | measured rounds |",
+             "|---|---|---|---|---|---|---|"]
     for r in rows:
+        rounds_text = " / ".join(f"{m:.2f}" for m in r["measured_rounds"])
         lines.append(f"| {r['model']} | {r['workers']} | {r['mode']} | {r['measured_ms_per_step']:.3f} | "
-                     f"{r['simulated_ms_per_step']:.3f} | {r['error_percent']:+.1f}% |")
+                     f"{r['simulated_ms_per_step']:.3f} | {r['error_percent']:+.1f}% | {rounds_text} ({spread(r):.0f}%) |")
     errors = [abs(r["error_percent"]) for r in rows]
     if errors:
         lines.append("")
         lines.append(f"Mean absolute error {statistics.mean(errors):.1f}%, largest {max(errors):.1f}% "
                      f"(medians of {rounds} round(s), each calibrated again; {cores} cores).")
+        drifting = [r for r in rows if spread(r) > 10]
+        if rounds > 1 and drifting:
+            lines.append(f"{len(drifting)} of {len(rows)} rows' measured figures moved by more than 10% between "
+                         f"rounds (the last column: each round's, and max - min over min): this machine's drift, "
+                         f"which their errors include.")
     for model, texts in networks.items():
         lines.append("")
         lines.append(f"REAL's network for {model}, as `troupe calibrate` measured it in each round:")
