@@ -681,6 +681,7 @@ result<sim::simulation_options> simulation_options_of(const scenario::Simulation
   o.network.step_cpu_us = s.network().step_cpu_us();
   // Each part of a step among the tasks' processes and the client's (network.process_cpu_us).
   o.network.crowding_cpu_us = s.network().process_cpu_us() * (tasks + 1);
+  o.network.busy_wait_us = s.network().busy_wait_us();
   const auto& c = s.compute();
   if (!c.table().empty()) {
     auto table = sim::load_calibration(c.table());
@@ -1514,6 +1515,8 @@ result<run_summary> run_scenario(const scenario::Scenario& sc, const run_options
       out << "buggify: live sites fired " << fires << "\n";
     }
     summary.links_clogged = simulated->links_clogged();
+    summary.messages_arrived = simulated->messages_arrived();
+    summary.messages_arrived_busy = simulated->messages_arrived_busy();
     if (summary.links_clogged > 0) out << "swizzle: " << summary.links_clogged << " link clogs\n";
     summary.liveness_ms = liveness.ms;
     if (liveness.started) {

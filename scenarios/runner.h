@@ -74,6 +74,9 @@ struct run_summary {
   std::map<std::string, std::int64_t> buggify_fires;  // SIMULATED with faults.random.buggify: by live site
   double liveness_ms = -1;        // SIMULATED with a liveness phase: virtual ms to its first step
   std::int64_t links_clogged = 0; // SIMULATED with swizzle: the links clogged
+  // SIMULATED with compute.machine_cores: the messages between tasks that arrived, and how
+  // many found the kernels keeping every core busy (network.busy_wait_us)
+  std::int64_t messages_arrived = 0, messages_arrived_busy = 0;
   double final_loss = 0;          // smoothed training loss at the end
   double test_accuracy = 0;       // on the whole test set, after training
   bool expectations_met = true;   // report.expect, when given

@@ -310,6 +310,9 @@ void check_simulation(checker& c, const node& parent, scenario::Scenario* s, std
   if (!(nw->process_cpu_us() >= 0 && nw->process_cpu_us() <= 1e5)) {
     c.error(net, "process_cpu_us", "must be in [0, 10^5] (is ", nw->process_cpu_us(), ")");
   }
+  if (!(nw->busy_wait_us() >= 0 && nw->busy_wait_us() <= 1e6)) {
+    c.error(net, "busy_wait_us", "must be in [0, 10^6] (is ", nw->busy_wait_us(), ")");
+  }
   node cn = c.child(n, "compute", sim->compute());
   scenario::Simulation::Compute* cp = sim->mutable_compute();
   if (!cp->has_gflops()) cp->set_gflops(20);

@@ -80,12 +80,22 @@ class simulation::machine {
   using done_callback = std::function<void(env::clock::time_point start, env::clock::time_point end)>;
   machine(sim::world& w, int cores) : world_(w), cores_(std::max(1, cores)) {}
 
-  // A kernel of `work_ns` that may use up to `threads` cores.
-  void start(double work_ns, double threads, done_callback done) {
+  // Work of `work_ns` that may use up to `threads` cores: a kernel's (`kernel`), or a
+  // message's or the control plane's.
+  void start(double work_ns, double threads, done_callback done, bool kernel = false) {
     advance();
-    jobs_.push_back({std::max(work_ns, 1.0), std::clamp(threads, 0.1, static_cast<double>(cores_)), 0, world_.now(),
-                     std::move(done)});
+    jobs_.push_back({std::max(work_ns, 1.0), std::clamp(threads, 0.1, static_cast<double>(cores_)), 0, kernel,
+                     world_.now(), std::move(done)});
     reschedule();
+  }
+
+  // Whether the kernels running could keep every core busy.
+  bool kernels_fill_cores() const {
+    double wanted = 0;
+    for (const job& j : jobs_) {
+      if (j.kernel) wanted += j.cap;
+    }
+    return wanted >= cores_ - 1e-9;
   }
 
  private:
@@ -93,6 +103,7 @@ class simulation::machine {
     double remaining;  // work left, ns on one core
     double cap;        // cores it can use
     double rate;       // cores it has now
+    bool kernel;
     env::clock::time_point start;
     done_callback done;
   };
@@ -156,12 +167,14 @@ class simulation::device_timer final : public actors::kernel_timer {
     const kernel_cost cost = sim_.kernel_cost_of(node, type_, inputs, outputs);
     double work = cost.work_ns * noise_factor();
     if (env::buggify("kernel.slow")) work *= 10;
-    machine_.start(work, cost.threads, std::move(finish));
+    machine_.start(work, cost.threads, std::move(finish), /*kernel=*/true);
   }
   void hold(const tf::NodeDef& def, std::span<const tensor> inputs, double ns, std::function<void()> then) override {
     double work = (sim_.kernel_overhead_ns() + sim_.held_ns(def, type_, inputs, ns)) * noise_factor();
     if (env::buggify("variable.slow_update")) work *= 20;
-    machine_.start(work, sim_.threads_for(work), [then = std::move(then)](env::clock::time_point, env::clock::time_point) { then(); });
+    machine_.start(
+        work, sim_.threads_for(work), [then = std::move(then)](env::clock::time_point, env::clock::time_point) { then(); },
+        /*kernel=*/true);
   }
 
  private:
@@ -291,7 +304,7 @@ void simulation::transfer(const std::string& from, const std::string& to, std::i
               [this] { swizzle_round(); });
   }
   if ((n.copy_gbps <= 0 && n.message_cpu_us <= 0) || shared_ == nullptr) {
-    world_.at(arrives, std::move(deliver));
+    arrive(arrives, std::move(deliver));
     return;
   }
   // On one machine the copies and the messages' own cost take its cores too: the later
@@ -302,7 +315,7 @@ void simulation::transfer(const std::string& from, const std::string& to, std::i
   auto one_done = [pending, shared] {
     if (--*pending == 0) (*shared)();
   };
-  world_.at(arrives, one_done);
+  arrive(arrives, one_done);
   shared_->start(copy_ns, /*threads=*/1,
                  [one_done](env::clock::time_point, env::clock::time_point) { one_done(); });
 }
@@ -321,9 +334,25 @@ bool simulation::delay_step_start(const std::string&, std::int64_t feed_bytes, s
   const double copies_ns = n.copy_gbps > 0 ? 2 * static_cast<double>(feed_bytes) / n.copy_gbps : 0;
   shared_->start(n.step_cpu_us * 1e3 + copies_ns, /*threads=*/1,
                  [this, latency, start = std::move(start)](env::clock::time_point, env::clock::time_point end) {
-                   world_.at(end + latency, start);
+                   arrive(end + latency, std::move(start));
                  });
   return true;
+}
+
+void simulation::arrive(env::clock::time_point at, std::function<void()> deliver) {
+  if (shared_ == nullptr) {
+    world_.at(at, std::move(deliver));
+    return;
+  }
+  world_.at(at, [this, deliver = std::move(deliver)]() mutable {
+    ++arrived_;
+    if (!shared_->kernels_fill_cores()) return deliver();
+    ++arrived_busy_;
+    const double mean_us = options_.network.busy_wait_us;
+    if (mean_us <= 0) return deliver();
+    const double us = std::exponential_distribution<double>(1 / mean_us)(world_.random());
+    world_.at(world_.now() + std::chrono::nanoseconds(static_cast<std::int64_t>(us * 1e3)), std::move(deliver));
+  });
 }
 
 void simulation::start_swizzle() {

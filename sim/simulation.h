@@ -68,6 +68,14 @@ struct network_model {
   // cores): what crowding the cluster's processes onto the machine costs beyond their
   // work (the scenario's network.process_cpu_us times the processes).
   double crowding_cpu_us = 0;
+  // > 0 (with compute_model::machine_cores): a message between tasks (a transfer, a
+  // step's request) that arrives while the kernels running keep every core of the
+  // machine busy waits a further time drawn from an exponential distribution of this
+  // mean: its process's thread waits for the operating system to give it a core, which
+  // an idle core gives at once. (Only on arrival: the links time transits from the
+  // sender's first write, so a wait before it is not in the in-situ latency this is
+  // calibrated against; doc/simulation.md.)
+  double busy_wait_us = 0;
 };
 
 struct compute_model {
@@ -136,6 +144,11 @@ class simulation final : public actors::simulation {
   void start_swizzle();
   void stop_swizzle();
   std::int64_t links_clogged() const { return clogs_; }
+  // With compute_model::machine_cores: the messages between tasks that arrived (transfers
+  // and steps' requests), and how many of them found the kernels keeping every core busy
+  // (network_model::busy_wait_us).
+  std::int64_t messages_arrived() const { return arrived_; }
+  std::int64_t messages_arrived_busy() const { return arrived_busy_; }
   // A kernel of `node` on these inputs and outputs: its work (virtual nanoseconds on one
   // core) and the cores it can keep busy.
   struct kernel_cost {
@@ -166,6 +179,9 @@ class simulation final : public actors::simulation {
   double kernel_overhead_ns() const;
   // The cores a kernel of `work_ns` can use (intra_op_threads, in blocks of 20 us).
   double threads_for(double work_ns) const;
+  // Runs `deliver` when a message reaches its task at `at`: then, or later while the
+  // kernels keep every core busy (network_model::busy_wait_us).
+  void arrive(env::clock::time_point at, std::function<void()> deliver);
   const simulation_options options_;
   sim::world world_;
   struct measured {
@@ -182,6 +198,7 @@ class simulation final : public actors::simulation {
   std::map<std::pair<std::string, std::string>, env::clock::time_point> links_free_;  // (from, to): the link is busy until
   std::map<std::string, env::clock::time_point> egress_free_, ingress_free_;  // by task (network_model::nic_gbps)
   std::int64_t from_table_ = 0, from_rates_ = 0;
+  std::int64_t arrived_ = 0, arrived_busy_ = 0;
   // Swizzle-clogging: clogged links and until when; whether it is on, whether its next
   // round is scheduled (a round is scheduled only while transfers come, so that a run
   // with nothing moving still ends as one that can never go on), the clogs so far.

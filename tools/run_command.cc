@@ -203,6 +203,66 @@ void in_situ_latency(sim::Loopback& l, const sim::calibration_recorder::transits
       << " Gb/s): latency_us " << l.latency_us() << " in situ (" << l.latency_quiet_us() << " between idle servers)\n";
 }
 
+// Loopback's busy_wait_us (sim/calibration.proto): the scenario `in_process` simulated
+// with `table` (shape-only: the kernels' times come from the table by their shapes), its
+// links at the quiet latency and `l`'s other costs, on this machine's cores and the
+// compute pool's `threads`: the share of its messages that arrive while the kernels keep
+// every core busy, and the wait that gives them the in-situ latency's excess on average.
+// The waits move the arrivals (a message that waits finds the cores busier, and so do
+// the ones behind it), so the wait is found as a fixed point: from the excess over the
+// share without waits, then three times halfway to the excess over the share with it.
+void in_situ_busy_wait(sim::Loopback& l, const sim::Calibration& table, const scenario::Scenario& in_process,
+                       std::int64_t steps, int threads, std::ostream& out) {
+  const double excess_us = l.latency_us() - l.latency_quiet_us();
+  if (excess_us <= 0) {
+    out << "calibrate: (the links took no longer in situ than between idle servers: busy_wait_us 0)\n";
+    return;
+  }
+  std::error_code ignored;
+  const std::string path =
+      (std::filesystem::temp_directory_path() / str_cat("troupe-calibrate-", ::getpid(), ".json")).string();
+  sim::Calibration t = table;
+  *t.mutable_loopback() = l;
+  if (status s = sim::save_calibration(t, path); !s.ok()) {
+    out << "calibrate: (" << s.to_string() << ": busy_wait_us 0)\n";
+    return;
+  }
+  scenario::Scenario s = in_process;
+  s.mutable_cluster()->set_mode(scenario::Cluster::SIMULATED);
+  s.clear_simulation();
+  double wait_us = 0, share = 0;
+  for (int round = 0; round < 4; ++round) {
+    const std::string text = str_cat(
+        scenarios::scenario_to_text(s), "\nsimulation { seed: 1 execute_kernels: false network { latency_us: ",
+        l.latency_quiet_us(), " transfer_us: ", l.transfer_us(), " bandwidth_gbps: ", l.bandwidth_gbps(),
+        " copy_gbps: ", l.copy_gbps(), " message_cpu_us: ", l.message_cpu_us(), " step_cpu_us: ", l.step_cpu_us(),
+        " process_cpu_us: ", l.process_cpu_us(), " busy_wait_us: ", wait_us, " } compute { table: \"", path,
+        "\" machine_cores: ", std::thread::hardware_concurrency(), " intra_op_threads: ", threads, " } }\n");
+    auto simulated = scenarios::parse_scenario(text, "calibrate's simulation");
+    std::ostringstream quiet;
+    scenarios::run_options o;
+    o.out = &quiet;
+    o.steps = steps;
+    auto summary = simulated.ok() ? scenarios::run_scenario(*simulated, o) : result<scenarios::run_summary>(simulated.error());
+    if (!summary.ok() || summary->messages_arrived <= 0 || summary->messages_arrived_busy <= 0) {
+      out << "calibrate: ("
+          << (!summary.ok() ? summary.error().to_string() : std::string("no message of the simulated scenario found the cores busy"))
+          << ": busy_wait_us 0)\n";
+      std::filesystem::remove(path, ignored);
+      return;
+    }
+    share = static_cast<double>(summary->messages_arrived_busy) / static_cast<double>(summary->messages_arrived);
+    out << "calibrate: simulated with busy_wait_us " << wait_us << ": " << summary->messages_arrived_busy << " of "
+        << summary->messages_arrived << " messages arrived while the kernels kept every core busy\n";
+    wait_us = round == 0 ? excess_us / share : (wait_us + excess_us / share) / 2;
+  }
+  out << "calibrate: busy_wait_us " << wait_us << ": the in-situ latency's " << excess_us
+      << " us over the quiet one, on " << 100 * share << "% of the messages\n";
+  std::filesystem::remove(path, ignored);
+  l.set_busy_wait_us(wait_us);
+  l.set_busy_share(share);
+}
+
 // What transfers between this machine's processes cost, for the network model of a REAL
 // cluster's simulation (troupe calibrate); null when they could not be measured (said on
 // `err`).
@@ -440,6 +500,7 @@ int calibrate_command(const std::vector<std::string>& args, std::ostream& out, s
     cpu_window unused;
     if (!run_window(*real, &links, unused, [] { return 0.0; })) return 1;
     in_situ_latency(*loopback, links.link_transits(), out);
+    in_situ_busy_wait(*loopback, table, *sc, steps, options.compute_threads, out);
   }
   // Each kernel alone: with one worker task no other worker's kernels want the cores, so
   // its wall time says how many cores it keeps busy (KernelCost::alone_ns).

@@ -642,6 +642,40 @@ TEST_CASE("simulation: the crowding of processes takes the machine's cores besid
   CHECK(roomy_crowded->virtual_seconds < roomy->virtual_seconds + 0.02);
 }
 
+TEST_CASE("simulation: a message that finds the kernels keeping every core busy waits busy_wait_us more", "[sim]") {
+  // One core: while a worker's kernel runs, the other worker's tensors and requests
+  // arriving find it busy, and wait 2 ms on average each.
+  auto free = run_with("simulation { seed: 2 network { latency_us: 100 } compute { machine_cores: 1 } }\n");
+  auto waits = run_with("simulation { seed: 2 network { latency_us: 100 busy_wait_us: 2000 } compute { machine_cores: 1 } }\n");
+  REQUIRE(free.ok());
+  REQUIRE(waits.ok());
+  INFO(free->messages_arrived << " " << free->messages_arrived_busy << " " << free->virtual_seconds << " "
+                              << waits->messages_arrived << " " << waits->messages_arrived_busy << " "
+                              << waits->virtual_seconds);
+  // 60 worker steps: each reads 4 variables, sends 4 gradients, and has 2 parts (requests).
+  CHECK(free->messages_arrived >= 60 * 10);
+  CHECK(free->messages_arrived_busy > 0);
+  CHECK(free->messages_arrived_busy < free->messages_arrived);
+  CHECK(waits->messages_arrived_busy > 0);
+  // Each busy arrival delays its step, by 2 ms on average; the workers' steps overlap.
+  CHECK(waits->virtual_seconds >= free->virtual_seconds + 0.001 * static_cast<double>(waits->messages_arrived_busy) / 4);
+  // With cores to spare nothing waits, and the same run comes out to the nanosecond.
+  auto roomy = run_with("simulation { seed: 2 network { latency_us: 100 } compute { machine_cores: 64 } }\n");
+  auto roomy_waits = run_with("simulation { seed: 2 network { latency_us: 100 busy_wait_us: 2000 } compute { machine_cores: 64 } }\n");
+  REQUIRE(roomy.ok());
+  REQUIRE(roomy_waits.ok());
+  CHECK(roomy->messages_arrived >= 60 * 10);
+  CHECK(roomy->messages_arrived_busy == 0);
+  CHECK(roomy_waits->virtual_seconds == roomy->virtual_seconds);
+  // Without machine_cores there is no machine to be busy: not modelled, not counted.
+  auto apart = run_with("simulation { seed: 2 network { latency_us: 100 } }\n");
+  auto apart_waits = run_with("simulation { seed: 2 network { latency_us: 100 busy_wait_us: 2000 } }\n");
+  REQUIRE(apart.ok());
+  REQUIRE(apart_waits.ok());
+  CHECK(apart->messages_arrived == 0);
+  CHECK(apart_waits->virtual_seconds == apart->virtual_seconds);
+}
+
 TEST_CASE("simulation: a variable update takes the calibration's time, measured as it trained", "[sim]") {
   // The scenario trained for real with a recorder: its variable updates are measured (CPU
   // time, not the leases' waiting) like any kernel.

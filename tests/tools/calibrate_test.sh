@@ -54,6 +54,12 @@ if sys.argv[2] == "loopback":
     # The crowding of processes: the scenario again with three times its workers.
     assert lb["processes"] == 4 and lb["crowded_processes"] == 8 and lb["real_cpu_us_per_step_crowded"] > 0, lb
     assert lb.get("process_cpu_us", 0) >= 0, lb
+    # The in-situ latency's excess as waiting for a busy core: the scenario simulated
+    # finds a share of its messages arriving so, which wait busy_wait_us on average.
+    excess = lb["latency_us"] - lb.get("latency_quiet_us", 0)
+    if lb.get("busy_wait_us", 0) > 0:
+        assert 0 < lb["busy_share"] <= 1 and excess > 0, lb
+        assert 0.5 * excess <= lb["busy_wait_us"] * lb["busy_share"] <= 2 * excess, lb
 else:
     assert "loopback" not in t, t["loopback"]
 PY
@@ -73,6 +79,8 @@ grep -q "calibrate: CPU per global step .* in mode REAL" <<<"$out" || fail "no i
 grep -q "calibrate: [0-9]* transits between the servers" <<<"$out" || fail "no transits line: $out"
 grep -q "calibrate: CPU per global step .* with 8 processes against .* with 4: process_cpu_us" <<<"$out" ||
   fail "no crowding line: $out"
+grep -Eq "calibrate: busy_wait_us [0-9.e+-]+: the in-situ latency's|calibrate: \(.*: busy_wait_us 0\)" <<<"$out" ||
+  fail "no busy_wait_us line: $out"
 check_table "$dir/real.json" loopback
 
 out="$("$troupe" calibrate "$dir/none.pbtxt" 2>&1)" && fail "a missing scenario was taken"
