@@ -136,7 +136,8 @@ class calibration_recorder final : public actors::step_tracer {
 // The runtime's cost per kernel from the same training untraced (Calibration::
 // cpu_us_per_step): `steps` global steps of the traced run ran `runs`' kernels; what the
 // untraced run's CPU per step leaves beyond their CPU time, per kernel, becomes
-// runtime_ns_per_kernel (at least 0), the traced figure runtime_traced_ns_per_kernel.
+// runtime_ns_per_kernel (at least 0, at most the traced run's figure, when it has one:
+// the recorder only adds work), the traced figure runtime_traced_ns_per_kernel.
 // False (the table unchanged) when nothing was measured.
 bool set_runtime_untraced(Calibration& table, const calibration_recorder::kernel_runs& runs, std::int64_t steps,
                           double cpu_us_per_step);

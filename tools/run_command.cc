@@ -447,6 +447,10 @@ int calibrate_command(const std::vector<std::string>& args, std::ostream& out, s
             << "): the machine slowed between the runs; measured again\n";
       });
   if (failed) return 1;
+  if (untraced_us > traced.per_step_us() && traced.per_step_us() > 0) {
+    out << "calibrate: warning: untraced still above traced after 3 runs: this machine's speed is drifting; "
+           "runtime_ns_per_kernel is kept at most the traced run's, and simulations from this table may be off\n";
+  }
   if (sim::set_runtime_untraced(table, runs, traced_steps, untraced_us)) {
     out << "calibrate: CPU per global step " << table.cpu_us_per_step() << " us untraced ("
         << traced.per_step_us() << " traced), " << table.kernels_per_step()

@@ -218,6 +218,11 @@ TEST_CASE("calibration: the runtime's cost per kernel from the same training unt
   CHECK(t.runtime_traced_ns_per_kernel() == Approx(12000));
   CHECK(t.kernels_per_step() == Approx(5));
   CHECK(t.cpu_us_per_step() == Approx(200));
+  // More than the traced run's runtime cost (the machine slower for the untraced run: 60
+  // us a kernel, 30 of them the kernel's own): at most the traced figure.
+  t.set_runtime_ns_per_kernel(12000);
+  REQUIRE(sim::set_runtime_untraced(t, runs, 2, 300));
+  CHECK(t.runtime_ns_per_kernel() == Approx(12000));
   // Less CPU untraced than the kernels' own: no runtime cost, never a negative one.
   REQUIRE(sim::set_runtime_untraced(t, runs, 2, 100));
   CHECK(t.runtime_ns_per_kernel() == 0);
