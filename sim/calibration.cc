@@ -137,6 +137,10 @@ bool set_runtime_untraced(Calibration& table, const calibration_recorder::kernel
   return true;
 }
 
+bool traced_while_slow(double traced_us, double untraced_us) {
+  return traced_us > 0 && untraced_us > 0 && traced_us > k_traced_over_untraced * untraced_us;
+}
+
 double untraced_cpu_us_per_step(double traced_us, const std::function<double()>& measure, int tries,
                                 const std::function<void(double)>& rejected) {
   double lowest = 0;

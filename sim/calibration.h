@@ -142,6 +142,14 @@ class calibration_recorder final : public actors::step_tracer {
 bool set_runtime_untraced(Calibration& table, const calibration_recorder::kernel_runs& runs, std::int64_t steps,
                           double cpu_us_per_step);
 
+// Whether a traced run's CPU per global step says the machine was slow while it was
+// traced, beside the untraced run's: the recorder costs 15-30% more CPU per step (LeNet
+// and the MLP on 2-core machines here), and more than k_traced_over_untraced times
+// (one calibration: 7,199 us traced against 3,973 untraced, its kernels as slow) makes
+// troupe calibrate trace again. False when either was not measured.
+inline constexpr double k_traced_over_untraced = 1.45;
+bool traced_while_slow(double traced_us, double untraced_us);
+
 // The untraced run's CPU per global step: `measure` runs the untraced training and says
 // its CPU per step (0: no steady state measured). It cannot exceed the traced run's
 // (`traced_us`: the recorder only adds work), so a figure above it says the machine

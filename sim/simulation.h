@@ -68,8 +68,8 @@ struct network_model {
   // cores): what crowding the cluster's processes onto the machine costs beyond their
   // work (the scenario's network.process_cpu_us times the processes).
   double crowding_cpu_us = 0;
-  // > 0 (with compute_model::machine_cores): a message between tasks (a transfer, a
-  // step's request) that arrives while the kernels running keep every core of the
+  // > 0 (with compute_model::machine_cores): a message between tasks (a transfer, and
+  // with step_cpu_us a step's request) that arrives while the kernels running keep every core of the
   // machine busy waits a further time drawn from an exponential distribution of this
   // mean: its process's thread waits for the operating system to give it a core, which
   // an idle core gives at once. (Only on arrival: the links time transits from the
@@ -145,7 +145,7 @@ class simulation final : public actors::simulation {
   void stop_swizzle();
   std::int64_t links_clogged() const { return clogs_; }
   // With compute_model::machine_cores: the messages between tasks that arrived (transfers
-  // and steps' requests), and how many of them found the kernels keeping every core busy
+  // and, with network_model::step_cpu_us, steps' requests), and how many of them found the kernels keeping every core busy
   // (network_model::busy_wait_us).
   std::int64_t messages_arrived() const { return arrived_; }
   std::int64_t messages_arrived_busy() const { return arrived_busy_; }

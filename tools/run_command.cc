@@ -10,6 +10,7 @@
 #include <optional>
 #include <sstream>
 #include <thread>
+#include <tuple>
 
 #include <unistd.h>
 
@@ -204,24 +205,33 @@ void in_situ_latency(sim::Loopback& l, const sim::calibration_recorder::transits
 }
 
 // Loopback's busy_wait_us (sim/calibration.proto): the scenario `in_process` simulated
-// with `table` (shape-only: the kernels' times come from the table by their shapes), its
+// with `table` (complete but for this: its kernels' times alone say how many cores each
+// keeps busy; shape-only, the kernels' times come from the table by their shapes), its
 // links at the quiet latency and `l`'s other costs, on this machine's cores and the
 // compute pool's `threads`: the share of its messages that arrive while the kernels keep
 // every core busy, and the wait that gives them the in-situ latency's excess on average.
 // The waits move the arrivals (a message that waits finds the cores busier, and so do
 // the ones behind it), so the wait is found as a fixed point: from the excess over the
-// share without waits, then three times halfway to the excess over the share with it.
+// share without waits, then three times halfway to the excess over the share with it;
+// a last simulation with the wait found gives the share kept. (Simulated also without
+// an excess: the share says how loaded the scenario keeps the cores.)
 void in_situ_busy_wait(sim::Loopback& l, const sim::Calibration& table, const scenario::Scenario& in_process,
                        std::int64_t steps, int threads, std::ostream& out) {
-  // (Simulated also without an excess: the share says how loaded the scenario keeps the
-  // cores, and the run shows that the scenario simulates.)
+  constexpr double k_max_wait_us = 1e6;  // network.busy_wait_us's range
   const double excess_us = std::max(0.0, l.latency_us() - l.latency_quiet_us());
   std::error_code ignored;
-  const std::string path =
-      (std::filesystem::temp_directory_path() / str_cat("troupe-calibrate-", ::getpid(), ".json")).string();
+  const std::filesystem::path path =
+      std::filesystem::temp_directory_path() / str_cat("troupe-calibrate-", ::getpid(), ".json");
+  struct removed {
+    const std::filesystem::path& path;
+    ~removed() {
+      std::error_code ignored;
+      std::filesystem::remove(path, ignored);
+    }
+  } cleanup{path};
   sim::Calibration t = table;
   *t.mutable_loopback() = l;
-  if (status s = sim::save_calibration(t, path); !s.ok()) {
+  if (status s = sim::save_calibration(t, path.string()); !s.ok()) {
     out << "calibrate: (" << s.to_string() << ": busy_wait_us 0)\n";
     return;
   }
@@ -229,14 +239,16 @@ void in_situ_busy_wait(sim::Loopback& l, const sim::Calibration& table, const sc
   s.mutable_cluster()->set_mode(scenario::Cluster::SIMULATED);
   s.clear_simulation();
   s.mutable_training()->set_eval_every(0);  // shape-only: nothing to evaluate
-  double wait_us = 0, share = 0;
-  for (int round = 0; round < (excess_us > 0 ? 4 : 1); ++round) {
+  // The share of busy arrivals with a wait of `wait_us`; < 0 when the scenario could not
+  // be simulated (said on `out`).
+  auto share_with = [&](double wait_us) -> double {
     const std::string text = str_cat(
         scenarios::scenario_to_text(s), "\nsimulation { seed: 1 execute_kernels: false network { latency_us: ",
         l.latency_quiet_us(), " transfer_us: ", l.transfer_us(), " bandwidth_gbps: ", l.bandwidth_gbps(),
         " copy_gbps: ", l.copy_gbps(), " message_cpu_us: ", l.message_cpu_us(), " step_cpu_us: ", l.step_cpu_us(),
-        " process_cpu_us: ", l.process_cpu_us(), " busy_wait_us: ", wait_us, " } compute { table: \"", path,
-        "\" machine_cores: ", std::thread::hardware_concurrency(), " intra_op_threads: ", threads, " } }\n");
+        " process_cpu_us: ", l.process_cpu_us(), " busy_wait_us: ", wait_us, " } compute { table: \"",
+        path.string(), "\" machine_cores: ", std::thread::hardware_concurrency(), " intra_op_threads: ", threads,
+        " } }\n");
     auto simulated = scenarios::parse_scenario(text, "calibrate's simulation");
     std::ostringstream quiet;
     scenarios::run_options o;
@@ -246,16 +258,14 @@ void in_situ_busy_wait(sim::Loopback& l, const sim::Calibration& table, const sc
     if (!summary.ok() || summary->messages_arrived <= 0) {
       out << "calibrate: (" << (!summary.ok() ? summary.error().to_string() : std::string("no message simulated"))
           << ": busy_wait_us 0)\n";
-      std::filesystem::remove(path, ignored);
-      return;
+      return -1;
     }
-    share = static_cast<double>(summary->messages_arrived_busy) / static_cast<double>(summary->messages_arrived);
     out << "calibrate: simulated with busy_wait_us " << wait_us << ": " << summary->messages_arrived_busy << " of "
         << summary->messages_arrived << " messages arrived while the kernels kept every core busy\n";
-    if (share <= 0) break;
-    wait_us = round == 0 ? excess_us / share : (wait_us + excess_us / share) / 2;
-  }
-  std::filesystem::remove(path, ignored);
+    return static_cast<double>(summary->messages_arrived_busy) / static_cast<double>(summary->messages_arrived);
+  };
+  double share = share_with(0);
+  if (share < 0) return;
   l.set_busy_share(share);
   if (excess_us <= 0 || share <= 0) {
     out << "calibrate: busy_wait_us 0: "
@@ -264,9 +274,26 @@ void in_situ_busy_wait(sim::Loopback& l, const sim::Calibration& table, const sc
         << "\n";
     return;
   }
+  double wait_us = std::min(k_max_wait_us, excess_us / share);
+  for (int round = 0; round < 3; ++round) {
+    const double next = share_with(wait_us);
+    if (next < 0) return;
+    if (next <= 0) break;  // (the waits took every arrival off the busy times: keep the last)
+    wait_us = std::min(k_max_wait_us, (wait_us + excess_us / next) / 2);
+  }
+  share = share_with(wait_us);
+  if (share < 0) return;
   l.set_busy_wait_us(wait_us);
-  out << "calibrate: busy_wait_us " << wait_us << ": the in-situ latency's " << excess_us
-      << " us over the quiet one, on " << 100 * share << "% of the messages\n";
+  l.set_busy_share(share);
+  out << "calibrate: busy_wait_us " << wait_us << ": the in-situ latency's " << excess_us << " us over the quiet one ("
+      << l.latency_quiet_us() << "), on " << 100 * share << "% of the messages (" << wait_us * share
+      << " us on average)\n";
+  out << "calibrate: for the simulation: network { latency_us: " << l.latency_quiet_us()
+      << " transfer_us: " << l.transfer_us() << " bandwidth_gbps: " << l.bandwidth_gbps()
+      << " copy_gbps: " << l.copy_gbps() << " message_cpu_us: " << l.message_cpu_us()
+      << " step_cpu_us: " << l.step_cpu_us() << " process_cpu_us: " << l.process_cpu_us()
+      << " busy_wait_us: " << wait_us << " } compute { machine_cores: " << std::thread::hardware_concurrency()
+      << " intra_op_threads: " << threads << " }\n";
 }
 
 // What transfers between this machine's processes cost, for the network model of a REAL
@@ -426,19 +453,32 @@ int calibrate_command(const std::vector<std::string>& args, std::ostream& out, s
     if (runs != nullptr) *runs = recorder.kernels_run();
     return recorder.table();
   };
-  cpu_window traced;
+  // The traced run: the table's kernels, what a step moves between tasks, the kernels run.
   sim::calibration_recorder::traffic moved;
   sim::calibration_recorder::kernel_runs runs;
-  auto measured = measure(*sc, traced, &moved, &runs);
+  double traced_us = 0;  // its CPU per global step
+  std::int64_t traced_steps = 0;
+  auto measure_traced = [&]() -> std::optional<sim::Calibration> {
+    cpu_window traced;
+    sim::calibration_recorder::traffic m;
+    sim::calibration_recorder::kernel_runs r;
+    auto t = measure(*sc, traced, &m, &r);
+    if (!t) return std::nullopt;
+    moved = m;
+    runs = r;
+    traced_us = traced.per_step_us();
+    traced_steps = traced.end && traced.start ? traced.end->second - traced.start->second : 0;
+    return t;
+  };
+  auto measured = measure_traced();
   if (!measured) return 1;
   sim::Calibration table = std::move(*measured);
-  const std::int64_t traced_steps = traced.end && traced.start ? traced.end->second - traced.start->second : 0;
   // The same training without the recorder (whose metering of every kernel costs CPU
   // too): the CPU per step that the table's kernels and runtime must add up to.
   out << "calibrate: again without the recorder, the CPU time per step\n";
   bool failed = false;
   const double untraced_us = sim::untraced_cpu_us_per_step(
-      traced.per_step_us(),
+      traced_us,
       [&] {
         cpu_window in_process;
         if (failed || !run_window(*sc, nullptr, in_process, working_cpu_ns)) {
@@ -449,17 +489,35 @@ int calibrate_command(const std::vector<std::string>& args, std::ostream& out, s
       },
       3,
       [&](double us) {
-        out << "calibrate: " << us << " us of CPU per step untraced, more than traced (" << traced.per_step_us()
+        out << "calibrate: " << us << " us of CPU per step untraced, more than traced (" << traced_us
             << "): the machine slowed between the runs; measured again\n";
       });
   if (failed) return 1;
-  if (untraced_us > traced.per_step_us() && traced.per_step_us() > 0) {
+  // A machine slow while it was traced slows the table's kernels: traced again, at most
+  // twice, the run of least CPU per step kept.
+  for (int again = 0; again < 2 && sim::traced_while_slow(traced_us, untraced_us); ++again) {
+    out << "calibrate: " << traced_us << " us of CPU per step traced against " << untraced_us
+        << " untraced: the machine was slow while it was traced; traced again\n";
+    const auto before = std::make_tuple(moved, runs, traced_us, traced_steps);
+    auto retraced = measure_traced();
+    if (!retraced) return 1;
+    if (traced_us > 0 && traced_us < std::get<2>(before)) {
+      table = std::move(*retraced);
+    } else {
+      std::tie(moved, runs, traced_us, traced_steps) = before;
+    }
+  }
+  if (untraced_us > traced_us && traced_us > 0) {
     out << "calibrate: warning: untraced still above traced after 3 runs: this machine's speed is drifting; "
            "runtime_ns_per_kernel is kept at most the traced run's, and simulations from this table may be off\n";
+  } else if (sim::traced_while_slow(traced_us, untraced_us)) {
+    out << "calibrate: warning: traced still " << traced_us / untraced_us
+        << " times the untraced CPU per step after 3 runs: this machine's speed is drifting; the table's kernels "
+           "may be slow\n";
   }
   if (sim::set_runtime_untraced(table, runs, traced_steps, untraced_us)) {
     out << "calibrate: CPU per global step " << table.cpu_us_per_step() << " us untraced ("
-        << traced.per_step_us() << " traced), " << table.kernels_per_step()
+        << traced_us << " traced), " << table.kernels_per_step()
         << " kernels per step: runtime_ns_per_kernel " << table.runtime_ns_per_kernel() << " ("
         << table.runtime_traced_ns_per_kernel() << " traced)\n";
   } else {
@@ -510,10 +568,10 @@ int calibrate_command(const std::vector<std::string>& args, std::ostream& out, s
     cpu_window unused;
     if (!run_window(*real, &links, unused, [] { return 0.0; })) return 1;
     in_situ_latency(*loopback, links.link_transits(), out);
-    in_situ_busy_wait(*loopback, table, *sc, steps, options.compute_threads, out);
   }
   // Each kernel alone: with one worker task no other worker's kernels want the cores, so
   // its wall time says how many cores it keeps busy (KernelCost::alone_ns).
+  const scenario::Scenario as_trained = *sc;  // (the pass alone changes its workers)
   auto* workers = worker_job_of(*sc);
   if (workers != nullptr && workers->tasks() > 1) {
     out << "calibrate: again with one worker task, each kernel alone\n";
@@ -536,6 +594,17 @@ int calibrate_command(const std::vector<std::string>& args, std::ostream& out, s
   if (status s = sim::save_calibration(table, output_file); !s.ok()) {
     err << "troupe calibrate: " << s.to_string() << "\n";
     return 1;
+  }
+  // Last, with the table complete (saved first: what was measured stays, whatever the
+  // simulation does): the wait of messages that find the cores busy.
+  if (real && loopback) {
+    out << "calibrate: the scenario simulated, the messages that find every core busy\n";
+    in_situ_busy_wait(*loopback, table, as_trained, steps, options.compute_threads, out);
+    *table.mutable_loopback() = *loopback;
+    if (status s = sim::save_calibration(table, output_file); !s.ok()) {
+      err << "troupe calibrate: " << s.to_string() << "\n";
+      return 1;
+    }
   }
   out << "calibration: " << table.kernels_size() << " kernels (by op and input shapes) of " << *steps_run
       << " steps -> " << output_file << "\n";

@@ -234,6 +234,18 @@ TEST_CASE("calibration: the runtime's cost per kernel from the same training unt
   CHECK(t.SerializeAsString() == before.SerializeAsString());
 }
 
+TEST_CASE("calibration: a traced run much dearer than the untraced one was traced while the machine was slow",
+          "[sim]") {
+  // What the recorder costs (LeNet 4,571 traced against 3,623 untraced; the MLP 3,468
+  // against 2,917) is not a slow machine; a calibration of 7,199 against 3,973 was.
+  CHECK_FALSE(sim::traced_while_slow(4571, 3623));
+  CHECK_FALSE(sim::traced_while_slow(3468, 2917));
+  CHECK(sim::traced_while_slow(7199, 3973));
+  // Nothing to compare: not slow.
+  CHECK_FALSE(sim::traced_while_slow(7199, 0));
+  CHECK_FALSE(sim::traced_while_slow(0, 3973));
+}
+
 TEST_CASE("calibration: an untraced CPU per step above the traced one is measured again, the lowest kept", "[sim]") {
   // Measurements in the order the untraced runs would give them; how many were asked.
   auto run = [](double traced, std::vector<double> figures, int* asked, std::vector<double>* rejected) {
