@@ -48,10 +48,13 @@ class step_tracer {
                                  const std::string& device, clock::time_point at) = 0;
   // A tensor of `bytes` crossed the link from task `from` to task `to` (processes of one
   // machine, mode REAL): its sender began writing it at `sent` and its last byte was in at
-  // `arrived` (cluster/transport.h, handlers::timed). Default: ignored.
+  // `arrived` (cluster/transport.h, handlers::timed); it was transfer `key` of step
+  // `step_id` (as transfer_sent names it; "" when the link's key could not be read).
+  // Default: ignored.
   virtual void link_transit(const std::string& from, const std::string& to, std::int64_t bytes,
-                            clock::time_point sent, clock::time_point arrived) {
-    (void)from, (void)to, (void)bytes, (void)sent, (void)arrived;
+                            clock::time_point sent, clock::time_point arrived, const std::string& key,
+                            std::int64_t step_id) {
+    (void)from, (void)to, (void)bytes, (void)sent, (void)arrived, (void)key, (void)step_id;
   }
 };
 

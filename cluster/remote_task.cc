@@ -265,8 +265,13 @@ result<std::unique_ptr<transfer_hub>> transfer_hub::start(actors::cluster& c, co
     on.tensor = [h, from](std::string key, tensor value) { h->arrived(from, std::move(key), std::move(value)); };
     on.failure = [](const status&) {};  // the steps that needed it fail by their own timeouts and aborts
     if (actors::step_tracer* tracer = h->cluster->tracer()) {
-      on.timed = [tracer, from, to = h->task](std::uint64_t bytes, auto sent, auto arrived) {
-        tracer->link_transit(from, to, static_cast<std::int64_t>(bytes), sent, arrived);
+      on.timed = [tracer, from, to = h->task](const std::string& wire_key, std::uint64_t bytes, auto sent,
+                                               auto arrived) {
+        std::int64_t step_id = 0;
+        placement::rendezvous_key k;
+        const bool read = parse_transfer_wire_key(wire_key, &step_id, &k);
+        tracer->link_transit(from, to, static_cast<std::int64_t>(bytes), sent, arrived, read ? k.to_string() : "",
+                             read ? step_id : 0);
       };
     }
     l->start(std::move(on));
@@ -1135,8 +1140,9 @@ void observation_log::aggregated(const std::string& accumulator, std::int64_t st
 }
 
 void observation_log::link_transit(const std::string& from, const std::string& to, std::int64_t bytes,
-                                   clock::time_point sent, clock::time_point arrived) {
-  add({observed_event::transit, ns_of(sent), ns_of(arrived), 0, 0, false, to, {}, from, {}, {}, bytes});
+                                   clock::time_point sent, clock::time_point arrived, const std::string& key,
+                                   std::int64_t step_id) {
+  add({observed_event::transit, ns_of(sent), ns_of(arrived), step_id, 0, false, to, {}, from, {}, {}, bytes, key});
 }
 
 result<std::vector<observed_event>> take_observations(actors::cluster& c, const std::string& task,

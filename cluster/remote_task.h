@@ -56,7 +56,7 @@
 namespace troupe::cluster {
 
 // The version of the control plane's messages: a client and a service must agree.
-inline constexpr std::uint32_t k_control_version = 4;  // 4: the hello answers the task's incarnation
+inline constexpr std::uint32_t k_control_version = 5;  // 5: observed transits carry their transfer's key
 
 // A tensor on the wire: dtype, shape and raw bytes (read straight into a new tensor).
 struct wire_tensor {
@@ -162,8 +162,8 @@ struct observed_event {
   enum kind_type : std::int8_t { span = 1, sent = 2, received = 3, gradient = 4, aggregated = 5, transit = 6 };
   std::int8_t kind = 0;
   std::int64_t at_ns = 0, end_ns = 0;  // end: spans; transit: sent at, arrived at end
-  // Span and transfers: the step's id; gradient: the step it was computed at (local);
-  // aggregated: the step it aggregated.
+  // Span, transfers and transit: the step's id; gradient: the step it was computed at
+  // (local); aggregated: the step it aggregated.
   std::int64_t step = 0;
   std::int64_t global_step = 0;  // gradient: the accumulator's global step when it came
   bool kept = false;             // gradient: kept (else dropped as stale)
@@ -174,6 +174,7 @@ struct observed_event {
   std::string op;    // span
   std::vector<std::string> sources;  // gradient: its source task; aggregated: the gradients' sources
   std::int64_t bytes = 0;            // transit
+  std::string key;                   // transit: the transfer's key, as transfer_sent names it
 };
 
 // Records what a server observes (bounded: beyond `max_events` events not yet taken,
@@ -197,7 +198,7 @@ class observation_log final : public actors::step_tracer, public actors::sync_ob
                 std::int64_t global_step, bool kept) override;
   void aggregated(const std::string& accumulator, std::int64_t step, const std::vector<std::string>& sources) override;
   void link_transit(const std::string& from, const std::string& to, std::int64_t bytes, clock::time_point sent,
-                    clock::time_point arrived) override;
+                    clock::time_point arrived, const std::string& key, std::int64_t step_id) override;
 
  private:
   void add(observed_event e);
@@ -289,7 +290,7 @@ typename Inspector::result_type inspect(Inspector& f, wire_spec& x) {
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, observed_event& x) {
   return f(caf::meta::type_name("observed_event"), x.kind, x.at_ns, x.end_ns, x.step, x.global_step, x.kept, x.task,
-           x.device, x.name, x.op, x.sources, x.bytes);
+           x.device, x.name, x.op, x.sources, x.bytes, x.key);
 }
 
 template <class Inspector>

@@ -924,7 +924,7 @@ void tensor_link::impl::read_loop() {
       in_tensor = false;
       // The peer's clock is this machine's when it lent its ring (the same kernel's
       // monotonic clock); a peer elsewhere stamps its own.
-      if (on.timed && lender != nullptr) on.timed(total, sent_at, clock_type::now());
+      if (on.timed && lender != nullptr) on.timed(current_key, total, sent_at, clock_type::now());
       if (on.tensor) on.tensor(std::move(current_key), std::move(current));
       current = tensor();
       bool due = false;

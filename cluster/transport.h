@@ -82,8 +82,8 @@ class tensor_link {
     // Optional: a tensor's transit, from when the peer began writing it (the tensor_begin
     // frame's stamp of the peer's monotonic clock) to its last byte here, just before
     // `tensor` runs; only when the peer shares this machine's clock (it lent this end its
-    // ring of shared memory), on the link's reader thread.
-    std::function<void(std::uint64_t bytes, std::chrono::steady_clock::time_point sent,
+    // ring of shared memory), on the link's reader thread, with the tensor's key.
+    std::function<void(const std::string& key, std::uint64_t bytes, std::chrono::steady_clock::time_point sent,
                        std::chrono::steady_clock::time_point arrived)>
         timed = nullptr;
   };

@@ -291,7 +291,7 @@ class recorder_tracer final : public actors::step_tracer {
   // A tensor's way between two processes (mode REAL): a slice in a row of the receiving
   // task per sending task, from its first write to its last byte in.
   void link_transit(const std::string& from, const std::string& to, std::int64_t bytes, clock::time_point sent,
-                    clock::time_point arrived) override {
+                    clock::time_point arrived, const std::string&, std::int64_t) override {
     recorder_.record_span({to, str_cat("link from ", from), str_cat(bytes, " bytes"), "link_transit", sent, arrived});
   }
 
@@ -1292,7 +1292,7 @@ result<run_summary> run_scenario(const scenario::Scenario& sc, const run_options
           if (into) into->transfer_received(e.name, e.step, e.task, e.device, at(e.at_ns));
           break;
         case cluster::observed_event::transit:
-          if (into) into->link_transit(e.name, e.task, e.bytes, at(e.at_ns), at(e.end_ns));
+          if (into) into->link_transit(e.name, e.task, e.bytes, at(e.at_ns), at(e.end_ns), e.key, e.step);
           break;
         case cluster::observed_event::gradient:
           if (sync && !e.sources.empty()) tally.gradient(e.name, e.sources.front(), e.step, e.global_step, e.kept);

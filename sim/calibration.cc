@@ -3,6 +3,7 @@
 #include <google/protobuf/util/json_util.h>
 
 #include <algorithm>
+#include <tuple>
 
 #include "core/cpu_time.h"
 #include "core/file.h"
@@ -61,6 +62,7 @@ void calibration_recorder::reset() {
   traffic_ = {};
   parts_seen_.clear();
   transits_.clear();
+  handed_.clear();
   recorded_.clear();
   if (recording_) recorded_.emplace_back(clock::now(), clock::time_point::max());
 }
@@ -78,14 +80,24 @@ void calibration_recorder::resume() {
   recording_ = true;
 }
 
-void calibration_recorder::link_transit(const std::string&, const std::string&, std::int64_t bytes,
-                                        clock::time_point sent, clock::time_point arrived) {
+void calibration_recorder::link_transit(const std::string& from, const std::string& to, std::int64_t bytes,
+                                        clock::time_point sent, clock::time_point arrived, const std::string& key,
+                                        std::int64_t step_id) {
   std::lock_guard<std::mutex> lock(mutex_);
   // Kept only when it arrived while recording (a window opens at its resume, later than
   // anything that arrived before), so that the cap keeps the steady state's.
   const bool in = std::any_of(recorded_.begin(), recorded_.end(),
                               [&](const auto& w) { return arrived >= w.first && arrived < w.second; });
-  if (in && transits_.size() < max_samples_) transits_.push_back({bytes, sent, arrived});
+  if (in && transits_.size() < max_samples_) transits_.push_back({bytes, sent, arrived, from, to, key, step_id});
+}
+
+void calibration_recorder::transfer_sent(const std::string& key, std::int64_t step_id, const std::string&,
+                                         const std::string&, clock::time_point at) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  // (Handed over seconds late in mode REAL, like the transits: kept by when it happened.)
+  const bool in = std::any_of(recorded_.begin(), recorded_.end(),
+                              [&](const auto& w) { return at >= w.first && at < w.second; });
+  if (in && handed_.size() < max_samples_) handed_.emplace(std::make_pair(key, step_id), at);
 }
 
 calibration_recorder::transits calibration_recorder::link_transits() const {
@@ -113,6 +125,23 @@ calibration_recorder::transits calibration_recorder::link_transits() const {
     out.latency_us = out.mean_us - slope * out.mean_bytes;
     out.bandwidth_gbps = 8.0 / slope / 1e3;  // bits per us, in Gb/s
   }
+  // The senders' waits, link by link in the order their tensors were first written.
+  std::vector<const transit*> ordered;
+  for (const transit& t : transits_) ordered.push_back(&t);
+  std::stable_sort(ordered.begin(), ordered.end(), [](const transit* a, const transit* b) {
+    return std::tie(a->from, a->to, a->sent) < std::tie(b->from, b->to, b->sent);
+  });
+  double waited_us = 0;
+  for (std::size_t i = 0; i < ordered.size(); ++i) {
+    const transit& t = *ordered[i];
+    auto handed = t.key.empty() ? handed_.end() : handed_.find({t.key, t.step});
+    if (handed == handed_.end() || handed->second > t.sent) continue;
+    auto free = handed->second;  // the link was free for it then, or when the previous one was in
+    if (i > 0 && ordered[i - 1]->from == t.from && ordered[i - 1]->to == t.to) free = std::max(free, ordered[i - 1]->arrived);
+    waited_us += std::max(0.0, std::chrono::duration<double, std::micro>(t.sent - free).count());
+    ++out.send_waits;
+  }
+  if (out.send_waits > 0) out.send_wait_us = waited_us / static_cast<double>(out.send_waits);
   return out;
 }
 

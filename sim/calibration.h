@@ -67,11 +67,17 @@ class calibration_recorder final : public actors::step_tracer {
   // The links' transits between processes (link_transit: a REAL run's, which the runner
   // hands over seconds late, so each counts by when it arrived: while recording), fitted
   // as latency + bytes / bandwidth by least squares. With one size of tensor only, or no
-  // growth with bytes, bandwidth_gbps is 0 and latency_us the mean.
+  // growth with bytes, bandwidth_gbps is 0 and latency_us the mean. And the senders'
+  // waits: each transit paired by its key and step with its transfer's hand-off
+  // (transfer_sent, recorded while recording), the time from the later of the hand-off
+  // and the end of the link's previous transit to the first write (the sender's thread
+  // waiting for a core, not for its link), averaged over send_waits of them.
   struct transits {
     std::int64_t count = 0;
     double mean_bytes = 0, mean_us = 0;
     double latency_us = 0, bandwidth_gbps = 0;
+    std::int64_t send_waits = 0;
+    double send_wait_us = 0;
   };
   transits link_transits() const;
   // The synchronous kernels run while recording, and their CPU time (not the recorder's).
@@ -84,11 +90,12 @@ class calibration_recorder final : public actors::step_tracer {
   void node_span(const std::string& task, const std::string& device, const std::string& node, const std::string& op,
                  std::int64_t step_id, clock::time_point start, clock::time_point end,
                  const node_detail& detail) override;
-  void transfer_sent(const std::string&, std::int64_t, const std::string&, const std::string&, clock::time_point) override {}
+  void transfer_sent(const std::string& key, std::int64_t step_id, const std::string& task, const std::string& device,
+                     clock::time_point at) override;
   void transfer_received(const std::string&, std::int64_t, const std::string&, const std::string&,
                          clock::time_point) override {}
   void link_transit(const std::string& from, const std::string& to, std::int64_t bytes, clock::time_point sent,
-                    clock::time_point arrived) override;
+                    clock::time_point arrived, const std::string& key, std::int64_t step_id) override;
 
  private:
   struct key {
@@ -110,8 +117,12 @@ class calibration_recorder final : public actors::step_tracer {
   struct transit {
     std::int64_t bytes = 0;
     clock::time_point sent, arrived;
+    std::string from, to, key;
+    std::int64_t step = 0;
   };
   std::vector<transit> transits_;
+  // The transfers' hand-offs while recording (at most max_samples_), by key and step.
+  std::map<std::pair<std::string, std::int64_t>, clock::time_point> handed_;
   std::vector<std::pair<clock::time_point, clock::time_point>> recorded_;
   // The process's CPU time against its kernels', for Calibration::runtime_ns_per_kernel
   // (the constants above): read at the k_window_after-th kernel run, every

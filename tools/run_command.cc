@@ -199,9 +199,13 @@ void in_situ_latency(sim::Loopback& l, const sim::calibration_recorder::transits
   l.set_transit_mean_bytes(t.mean_bytes);
   const double wire_us = l.bandwidth_gbps() > 0 ? t.mean_bytes * 8 / (l.bandwidth_gbps() * 1e3) : 0;
   l.set_latency_us(std::max(l.latency_quiet_us(), t.mean_us - wire_us));
+  l.set_send_waits(t.send_waits);
+  l.set_send_wait_us(t.send_wait_us);
   out << "calibrate: " << t.count << " transits between the servers, " << t.mean_us << " us for " << t.mean_bytes
       << " bytes on average (fitted: " << t.latency_us << " us + bytes at " << t.bandwidth_gbps
       << " Gb/s): latency_us " << l.latency_us() << " in situ (" << l.latency_quiet_us() << " between idle servers)\n";
+  out << "calibrate: " << t.send_waits << " of them paired with their hand-offs: the senders waited " << t.send_wait_us
+      << " us on average before the first write, beyond their link's turn\n";
 }
 
 // Loopback's busy_wait_us (sim/calibration.proto): the scenario `in_process` simulated

@@ -320,11 +320,13 @@ TEST_CASE("tensors that come whole through the ring are handed on in place; kept
 struct transits {
   std::mutex mutex;
   std::vector<std::pair<std::uint64_t, std::chrono::nanoseconds>> seen;  // bytes, transit
+  std::vector<std::string> keys;  // each tensor's
   void install(tensor_link::handlers& h) {
-    h.timed = [this](std::uint64_t bytes, std::chrono::steady_clock::time_point sent,
+    h.timed = [this](const std::string& key, std::uint64_t bytes, std::chrono::steady_clock::time_point sent,
                      std::chrono::steady_clock::time_point arrived) {
       std::lock_guard<std::mutex> lock(mutex);
       seen.emplace_back(bytes, arrived - sent);
+      keys.push_back(key);
     };
   }
 };
@@ -363,6 +365,7 @@ TEST_CASE("a receiver on the sender's machine times each tensor from its first w
   for (std::size_t i = 0; i < sizes.size(); ++i) {
     INFO("tensor " << i);
     CHECK(timed.seen[i].first == static_cast<std::uint64_t>(sizes[i]));
+    CHECK(timed.keys[i] == str_cat("w", i));  // with the tensor's key
     CHECK(timed.seen[i].second > 0ns);
     CHECK(timed.seen[i].second < elapsed);
   }

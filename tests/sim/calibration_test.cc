@@ -170,7 +170,7 @@ TEST_CASE("calibration: the links' transits fitted as latency and bandwidth, cou
   // 100 us + 1 us per 1,000 bytes (8 Gb/s), at three sizes.
   const auto t0 = clock_type::now();
   auto transit = [&](std::int64_t bytes, clock_type::time_point arrived) {
-    r.link_transit(worker, ps, bytes, arrived - microseconds(100 + bytes / 1000), arrived);
+    r.link_transit(worker, ps, bytes, arrived - microseconds(100 + bytes / 1000), arrived, "", 0);
   };
   for (std::int64_t bytes : {0, 100000, 1000000}) transit(bytes, t0);
   auto t = r.link_transits();
@@ -232,6 +232,44 @@ TEST_CASE("calibration: the runtime's cost per kernel from the same training unt
   CHECK_FALSE(sim::set_runtime_untraced(t, runs, 2, 0));
   CHECK_FALSE(sim::set_runtime_untraced(t, {}, 2, 200));
   CHECK(t.SerializeAsString() == before.SerializeAsString());
+}
+
+TEST_CASE("calibration: the senders' waits, each transit paired by its key with its hand-off", "[sim]") {
+  using std::chrono::microseconds;
+  const std::string worker = "/job:worker/replica:0/task:0", ps = "/job:ps/replica:0/task:0";
+  sim::calibration_recorder r;
+  const auto t0 = clock_type::now();
+  // Handed over at t0, first written 50 us later: 50 us waited.
+  r.transfer_sent("g1", 7, worker, "CPU:0", t0);
+  r.link_transit(worker, ps, 1000, t0 + microseconds(50), t0 + microseconds(150), "g1", 7);
+  // Handed over at t0 + 20 us, behind the first on the link (in at t0 + 150 us), first
+  // written at t0 + 170 us: 20 us waited for a core, 130 for the link.
+  r.transfer_sent("g2", 7, worker, "CPU:0", t0 + microseconds(20));
+  r.link_transit(worker, ps, 1000, t0 + microseconds(170), t0 + microseconds(200), "g2", 7);
+  // The other way, a link of its own: handed over at t0 + 100, written at t0 + 110.
+  r.transfer_sent("v1", 8, ps, "CPU:0", t0 + microseconds(100));
+  r.link_transit(ps, worker, 1000, t0 + microseconds(110), t0 + microseconds(180), "v1", 8);
+  // Not paired: a key never handed over (its step differs), one without a key, one
+  // handed over after its first write (no such order: not this transfer's).
+  r.transfer_sent("g3", 7, worker, "CPU:0", t0 + microseconds(400));
+  r.link_transit(worker, ps, 1000, t0 + microseconds(300), t0 + microseconds(350), "g1", 9);
+  r.link_transit(worker, ps, 1000, t0 + microseconds(310), t0 + microseconds(360), "", 0);
+  r.link_transit(worker, ps, 1000, t0 + microseconds(320), t0 + microseconds(370), "g3", 7);
+  auto t = r.link_transits();
+  CHECK(t.count == 6);
+  CHECK(t.send_waits == 3);
+  CHECK(t.send_wait_us == Approx((50.0 + 20 + 10) / 3));
+  // Hand-offs while paused are not kept: nothing pairs.
+  r.reset();
+  r.pause();
+  r.transfer_sent("g1", 7, worker, "CPU:0", clock_type::now());
+  r.resume();
+  const auto t1 = clock_type::now();
+  r.link_transit(worker, ps, 1000, t1 + microseconds(5), t1 + microseconds(50), "g1", 7);
+  t = r.link_transits();
+  CHECK(t.count == 1);
+  CHECK(t.send_waits == 0);
+  CHECK(t.send_wait_us == 0);
 }
 
 TEST_CASE("calibration: a traced run much dearer than the untraced one was traced while the machine was slow",

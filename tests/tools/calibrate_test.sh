@@ -51,6 +51,8 @@ if sys.argv[2] == "loopback":
     assert int(lb["transits"]) >= 4 * 30 and lb["transit_mean_us"] > 0 and lb["transit_mean_bytes"] > 0, lb
     # (The probe's own latency may come out 0 on a busy machine: noise hid it.)
     assert lb["latency_us"] >= lb.get("latency_quiet_us", 0) >= 0 and lb["latency_us"] > 0, lb
+    # The senders' waits: every transit paired by its key with its hand-off.
+    assert int(lb.get("send_waits", 0)) >= 4 * 30 and lb.get("send_wait_us", 0) >= 0, lb
     # The crowding of processes: the scenario again with three times its workers.
     assert lb["processes"] == 4 and lb["crowded_processes"] == 8 and lb["real_cpu_us_per_step_crowded"] > 0, lb
     assert lb.get("process_cpu_us", 0) >= 0, lb
