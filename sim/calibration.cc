@@ -80,24 +80,24 @@ void calibration_recorder::resume() {
   recording_ = true;
 }
 
+bool calibration_recorder::while_recording(clock::time_point at) const {
+  return std::any_of(recorded_.begin(), recorded_.end(), [&](const auto& w) { return at >= w.first && at < w.second; });
+}
+
 void calibration_recorder::link_transit(const std::string& from, const std::string& to, std::int64_t bytes,
                                         clock::time_point sent, clock::time_point arrived, const std::string& key,
                                         std::int64_t step_id) {
   std::lock_guard<std::mutex> lock(mutex_);
   // Kept only when it arrived while recording (a window opens at its resume, later than
   // anything that arrived before), so that the cap keeps the steady state's.
-  const bool in = std::any_of(recorded_.begin(), recorded_.end(),
-                              [&](const auto& w) { return arrived >= w.first && arrived < w.second; });
-  if (in && transits_.size() < max_samples_) transits_.push_back({bytes, sent, arrived, from, to, key, step_id});
+  if (while_recording(arrived) && transits_.size() < max_samples_) transits_.push_back({bytes, sent, arrived, from, to, key, step_id});
 }
 
 void calibration_recorder::transfer_sent(const std::string& key, std::int64_t step_id, const std::string&,
                                          const std::string&, clock::time_point at) {
   std::lock_guard<std::mutex> lock(mutex_);
   // (Handed over seconds late in mode REAL, like the transits: kept by when it happened.)
-  const bool in = std::any_of(recorded_.begin(), recorded_.end(),
-                              [&](const auto& w) { return at >= w.first && at < w.second; });
-  if (in && handed_.size() < max_samples_) handed_.emplace(std::make_pair(key, step_id), at);
+  if (while_recording(at) && handed_.size() < max_samples_) handed_.emplace(std::make_pair(key, step_id), at);
 }
 
 calibration_recorder::transits calibration_recorder::link_transits() const {

@@ -124,6 +124,8 @@ class calibration_recorder final : public actors::step_tracer {
   // The transfers' hand-offs while recording (at most max_samples_), by key and step.
   std::map<std::pair<std::string, std::int64_t>, clock::time_point> handed_;
   std::vector<std::pair<clock::time_point, clock::time_point>> recorded_;
+  // Whether `at` fell in a window of recorded_ (REQUIRES: mutex_ held).
+  bool while_recording(clock::time_point at) const;
   // The process's CPU time against its kernels', for Calibration::runtime_ns_per_kernel
   // (the constants above): read at the k_window_after-th kernel run, every
   // k_window_kernels runs after and at the pause; the median over the windows between two

@@ -10,7 +10,6 @@
 #include <optional>
 #include <sstream>
 #include <thread>
-#include <tuple>
 
 #include <unistd.h>
 
@@ -223,7 +222,14 @@ void in_situ_busy_wait(sim::Loopback& l, const sim::Calibration& table, const sc
                        std::int64_t steps, int threads, std::ostream& out) {
   constexpr double k_max_wait_us = 1e6;  // network.busy_wait_us's range
   const double excess_us = std::max(0.0, l.latency_us() - l.latency_quiet_us());
-  std::error_code ignored;
+  // The simulation's network: the links at the quiet latency, `wait_us` for busy cores.
+  auto network = [&l](double wait_us) {
+    return str_cat("network { latency_us: ", l.latency_quiet_us(), " transfer_us: ", l.transfer_us(),
+                   " bandwidth_gbps: ", l.bandwidth_gbps(), " copy_gbps: ", l.copy_gbps(),
+                   " message_cpu_us: ", l.message_cpu_us(), " step_cpu_us: ", l.step_cpu_us(),
+                   " process_cpu_us: ", l.process_cpu_us(), " busy_wait_us: ", wait_us, " }");
+  };
+  const std::string cores = str_cat("machine_cores: ", std::thread::hardware_concurrency(), " intra_op_threads: ", threads);
   const std::filesystem::path path =
       std::filesystem::temp_directory_path() / str_cat("troupe-calibrate-", ::getpid(), ".json");
   struct removed {
@@ -246,13 +252,8 @@ void in_situ_busy_wait(sim::Loopback& l, const sim::Calibration& table, const sc
   // The share of busy arrivals with a wait of `wait_us`; < 0 when the scenario could not
   // be simulated (said on `out`).
   auto share_with = [&](double wait_us) -> double {
-    const std::string text = str_cat(
-        scenarios::scenario_to_text(s), "\nsimulation { seed: 1 execute_kernels: false network { latency_us: ",
-        l.latency_quiet_us(), " transfer_us: ", l.transfer_us(), " bandwidth_gbps: ", l.bandwidth_gbps(),
-        " copy_gbps: ", l.copy_gbps(), " message_cpu_us: ", l.message_cpu_us(), " step_cpu_us: ", l.step_cpu_us(),
-        " process_cpu_us: ", l.process_cpu_us(), " busy_wait_us: ", wait_us, " } compute { table: \"",
-        path.string(), "\" machine_cores: ", std::thread::hardware_concurrency(), " intra_op_threads: ", threads,
-        " } }\n");
+    const std::string text = str_cat(scenarios::scenario_to_text(s), "\nsimulation { seed: 1 execute_kernels: false ",
+                                     network(wait_us), " compute { table: \"", path.string(), "\" ", cores, " } }\n");
     auto simulated = scenarios::parse_scenario(text, "calibrate's simulation");
     std::ostringstream quiet;
     scenarios::run_options o;
@@ -292,12 +293,7 @@ void in_situ_busy_wait(sim::Loopback& l, const sim::Calibration& table, const sc
   out << "calibrate: busy_wait_us " << wait_us << ": the in-situ latency's " << excess_us << " us over the quiet one ("
       << l.latency_quiet_us() << "), on " << 100 * share << "% of the messages (" << wait_us * share
       << " us on average)\n";
-  out << "calibrate: for the simulation: network { latency_us: " << l.latency_quiet_us()
-      << " transfer_us: " << l.transfer_us() << " bandwidth_gbps: " << l.bandwidth_gbps()
-      << " copy_gbps: " << l.copy_gbps() << " message_cpu_us: " << l.message_cpu_us()
-      << " step_cpu_us: " << l.step_cpu_us() << " process_cpu_us: " << l.process_cpu_us()
-      << " busy_wait_us: " << wait_us << " } compute { machine_cores: " << std::thread::hardware_concurrency()
-      << " intra_op_threads: " << threads << " }\n";
+  out << "calibrate: for the simulation: " << network(wait_us) << " compute { " << cores << " }\n";
 }
 
 // What transfers between this machine's processes cost, for the network model of a REAL
@@ -457,32 +453,33 @@ int calibrate_command(const std::vector<std::string>& args, std::ostream& out, s
     if (runs != nullptr) *runs = recorder.kernels_run();
     return recorder.table();
   };
-  // The traced run: the table's kernels, what a step moves between tasks, the kernels run.
-  sim::calibration_recorder::traffic moved;
-  sim::calibration_recorder::kernel_runs runs;
-  double traced_us = 0;  // its CPU per global step
-  std::int64_t traced_steps = 0;
-  auto measure_traced = [&]() -> std::optional<sim::Calibration> {
-    cpu_window traced;
-    sim::calibration_recorder::traffic m;
-    sim::calibration_recorder::kernel_runs r;
-    auto t = measure(*sc, traced, &m, &r);
-    if (!t) return std::nullopt;
-    moved = m;
-    runs = r;
-    traced_us = traced.per_step_us();
-    traced_steps = traced.end && traced.start ? traced.end->second - traced.start->second : 0;
-    return t;
+  // The traced run: the table's kernels, what a step moves between tasks, the kernels run,
+  // its CPU per global step and the steps of its window.
+  struct traced_run {
+    sim::Calibration table;
+    sim::calibration_recorder::traffic moved;
+    sim::calibration_recorder::kernel_runs runs;
+    double us = 0;
+    std::int64_t steps = 0;
   };
-  auto measured = measure_traced();
-  if (!measured) return 1;
-  sim::Calibration table = std::move(*measured);
+  auto trace = [&]() -> std::optional<traced_run> {
+    cpu_window window;
+    traced_run r;
+    auto t = measure(*sc, window, &r.moved, &r.runs);
+    if (!t) return std::nullopt;
+    r.table = std::move(*t);
+    r.us = window.per_step_us();
+    r.steps = window.end && window.start ? window.end->second - window.start->second : 0;
+    return r;
+  };
+  auto traced = trace();
+  if (!traced) return 1;
   // The same training without the recorder (whose metering of every kernel costs CPU
   // too): the CPU per step that the table's kernels and runtime must add up to.
   out << "calibrate: again without the recorder, the CPU time per step\n";
   bool failed = false;
   const double untraced_us = sim::untraced_cpu_us_per_step(
-      traced_us,
+      traced->us,
       [&] {
         cpu_window in_process;
         if (failed || !run_window(*sc, nullptr, in_process, working_cpu_ns)) {
@@ -493,24 +490,24 @@ int calibrate_command(const std::vector<std::string>& args, std::ostream& out, s
       },
       3,
       [&](double us) {
-        out << "calibrate: " << us << " us of CPU per step untraced, more than traced (" << traced_us
+        out << "calibrate: " << us << " us of CPU per step untraced, more than traced (" << traced->us
             << "): the machine slowed between the runs; measured again\n";
       });
   if (failed) return 1;
   // A machine slow while it was traced slows the table's kernels: traced again, at most
   // twice, the run of least CPU per step kept.
-  for (int again = 0; again < 2 && sim::traced_while_slow(traced_us, untraced_us); ++again) {
-    out << "calibrate: " << traced_us << " us of CPU per step traced against " << untraced_us
+  for (int again = 0; again < 2 && sim::traced_while_slow(traced->us, untraced_us); ++again) {
+    out << "calibrate: " << traced->us << " us of CPU per step traced against " << untraced_us
         << " untraced: the machine was slow while it was traced; traced again\n";
-    const auto before = std::make_tuple(moved, runs, traced_us, traced_steps);
-    auto retraced = measure_traced();
+    auto retraced = trace();
     if (!retraced) return 1;
-    if (traced_us > 0 && traced_us < std::get<2>(before)) {
-      table = std::move(*retraced);
-    } else {
-      std::tie(moved, runs, traced_us, traced_steps) = before;
-    }
+    if (retraced->us > 0 && retraced->us < traced->us) traced = std::move(retraced);
   }
+  sim::Calibration table = std::move(traced->table);
+  const auto& moved = traced->moved;
+  const auto& runs = traced->runs;
+  const double traced_us = traced->us;
+  const std::int64_t traced_steps = traced->steps;
   if (untraced_us > traced_us && traced_us > 0) {
     out << "calibrate: warning: untraced still above traced after 3 runs: this machine's speed is drifting; "
            "runtime_ns_per_kernel is kept at most the traced run's, and simulations from this table may be off\n";
