@@ -52,12 +52,14 @@ def network(mode, table):
     with open(table) as f:
         lb = json.load(f)["loopback"]
     fields = {k: lb.get(k, 0) for k in ("latency_us", "transfer_us", "bandwidth_gbps", "copy_gbps",
-                                        "message_cpu_us", "step_cpu_us", "process_cpu_us", "busy_wait_us")}
+                                        "message_cpu_us", "step_cpu_us", "process_cpu_us", "busy_wait_us",
+                                        "send_busy_wait_us")}
     if fields["busy_wait_us"] > 0:  # the in-situ latency's excess as waiting for a busy core
         fields["latency_us"] = lb.get("latency_quiet_us", fields["latency_us"])
     return ("network {{ latency_us: {latency_us:.1f} transfer_us: {transfer_us:.2f} bandwidth_gbps: {bandwidth_gbps:.2f} "
             "copy_gbps: {copy_gbps:.3f} message_cpu_us: {message_cpu_us:.2f} step_cpu_us: {step_cpu_us:.1f} "
-            "process_cpu_us: {process_cpu_us:.2f} busy_wait_us: {busy_wait_us:.1f} }}").format(**fields)
+            "process_cpu_us: {process_cpu_us:.2f} busy_wait_us: {busy_wait_us:.1f} "
+            "send_busy_wait_us: {send_busy_wait_us:.1f} }}").format(**fields)
 
 
 def scenario(model, workers, mode, steps, simulation=""):

@@ -682,6 +682,7 @@ result<sim::simulation_options> simulation_options_of(const scenario::Simulation
   // Each part of a step among the tasks' processes and the client's (network.process_cpu_us).
   o.network.crowding_cpu_us = s.network().process_cpu_us() * (tasks + 1);
   o.network.busy_wait_us = s.network().busy_wait_us();
+  o.network.send_busy_wait_us = s.network().send_busy_wait_us();
   const auto& c = s.compute();
   if (!c.table().empty()) {
     auto table = sim::load_calibration(c.table());
@@ -1517,6 +1518,8 @@ result<run_summary> run_scenario(const scenario::Scenario& sc, const run_options
     summary.links_clogged = simulated->links_clogged();
     summary.messages_arrived = simulated->messages_arrived();
     summary.messages_arrived_busy = simulated->messages_arrived_busy();
+    summary.messages_sent = simulated->messages_sent();
+    summary.messages_sent_busy = simulated->messages_sent_busy();
     if (summary.links_clogged > 0) out << "swizzle: " << summary.links_clogged << " link clogs\n";
     summary.liveness_ms = liveness.ms;
     if (liveness.started) {

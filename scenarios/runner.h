@@ -77,6 +77,10 @@ struct run_summary {
   // SIMULATED with compute.machine_cores: the messages between tasks that arrived, and how
   // many found the kernels keeping every core busy (network.busy_wait_us)
   std::int64_t messages_arrived = 0, messages_arrived_busy = 0;
+  // SIMULATED with compute.machine_cores: the transfers handed to their links, and how
+  // many found the kernels, some of them the sender's, keeping every core busy
+  // (network.send_busy_wait_us)
+  std::int64_t messages_sent = 0, messages_sent_busy = 0;
   double final_loss = 0;          // smoothed training loss at the end
   double test_accuracy = 0;       // on the whole test set, after training
   bool expectations_met = true;   // report.expect, when given

@@ -291,28 +291,23 @@ void check_simulation(checker& c, const node& parent, scenario::Scenario* s, std
   scenario::Simulation::Network* nw = sim->mutable_network();
   if (!nw->has_latency_us()) nw->set_latency_us(50);
   if (!nw->has_bandwidth_gbps()) nw->set_bandwidth_gbps(10);
-  if (!(nw->latency_us() >= 0 && nw->latency_us() <= 1e7)) c.error(net, "latency_us", "must be in [0, 10^7] (is ", nw->latency_us(), ")");
+  // A field of the network in [0, `top`] (`top_text` as the error writes it).
+  auto within = [&](std::string_view field, double value, double top, std::string_view top_text) {
+    if (!(value >= 0 && value <= top)) c.error(net, field, "must be in [0, ", top_text, "] (is ", value, ")");
+  };
+  within("latency_us", nw->latency_us(), 1e7, "10^7");
   if (!(nw->bandwidth_gbps() > 0 && nw->bandwidth_gbps() <= 1e4)) {
     c.error(net, "bandwidth_gbps", "must be in (0, 10^4] (is ", nw->bandwidth_gbps(), ")");
   }
-  if (!(nw->jitter_us() >= 0 && nw->jitter_us() <= 1e7)) c.error(net, "jitter_us", "must be in [0, 10^7] (is ", nw->jitter_us(), ")");
-  if (!(nw->copy_gbps() >= 0 && nw->copy_gbps() <= 1e4)) c.error(net, "copy_gbps", "must be in [0, 10^4] (is ", nw->copy_gbps(), ")");
-  if (!(nw->nic_gbps() >= 0 && nw->nic_gbps() <= 1e4)) c.error(net, "nic_gbps", "must be in [0, 10^4] (is ", nw->nic_gbps(), ")");
-  if (!(nw->transfer_us() >= 0 && nw->transfer_us() <= 1e6)) {
-    c.error(net, "transfer_us", "must be in [0, 10^6] (is ", nw->transfer_us(), ")");
-  }
-  if (!(nw->step_cpu_us() >= 0 && nw->step_cpu_us() <= 1e6)) {
-    c.error(net, "step_cpu_us", "must be in [0, 10^6] (is ", nw->step_cpu_us(), ")");
-  }
-  if (!(nw->message_cpu_us() >= 0 && nw->message_cpu_us() <= 1e6)) {
-    c.error(net, "message_cpu_us", "must be in [0, 10^6] (is ", nw->message_cpu_us(), ")");
-  }
-  if (!(nw->process_cpu_us() >= 0 && nw->process_cpu_us() <= 1e5)) {
-    c.error(net, "process_cpu_us", "must be in [0, 10^5] (is ", nw->process_cpu_us(), ")");
-  }
-  if (!(nw->busy_wait_us() >= 0 && nw->busy_wait_us() <= 1e6)) {
-    c.error(net, "busy_wait_us", "must be in [0, 10^6] (is ", nw->busy_wait_us(), ")");
-  }
+  within("jitter_us", nw->jitter_us(), 1e7, "10^7");
+  within("copy_gbps", nw->copy_gbps(), 1e4, "10^4");
+  within("nic_gbps", nw->nic_gbps(), 1e4, "10^4");
+  within("transfer_us", nw->transfer_us(), 1e6, "10^6");
+  within("step_cpu_us", nw->step_cpu_us(), 1e6, "10^6");
+  within("message_cpu_us", nw->message_cpu_us(), 1e6, "10^6");
+  within("process_cpu_us", nw->process_cpu_us(), 1e5, "10^5");
+  within("busy_wait_us", nw->busy_wait_us(), 1e6, "10^6");
+  within("send_busy_wait_us", nw->send_busy_wait_us(), 1e6, "10^6");
   node cn = c.child(n, "compute", sim->compute());
   scenario::Simulation::Compute* cp = sim->mutable_compute();
   if (!cp->has_gflops()) cp->set_gflops(20);

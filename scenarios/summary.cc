@@ -30,6 +30,8 @@ scenario::RunSummary make_run_summary(const scenario::Scenario& s, const run_sum
   out.set_links_clogged(summary->links_clogged);
   out.set_messages_arrived(summary->messages_arrived);
   out.set_messages_arrived_busy(summary->messages_arrived_busy);
+  out.set_messages_sent(summary->messages_sent);
+  out.set_messages_sent_busy(summary->messages_sent_busy);
   out.set_shape_only(summary->shape_only);
   for (const auto& [site, n] : summary->buggify_fires) (*out.mutable_buggify_fires())[site] = n;
   const auto& c = summary->checkpoints;

@@ -80,22 +80,26 @@ class simulation::machine {
   using done_callback = std::function<void(env::clock::time_point start, env::clock::time_point end)>;
   machine(sim::world& w, int cores) : world_(w), cores_(std::max(1, cores)) {}
 
-  // Work of `work_ns` that may use up to `threads` cores: a kernel's (`kernel`), or a
-  // message's or the control plane's.
-  void start(double work_ns, double threads, done_callback done, bool kernel = false) {
+  // Work of `work_ns` that may use up to `threads` cores: a kernel's of task number
+  // `task` (>= 0), or a message's or the control plane's (-1).
+  void start(double work_ns, double threads, done_callback done, int task = -1) {
     advance();
-    jobs_.push_back({std::max(work_ns, 1.0), std::clamp(threads, 0.1, static_cast<double>(cores_)), 0, kernel,
+    jobs_.push_back({std::max(work_ns, 1.0), std::clamp(threads, 0.1, static_cast<double>(cores_)), 0, task,
                      world_.now(), std::move(done)});
     reschedule();
   }
 
-  // Whether the kernels running could keep every core busy.
-  bool kernels_fill_cores() const {
+  // Whether the kernels running could keep every core busy (and, with `task` >= 0, some
+  // of them are that task's).
+  bool kernels_fill_cores(int task = -1) const {
     double wanted = 0;
+    bool its_own = task < 0;
     for (const job& j : jobs_) {
-      if (j.kernel) wanted += j.cap;
+      if (j.task < 0) continue;
+      wanted += j.cap;
+      its_own = its_own || j.task == task;
     }
-    return wanted >= cores_ - 1e-9;
+    return its_own && wanted >= cores_ - 1e-9;
   }
 
  private:
@@ -103,7 +107,7 @@ class simulation::machine {
     double remaining;  // work left, ns on one core
     double cap;        // cores it can use
     double rate;       // cores it has now
-    bool kernel;
+    int task;          // a kernel's task number; -1: not a kernel
     env::clock::time_point start;
     done_callback done;
   };
@@ -161,20 +165,21 @@ class simulation::machine {
 // A device's kernels, on its machine's cores.
 class simulation::device_timer final : public actors::kernel_timer {
  public:
-  device_timer(simulation& s, std::string type, machine& m) : sim_(s), type_(std::move(type)), machine_(m) {}
+  device_timer(simulation& s, std::string type, machine& m, int task)
+      : sim_(s), type_(std::move(type)), machine_(m), task_(task) {}
   void ran(const graph::node& node, std::span<const tensor> inputs, std::span<const tensor> outputs,
            finish_callback finish) override {
     const kernel_cost cost = sim_.kernel_cost_of(node, type_, inputs, outputs);
     double work = cost.work_ns * noise_factor();
     if (env::buggify("kernel.slow")) work *= 10;
-    machine_.start(work, cost.threads, std::move(finish), /*kernel=*/true);
+    machine_.start(work, cost.threads, std::move(finish), task_);
   }
   void hold(const tf::NodeDef& def, std::span<const tensor> inputs, double ns, std::function<void()> then) override {
     double work = (sim_.kernel_overhead_ns() + sim_.held_ns(def, type_, inputs, ns)) * noise_factor();
     if (env::buggify("variable.slow_update")) work *= 20;
     machine_.start(
         work, sim_.threads_for(work), [then = std::move(then)](env::clock::time_point, env::clock::time_point) { then(); },
-        /*kernel=*/true);
+        task_);
   }
 
  private:
@@ -193,6 +198,7 @@ class simulation::device_timer final : public actors::kernel_timer {
   simulation& sim_;
   const std::string type_;
   machine& machine_;
+  const int task_;
   double factor_ = 1;
   env::clock::time_point redraw_at_;
 };
@@ -263,7 +269,11 @@ const simulation::measured* simulation::measured_of(const tf::NodeDef& def, cons
   return &it->second;
 }
 
-actors::kernel_timer* simulation::timer_of(const std::string& device, const std::string&) {
+int simulation::task_number(const std::string& task) {
+  return task_numbers_.emplace(task, static_cast<int>(task_numbers_.size())).first->second;
+}
+
+actors::kernel_timer* simulation::timer_of(const std::string& device, const std::string& task) {
   auto& t = timers_[device];
   if (t == nullptr) {
     // "/job:w/replica:0/task:0/device:CPU:0" -> "CPU"
@@ -271,7 +281,7 @@ actors::kernel_timer* simulation::timer_of(const std::string& device, const std:
     type = type.substr(0, type.find(':'));
     machine* m = shared_.get();
     if (m == nullptr) m = own_.emplace_back(std::make_unique<machine>(world_, options_.compute.cores_per_device)).get();
-    t = std::make_unique<device_timer>(*this, type, *m);
+    t = std::make_unique<device_timer>(*this, type, *m, task_number(task));
   }
   return t.get();
 }
@@ -282,6 +292,22 @@ void simulation::transfer(const std::string& from, const std::string& to, std::i
   const auto now = world_.now();
   auto& free = links_free_[{from, to}];
   auto start = std::max(free, now);
+  if (shared_ != nullptr) {
+    ++sent_;
+    // The link's thread waiting for a core already (go with it), or asleep (its link idle)
+    // while the kernels, some of them its task's, keep every core busy.
+    auto& wakes = link_wakes_[{from, to}];
+    if (wakes > now) {
+      ++sent_busy_;
+      start = std::max(start, wakes);
+    } else if (free <= now && shared_->kernels_fill_cores(task_number(from))) {
+      ++sent_busy_;
+      if (n.send_busy_wait_us > 0) {
+        const double us = std::exponential_distribution<double>(1 / n.send_busy_wait_us)(world_.random());
+        start = wakes = now + std::chrono::nanoseconds(static_cast<std::int64_t>(us * 1e3));
+      }
+    }
+  }
   double gbps = n.bandwidth_gbps;
   if (n.nic_gbps > 0) {
     // The sender's egress, the link and the receiver's ingress, all at once.

@@ -76,6 +76,13 @@ struct network_model {
   // sender's first write, so a wait before it is not in the in-situ latency this is
   // calibrated against; doc/simulation.md.)
   double busy_wait_us = 0;
+  // > 0 (with compute_model::machine_cores): a transfer handed to its link while the
+  // kernels running keep every core busy, some of them its own task's, and the link idle,
+  // starts a time drawn from an exponential distribution of this mean later (transfers
+  // handed to the link meanwhile go with it): the sending process's link thread waits
+  // for a core its own kernels hold. (The wait before the first write that the links'
+  // timing leaves out; `troupe calibrate` measures it apart, doc/simulation.md.)
+  double send_busy_wait_us = 0;
 };
 
 struct compute_model {
@@ -149,6 +156,12 @@ class simulation final : public actors::simulation {
   // (network_model::busy_wait_us).
   std::int64_t messages_arrived() const { return arrived_; }
   std::int64_t messages_arrived_busy() const { return arrived_busy_; }
+  // With compute_model::machine_cores: the transfers handed to their links, and how many
+  // of them found the kernels keeping every core busy, some of them the sender's, and
+  // waited (network_model::send_busy_wait_us; one that joined a wait already drawn for
+  // its link counts too).
+  std::int64_t messages_sent() const { return sent_; }
+  std::int64_t messages_sent_busy() const { return sent_busy_; }
   // A kernel of `node` on these inputs and outputs: its work (virtual nanoseconds on one
   // core) and the cores it can keep busy.
   struct kernel_cost {
@@ -199,6 +212,12 @@ class simulation final : public actors::simulation {
   std::map<std::string, env::clock::time_point> egress_free_, ingress_free_;  // by task (network_model::nic_gbps)
   std::int64_t from_table_ = 0, from_rates_ = 0;
   std::int64_t arrived_ = 0, arrived_busy_ = 0;
+  std::int64_t sent_ = 0, sent_busy_ = 0;
+  // network_model::send_busy_wait_us: until when a link's thread waits for a core.
+  std::map<std::pair<std::string, std::string>, env::clock::time_point> link_wakes_;
+  // A task's number on the shared machine (its kernels' jobs are tagged with it).
+  int task_number(const std::string& task);
+  std::map<std::string, int> task_numbers_;
   // Swizzle-clogging: clogged links and until when; whether it is on, whether its next
   // round is scheduled (a round is scheduled only while transfers come, so that a run
   // with nothing moving still ends as one that can never go on), the clogs so far.

@@ -207,27 +207,36 @@ void in_situ_latency(sim::Loopback& l, const sim::calibration_recorder::transits
       << " us on average before the first write, beyond their link's turn\n";
 }
 
-// Loopback's busy_wait_us (sim/calibration.proto): the scenario `in_process` simulated
-// with `table` (complete but for this: its kernels' times alone say how many cores each
-// keeps busy; shape-only, the kernels' times come from the table by their shapes), its
-// links at the quiet latency and `l`'s other costs, on this machine's cores and the
-// compute pool's `threads`: the share of its messages that arrive while the kernels keep
-// every core busy, and the wait that gives them the in-situ latency's excess on average.
-// The waits move the arrivals (a message that waits finds the cores busier, and so do
-// the ones behind it), so the wait is found as a fixed point: from the excess over the
-// share without waits, then three times halfway to the excess over the share with it;
-// a last simulation with the wait found gives the share kept. (Simulated also without
-// an excess: the share says how loaded the scenario keeps the cores.)
-void in_situ_busy_wait(sim::Loopback& l, const sim::Calibration& table, const scenario::Scenario& in_process,
-                       std::int64_t steps, int threads, std::ostream& out) {
-  constexpr double k_max_wait_us = 1e6;  // network.busy_wait_us's range
-  const double excess_us = std::max(0.0, l.latency_us() - l.latency_quiet_us());
-  // The simulation's network: the links at the quiet latency, `wait_us` for busy cores.
-  auto network = [&l](double wait_us) {
+// Loopback's busy_wait_us and send_busy_wait_us (sim/calibration.proto): the scenario
+// `in_process` simulated with `table` (complete but for these: its kernels' times alone
+// say how many cores each keeps busy; shape-only, the kernels' times come from the table
+// by their shapes), its links at the quiet latency and `l`'s other costs, on this
+// machine's cores and the compute pool's `threads`: the share of its messages that arrive
+// while the kernels keep every core busy and the share of its transfers handed over
+// while they do, some of them the sender's; the waits that give them the in-situ
+// latency's excess and the senders' measured wait on average. The waits move the
+// messages (one that waits finds the cores busier, and so do the ones behind it), so
+// both are found as one fixed point: from the targets over the shares without waits,
+// then three times halfway to the targets over the shares with them; a last simulation
+// with the waits found gives the shares kept. (Simulated also without a target: the
+// shares say how loaded the scenario keeps the cores.)
+void in_situ_waits(sim::Loopback& l, const sim::Calibration& table, const scenario::Scenario& in_process,
+                   std::int64_t steps, int threads, std::ostream& out) {
+  constexpr double k_max_wait_us = 1e6;  // network.busy_wait_us's and send_busy_wait_us's range
+  struct waits {
+    double arrive_us = 0, send_us = 0;
+  };
+  struct shares {
+    double arrived = -1, sent = -1;  // < 0: the scenario could not be simulated
+  };
+  const waits target{std::max(0.0, l.latency_us() - l.latency_quiet_us()), std::max(0.0, l.send_wait_us())};
+  // The simulation's network: the links at the quiet latency, `w` for busy cores.
+  auto network = [&l](const waits& w) {
     return str_cat("network { latency_us: ", l.latency_quiet_us(), " transfer_us: ", l.transfer_us(),
                    " bandwidth_gbps: ", l.bandwidth_gbps(), " copy_gbps: ", l.copy_gbps(),
                    " message_cpu_us: ", l.message_cpu_us(), " step_cpu_us: ", l.step_cpu_us(),
-                   " process_cpu_us: ", l.process_cpu_us(), " busy_wait_us: ", wait_us, " }");
+                   " process_cpu_us: ", l.process_cpu_us(), " busy_wait_us: ", w.arrive_us,
+                   " send_busy_wait_us: ", w.send_us, " }");
   };
   const std::string cores = str_cat("machine_cores: ", std::thread::hardware_concurrency(), " intra_op_threads: ", threads);
   const std::filesystem::path path =
@@ -242,58 +251,61 @@ void in_situ_busy_wait(sim::Loopback& l, const sim::Calibration& table, const sc
   sim::Calibration t = table;
   *t.mutable_loopback() = l;
   if (status s = sim::save_calibration(t, path.string()); !s.ok()) {
-    out << "calibrate: (" << s.to_string() << ": busy_wait_us 0)\n";
+    out << "calibrate: (" << s.to_string() << ": busy_wait_us and send_busy_wait_us 0)\n";
     return;
   }
   scenario::Scenario s = in_process;
   s.mutable_cluster()->set_mode(scenario::Cluster::SIMULATED);
   s.clear_simulation();
   s.mutable_training()->set_eval_every(0);  // shape-only: nothing to evaluate
-  // The share of busy arrivals with a wait of `wait_us`; < 0 when the scenario could not
-  // be simulated (said on `out`).
-  auto share_with = [&](double wait_us) -> double {
+  auto shares_with = [&](const waits& w) -> shares {
     const std::string text = str_cat(scenarios::scenario_to_text(s), "\nsimulation { seed: 1 execute_kernels: false ",
-                                     network(wait_us), " compute { table: \"", path.string(), "\" ", cores, " } }\n");
+                                     network(w), " compute { table: \"", path.string(), "\" ", cores, " } }\n");
     auto simulated = scenarios::parse_scenario(text, "calibrate's simulation");
     std::ostringstream quiet;
     scenarios::run_options o;
     o.out = &quiet;
     o.steps = steps;
     auto summary = simulated.ok() ? scenarios::run_scenario(*simulated, o) : result<scenarios::run_summary>(simulated.error());
-    if (!summary.ok() || summary->messages_arrived <= 0) {
+    if (!summary.ok() || summary->messages_arrived <= 0 || summary->messages_sent <= 0) {
       out << "calibrate: (" << (!summary.ok() ? summary.error().to_string() : std::string("no message simulated"))
-          << ": busy_wait_us 0)\n";
-      return -1;
+          << ": busy_wait_us and send_busy_wait_us 0)\n";
+      return {};
     }
-    out << "calibrate: simulated with busy_wait_us " << wait_us << ": " << summary->messages_arrived_busy << " of "
-        << summary->messages_arrived << " messages arrived while the kernels kept every core busy\n";
-    return static_cast<double>(summary->messages_arrived_busy) / static_cast<double>(summary->messages_arrived);
+    out << "calibrate: simulated with busy_wait_us " << w.arrive_us << " and send_busy_wait_us " << w.send_us << ": "
+        << summary->messages_arrived_busy << " of " << summary->messages_arrived
+        << " messages arrived while the kernels kept every core busy, " << summary->messages_sent_busy << " of "
+        << summary->messages_sent << " transfers were handed over while they did, some of them the sender's\n";
+    return {static_cast<double>(summary->messages_arrived_busy) / static_cast<double>(summary->messages_arrived),
+            static_cast<double>(summary->messages_sent_busy) / static_cast<double>(summary->messages_sent)};
   };
-  double share = share_with(0);
-  if (share < 0) return;
-  l.set_busy_share(share);
-  if (excess_us <= 0 || share <= 0) {
-    out << "calibrate: busy_wait_us 0: "
-        << (excess_us <= 0 ? "the links took no longer in situ than between idle servers"
-                           : "no simulated message found the cores busy")
-        << "\n";
-    return;
+  // Halfway from wait `w` to `goal` over `share` (all the way from 0).
+  auto toward = [&](double w, double goal, double share) {
+    if (goal <= 0 || share <= 0) return w;  // (no target, or the waits took every message off the busy times)
+    return std::min(k_max_wait_us, w > 0 ? (w + goal / share) / 2 : goal / share);
+  };
+  shares sh = shares_with({});
+  if (sh.arrived < 0) return;
+  l.set_busy_share(sh.arrived);
+  l.set_send_busy_share(sh.sent);
+  waits w;
+  for (int round = 0; round < 4; ++round) {
+    const waits next{toward(w.arrive_us, target.arrive_us, sh.arrived), toward(w.send_us, target.send_us, sh.sent)};
+    if (next.arrive_us == w.arrive_us && next.send_us == w.send_us) break;
+    w = next;
+    sh = shares_with(w);
+    if (sh.arrived < 0) return;
   }
-  double wait_us = std::min(k_max_wait_us, excess_us / share);
-  for (int round = 0; round < 3; ++round) {
-    const double next = share_with(wait_us);
-    if (next < 0) return;
-    if (next <= 0) break;  // (the waits took every arrival off the busy times: keep the last)
-    wait_us = std::min(k_max_wait_us, (wait_us + excess_us / next) / 2);
-  }
-  share = share_with(wait_us);
-  if (share < 0) return;
-  l.set_busy_wait_us(wait_us);
-  l.set_busy_share(share);
-  out << "calibrate: busy_wait_us " << wait_us << ": the in-situ latency's " << excess_us << " us over the quiet one ("
-      << l.latency_quiet_us() << "), on " << 100 * share << "% of the messages (" << wait_us * share
-      << " us on average)\n";
-  out << "calibrate: for the simulation: " << network(wait_us) << " compute { " << cores << " }\n";
+  l.set_busy_wait_us(w.arrive_us);
+  l.set_busy_share(sh.arrived);
+  l.set_send_busy_wait_us(w.send_us);
+  l.set_send_busy_share(sh.sent);
+  out << "calibrate: busy_wait_us " << w.arrive_us << ": the in-situ latency's " << target.arrive_us
+      << " us over the quiet one (" << l.latency_quiet_us() << "), on " << 100 * sh.arrived << "% of the messages ("
+      << w.arrive_us * sh.arrived << " us on average)\n";
+  out << "calibrate: send_busy_wait_us " << w.send_us << ": the senders' " << target.send_us << " us on "
+      << 100 * sh.sent << "% of the transfers (" << w.send_us * sh.sent << " us on average)\n";
+  out << "calibrate: for the simulation: " << network(w) << " compute { " << cores << " }\n";
 }
 
 // What transfers between this machine's processes cost, for the network model of a REAL
@@ -600,7 +612,7 @@ int calibrate_command(const std::vector<std::string>& args, std::ostream& out, s
   // simulation does): the wait of messages that find the cores busy.
   if (real && loopback) {
     out << "calibrate: the scenario simulated, the messages that find every core busy\n";
-    in_situ_busy_wait(*loopback, table, as_trained, steps, options.compute_threads, out);
+    in_situ_waits(*loopback, table, as_trained, steps, options.compute_threads, out);
     *table.mutable_loopback() = *loopback;
     if (status s = sim::save_calibration(table, output_file); !s.ok()) {
       err << "troupe calibrate: " << s.to_string() << "\n";

@@ -553,6 +553,8 @@ TEST_CASE("simulation: old SIMULATED files run IN_PROCESS with a note; the secti
                  "simulation.network.process_cpu_us: must be in [0, 10^5] (is 200000)"));
   CHECK(contains(error_of(cluster + "simulation { network { busy_wait_us: -5 } }\n" + k_minimal),
                  "simulation.network.busy_wait_us: must be in [0, 10^6] (is -5)"));
+  CHECK(contains(error_of(cluster + "simulation { network { send_busy_wait_us: 2e6 } }\n" + k_minimal),
+                 "simulation.network.send_busy_wait_us: must be in [0, 10^6] (is 2e+06)"));
   CHECK(error_of(cluster + "simulation { compute { cores_per_device: 0 } }\n" + k_minimal) ==
         "s.pbtxt:6:24: simulation.compute.cores_per_device: must be >= 1 (is 0)");
   auto shapes = parse_scenario(cluster + "simulation { execute_kernels: false }\n" + k_minimal, "s.pbtxt");

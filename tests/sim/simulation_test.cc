@@ -686,6 +686,81 @@ TEST_CASE("simulation: a message that finds the kernels keeping every core busy 
   CHECK(apart_waits->virtual_seconds == apart->virtual_seconds);
 }
 
+TEST_CASE("simulation: a transfer handed over while its own task's kernels keep every core busy waits send_busy_wait_us first", "[sim]") {
+  // One core, no latency, the wire next to free: the worker's 10 ms kernel holds the core.
+  sim::simulation_options o;
+  o.seed = 5;
+  o.compute.machine_cores = 1;
+  o.network.latency_us = 0;
+  o.network.bandwidth_gbps = 1e4;
+  o.network.send_busy_wait_us = 1000;
+  sim::simulation s(o);
+  const std::string worker = "/job:worker/replica:0/task:0", ps = "/job:ps/replica:0/task:0";
+  tf::NodeDef def;
+  def.set_op("NoOp");
+  bool held = false;
+  s.timer_of(worker + "/device:CPU:0", worker)->hold(def, {}, 10e6, [&] { held = true; });
+  const auto t0 = env::now();
+  std::vector<double> at_us(4, -1);
+  auto arrived = [&](int i) {
+    return [&, i] { at_us[i] = std::chrono::duration<double, std::micro>(env::now() - t0).count(); };
+  };
+  s.transfer(worker, ps, 64, arrived(0));  // its own kernel fills the core: waits
+  s.transfer(worker, ps, 64, arrived(1));  // the same link's thread, still waiting: goes with it
+  s.transfer(ps, worker, 64, arrived(2));  // the PS runs nothing: at once
+  CHECK(s.messages_sent() == 3);
+  CHECK(s.messages_sent_busy() == 2);
+  env::sleep_for(std::chrono::milliseconds(20));
+  CHECK(held);
+  INFO(at_us[0] << " " << at_us[1] << " " << at_us[2]);
+  CHECK(at_us[2] >= 0);
+  CHECK(at_us[2] < 1);
+  CHECK(at_us[0] > 1);  // an exponential draw of mean 1 ms (seed 5)
+  CHECK(at_us[1] >= at_us[0]);
+  CHECK(at_us[1] < at_us[0] + 1);
+  // The kernel done, the core idle: the next leaves at once.
+  s.transfer(worker, ps, 64, arrived(3));
+  env::sleep_for(std::chrono::milliseconds(1));
+  CHECK(s.messages_sent_busy() == 2);
+  CHECK(at_us[3] >= 20000);
+  CHECK(at_us[3] < 20001);
+}
+
+TEST_CASE("simulation: a scenario's transfers wait send_busy_wait_us while their senders' kernels keep every core busy", "[sim]") {
+  auto free = run_with("simulation { seed: 2 network { latency_us: 100 } compute { machine_cores: 1 } }\n");
+  auto waits = run_with("simulation { seed: 2 network { latency_us: 100 send_busy_wait_us: 2000 } compute { machine_cores: 1 } }\n");
+  REQUIRE(free.ok());
+  REQUIRE(waits.ok());
+  INFO(free->messages_sent << " " << free->messages_sent_busy << " " << free->virtual_seconds << " "
+                           << waits->messages_sent << " " << waits->messages_sent_busy << " " << waits->virtual_seconds);
+  // 60 worker steps: each reads 4 variables and sends 4 gradients, and the input
+  // pipeline's; a worker's gradients leave while its other gradients are computed.
+  CHECK(free->messages_sent >= 60 * 8);
+  CHECK(free->messages_sent_busy > 0);
+  CHECK(free->messages_sent_busy < free->messages_sent);
+  CHECK(waits->virtual_seconds > free->virtual_seconds + 0.05);
+  // Drawn from the seed: the same run again comes out the same.
+  auto again = run_with("simulation { seed: 2 network { latency_us: 100 send_busy_wait_us: 2000 } compute { machine_cores: 1 } }\n");
+  REQUIRE(again.ok());
+  CHECK(again->virtual_seconds == waits->virtual_seconds);
+  CHECK(again->messages_sent_busy == waits->messages_sent_busy);
+  // With cores to spare nothing waits: the same run to the nanosecond.
+  auto roomy = run_with("simulation { seed: 2 network { latency_us: 100 } compute { machine_cores: 64 } }\n");
+  auto roomy_waits = run_with("simulation { seed: 2 network { latency_us: 100 send_busy_wait_us: 2000 } compute { machine_cores: 64 } }\n");
+  REQUIRE(roomy.ok());
+  REQUIRE(roomy_waits.ok());
+  CHECK(roomy->messages_sent >= 60 * 8);
+  CHECK(roomy->messages_sent_busy == 0);
+  CHECK(roomy_waits->virtual_seconds == roomy->virtual_seconds);
+  // Without machine_cores: not modelled, not counted.
+  auto apart = run_with("simulation { seed: 2 network { latency_us: 100 } }\n");
+  auto apart_waits = run_with("simulation { seed: 2 network { latency_us: 100 send_busy_wait_us: 2000 } }\n");
+  REQUIRE(apart.ok());
+  REQUIRE(apart_waits.ok());
+  CHECK(apart->messages_sent == 0);
+  CHECK(apart_waits->virtual_seconds == apart->virtual_seconds);
+}
+
 TEST_CASE("simulation: a variable update takes the calibration's time, measured as it trained", "[sim]") {
   // The scenario trained for real with a recorder: its variable updates are measured (CPU
   // time, not the leases' waiting) like any kernel.

@@ -66,6 +66,13 @@ if sys.argv[2] == "loopback":
         # on average (the last simulation's share).
         assert lb["busy_share"] > 0 and excess > 0 and lb["busy_wait_us"] <= 1e6, lb
         assert 0.67 * excess <= lb["busy_wait_us"] * lb["busy_share"] <= 1.5 * excess, lb
+    # The senders' waits the same way: the share of the transfers handed over while the
+    # kernels, some of them the sender's, keep every core busy, and their wait.
+    assert 0 <= lb.get("send_busy_share", 0) <= 1, lb
+    if lb.get("send_busy_wait_us", 0) > 0:
+        waited = lb["send_wait_us"]
+        assert lb["send_busy_share"] > 0 and waited > 0 and lb["send_busy_wait_us"] <= 1e6, lb
+        assert 0.67 * waited <= lb["send_busy_wait_us"] * lb["send_busy_share"] <= 1.5 * waited, lb
 else:
     assert "loopback" not in t, t["loopback"]
 PY
@@ -90,14 +97,14 @@ grep -q "calibrate: [0-9]* transits between the servers" <<<"$out" || fail "no t
 grep -q "calibrate: CPU per global step .* with 8 processes against .* with 4: process_cpu_us" <<<"$out" ||
   fail "no crowding line: $out"
 # The scenario simulated with the table (shape-only: its evaluations left out), the
-# share of its messages that found the cores busy, and the wait that follows.
-grep -Eq "calibrate: simulated with busy_wait_us 0: [0-9]+ of [1-9][0-9]* messages arrived" <<<"$out" ||
+# shares of its messages and transfers that found the cores busy, the waits that follow,
+# and the network to paste.
+grep -Eq "calibrate: simulated with busy_wait_us 0 and send_busy_wait_us 0: [0-9]+ of [1-9][0-9]* messages arrived .*, [0-9]+ of [1-9][0-9]* transfers were handed over" <<<"$out" ||
   fail "the scenario was not simulated: $out"
 grep -Eq "calibrate: busy_wait_us [0-9.e+-]+: " <<<"$out" || fail "no busy_wait_us line: $out"
-if ! grep -q "calibrate: busy_wait_us 0: " <<<"$out"; then
-  grep -q "calibrate: for the simulation: network { latency_us: .* busy_wait_us: " <<<"$out" ||
-    fail "no network line to paste: $out"
-fi
+grep -Eq "calibrate: send_busy_wait_us [0-9.e+-]+: the senders' " <<<"$out" || fail "no send_busy_wait_us line: $out"
+grep -q "calibrate: for the simulation: network { latency_us: .* busy_wait_us: .* send_busy_wait_us: " <<<"$out" ||
+  fail "no network line to paste: $out"
 check_table "$dir/real.json" loopback
 
 out="$("$troupe" calibrate "$dir/none.pbtxt" 2>&1)" && fail "a missing scenario was taken"
