@@ -16,7 +16,8 @@ modes share them), and the mode's network: none for IN_PROCESS (tensors are shar
 latency 0, the largest bandwidth), the measured loopback for REAL (latency, each
 transfer's turn, bandwidth, the CPU of its copies and of each message, that one as
 calibrate measured it in situ from the scenario trained both ways, the control plane's
-CPU per task and step; the latency as the scenario's links took in situ, and the
+CPU per task and step; the latency as the scenario's links took in situ and the
+senders' waits before their first writes, both as waits for a busy core, and the
 crowding of processes from the scenario with three times its workers). A row compares
 the medians over the rounds. Nothing is fitted to the runs
 compared. The step time is the steady state's: a run of warm + measured steps, its
