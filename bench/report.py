@@ -585,7 +585,9 @@ def section_sim_fidelity(results):
         results, "Simulation fidelity",
         "Steady-state step times of mode SIMULATED (a `troupe calibrate` table per model and round, from 2 "
         "workers, with REAL's loopback measured, nothing fitted) against the same training measured in "
-        "IN_PROCESS and REAL mode, medians over the rounds (issue 17: within 10%, goal 5%).",
+        "IN_PROCESS and REAL mode, medians over the rounds (issue 17: within 10%, goal 5%); the last column "
+        "is each row's error against the 2-worker in-process run measured right after it (the machine's drift "
+        "since the round's calibration left out).",
         "sim_fidelity", "bench/sim_fidelity.py")
 
 
