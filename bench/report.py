@@ -585,9 +585,7 @@ def section_sim_fidelity(results):
         results, "Simulation fidelity",
         "Steady-state step times of mode SIMULATED (a `troupe calibrate` table per model and round, from 2 "
         "workers, with REAL's loopback measured, nothing fitted) against the same training measured in "
-        "IN_PROCESS and REAL mode, medians over the rounds (issue 17: within 10%, goal 5%); the last column "
-        "is each row's error against the 2-worker in-process run measured right after it (the machine's drift "
-        "since the round's calibration left out).",
+        "IN_PROCESS and REAL mode, medians over the rounds (issue 17: within 10%, goal 5%).",
         "sim_fidelity", "bench/sim_fidelity.py")
 
 
