@@ -24,13 +24,7 @@ compared. The step time is the steady state's: a run of warm + measured steps, i
 summary's steady_seconds over steady_steps (from a quarter of the steps to the end:
 start-up, connections and first-step preparations left out; with 9 processes on 2 cores
 these vary by a second between runs, so two runs differenced do not cancel them).
-Beside each measured run, right after it, the reference (the model with 2 workers in
-process, the configuration calibrate measures) runs again: a row's error against it (the
-simulated step over the simulated reference's, against the measured step over the
-reference measured beside it) leaves out how the machine's speed moved between the
-round's calibration and the run, which on a noisy machine moves the plain error by 10-30%
-round by round; the reference's own row then shows two runs of one configuration back
-to back. Writes sim_fidelity.json and
+Writes sim_fidelity.json and
 sim_fidelity.md (the table) into --out; bench/run.sh runs it and report.md shows it.
 Needs only troupe and the dataset (no PyPI package).
 """
@@ -49,7 +43,6 @@ MODELS = {
     "lenet": ('model { name: "lenet" }', 'optimizer { name: "adam" learning_rate: 0.001 }', 1000, 64),
 }
 WARM_STEPS = 200  # added to the measured ones: the steady state starts at a quarter of all
-REFERENCE = (2, "IN_PROCESS")  # (workers, mode) run beside every measured run
 
 
 def network(mode, table):
@@ -125,8 +118,6 @@ def main():
             configurations = [(int(w), mode) for w in a.workers.split(",") for mode in a.modes.split(",")]
             measured = {c: [] for c in configurations}
             simulated = {c: [] for c in configurations}
-            beside = {c: [] for c in configurations}  # the reference, measured right after
-            simulated_reference = []
             # Each round calibrates again, then measures and simulates every configuration
             # with that round's table: the machine's speed drifts by several percent within
             # minutes, and a table measured in one slow moment would shift every row.
@@ -135,39 +126,25 @@ def main():
                 calibrate(a.troupe, model, steps, "REAL" if "REAL" in a.modes.split(",") else "IN_PROCESS", tmp, table)
                 if "REAL" in a.modes.split(","):
                     networks.setdefault(model, []).append(network("REAL", table))
-
-                def simulate(workers, mode):
+                for workers, mode in configurations:
                     sim = (f'simulation {{ seed: 1 {network(mode, table)} compute {{ table: "{table}" '
                            f'machine_cores: {cores} intra_op_threads: {cores} }} }}')
-                    return step_ms(a.troupe, lambda n: scenario(model, workers, "SIMULATED", n, sim), warm + steps,
-                                   tmp, f"{model}-{workers}-{mode}-sim-{r}")
-
-                def measure(workers, mode, name):
-                    return step_ms(a.troupe, lambda n: scenario(model, workers, mode, n), warm + steps, tmp, name)
-
-                simulated_reference.append(simulate(*REFERENCE))
-                for workers, mode in configurations:
-                    simulated[(workers, mode)].append(simulate(workers, mode))
-                    measured[(workers, mode)].append(measure(workers, mode, f"{model}-{workers}-{mode}-{r}"))
-                    beside[(workers, mode)].append(measure(*REFERENCE, f"{model}-{workers}-{mode}-{r}-reference"))
+                    simulated[(workers, mode)].append(
+                        step_ms(a.troupe, lambda n: scenario(model, workers, "SIMULATED", n, sim), warm + steps, tmp,
+                                f"{model}-{workers}-{mode}-sim-{r}"))
+                    measured[(workers, mode)].append(
+                        step_ms(a.troupe, lambda n: scenario(model, workers, mode, n), warm + steps, tmp,
+                                f"{model}-{workers}-{mode}-{r}"))
                     print(f"{model} x{workers} {mode} round {r + 1}: measured {measured[(workers, mode)][-1]:.3f} "
                           f"ms/step, simulated {simulated[(workers, mode)][-1]:.3f}", file=sys.stderr)
             for workers, mode in configurations:
                 m = statistics.median(measured[(workers, mode)])
                 s = statistics.median(simulated[(workers, mode)])
                 error = 100.0 * (s - m) / m
-                # Against the reference beside it, round by round, then the median.
-                relative = statistics.median(
-                    100.0 * ((sc / sr) / (mc / mr) - 1)
-                    for sc, sr, mc, mr in zip(simulated[(workers, mode)], simulated_reference,
-                                              measured[(workers, mode)], beside[(workers, mode)]))
                 rows.append({"model": model, "workers": workers, "mode": mode, "warm_steps": warm, "steps": steps,
                              "measured_ms_per_step": m, "simulated_ms_per_step": s, "error_percent": error,
                              "measured_rounds": measured[(workers, mode)],
-                             "simulated_rounds": simulated[(workers, mode)],
-                             "reference_error_percent": relative,
-                             "reference_measured_rounds": beside[(workers, mode)],
-                             "reference_simulated_rounds": simulated_reference})
+                             "simulated_rounds": simulated[(workers, mode)]})
                 print(f"{model} x{workers} {mode}: measured {m:.3f} ms/step, simulated {s:.3f} ({error:+.1f}%)",
                       file=sys.stderr)
     result = {"cores": cores, "rounds": rounds, "rows": rows, "networks": networks}
@@ -180,14 +157,12 @@ def main():
         m = r["measured_rounds"]
         return 100.0 * (max(m) - min(m)) / min(m) if m and min(m) > 0 else 0.0
 
-    lines = ["| model | workers | compared with | measured ms/step | simulated ms/step | error | measured rounds "
-             "| error against the reference beside it |",
-             "|---|---|---|---|---|---|---|---|"]
+    lines = ["| model | workers | compared with | measured ms/step | simulated ms/step | error | measured rounds |",
+             "|---|---|---|---|---|---|---|"]
     for r in rows:
         rounds_text = " / ".join(f"{m:.2f}" for m in r["measured_rounds"])
         lines.append(f"| {r['model']} | {r['workers']} | {r['mode']} | {r['measured_ms_per_step']:.3f} | "
-                     f"{r['simulated_ms_per_step']:.3f} | {r['error_percent']:+.1f}% | {rounds_text} ({spread(r):.0f}%) | "
-                     f"{r['reference_error_percent']:+.1f}% |")
+                     f"{r['simulated_ms_per_step']:.3f} | {r['error_percent']:+.1f}% | {rounds_text} ({spread(r):.0f}%) |")
     errors = [abs(r["error_percent"]) for r in rows]
     if errors:
         lines.append("")
@@ -198,11 +173,6 @@ def main():
             lines.append(f"{len(drifting)} of {len(rows)} rows' measured figures moved by more than 10% between "
                          f"rounds (the last column: each round's, and max - min over min): this machine's drift, "
                          f"which their errors include.")
-        relative = [abs(r["reference_error_percent"]) for r in rows]
-        lines.append(f"Against the reference (each model with {REFERENCE[0]} workers {REFERENCE[1]}) measured right "
-                     f"after each run, the machine's drift since the round's calibration left out: mean absolute "
-                     f"error {statistics.mean(relative):.1f}%, largest {max(relative):.1f}% (the reference's own "
-                     f"row: two runs of it back to back).")
     for model, texts in networks.items():
         lines.append("")
         lines.append(f"REAL's network for {model}, as `troupe calibrate` measured it in each round:")
