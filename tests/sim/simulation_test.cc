@@ -269,6 +269,36 @@ std::vector<scenarios::run_summary> runs_with(const std::vector<std::string>& ex
   return out;
 }
 
+// What a wait for a busy core (network field `field` at 2000 us, its messages counted by
+// `count` and the busy ones by `busy`) does in any scenario: the same again from the same
+// seed; nothing with cores to spare (none busy: the same run to the nanosecond) or without
+// machine_cores (no machine to be busy: not counted). Returns the runs on one core
+// without and with the wait.
+std::pair<scenarios::run_summary, scenarios::run_summary> check_busy_wait(
+    const std::string& field, std::int64_t scenarios::run_summary::*count, std::int64_t scenarios::run_summary::*busy) {
+  const std::string with = str_cat(" ", field, ": 2000");
+  auto r = runs_with({
+      "simulation { seed: 2 network { latency_us: 100 } compute { machine_cores: 1 } }\n",
+      str_cat("simulation { seed: 2 network { latency_us: 100", with, " } compute { machine_cores: 1 } }\n"),
+      str_cat("simulation { seed: 2 network { latency_us: 100", with, " } compute { machine_cores: 1 } }\n"),
+      "simulation { seed: 2 network { latency_us: 100 } compute { machine_cores: 64 } }\n",
+      str_cat("simulation { seed: 2 network { latency_us: 100", with, " } compute { machine_cores: 64 } }\n"),
+      "simulation { seed: 2 network { latency_us: 100 } }\n",
+      str_cat("simulation { seed: 2 network { latency_us: 100", with, " } }\n"),
+  });
+  const scenarios::run_summary &free = r[0], &waits = r[1], &again = r[2], &roomy = r[3], &roomy_waits = r[4],
+                               &apart = r[5], &apart_waits = r[6];
+  INFO(field);
+  CHECK(again.virtual_seconds == waits.virtual_seconds);
+  CHECK(again.*busy == waits.*busy);
+  CHECK(roomy.*count >= 60 * 8);
+  CHECK(roomy.*busy == 0);
+  CHECK(roomy_waits.virtual_seconds == roomy.virtual_seconds);
+  CHECK(apart.*count == 0);
+  CHECK(apart_waits.virtual_seconds == apart.virtual_seconds);
+  return {free, waits};
+}
+
 }  // namespace
 
 TEST_CASE("simulation: swizzle-clogging holds links' transfers, and the run goes on", "[sim]") {
@@ -644,46 +674,25 @@ TEST_CASE("simulation: the crowding of processes takes the machine's cores besid
 
 TEST_CASE("simulation: a message that finds the kernels keeping every core busy waits busy_wait_us more", "[sim]") {
   // One core: while a worker's kernel runs, the other worker's tensors and requests
-  // arriving find it busy, and wait 2 ms on average each.
-  auto free = run_with("simulation { seed: 2 network { latency_us: 100 } compute { machine_cores: 1 } }\n");
-  auto waits = run_with("simulation { seed: 2 network { latency_us: 100 busy_wait_us: 2000 } compute { machine_cores: 1 } }\n");
-  REQUIRE(free.ok());
-  REQUIRE(waits.ok());
-  INFO(free->messages_arrived << " " << free->messages_arrived_busy << " " << free->virtual_seconds << " "
-                              << waits->messages_arrived << " " << waits->messages_arrived_busy << " "
-                              << waits->virtual_seconds);
+  // arriving find it busy, and wait 2 ms on average each. (Drawn from the seed, none on
+  // 64 cores, none without machine_cores: check_busy_wait.)
+  const auto [free, waits] = check_busy_wait("busy_wait_us", &scenarios::run_summary::messages_arrived,
+                                             &scenarios::run_summary::messages_arrived_busy);
+  INFO(free.messages_arrived << " " << free.messages_arrived_busy << " " << free.virtual_seconds << " "
+                             << waits.messages_arrived << " " << waits.messages_arrived_busy << " "
+                             << waits.virtual_seconds);
   // 60 worker steps: each reads 4 variables and sends 4 gradients (without step_cpu_us
   // the steps' requests are not messages of the model), and the input pipeline's.
-  CHECK(free->messages_arrived >= 60 * 8);
-  CHECK(free->messages_arrived_busy > 0);
-  CHECK(free->messages_arrived_busy < free->messages_arrived);
-  CHECK(waits->messages_arrived_busy > 0);
+  CHECK(free.messages_arrived >= 60 * 8);
+  CHECK(free.messages_arrived_busy > 0);
+  CHECK(free.messages_arrived_busy < free.messages_arrived);
+  CHECK(waits.messages_arrived_busy > 0);
   // Each busy arrival delays its step, by 2 ms on average; the workers' steps overlap.
-  CHECK(waits->virtual_seconds >= free->virtual_seconds + 0.001 * static_cast<double>(waits->messages_arrived_busy) / 4);
-  // The waits are drawn from the seed: the same run again comes out the same.
-  auto again = run_with("simulation { seed: 2 network { latency_us: 100 busy_wait_us: 2000 } compute { machine_cores: 1 } }\n");
-  REQUIRE(again.ok());
-  CHECK(again->virtual_seconds == waits->virtual_seconds);
-  CHECK(again->messages_arrived_busy == waits->messages_arrived_busy);
+  CHECK(waits.virtual_seconds >= free.virtual_seconds + 0.001 * static_cast<double>(waits.messages_arrived_busy) / 4);
   // With step_cpu_us the steps' requests are messages too.
   auto requests = run_with("simulation { seed: 2 network { latency_us: 100 step_cpu_us: 10 } compute { machine_cores: 1 } }\n");
   REQUIRE(requests.ok());
-  CHECK(requests->messages_arrived >= free->messages_arrived + 60 * 2 - 20);
-  // With cores to spare nothing waits, and the same run comes out to the nanosecond.
-  auto roomy = run_with("simulation { seed: 2 network { latency_us: 100 } compute { machine_cores: 64 } }\n");
-  auto roomy_waits = run_with("simulation { seed: 2 network { latency_us: 100 busy_wait_us: 2000 } compute { machine_cores: 64 } }\n");
-  REQUIRE(roomy.ok());
-  REQUIRE(roomy_waits.ok());
-  CHECK(roomy->messages_arrived >= 60 * 8);
-  CHECK(roomy->messages_arrived_busy == 0);
-  CHECK(roomy_waits->virtual_seconds == roomy->virtual_seconds);
-  // Without machine_cores there is no machine to be busy: not modelled, not counted.
-  auto apart = run_with("simulation { seed: 2 network { latency_us: 100 } }\n");
-  auto apart_waits = run_with("simulation { seed: 2 network { latency_us: 100 busy_wait_us: 2000 } }\n");
-  REQUIRE(apart.ok());
-  REQUIRE(apart_waits.ok());
-  CHECK(apart->messages_arrived == 0);
-  CHECK(apart_waits->virtual_seconds == apart->virtual_seconds);
+  CHECK(requests->messages_arrived >= free.messages_arrived + 60 * 2 - 20);
 }
 
 TEST_CASE("simulation: a transfer handed over while its own task's kernels keep every core busy waits send_busy_wait_us first", "[sim]") {
@@ -727,38 +736,17 @@ TEST_CASE("simulation: a transfer handed over while its own task's kernels keep 
 }
 
 TEST_CASE("simulation: a scenario's transfers wait send_busy_wait_us while their senders' kernels keep every core busy", "[sim]") {
-  auto free = run_with("simulation { seed: 2 network { latency_us: 100 } compute { machine_cores: 1 } }\n");
-  auto waits = run_with("simulation { seed: 2 network { latency_us: 100 send_busy_wait_us: 2000 } compute { machine_cores: 1 } }\n");
-  REQUIRE(free.ok());
-  REQUIRE(waits.ok());
-  INFO(free->messages_sent << " " << free->messages_sent_busy << " " << free->virtual_seconds << " "
-                           << waits->messages_sent << " " << waits->messages_sent_busy << " " << waits->virtual_seconds);
+  // (Drawn from the seed, none on 64 cores, none without machine_cores: check_busy_wait.)
+  const auto [free, waits] = check_busy_wait("send_busy_wait_us", &scenarios::run_summary::messages_sent,
+                                             &scenarios::run_summary::messages_sent_busy);
+  INFO(free.messages_sent << " " << free.messages_sent_busy << " " << free.virtual_seconds << " "
+                          << waits.messages_sent << " " << waits.messages_sent_busy << " " << waits.virtual_seconds);
   // 60 worker steps: each reads 4 variables and sends 4 gradients, and the input
   // pipeline's; a worker's gradients leave while its other gradients are computed.
-  CHECK(free->messages_sent >= 60 * 8);
-  CHECK(free->messages_sent_busy > 0);
-  CHECK(free->messages_sent_busy < free->messages_sent);
-  CHECK(waits->virtual_seconds > free->virtual_seconds + 0.05);
-  // Drawn from the seed: the same run again comes out the same.
-  auto again = run_with("simulation { seed: 2 network { latency_us: 100 send_busy_wait_us: 2000 } compute { machine_cores: 1 } }\n");
-  REQUIRE(again.ok());
-  CHECK(again->virtual_seconds == waits->virtual_seconds);
-  CHECK(again->messages_sent_busy == waits->messages_sent_busy);
-  // With cores to spare nothing waits: the same run to the nanosecond.
-  auto roomy = run_with("simulation { seed: 2 network { latency_us: 100 } compute { machine_cores: 64 } }\n");
-  auto roomy_waits = run_with("simulation { seed: 2 network { latency_us: 100 send_busy_wait_us: 2000 } compute { machine_cores: 64 } }\n");
-  REQUIRE(roomy.ok());
-  REQUIRE(roomy_waits.ok());
-  CHECK(roomy->messages_sent >= 60 * 8);
-  CHECK(roomy->messages_sent_busy == 0);
-  CHECK(roomy_waits->virtual_seconds == roomy->virtual_seconds);
-  // Without machine_cores: not modelled, not counted.
-  auto apart = run_with("simulation { seed: 2 network { latency_us: 100 } }\n");
-  auto apart_waits = run_with("simulation { seed: 2 network { latency_us: 100 send_busy_wait_us: 2000 } }\n");
-  REQUIRE(apart.ok());
-  REQUIRE(apart_waits.ok());
-  CHECK(apart->messages_sent == 0);
-  CHECK(apart_waits->virtual_seconds == apart->virtual_seconds);
+  CHECK(free.messages_sent >= 60 * 8);
+  CHECK(free.messages_sent_busy > 0);
+  CHECK(free.messages_sent_busy < free.messages_sent);
+  CHECK(waits.virtual_seconds > free.virtual_seconds + 0.05);
 }
 
 TEST_CASE("simulation: a variable update takes the calibration's time, measured as it trained", "[sim]") {
