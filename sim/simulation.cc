@@ -302,10 +302,7 @@ void simulation::transfer(const std::string& from, const std::string& to, std::i
       start = std::max(start, wakes);
     } else if (free <= now && shared_->kernels_fill_cores(task_number(from))) {
       ++sent_busy_;
-      if (n.send_busy_wait_us > 0) {
-        const double us = std::exponential_distribution<double>(1 / n.send_busy_wait_us)(world_.random());
-        start = wakes = now + std::chrono::nanoseconds(static_cast<std::int64_t>(us * 1e3));
-      }
+      if (n.send_busy_wait_us > 0) start = wakes = busy_wait_from_now(n.send_busy_wait_us);
     }
   }
   double gbps = n.bandwidth_gbps;
@@ -365,6 +362,11 @@ bool simulation::delay_step_start(const std::string&, std::int64_t feed_bytes, s
   return true;
 }
 
+env::clock::time_point simulation::busy_wait_from_now(double mean_us) {
+  const double us = std::exponential_distribution<double>(1 / mean_us)(world_.random());
+  return world_.now() + std::chrono::nanoseconds(static_cast<std::int64_t>(us * 1e3));
+}
+
 void simulation::arrive(env::clock::time_point at, std::function<void()> deliver) {
   if (shared_ == nullptr) {
     world_.at(at, std::move(deliver));
@@ -374,10 +376,8 @@ void simulation::arrive(env::clock::time_point at, std::function<void()> deliver
     ++arrived_;
     if (!shared_->kernels_fill_cores()) return deliver();
     ++arrived_busy_;
-    const double mean_us = options_.network.busy_wait_us;
-    if (mean_us <= 0) return deliver();
-    const double us = std::exponential_distribution<double>(1 / mean_us)(world_.random());
-    world_.at(world_.now() + std::chrono::nanoseconds(static_cast<std::int64_t>(us * 1e3)), std::move(deliver));
+    if (options_.network.busy_wait_us <= 0) return deliver();
+    world_.at(busy_wait_from_now(options_.network.busy_wait_us), std::move(deliver));
   });
 }
 

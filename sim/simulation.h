@@ -195,6 +195,8 @@ class simulation final : public actors::simulation {
   // Runs `deliver` when a message reaches its task at `at`: then, or later while the
   // kernels keep every core busy (network_model::busy_wait_us).
   void arrive(env::clock::time_point at, std::function<void()> deliver);
+  // Now plus a wait for a core drawn from the seed: exponential, of mean `mean_us` (> 0).
+  env::clock::time_point busy_wait_from_now(double mean_us);
   const simulation_options options_;
   sim::world world_;
   struct measured {
