@@ -305,8 +305,15 @@ cluster::~cluster() {
   for (auto& dev : retired_) dev->set_directory(nullptr);
   directory_.reset();
   if (options_.simulation != nullptr) {
-    // Only the world's turns run actors: give it turns until every actor has ended.
-    while (system_->registry().running() > 0) env::sleep_for(std::chrono::milliseconds(1));
+    // Only the world's turns run actors: give it turns until every actor has ended, each
+    // pause of virtual time twice the last (at most an hour): an actor waiting for a
+    // kernel of the compute model that has hours or years of work left (a rate near 0)
+    // is reached in a few thousand turns, not one per millisecond.
+    auto pause = std::chrono::milliseconds(1);
+    while (system_->registry().running() > 0) {
+      env::sleep_for(pause);
+      pause = std::min<std::chrono::milliseconds>(pause * 2, std::chrono::hours(1));
+    }
     options_.simulation->attach(nullptr);
   } else {
     system_->registry().await_running_count_equal(0);  // every actor has ended

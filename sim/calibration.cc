@@ -1,7 +1,5 @@
 #include "sim/calibration.h"
 
-#include <google/protobuf/util/json_util.h>
-
 #include <algorithm>
 #include <tuple>
 
@@ -292,39 +290,6 @@ int add_alone_times(Calibration& table, const Calibration& alone) {
     ++found;
   }
   return found;
-}
-
-status save_calibration(const Calibration& table, const std::string& path) {
-  auto json = graph::to_json(table, "the calibration");
-  if (!json.ok()) return json.error();
-  return write_file(path, *json).with_context(str_cat("writing the calibration ", path));
-}
-
-result<Calibration> load_calibration(const std::string& path) {
-  auto text = read_file(path);
-  if (!text.ok()) return text.error().with_context(str_cat("reading the calibration ", path));
-  Calibration table;
-  auto s = google::protobuf::util::JsonStringToMessage(*text, &table);
-  if (!s.ok()) return invalid_argument_error("calibration ", path, " is not a troupe calibration: ", s.ToString());
-  for (int i = 0; i < table.kernels_size(); ++i) {
-    const KernelCost& c = table.kernels(i);
-    if (c.op().empty() || c.count() <= 0 || !(c.median_ns() >= 0)) {
-      return invalid_argument_error("calibration ", path, ": kernels[", i, "] needs an op, a count > 0 and a median_ns >= 0");
-    }
-  }
-  return table;
-}
-
-const KernelCost* find_cost(const Calibration& table, const std::string& op, const std::string& device_type,
-                            const std::vector<std::string>& inputs, const std::vector<std::string>& attrs) {
-  for (const KernelCost& c : table.kernels()) {
-    if (c.op() == op && c.device_type() == device_type &&
-        std::equal(c.inputs().begin(), c.inputs().end(), inputs.begin(), inputs.end()) &&
-        std::equal(c.attrs().begin(), c.attrs().end(), attrs.begin(), attrs.end())) {
-      return &c;
-    }
-  }
-  return nullptr;
 }
 
 }  // namespace troupe::sim

@@ -4,10 +4,7 @@
 //   calibration_recorder rec;                 // a step_tracer: give it to a cluster
 //   ... run steps ...
 //   sim::Calibration table = rec.table();     // medians etc. by (op, device type, inputs)
-//   TROUPE_RETURN_IF_ERROR(save_calibration(table, "calib.json"));
-//   auto loaded = load_calibration("calib.json");
-//   const sim::KernelCost* c = find_cost(*loaded, "MatMul", "CPU", {"float[64,784]", "float[784,512]"},
-//                                        {"transpose_a=false", "transpose_b=false"});
+//   TROUPE_RETURN_IF_ERROR(save_calibration(table, "calib.json"));   // sim/calibration_table.h
 #pragma once
 
 #include <atomic>
@@ -24,6 +21,7 @@
 #include "core/status.h"
 #include "core/tensor.h"
 #include "sim/calibration.pb.h"
+#include "sim/calibration_table.h"
 
 namespace troupe::sim {
 
@@ -177,13 +175,5 @@ double untraced_cpu_us_per_step(double traced_us, const std::function<double()>&
 // inputs, attributes) in `alone`, a table measured with one worker task; the entries it
 // found.
 int add_alone_times(Calibration& table, const Calibration& alone);
-
-// The table as JSON (protobuf's mapping, snake_case keys) and back. Errors name the path.
-status save_calibration(const Calibration& table, const std::string& path);
-result<Calibration> load_calibration(const std::string& path);
-
-// The entry for `op` on `device_type` with exactly these inputs and attributes, or null.
-const KernelCost* find_cost(const Calibration& table, const std::string& op, const std::string& device_type,
-                            const std::vector<std::string>& inputs, const std::vector<std::string>& attrs);
 
 }  // namespace troupe::sim

@@ -81,10 +81,12 @@ class simulation::machine {
   machine(sim::world& w, int cores) : world_(w), cores_(std::max(1, cores)) {}
 
   // Work of `work_ns` that may use up to `threads` cores: a kernel's of task number
-  // `task` (>= 0), or a message's or the control plane's (-1).
+  // `task` (>= 0), or a message's or the control plane's (-1); at most k_longest_ns of
+  // it (a NaN: that much).
   void start(double work_ns, double threads, done_callback done, int task = -1) {
     advance();
-    jobs_.push_back({std::max(work_ns, 1.0), std::clamp(threads, 0.1, static_cast<double>(cores_)), 0, task,
+    work_ns = work_ns <= k_longest_ns ? std::max(work_ns, 1.0) : k_longest_ns;
+    jobs_.push_back({work_ns, std::clamp(threads, 0.1, static_cast<double>(cores_)), 0, task,
                      world_.now(), std::move(done)});
     reschedule();
   }
@@ -136,7 +138,7 @@ class simulation::machine {
     if (jobs_.empty()) return;
     double first = std::numeric_limits<double>::infinity();
     for (const job& j : jobs_) first = std::min(first, std::max(j.remaining, 0.0) / j.rate);
-    const auto at = world_.now() + std::chrono::nanoseconds(static_cast<std::int64_t>(std::ceil(first)));
+    const auto at = world_.now() + virtual_duration(std::ceil(first));
     world_.at(at, [this, generation] {
       if (generation != generation_) return;  // a later start or end changed the rates
       advance();
@@ -223,6 +225,11 @@ double cpu_cost(const KernelCost& c) {
   return c.median_cpu_ns() > 0 ? c.median_cpu_ns() : c.median_ns();
 }
 }  // namespace
+
+std::chrono::nanoseconds virtual_duration(double ns) {
+  if (!(ns <= k_longest_ns)) return std::chrono::nanoseconds(static_cast<std::int64_t>(k_longest_ns));
+  return std::chrono::nanoseconds(ns > 0 ? static_cast<std::int64_t>(ns) : 0);
+}
 
 simulation::simulation(simulation_options o) : options_(std::move(o)), world_({.seed = options_.seed}) {
   if (options_.compute.machine_cores > 0) shared_ = std::make_unique<machine>(world_, options_.compute.machine_cores);
@@ -312,13 +319,13 @@ void simulation::transfer(const std::string& from, const std::string& to, std::i
     gbps = std::min(gbps, n.nic_gbps);
   }
   const auto on_wire =
-      std::chrono::nanoseconds(static_cast<std::int64_t>(static_cast<double>(bytes) * 8 / gbps + n.transfer_us * 1e3));
+      virtual_duration(static_cast<double>(bytes) * 8 / gbps + n.transfer_us * 1e3);
   free = start + on_wire;
   if (n.nic_gbps > 0) egress_free_[from] = ingress_free_[to] = free;
   double extra_us = n.latency_us;
   if (n.jitter_us > 0) extra_us += std::uniform_real_distribution<double>(0, n.jitter_us)(world_.random());
   if (env::buggify("network.spike")) extra_us += std::uniform_real_distribution<double>(0, 20000)(world_.random());
-  auto arrives = free + std::chrono::nanoseconds(static_cast<std::int64_t>(extra_us * 1e3));
+  auto arrives = free + virtual_duration(extra_us * 1e3);
   if (auto clog = clogged_until_.find({from, to}); clog != clogged_until_.end()) arrives = std::max(arrives, clog->second);
   moved_since_round_ = true;
   if (swizzling_ && !swizzle_scheduled_) {
@@ -353,7 +360,7 @@ bool simulation::delay_step_start(const std::string&, std::int64_t feed_bytes, s
   if (n.step_cpu_us <= 0) return false;
   // The request's CPU (the client's and the task's, with the copies of what it feeds at
   // both ends), then its way to the task.
-  const auto latency = std::chrono::nanoseconds(static_cast<std::int64_t>(n.latency_us * 1e3));
+  const auto latency = virtual_duration(n.latency_us * 1e3);
   const double copies_ns = n.copy_gbps > 0 ? 2 * static_cast<double>(feed_bytes) / n.copy_gbps : 0;
   shared_->start(n.step_cpu_us * 1e3 + copies_ns, /*threads=*/1,
                  [this, latency, start = std::move(start)](env::clock::time_point, env::clock::time_point end) {
@@ -364,7 +371,7 @@ bool simulation::delay_step_start(const std::string&, std::int64_t feed_bytes, s
 
 env::clock::time_point simulation::busy_wait_from_now(double mean_us) {
   const double us = std::exponential_distribution<double>(1 / mean_us)(world_.random());
-  return world_.now() + std::chrono::nanoseconds(static_cast<std::int64_t>(us * 1e3));
+  return world_.now() + virtual_duration(us * 1e3);
 }
 
 void simulation::arrive(env::clock::time_point at, std::function<void()> deliver) {

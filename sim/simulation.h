@@ -135,6 +135,14 @@ struct kernel_work {
 };
 kernel_work work_of(const graph::node& node, std::span<const tensor> inputs, std::span<const tensor> outputs);
 
+// The longest duration the models put on the virtual clock: 10^17 ns (about 3 years). A
+// kernel or a transfer that would take longer (a shape-only model's product of absurd
+// size, a rate near 0) takes this long, beyond any step's deadline, which then fails the
+// step naming its device, instead of overflowing the clock. A NaN takes this long too, a
+// negative duration none.
+inline constexpr double k_longest_ns = 1e17;
+std::chrono::nanoseconds virtual_duration(double ns);
+
 class simulation final : public actors::simulation {
  public:
   explicit simulation(simulation_options o);

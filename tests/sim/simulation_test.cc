@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <filesystem>
+#include <limits>
 #include <optional>
 #include <sstream>
 
@@ -396,6 +397,38 @@ TEST_CASE("simulation: shape-only runs a model larger than this machine's memory
   CHECK(big.out->at(0).byte_size() == std::size_t{131072} * 131072 * 4);
   CHECK(big.out->at(1).equals(tensor::from_vector<std::int32_t>({131072, 131072})));
   CHECK(big.seconds > 4.5);  // 2 * 2^51 flops at 10^6 GFLOP/s
+}
+
+TEST_CASE("simulation: a kernel of absurd work takes the longest duration, and the step's deadline ends it", "[sim]") {
+  // 2 * 2^51 flops at 10^-300 GFLOP/s: 10^317 ns, more than a double's nanoseconds on the
+  // clock could hold. It takes k_longest_ns (3 years) of the cores, so the step's hour
+  // of deadline passes first, and the cluster ends (its actors wait for the kernel) in a
+  // few thousand turns of the world, not one turn per virtual millisecond.
+  const timed_step absurd = matmul_step(false, 131072, {"y"}, /*gflops=*/1e-300);
+  REQUIRE_FALSE(absurd.out.ok());
+  CHECK(absurd.out.error().error_code() == code::deadline_exceeded);
+  CHECK_THAT(absurd.out.error().message(), Catch::Contains("step timeout"));
+  CHECK(absurd.seconds == Approx(3600).epsilon(0.01));
+  // A scenario at that rate: the first step (the variables' initialization) fails the
+  // same way, and the run ends with its error (its cluster's actors waiting for the
+  // kernels: a turn per virtual millisecond would take 10^14 turns).
+  auto sc = scenarios::parse_scenario(std::string(k_scenario) + "simulation { compute { gflops: 1e-300 } }\n", "sim.pbtxt");
+  REQUIRE(sc.ok());
+  std::ostringstream out;
+  scenarios::run_options o;
+  o.out = &out;
+  auto summary = scenarios::run_scenario(*sc, o);
+  REQUIRE_FALSE(summary.ok());
+  CHECK(summary.error().error_code() == code::deadline_exceeded);
+  CHECK_THAT(summary.error().message(), Catch::Contains("initializing the variables") && Catch::Contains("step timeout"));
+  // The clock's conversion saturates: no overflow, no NaN, nothing negative.
+  CHECK(sim::virtual_duration(1e300).count() == static_cast<std::int64_t>(sim::k_longest_ns));
+  CHECK(sim::virtual_duration(std::numeric_limits<double>::quiet_NaN()).count() ==
+        static_cast<std::int64_t>(sim::k_longest_ns));
+  CHECK(sim::virtual_duration(std::numeric_limits<double>::infinity()).count() ==
+        static_cast<std::int64_t>(sim::k_longest_ns));
+  CHECK(sim::virtual_duration(-5).count() == 0);
+  CHECK(sim::virtual_duration(1234.9).count() == 1234);
 }
 
 TEST_CASE("simulation: shape-only names the node whose shape only values would give", "[sim]") {
