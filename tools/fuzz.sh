@@ -4,7 +4,7 @@
 # build-fuzz/, then runs each for SECONDS (default 60), one at a time, over a copy of its
 # seed corpus (fuzz/corpus/<target>/ and fuzz/regressions/<target>/).
 #
-#   tools/fuzz.sh [SECONDS] [TARGET...]     # targets: graphdef_text graphdef_binary npy idx scenario
+#   tools/fuzz.sh [SECONDS] [TARGET...]     # targets: graphdef_text graphdef_binary npy idx scenario calibration cluster_file
 #
 # Prints, per target, the executions run, the coverage reached and what was found. A crash,
 # hang (an input running over 10 s), memory blow-up (over 2 GiB) or failed invariant is
@@ -24,7 +24,7 @@ if ! [[ "$seconds" =~ ^[0-9]+$ ]] || [ "$seconds" -lt 1 ]; then
   exit 2
 fi
 [ $# -gt 0 ] && shift
-all_targets=(graphdef_text graphdef_binary npy idx scenario)
+all_targets=(graphdef_text graphdef_binary npy idx scenario calibration cluster_file)
 targets=("$@")
 [ ${#targets[@]} -eq 0 ] && targets=("${all_targets[@]}")
 for t in "${targets[@]}"; do
@@ -36,7 +36,7 @@ done
 
 # The longest input each target is given: room for its largest seed, small enough to keep
 # executions fast.
-declare -A max_len=([graphdef_text]=100000 [graphdef_binary]=40000 [npy]=4096 [idx]=4096 [scenario]=4096)
+declare -A max_len=([graphdef_text]=100000 [graphdef_binary]=40000 [npy]=4096 [idx]=4096 [scenario]=4096 [calibration]=16384 [cluster_file]=4096)
 
 packages=(clang-14 libclang-rt-14-dev cmake ninja-build libprotobuf-dev protobuf-compiler
           libeigen3-dev zlib1g-dev)
