@@ -1193,9 +1193,12 @@ result<std::vector<committed>> directory::list() const {
   }
   std::vector<committed> out;
   for (const auto& entry : manifest.checkpoints()) {
-    if (entry.file().empty() || entry.file().find('/') != std::string::npos) {
-      return data_loss_error("checkpoint manifest '", manifest_path, "' names a file '", entry.file(),
-                             "' outside its directory");
+    // Only the data file of the entry's own step, in this directory: a name beside it
+    // (the manifest itself, "..") would be deleted once the entry is beyond `keep`.
+    if (entry.step() < 0 || entry.file() != file_name_of(entry.step())) {
+      return data_loss_error("checkpoint manifest '", manifest_path, "' names a file '", entry.file(), "' for step ",
+                             entry.step(), ", not that step's data file in its directory (",
+                             entry.step() < 0 ? std::string("a step is >= 0") : file_name_of(entry.step()), ")");
     }
     out.push_back({entry.step(), path_ + "/" + entry.file(), entry.bytes(), entry.unix_seconds(), entry.crc32c()});
   }

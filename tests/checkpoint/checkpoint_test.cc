@@ -664,6 +664,28 @@ TEST_CASE("a damaged manifest is an error naming it; an empty directory has no c
   auto listed = d->list();
   REQUIRE_FALSE(listed.ok());
   CHECK(listed.error().message().find("manifest.json") != std::string::npos);
+
+  // A manifest naming a file that is not its entry's step's data file in the directory:
+  // refused, before a save could delete it as a checkpoint beyond `keep` (the manifest
+  // itself, with every checkpoint it names after it).
+  for (const auto& [step, file] : std::vector<std::pair<std::string, std::string>>{
+           {"1", "manifest.json"}, {"1", ".."}, {"7", "ckpt-3.h5"}, {"-5", "ckpt--5.h5"}, {"2", "../ckpt-2.h5"}}) {
+    const std::string manifest = "{\"format\": \"troupe-checkpoints\", \"version\": 1, \"checkpoints\": [{\"step\": \"" +
+                                 step + "\", \"file\": \"" + file + "\", \"bytes\": \"10\"}]}";
+    REQUIRE(write_file(dir.path + "/manifest.json", manifest).ok());
+    auto odd = d->list();
+    INFO(manifest);
+    REQUIRE_FALSE(odd.ok());
+    CHECK(odd.error().error_code() == code::data_loss);
+    CHECK_THAT(odd.error().message(), Catch::Contains("manifest.json") && Catch::Contains("'" + file + "'"));
+    snapshot s;
+    s.global_step = 3;
+    s.state.emplace_back("w", tensor::from_vector<float>({1, 2}));
+    auto saved = d->save(s);
+    REQUIRE_FALSE(saved.ok());
+    CHECK(saved.error().error_code() == code::data_loss);
+    CHECK(std::filesystem::exists(dir.path + "/manifest.json"));
+  }
 }
 
 }  // namespace
