@@ -426,8 +426,14 @@ void check_deadlines(master_actor* self) {
     partition_answered(self, step_id, index, nullptr,
                        deadline_exceeded_error("step ", step_id, ": device ", device,
                                                " did not finish its part within the step timeout of ",
-                                               st.options.step_timeout.count(),
-                                               " ms (session_options::step_timeout)"));
+                                               st.options.step_timeout.count(), " ms",
+                                               env::simulated() ? " of virtual time" : "",
+                                               " (session_options::step_timeout",
+                                               env::simulated() ? "; the simulation's rates (simulation.compute, "
+                                                                  "simulation.network) set how long its kernels and "
+                                                                  "transfers take"
+                                                                : "",
+                                               ")"));
   }
   arm_deadline_check(self);
 }

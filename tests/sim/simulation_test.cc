@@ -407,7 +407,10 @@ TEST_CASE("simulation: a kernel of absurd work takes the longest duration, and t
   const timed_step absurd = matmul_step(false, 131072, {"y"}, /*gflops=*/1e-300);
   REQUIRE_FALSE(absurd.out.ok());
   CHECK(absurd.out.error().error_code() == code::deadline_exceeded);
-  CHECK_THAT(absurd.out.error().message(), Catch::Contains("step timeout"));
+  CHECK_THAT(absurd.out.error().message(),
+             Catch::Contains("step timeout of 3600000 ms of virtual time (session_options::step_timeout; the "
+                             "simulation's rates (simulation.compute, simulation.network) set how long its kernels "
+                             "and transfers take)"));
   CHECK(absurd.seconds == Approx(3600).epsilon(0.01));
   // A scenario at that rate: the first step (the variables' initialization) fails the
   // same way, and the run ends with its error (its cluster's actors waiting for the
