@@ -18,7 +18,9 @@ transfer's turn, bandwidth, the CPU of its copies and of each message, that one 
 calibrate measured it in situ from the scenario trained both ways, the control plane's
 CPU per task and step; the latency as the scenario's links took in situ and the
 senders' waits before their first writes, both as waits for a busy core, and the
-crowding of processes from the scenario with three times its workers). A row compares
+crowding of processes from the scenario with three times its workers); IN_PROCESS also
+has the crowding of tasks in one process that calibrate measured the same way
+(task_cpu_us). A row compares
 the medians over the rounds. Nothing is fitted to the runs
 compared. The step time is the steady state's: a run of warm + measured steps, its
 summary's steady_seconds over steady_steps (from a quarter of the steps to the end:
@@ -61,6 +63,15 @@ def network(mode, table):
             "copy_gbps: {copy_gbps:.3f} message_cpu_us: {message_cpu_us:.2f} step_cpu_us: {step_cpu_us:.1f} "
             "process_cpu_us: {process_cpu_us:.2f} busy_wait_us: {busy_wait_us:.1f} "
             "send_busy_wait_us: {send_busy_wait_us:.1f} }}").format(**fields)
+
+
+def crowding(mode, table):
+    """The compute section's crowding of tasks in one process for `mode`: IN_PROCESS has the
+    table's task_cpu_us (REAL's process_cpu_us, measured with more processes, holds it)."""
+    if mode != "IN_PROCESS":
+        return ""
+    with open(table) as f:
+        return "task_cpu_us: {:.2f}".format(json.load(f).get("task_cpu_us", 0))
 
 
 def scenario(model, workers, mode, steps, simulation=""):
@@ -128,7 +139,7 @@ def main():
                     networks.setdefault(model, []).append(network("REAL", table))
                 for workers, mode in configurations:
                     sim = (f'simulation {{ seed: 1 {network(mode, table)} compute {{ table: "{table}" '
-                           f'machine_cores: {cores} intra_op_threads: {cores} }} }}')
+                           f'machine_cores: {cores} intra_op_threads: {cores} {crowding(mode, table)} }} }}')
                     simulated[(workers, mode)].append(
                         step_ms(a.troupe, lambda n: scenario(model, workers, "SIMULATED", n, sim), warm + steps, tmp,
                                 f"{model}-{workers}-{mode}-sim-{r}"))

@@ -689,6 +689,11 @@ result<sim::simulation_options> simulation_options_of(const scenario::Simulation
     if (!table.ok()) return table.error().with_context("simulation.compute.table");
     o.compute.table = std::move(*table);
   }
+  // Each part of a step among more tasks in one process than the table's (compute.task_cpu_us).
+  {
+    const int beyond = std::max(0, tasks - (o.compute.table ? o.compute.table->tasks() : 0));
+    o.network.crowding_cpu_us += c.task_cpu_us() * beyond;
+  }
   o.compute.gflops = c.gflops();
   o.compute.memory_gbps = c.memory_gbps();
   o.compute.kernel_overhead_us = c.kernel_overhead_us();

@@ -327,6 +327,9 @@ void check_simulation(checker& c, const node& parent, scenario::Scenario* s, std
   check_range(c, cn, "intra_op_threads", cp->intra_op_threads(), 1, 1024);
   if (!(cp->noise() >= 0 && cp->noise() <= 100)) c.error(cn, "noise", "must be in [0, 100] (is ", cp->noise(), ")");
   if (!(cp->noise_ms() >= 0 && cp->noise_ms() <= 1e7)) c.error(cn, "noise_ms", "must be in [0, 10^7] (is ", cp->noise_ms(), ")");
+  if (!(cp->task_cpu_us() >= 0 && cp->task_cpu_us() <= 1e5)) {
+    c.error(cn, "task_cpu_us", "must be in [0, 10^5] (is ", cp->task_cpu_us(), ")");
+  }
   node sw = c.child(n, "swizzle", sim->swizzle());
   scenario::Simulation::Swizzle* z = sim->mutable_swizzle();
   if (!z->has_links()) z->set_links(1);

@@ -13,15 +13,22 @@ namespace troupe::sim {
 
 namespace {
 
-// The first double field of `m` (its own, not its messages') that is no number in
+// The first number field of `m` (its own, not its messages') that is no number in
 // [0, k_largest_figure], as "name (is value)"; empty when there is none.
 std::string figure_out_of_range(const google::protobuf::Message& m) {
+  using field = google::protobuf::FieldDescriptor;
   const google::protobuf::Descriptor* d = m.GetDescriptor();
   const google::protobuf::Reflection* r = m.GetReflection();
   for (int i = 0; i < d->field_count(); ++i) {
-    const google::protobuf::FieldDescriptor* f = d->field(i);
-    if (f->cpp_type() != google::protobuf::FieldDescriptor::CPPTYPE_DOUBLE || f->is_repeated()) continue;
-    const double x = r->GetDouble(m, f);
+    const field* f = d->field(i);
+    if (f->is_repeated()) continue;
+    double x = 0;
+    switch (f->cpp_type()) {
+      case field::CPPTYPE_DOUBLE: x = r->GetDouble(m, f); break;
+      case field::CPPTYPE_INT32: x = r->GetInt32(m, f); break;
+      case field::CPPTYPE_INT64: x = static_cast<double>(r->GetInt64(m, f)); break;
+      default: continue;
+    }
     if (!(x >= 0 && x <= k_largest_figure)) return str_cat(f->name(), " (is ", x, ")");
   }
   return "";

@@ -536,6 +536,46 @@ int calibrate_command(const std::vector<std::string>& args, std::ostream& out, s
   } else {
     out << "calibrate: (no steady state measured untraced: runtime_ns_per_kernel stays the traced run's)\n";
   }
+  // The crowding of tasks in one process: the scenario untraced again and with three
+  // times its workers, each three times, alternating, and the least CPU per global step
+  // of each kept (a busy host only adds CPU time to a run: on a 2-core VM the means of
+  // two gave 1.5 to 37.5 us in calibrations minutes apart); the growth per part of a step
+  // and task added: task_cpu_us (ASYNC only: under SYNC a global step of three times the
+  // workers is three times the work).
+  table.set_tasks(scenarios::num_tasks(sc->cluster()));
+  if (auto* w = worker_job_of(*sc); w == nullptr || sc->training().replication() == scenario::Training::SYNC ||
+                                    moved.parts <= 0 || traced_steps <= 0) {
+    out << "calibrate: (SYNC, or no parts of steps counted: the crowding of tasks is not measured; task_cpu_us "
+           "stays 0)\n";
+  } else {
+    scenario::Scenario more = *sc;
+    worker_job_of(more)->set_tasks(3 * w->tasks());
+    out << "calibrate: again in process, as it is and with " << 3 * w->tasks()
+        << " workers (the crowding of tasks), each three times\n";
+    double uncrowded_us = 0, crowded_us = 0;
+    bool measured = true;
+    const auto least = [](double kept, double us) { return kept > 0 ? std::min(kept, us) : us; };
+    for (int r = 0; r < 3; ++r) {
+      cpu_window uncrowded, crowded;
+      if (!run_window(*sc, nullptr, uncrowded, working_cpu_ns)) return 1;
+      if (!run_window(more, nullptr, crowded, working_cpu_ns, 3)) return 1;
+      measured = measured && uncrowded.per_step_us() > 0 && crowded.per_step_us() > 0;
+      uncrowded_us = least(uncrowded_us, uncrowded.per_step_us());
+      crowded_us = least(crowded_us, crowded.per_step_us());
+    }
+    if (measured) {
+      table.set_uncrowded_cpu_us_per_step(uncrowded_us);
+      table.set_crowded_cpu_us_per_step(crowded_us);
+      table.set_crowded_tasks(table.tasks() + 2 * w->tasks());
+      table.set_parts_per_step(static_cast<double>(moved.parts) / static_cast<double>(traced_steps));
+      table.set_task_cpu_us(std::max(0.0, (crowded_us - uncrowded_us) / table.parts_per_step() / (2 * w->tasks())));
+      out << "calibrate: CPU per global step " << crowded_us << " us in process with " << table.crowded_tasks()
+          << " tasks against " << uncrowded_us << " with " << table.tasks() << ", " << table.parts_per_step()
+          << " parts of steps per step: task_cpu_us " << table.task_cpu_us() << " per part of a step and task\n";
+    } else {
+      out << "calibrate: (no steady state measured with more workers: task_cpu_us stays 0)\n";
+    }
+  }
   if (real && loopback) {
     // Mode REAL without the recorder, as the run in process just above.
     out << "calibrate: again in mode REAL, the processes' CPU time per step\n";

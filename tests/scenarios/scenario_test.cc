@@ -551,6 +551,8 @@ TEST_CASE("simulation: old SIMULATED files run IN_PROCESS with a note; the secti
                  "simulation.compute.noise: must be in [0, 100] (is 101)"));
   CHECK(contains(error_of(cluster + "simulation { network { process_cpu_us: 200000 } }\n" + k_minimal),
                  "simulation.network.process_cpu_us: must be in [0, 10^5] (is 200000)"));
+  CHECK(contains(error_of(cluster + "simulation { compute { task_cpu_us: -1 } }\n" + k_minimal),
+                 "simulation.compute.task_cpu_us: must be in [0, 10^5] (is -1)"));
   CHECK(contains(error_of(cluster + "simulation { network { busy_wait_us: -5 } }\n" + k_minimal),
                  "simulation.network.busy_wait_us: must be in [0, 10^6] (is -5)"));
   CHECK(contains(error_of(cluster + "simulation { network { send_busy_wait_us: 2e6 } }\n" + k_minimal),

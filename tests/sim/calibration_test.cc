@@ -129,6 +129,8 @@ TEST_CASE("calibration: durations by op, inputs and cost attributes, after a war
       {R"({"kernels": [{"op": "MatMul", "count": 3, "median_ns": -1}]})", "kernels[0] (MatMul): median_ns (is -1)"},
       {R"({"runtime_ns_per_kernel": -2000})", "runtime_ns_per_kernel (is -2000)"},
       {R"({"loopback": {"latency_us": 1e13}})", "loopback.latency_us (is 1e+13)"},
+      {R"({"tasks": -3})", "tasks (is -3)"},
+      {R"({"loopback": {"transits": "-1"}})", "loopback.transits (is -1)"},
   };
   for (const auto& a : absurd) {
     std::ofstream(path) << a.json;

@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <filesystem>
+#include <fstream>
 #include <limits>
 #include <optional>
 #include <sstream>
@@ -706,6 +707,35 @@ TEST_CASE("simulation: the crowding of processes takes the machine's cores besid
   // (its jobs' ends are events of the world too, and move the workers' interleaving a little)
   CHECK(roomy_step->virtual_seconds >= roomy->virtual_seconds + 0.15);
   CHECK(roomy_crowded->virtual_seconds < roomy->virtual_seconds + 0.02);
+}
+
+TEST_CASE("simulation: the crowding of tasks in one process takes the cores for each task beyond the table's", "[sim]") {
+  // task_cpu_us 1000 for each of the 3 tasks (no table): the same crowding of each part
+  // of a step as process_cpu_us 750 for each of the 4 processes (3 tasks and the client),
+  // to the nanosecond: one mechanism.
+  const auto r = runs_with({"simulation { seed: 2 network { latency_us: 0 } compute { machine_cores: 1 } }\n",
+                            "simulation { seed: 2 network { latency_us: 0 } compute { machine_cores: 1 task_cpu_us: 1000 } }\n",
+                            "simulation { seed: 2 network { latency_us: 0 process_cpu_us: 750 } compute { machine_cores: 1 } }\n",
+                            "simulation { seed: 2 network { latency_us: 0 process_cpu_us: 500 } compute { machine_cores: 1 } }\n"});
+  const double free = r[0].virtual_seconds, tasks = r[1].virtual_seconds, processes = r[2].virtual_seconds,
+               two_beyond = r[3].virtual_seconds;
+  CHECK(tasks >= free + 0.15);
+  CHECK(tasks == processes);
+  // A table measured with these 3 tasks holds their crowding in its kernels' times: none
+  // more; one measured with a single task: the 2 tasks beyond it (process_cpu_us 500).
+  const std::string path = temp_path("troupe-sim-tasks");
+  auto with_table = [&](int table_tasks) {
+    std::ofstream(path) << "{\"tasks\": " << table_tasks << "}";
+    return run_with("simulation { seed: 2 network { latency_us: 0 } compute { machine_cores: 1 task_cpu_us: 1000 table: \"" +
+                    path + "\" } }\n");
+  };
+  auto same = with_table(3);
+  auto fewer = with_table(1);
+  std::filesystem::remove(path);
+  REQUIRE(same.ok());
+  REQUIRE(fewer.ok());
+  CHECK(same->virtual_seconds == free);
+  CHECK(fewer->virtual_seconds == two_beyond);
 }
 
 TEST_CASE("simulation: a message that finds the kernels keeping every core busy waits busy_wait_us more", "[sim]") {

@@ -38,6 +38,12 @@ assert len(updates) == 4 and all(k.get("mean_cpu_ns", 0) > 0 for k in updates), 
 # The same training untraced: its CPU per step, and the runtime's cost per kernel from it.
 assert t["cpu_us_per_step"] > 0 and t["kernels_per_step"] > 0, t
 assert t.get("runtime_ns_per_kernel", 0) >= 0 and t["runtime_traced_ns_per_kernel"] > 0, t
+# The crowding of tasks in one process: the scenario (3 tasks) again and with three times
+# its workers (7 tasks), the parts of steps a global step has, the growth per part and task.
+assert t["tasks"] == 3 and t["crowded_tasks"] == 7 and t["parts_per_step"] >= 2, t
+assert t["uncrowded_cpu_us_per_step"] > 0 and t["crowded_cpu_us_per_step"] > 0 and t.get("task_cpu_us", 0) >= 0, t
+grown = t["crowded_cpu_us_per_step"] - t["uncrowded_cpu_us_per_step"]
+assert abs(t.get("task_cpu_us", 0) - max(0, grown) / t["parts_per_step"] / 4) < 1e-6 * max(1, abs(grown)), t
 if sys.argv[2] == "loopback":
     lb = t["loopback"]
     assert lb["bandwidth_gbps"] > 0 and lb["step_cpu_us"] > 0 and lb["null_step_us"] > 0, lb
@@ -83,6 +89,8 @@ out="$("$troupe" calibrate "$dir/in_process.pbtxt" --steps 40 --out "$dir/in_pro
 grep -q "again with one worker task, each kernel alone" <<<"$out" || fail "no pass alone: $out"
 grep -q "calibrate: CPU per global step .* us untraced (.* traced), .* kernels per step: runtime_ns_per_kernel" <<<"$out" ||
   fail "no untraced line: $out"
+grep -Eq "calibrate: CPU per global step [0-9.e+-]+ us in process with 7 tasks against [0-9.e+-]+ with 3, [0-9.e+-]+ parts of steps per step: task_cpu_us " <<<"$out" ||
+  fail "no crowding of tasks line: $out"
 check_table "$dir/in_process.json" none
 
 scenario REAL > "$dir/real.pbtxt"
