@@ -10,6 +10,8 @@
 #include <string>
 #include <string_view>
 
+#include "core/status.h"
+
 namespace troupe::fuzz {
 
 // Aborts with `what` (and `detail`) when `condition` is false; unlike assert, in every build.
@@ -29,6 +31,16 @@ inline void quiet_protobuf() {
 
 inline bool starts_with(std::string_view text, std::string_view prefix) {
   return text.substr(0, prefix.size()) == prefix;
+}
+
+// Whether `loaded` holds a value; when it holds an error, requires that the error begin
+// with `named` (errors name the file they are about) and says false.
+template <class T>
+bool loaded_or_named(const result<T>& loaded, std::string_view named) {
+  if (loaded.ok()) return true;
+  require(starts_with(loaded.error().message(), named), "an error that does not name the file",
+          loaded.error().message());
+  return false;
 }
 
 }  // namespace troupe::fuzz

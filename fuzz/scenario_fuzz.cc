@@ -57,11 +57,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   using namespace troupe;
   std::string text(reinterpret_cast<const char*>(data), size);
   auto s = scenarios::parse_scenario(text, "fuzz.pbtxt");
-  if (!s.ok()) {
-    fuzz::require(fuzz::starts_with(s.error().message(), "fuzz.pbtxt"),
-                  "an error that does not name the file", s.error().message());
-    return 0;
-  }
+  if (!fuzz::loaded_or_named(s, "fuzz.pbtxt")) return 0;
   check_ranges(*s);
   auto again = scenarios::parse_scenario(scenarios::scenario_to_text(*s), "fuzz.pbtxt");
   fuzz::require(again.ok(), "the text of a loaded scenario does not load",
