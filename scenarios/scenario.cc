@@ -291,23 +291,23 @@ void check_simulation(checker& c, const node& parent, scenario::Scenario* s, std
   scenario::Simulation::Network* nw = sim->mutable_network();
   if (!nw->has_latency_us()) nw->set_latency_us(50);
   if (!nw->has_bandwidth_gbps()) nw->set_bandwidth_gbps(10);
-  // A field of the network in [0, `top`] (`top_text` as the error writes it).
-  auto within = [&](std::string_view field, double value, double top, std::string_view top_text) {
-    if (!(value >= 0 && value <= top)) c.error(net, field, "must be in [0, ", top_text, "] (is ", value, ")");
+  // A field of `at` in [0, `top`] (`top_text` as the error writes it).
+  auto within = [&](const node& at, std::string_view field, double value, double top, std::string_view top_text) {
+    if (!(value >= 0 && value <= top)) c.error(at, field, "must be in [0, ", top_text, "] (is ", value, ")");
   };
-  within("latency_us", nw->latency_us(), 1e7, "10^7");
+  within(net, "latency_us", nw->latency_us(), 1e7, "10^7");
   if (!(nw->bandwidth_gbps() > 0 && nw->bandwidth_gbps() <= 1e4)) {
     c.error(net, "bandwidth_gbps", "must be in (0, 10^4] (is ", nw->bandwidth_gbps(), ")");
   }
-  within("jitter_us", nw->jitter_us(), 1e7, "10^7");
-  within("copy_gbps", nw->copy_gbps(), 1e4, "10^4");
-  within("nic_gbps", nw->nic_gbps(), 1e4, "10^4");
-  within("transfer_us", nw->transfer_us(), 1e6, "10^6");
-  within("step_cpu_us", nw->step_cpu_us(), 1e6, "10^6");
-  within("message_cpu_us", nw->message_cpu_us(), 1e6, "10^6");
-  within("process_cpu_us", nw->process_cpu_us(), 1e5, "10^5");
-  within("busy_wait_us", nw->busy_wait_us(), 1e6, "10^6");
-  within("send_busy_wait_us", nw->send_busy_wait_us(), 1e6, "10^6");
+  within(net, "jitter_us", nw->jitter_us(), 1e7, "10^7");
+  within(net, "copy_gbps", nw->copy_gbps(), 1e4, "10^4");
+  within(net, "nic_gbps", nw->nic_gbps(), 1e4, "10^4");
+  within(net, "transfer_us", nw->transfer_us(), 1e6, "10^6");
+  within(net, "step_cpu_us", nw->step_cpu_us(), 1e6, "10^6");
+  within(net, "message_cpu_us", nw->message_cpu_us(), 1e6, "10^6");
+  within(net, "process_cpu_us", nw->process_cpu_us(), 1e5, "10^5");
+  within(net, "busy_wait_us", nw->busy_wait_us(), 1e6, "10^6");
+  within(net, "send_busy_wait_us", nw->send_busy_wait_us(), 1e6, "10^6");
   node cn = c.child(n, "compute", sim->compute());
   scenario::Simulation::Compute* cp = sim->mutable_compute();
   if (!cp->has_gflops()) cp->set_gflops(20);
@@ -318,22 +318,18 @@ void check_simulation(checker& c, const node& parent, scenario::Scenario* s, std
   if (!(cp->memory_gbps() > 0 && cp->memory_gbps() <= 1e7)) {
     c.error(cn, "memory_gbps", "must be in (0, 10^7] (is ", cp->memory_gbps(), ")");
   }
-  if (!(cp->kernel_overhead_us() >= 0 && cp->kernel_overhead_us() <= 1e6)) {
-    c.error(cn, "kernel_overhead_us", "must be in [0, 10^6] (is ", cp->kernel_overhead_us(), ")");
-  }
+  within(cn, "kernel_overhead_us", cp->kernel_overhead_us(), 1e6, "10^6");
   check_range(c, cn, "cores_per_device", cp->cores_per_device(), 1, 1024);
   check_range(c, cn, "machine_cores", cp->machine_cores(), 0, 1024);
   if (!cp->has_intra_op_threads()) cp->set_intra_op_threads(1);
   check_range(c, cn, "intra_op_threads", cp->intra_op_threads(), 1, 1024);
-  if (!(cp->noise() >= 0 && cp->noise() <= 100)) c.error(cn, "noise", "must be in [0, 100] (is ", cp->noise(), ")");
-  if (!(cp->noise_ms() >= 0 && cp->noise_ms() <= 1e7)) c.error(cn, "noise_ms", "must be in [0, 10^7] (is ", cp->noise_ms(), ")");
-  if (!(cp->task_cpu_us() >= 0 && cp->task_cpu_us() <= 1e5)) {
-    c.error(cn, "task_cpu_us", "must be in [0, 10^5] (is ", cp->task_cpu_us(), ")");
-  }
+  within(cn, "noise", cp->noise(), 100, "100");
+  within(cn, "noise_ms", cp->noise_ms(), 1e7, "10^7");
+  within(cn, "task_cpu_us", cp->task_cpu_us(), 1e5, "10^5");
   node sw = c.child(n, "swizzle", sim->swizzle());
   scenario::Simulation::Swizzle* z = sim->mutable_swizzle();
   if (!z->has_links()) z->set_links(1);
-  if (!(z->every_ms() >= 0 && z->every_ms() <= 1e7)) c.error(sw, "every_ms", "must be in [0, 10^7] (is ", z->every_ms(), ")");
+  within(sw, "every_ms", z->every_ms(), 1e7, "10^7");
   if (z->every_ms() > 0 && !(z->clog_ms() > 0 && z->clog_ms() <= 1e7)) {
     c.error(sw, "clog_ms", "must be in (0, 10^7] when every_ms is set (is ", z->clog_ms(), ")");
   }
