@@ -35,7 +35,7 @@ result<std::shared_ptr<cluster>> cluster::create(cluster_options options) {
   const cluster_options& o = c->options_;
   int compute = o.compute_threads > 0 ? o.compute_threads : default_num_threads();
   // Simulated: no compute threads; the world runs kernels on its turns.
-  c->pool_ = std::make_unique<compute_pool>(o.simulation != nullptr ? 0 : compute);
+  c->pool_ = std::make_unique<compute_pool>(o.simulation != nullptr ? 0 : compute, "troupe-compute", o.compute_spin);
   c->config_ = std::make_unique<caf::actor_system_config>();
   int actor_threads = o.actor_threads > 0 ? o.actor_threads : default_actor_threads();
   c->config_->set("scheduler.max-threads", static_cast<std::size_t>(actor_threads));

@@ -47,6 +47,10 @@ int default_actor_threads();
 struct cluster_options {
   placement::cluster_spec spec = placement::cluster_spec::local();
   int compute_threads = 0;  // the shared compute pool; 0: default_num_threads()
+  // Whether the compute pool's threads spin for a while before they sleep (compute_pool):
+  // false for a process whose machine's cores other busy processes share (the servers
+  // troupe run starts for mode REAL: `troupe server --no-spin`).
+  bool compute_spin = true;
   int actor_threads = 0;    // CAF scheduler threads; 0: default_actor_threads()
   const kernels::kernel_registry* kernels = &kernels::kernel_registry::builtin();
   // Receives every kernel span and transfer when set; must outlive the cluster.

@@ -186,6 +186,7 @@ result<std::unique_ptr<task_server>> task_server::start(const cluster_file& file
   auto co = options_with(file, {s->task}, s->task, s->tls);
   co.tracer = s->observations->tracer();
   co.sync_watcher = s->observations.get();
+  co.compute_spin = !options.no_spin;
   auto c = actors::cluster::create(std::move(co));
   if (!c.ok()) return c.error();
   s->cluster = std::move(*c);

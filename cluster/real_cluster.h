@@ -54,6 +54,10 @@ struct task_server_options {
   // Time every kernel and transfer for the client's trace (troupe run --trace takes them:
   // take_observations). What SYNC's accumulators do is kept for the client either way.
   bool trace = false;
+  // Compute threads that sleep as soon as they run out of work instead of spinning for a
+  // while (cluster_options::compute_spin): for a server whose machine's cores other busy
+  // servers share (troupe run's REAL mode starts its servers so).
+  bool no_spin = false;
 };
 
 // A task of `file` served by this process until the object goes.

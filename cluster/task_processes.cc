@@ -171,6 +171,9 @@ struct task_processes::impl {
     std::vector<std::string> args = {options.executable, "server", "--cluster", cluster_path, "--job", p.address.job,
                                      "--task", std::to_string(p.address.index), "--ready-fd", std::to_string(ready[1])};
     if (options.trace) args.push_back("--trace");
+    // Every server shares this machine's cores with the others (and the client): a compute
+    // thread that spins for more work takes a core from another process's kernels.
+    args.push_back("--no-spin");
     std::vector<char*> argv;
     for (auto& a : args) argv.push_back(a.data());
     argv.push_back(nullptr);

@@ -20,13 +20,13 @@
 namespace troupe {
 
 struct compute_pool::impl {
-  explicit impl(int threads) : pool(threads) {}
+  impl(int threads, bool spin) : pool(threads, spin) {}
   Eigen::ThreadPool pool;
 };
 
-compute_pool::compute_pool(int num_threads, std::string /*name*/)
+compute_pool::compute_pool(int num_threads, std::string /*name*/, bool spin)
     : num_threads_(std::max(1, num_threads)),
-      impl_(num_threads > 0 ? std::make_unique<impl>(num_threads_) : nullptr) {}
+      impl_(num_threads > 0 ? std::make_unique<impl>(num_threads_, spin) : nullptr) {}
 
 compute_pool::~compute_pool() = default;
 

@@ -20,7 +20,14 @@ class compute_pool {
   // num_threads 0: no threads of its own; schedule() hands work to env::post (a simulated
   // world's turn, or at once in the caller in the real world) and parallel_for runs in
   // the caller.
-  explicit compute_pool(int num_threads, std::string name = "troupe-compute");
+  //
+  // spin: a thread that runs out of work first looks for more for a while (a few thousand
+  // tries, about 0.1-0.5 ms) before it sleeps, as TensorFlow's pools do, so that work
+  // arriving soon after starts without a wake-up. That pays while the cores would
+  // otherwise be idle; where several busy processes share the cores (the servers of a
+  // cluster on one machine), the spinning takes a core from another process's work, and
+  // a pool made with spin false sleeps at once (cluster_options::compute_spin).
+  explicit compute_pool(int num_threads, std::string name = "troupe-compute", bool spin = true);
   ~compute_pool();
 
   compute_pool(const compute_pool&) = delete;

@@ -1,4 +1,4 @@
-// troupe server --cluster CLUSTER.pbtxt --job NAME --task N [--listen-all] [--ready-fd FD] [--trace]:
+// troupe server --cluster CLUSTER.pbtxt --job NAME --task N [--listen-all] [--ready-fd FD] [--trace] [--no-spin]:
 // one task of a real cluster, served until SIGTERM or Ctrl-C (doc/cluster.md).
 #include <fcntl.h>
 #include <signal.h>
@@ -13,11 +13,15 @@ namespace {
 
 constexpr const char* k_server_usage =
     "usage: troupe server --cluster CLUSTER.pbtxt --job NAME --task N [--listen-all] [--ready-fd FD] [--trace]\n"
+    "                     [--no-spin]\n"
     "Serves task N of job NAME of the cluster (its devices, variables and queues) at its\n"
     "address in the cluster file until SIGTERM or Ctrl-C. Without TLS it listens on loopback\n"
     "only; --listen-all serves other machines over plain TCP. --ready-fd FD: once serving,\n"
     "write \"ready\\n\" to the open descriptor FD and close it (for a program that starts servers).\n"
-    "--trace: time every kernel and transfer for the client's trace (troupe run --trace).\n";
+    "--trace: time every kernel and transfer for the client's trace (troupe run --trace).\n"
+    "--no-spin: compute threads sleep as soon as they run out of work instead of spinning for\n"
+    "a while first (for servers that share their machine's cores with other busy servers; troupe\n"
+    "run's mode REAL starts its servers so).\n";
 
 int usage(std::ostream& err, const std::string& why) {
   err << "troupe server: " << why << "\n" << k_server_usage;
@@ -43,6 +47,10 @@ int server_command(const std::vector<std::string>& args, std::ostream& out, std:
     }
     if (a == "--trace") {
       options.trace = true;
+      continue;
+    }
+    if (a == "--no-spin") {
+      options.no_spin = true;
       continue;
     }
     if ((a == "--cluster" || a == "--job" || a == "--task" || a == "--ready-fd") && i + 1 >= args.size()) {

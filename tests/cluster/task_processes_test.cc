@@ -7,9 +7,11 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <string>
 #include <thread>
 
@@ -63,6 +65,14 @@ TEST_CASE("task_processes starts a server per task, kills, restarts and freezes 
     CHECK(alive(ps));
     CHECK(alive(worker));
     CHECK(s.pid("/job:chief/task:0") == 0);
+    {
+      // The servers share this machine's cores: their compute threads do not spin.
+      std::ifstream cmdline("/proc/" + std::to_string(ps) + "/cmdline");
+      std::string args((std::istreambuf_iterator<char>(cmdline)), std::istreambuf_iterator<char>());
+      std::replace(args.begin(), args.end(), '\0', ' ');
+      CHECK(args.find(" server ") != std::string::npos);
+      CHECK(args.find(" --no-spin") != std::string::npos);
+    }
     CHECK(s.kill("/job:chief/task:0").error_code() == code::not_found);
     {
       std::ifstream log(s.log_path("/job:ps/task:0"));
