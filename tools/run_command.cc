@@ -456,6 +456,35 @@ int calibrate_command(const std::vector<std::string>& args, std::ostream& out, s
     if (!steps_run) steps_run = summary->steps;
     return true;
   };
+  // The least CPU per global step of `s` and, when given, of `crowded` (three times its
+  // workers), untraced, each run three times, alternating: a busy host only adds CPU time
+  // to a run, so the least is the steadiest figure (the means of two gave the crowding
+  // of tasks 1.5 to 37.5 us and that of processes 24 to 47 us in calibrations minutes
+  // apart on 2-core VMs). A figure is 0 when one of its runs measured no steady state;
+  // nullopt when a run failed (said on err).
+  struct least_cpu {
+    double base_us = 0, crowded_us = 0;
+  };
+  auto least_alternating = [&](const scenario::Scenario& s, const scenario::Scenario* crowded,
+                               const std::function<double()>& cpu) -> std::optional<least_cpu> {
+    least_cpu out;
+    bool base_ok = true, crowded_ok = crowded != nullptr;
+    const auto least = [](double kept, double us) { return kept > 0 ? std::min(kept, us) : us; };
+    for (int r = 0; r < 3; ++r) {
+      cpu_window base;
+      if (!run_window(s, nullptr, base, cpu)) return std::nullopt;
+      base_ok = base_ok && base.per_step_us() > 0;
+      out.base_us = least(out.base_us, base.per_step_us());
+      if (crowded == nullptr) continue;
+      cpu_window more;
+      if (!run_window(*crowded, nullptr, more, cpu, 3)) return std::nullopt;
+      crowded_ok = crowded_ok && more.per_step_us() > 0;
+      out.crowded_us = least(out.crowded_us, more.per_step_us());
+    }
+    if (!base_ok) out.base_us = 0;
+    if (!crowded_ok) out.crowded_us = 0;
+    return out;
+  };
   auto measure = [&](const scenario::Scenario& s, cpu_window& window, sim::calibration_recorder::traffic* moved,
                      sim::calibration_recorder::kernel_runs* runs) -> std::optional<sim::Calibration> {
     sim::calibration_recorder recorder;
@@ -536,12 +565,10 @@ int calibrate_command(const std::vector<std::string>& args, std::ostream& out, s
   } else {
     out << "calibrate: (no steady state measured untraced: runtime_ns_per_kernel stays the traced run's)\n";
   }
-  // The crowding of tasks in one process: the scenario untraced again and with three
-  // times its workers, each three times, alternating, and the least CPU per global step
-  // of each kept (a busy host only adds CPU time to a run: on a 2-core VM the means of
-  // two gave 1.5 to 37.5 us in calibrations minutes apart); the growth per part of a step
-  // and task added: task_cpu_us (ASYNC only: under SYNC a global step of three times the
-  // workers is three times the work).
+  // The crowding of tasks in one process: the least CPU per global step of the scenario
+  // untraced again and with three times its workers (least_alternating); the growth per
+  // part of a step and task added: task_cpu_us (ASYNC only: under SYNC a global step of
+  // three times the workers is three times the work).
   table.set_tasks(scenarios::num_tasks(sc->cluster()));
   if (auto* w = worker_job_of(*sc); w == nullptr || sc->training().replication() == scenario::Training::SYNC ||
                                     moved.parts <= 0 || traced_steps <= 0) {
@@ -552,18 +579,10 @@ int calibrate_command(const std::vector<std::string>& args, std::ostream& out, s
     worker_job_of(more)->set_tasks(3 * w->tasks());
     out << "calibrate: again in process, as it is and with " << 3 * w->tasks()
         << " workers (the crowding of tasks), each three times\n";
-    double uncrowded_us = 0, crowded_us = 0;
-    bool measured = true;
-    const auto least = [](double kept, double us) { return kept > 0 ? std::min(kept, us) : us; };
-    for (int r = 0; r < 3; ++r) {
-      cpu_window uncrowded, crowded;
-      if (!run_window(*sc, nullptr, uncrowded, working_cpu_ns)) return 1;
-      if (!run_window(more, nullptr, crowded, working_cpu_ns, 3)) return 1;
-      measured = measured && uncrowded.per_step_us() > 0 && crowded.per_step_us() > 0;
-      uncrowded_us = least(uncrowded_us, uncrowded.per_step_us());
-      crowded_us = least(crowded_us, crowded.per_step_us());
-    }
-    if (measured) {
+    const auto least = least_alternating(*sc, &more, working_cpu_ns);
+    if (!least) return 1;
+    const double uncrowded_us = least->base_us, crowded_us = least->crowded_us;
+    if (uncrowded_us > 0 && crowded_us > 0) {
       table.set_uncrowded_cpu_us_per_step(uncrowded_us);
       table.set_crowded_cpu_us_per_step(crowded_us);
       table.set_crowded_tasks(table.tasks() + 2 * w->tasks());
@@ -580,10 +599,9 @@ int calibrate_command(const std::vector<std::string>& args, std::ostream& out, s
     // Mode REAL without the recorder, as the run in process just above.
     out << "calibrate: again in mode REAL, the processes' CPU time per step\n";
     // Mode REAL, and with three times the workers (what more processes on the cores
-    // cost), each twice, alternating: the machine drifts between runs by about as much
-    // as the crowding costs, and the means of two are steadier. 0: no window measured.
-    // (ASYNC only: under SYNC a global step of three times the workers is three times
-    // the work.)
+    // cost): the least of three runs each (least_alternating; the machine drifts between
+    // runs by about as much as the crowding costs). (ASYNC only: under SYNC a global step
+    // of three times the workers is three times the work.)
     std::optional<scenario::Scenario> more;
     auto* workers = worker_job_of(*real);
     if (workers != nullptr && real->training().replication() == scenario::Training::SYNC) {
@@ -593,27 +611,15 @@ int calibrate_command(const std::vector<std::string>& args, std::ostream& out, s
       const int tasks = scenarios::num_tasks(real->cluster());
       worker_job_of(*more)->set_tasks(3 * workers->tasks());
       out << "calibrate: and in mode REAL with " << 3 * workers->tasks()
-          << " workers (the crowding of processes), each twice\n";
+          << " workers (the crowding of processes), each three times\n";
       loopback->set_processes(tasks + 1);
       loopback->set_crowded_processes(tasks + 2 * workers->tasks() + 1);
     }
     const auto real_cpu = [] { return working_cpu_ns() + children_cpu_ns(); };
-    const int rounds = more ? 2 : 1;
-    double across_us = 0, crowded_us = 0;
-    bool across_ok = true, crowded_ok = more.has_value();
-    for (int r = 0; r < rounds; ++r) {
-      cpu_window across;
-      if (!run_window(*real, nullptr, across, real_cpu)) return 1;
-      across_ok = across_ok && across.per_step_us() > 0;
-      across_us += across.per_step_us() / rounds;
-      if (!more) continue;
-      cpu_window crowded;
-      if (!run_window(*more, nullptr, crowded, real_cpu, 3)) return 1;
-      crowded_ok = crowded_ok && crowded.per_step_us() > 0;
-      crowded_us += crowded.per_step_us() / rounds;
-    }
-    if (crowded_ok) loopback->set_real_cpu_us_per_step_crowded(crowded_us);
-    in_situ_costs(*loopback, across_ok ? across_us : 0, untraced_us, moved, traced_steps, out);
+    const auto least = least_alternating(*real, more ? &*more : nullptr, real_cpu);
+    if (!least) return 1;
+    if (least->crowded_us > 0) loopback->set_real_cpu_us_per_step_crowded(least->crowded_us);
+    in_situ_costs(*loopback, least->base_us, untraced_us, moved, traced_steps, out);
     // Once more traced (its servers time their links): the transits of the steady state.
     out << "calibrate: again in mode REAL, the links' transits\n";
     sim::calibration_recorder links;
