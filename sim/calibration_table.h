@@ -11,8 +11,7 @@
 // What a read refuses, each error naming the path (and the entry and the field): text that
 // is not the table's JSON, a kernel without an op or with a count < 1, and any figure or
 // count that is not a number in [0, k_largest_figure] (a NaN, an infinity, a negative time,
-// 1e300 ns),
-// which the simulation would turn into a clock that stands still or overflows.
+// 1e300 ns), which the simulation would turn into a clock that stands still or overflows.
 #pragma once
 
 #include <string>
