@@ -183,6 +183,8 @@ result<std::unique_ptr<task_server>> task_server::start(const cluster_file& file
   if (!tls.ok()) return tls.error();
   s->tls = *tls;
   s->observations = std::make_shared<observation_log>(options.trace);
+  // Tensors this server sends to others on this machine go from shared memory, uncopied.
+  if (s->tls == nullptr) (void)share_large_buffers_with_links();
   auto co = options_with(file, {s->task}, s->task, s->tls);
   co.tracer = s->observations->tracer();
   co.sync_watcher = s->observations.get();

@@ -13,6 +13,7 @@
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -29,6 +30,7 @@
 #include <optional>
 #include <random>
 #include <thread>
+#include <unordered_map>
 #include <vector>
 
 #include "cluster/certificates.h"
@@ -54,8 +56,10 @@ enum class frame_kind : std::uint8_t {
   goodbye = 7,
   shared_ready = 8,  // this end mapped the ring the peer offered in its hello
   shared_chunk = 9,  // the next bytes of the tensor begun, in the sender's ring
+  shared_block = 10,   // the whole tensor begun, in a block of the sender's shared memory
+  shared_release = 11, // blocks of this end's shared memory the peer no longer reads
 };
-constexpr std::uint8_t k_last_frame_kind = 9;
+constexpr std::uint8_t k_last_frame_kind = 11;
 
 struct frame_header {
   std::uint32_t magic = k_magic;
@@ -642,6 +646,125 @@ class ring_lender final : public external_memory {
   bool detached_ = false;
 };
 
+// --- sends without copies: blocks of the sender's shared memory ----------------------------
+//
+// A server's large buffers live in shared memory (share_large_buffers_with_links). Once
+// the peer has mapped this end's ring (so it reaches this process's memfds), a tensor whose
+// bytes lie whole in such a block goes as a shared_block frame (the segment's descriptor,
+// token and size, the bytes' offset, a hold number) instead of being copied: the peer maps
+// the segment read-only (once per segment) and hands the tensor on over it, and this end
+// holds the tensor (so nothing here writes into it: buffers held twice are never written
+// in place) until the peer's shared_release names its hold. When the link ends with holds
+// left, the peer may still read them: they are kept until its process is gone (quarantine).
+
+// A segment of the peer's shared memory, mapped read-only here for as long as the link or
+// a tensor over it lives.
+struct peer_segment {
+  char* base = nullptr;
+  std::size_t bytes = 0;
+  peer_segment() = default;
+  peer_segment(const peer_segment&) = delete;
+  peer_segment& operator=(const peer_segment&) = delete;
+  ~peer_segment() {
+    if (base != nullptr) ::munmap(base, bytes);
+  }
+
+  // The segment of process `pid`'s descriptor `fd`, or null when it cannot be mapped or holds
+  // another token.
+  static std::shared_ptr<peer_segment> open(std::uint32_t pid, std::int32_t fd, const std::uint64_t token[2],
+                                            std::uint64_t bytes) {
+    if (pid == 0 || fd < 0 || bytes < 4096 || bytes > (std::uint64_t{1} << 40)) return nullptr;
+    const int file = ::open(str_cat("/proc/", pid, "/fd/", fd).c_str(), O_RDONLY | O_CLOEXEC);
+    if (file < 0) return nullptr;
+    struct stat st {};
+    void* at = MAP_FAILED;
+    if (::fstat(file, &st) == 0 && static_cast<std::uint64_t>(st.st_size) == bytes) {
+      at = ::mmap(nullptr, bytes, PROT_READ, MAP_SHARED | MAP_NORESERVE, file, 0);
+    }
+    ::close(file);  // the mapping keeps the memory
+    if (at == MAP_FAILED) return nullptr;
+    auto s = std::make_shared<peer_segment>();
+    s->base = static_cast<char*>(at);
+    s->bytes = bytes;
+    std::uint64_t found[2];
+    std::memcpy(found, s->base, sizeof found);
+    if (found[0] != token[0] || found[1] != token[1]) return nullptr;
+    return s;
+  }
+};
+
+// Where a lent block's release goes: the link's writer while the link lives.
+struct release_channel {
+  std::mutex mutex;
+  std::function<void(std::uint64_t)> post;  // empty once the link is gone
+};
+
+// The memory of one tensor received over the peer's shared memory: read-only here; its
+// release tells the peer (through the link, while it lives) that the hold is over.
+class lent_block final : public external_memory {
+ public:
+  lent_block(std::uint64_t hold, std::shared_ptr<peer_segment> segment, std::shared_ptr<release_channel> channel)
+      : hold_(hold), segment_(std::move(segment)), channel_(std::move(channel)) {}
+  void release(void*, std::size_t) noexcept override {
+    {
+      std::lock_guard<std::mutex> lock(channel_->mutex);
+      if (channel_->post) channel_->post(hold_);
+    }
+    delete this;
+  }
+  bool host_accessible() const override { return true; }
+  bool writable() const override { return false; }
+
+ private:
+  std::uint64_t hold_;
+  std::shared_ptr<peer_segment> segment_;
+  std::shared_ptr<release_channel> channel_;
+};
+
+// Tensors that peers may still read, kept until their processes end (a pidfd each, polled
+// by one thread that lives as long as the process once there is any).
+void quarantine(int pidfd, std::vector<tensor> held) {
+  struct entry {
+    int pidfd;
+    std::vector<tensor> held;
+  };
+  struct state {
+    std::mutex mutex;
+    std::vector<entry> entries;
+    bool watching = false;
+  };
+  static state* q = new state();  // never destroyed: its thread may outlive static teardown
+  std::lock_guard<std::mutex> lock(q->mutex);
+  q->entries.push_back({pidfd, std::move(held)});
+  if (q->watching) return;
+  q->watching = true;
+  std::thread([] {
+    for (;;) {
+      std::vector<pollfd> fds;
+      {
+        std::lock_guard<std::mutex> lock(q->mutex);
+        for (const entry& e : q->entries) fds.push_back({e.pidfd, POLLIN, 0});
+      }
+      if (fds.empty() || ::poll(fds.data(), fds.size(), 1000) <= 0) {
+        if (fds.empty()) std::this_thread::sleep_for(std::chrono::seconds(1));
+        continue;
+      }
+      std::vector<entry> gone;
+      {
+        std::lock_guard<std::mutex> lock(q->mutex);
+        for (const pollfd& p : fds) {
+          if (p.revents == 0) continue;
+          auto it = std::find_if(q->entries.begin(), q->entries.end(), [&](const entry& e) { return e.pidfd == p.fd; });
+          if (it == q->entries.end()) continue;
+          gone.push_back(std::move(*it));
+          q->entries.erase(it);
+        }
+      }
+      for (entry& e : gone) ::close(e.pidfd);
+    }
+  }).detach();
+}
+
 std::string hello_body(const link_options& o, const std::string& to, const shared_ring* offer) {
   body_writer w;
   w.put(k_wire_version);
@@ -742,6 +865,12 @@ std::int64_t default_shared_memory_bytes() {
   return bytes;
 }
 
+bool share_large_buffers_with_links() {
+  const char* on = std::getenv("TROUPE_LINK_ZERO_COPY");
+  if (default_shared_memory_bytes() <= 0 || (on != nullptr && std::string_view(on) == "0")) return false;
+  return share_large_buffers(k_min_shared_chunk);
+}
+
 // --- the link ---------------------------------------------------------------------------
 
 struct tensor_link::impl {
@@ -773,9 +902,31 @@ struct tensor_link::impl {
   // The peer's ring, when this end mapped it, with the tensors lent from it (the lender
   // owns the mapping and deletes itself: see detach).
   ring_lender* lender = nullptr;
-  std::atomic<std::int64_t> in_place{0};  // tensors lent from the peer's ring
+  std::atomic<std::int64_t> in_place{0};  // tensors lent from the peer's ring or its blocks
+  // Sends without copies (see peer_segment): the peer's process (its pid from its ring
+  // offer, a pidfd of it while this end holds blocks for it), this end's holds by number,
+  // the peer's segments mapped here (the reader's), releases owed to the peer.
+  std::uint32_t peer_pid = 0;
+  int peer_pidfd = -1;
+  std::unordered_map<std::uint64_t, tensor> held;
+  std::uint64_t next_hold = 1;
+  std::atomic<std::int64_t> sent_in_place{0};
+  std::map<std::array<std::uint64_t, 3>, std::shared_ptr<peer_segment>> peer_segments;
+  std::shared_ptr<release_channel> releases = std::make_shared<release_channel>();
+  std::vector<std::uint64_t> releases_to_send;
   ~impl() {
     if (lender != nullptr) lender->detach();
+    {
+      std::lock_guard<std::mutex> lock(releases->mutex);
+      releases->post = nullptr;
+    }
+    std::vector<tensor> still_held;
+    for (auto& [hold, value] : held) still_held.push_back(std::move(value));
+    if (!still_held.empty() && peer_pidfd >= 0) {
+      quarantine(peer_pidfd, std::move(still_held));
+    } else if (peer_pidfd >= 0) {
+      ::close(peer_pidfd);
+    }
   }
   std::uint64_t ring_written = 0;  // the writer's
   std::atomic<bool> peer_maps_ring{false};  // the peer answered our offer with shared_ready
@@ -798,6 +949,9 @@ struct tensor_link::impl {
   void write_loop();
   status write_tensor(outgoing& item);
   status write_chunk(const char* bytes, std::size_t n, std::string_view before);
+  std::optional<status> write_in_place(const outgoing& item, std::string_view begin);
+  status read_shared_block(std::string_view body, std::uint64_t total, dtype type, const tensor_shape& shape,
+                           tensor* into);
   status write_pending_small_frames(clock_type::time_point* last_write);
 };
 
@@ -917,6 +1071,36 @@ void tensor_link::impl::read_loop() {
         filled += length;
         break;
       }
+      case frame_kind::shared_block: {
+        auto body = read_body(*conn, *f, options.peer_timeout, peer);
+        if (!body.ok()) return fail(body.error());
+        if (!in_tensor || filled != 0) {
+          return fail(unavailable_error("task ", peer, " sent tensor bytes that belong to no tensor"));
+        }
+        if (auto s = read_shared_block(*body, total, current_type, current_shape, &current); !s.ok()) return fail(s);
+        in_place.fetch_add(1, std::memory_order_relaxed);
+        filled = total;
+        break;
+      }
+      case frame_kind::shared_release: {
+        auto body = read_body(*conn, *f, options.peer_timeout, peer);
+        if (!body.ok()) return fail(body.error());
+        body_reader r{*body};
+        std::vector<tensor> released;  // their memory goes outside the lock
+        {
+          std::lock_guard<std::mutex> lock(mutex);
+          while (r.ok && !r.bytes.empty()) {
+            auto it = held.find(r.get<std::uint64_t>());
+            if (!r.ok || it == held.end()) break;
+            released.push_back(std::move(it->second));
+            held.erase(it);
+          }
+        }
+        if (!r.ok || !r.bytes.empty() || released.empty()) {
+          return fail(unavailable_error("task ", peer, " sent a damaged release of shared memory"));
+        }
+        break;
+      }
       default:
         return fail(unavailable_error("task ", peer, " sent a frame out of place (", static_cast<int>(f->kind), ")"));
     }
@@ -938,12 +1122,77 @@ void tensor_link::impl::read_loop() {
   }
 }
 
+// A tensor over the peer's shared memory (the body of a shared_block frame for the tensor
+// begun: `total` bytes of `type` and `shape`), mapping the segment when it is new here.
+status tensor_link::impl::read_shared_block(std::string_view body, std::uint64_t total, dtype type,
+                                            const tensor_shape& shape, tensor* into) {
+  body_reader r{body};
+  const auto fd = r.get<std::int32_t>();
+  std::uint64_t token[2];
+  token[0] = r.get<std::uint64_t>();
+  token[1] = r.get<std::uint64_t>();
+  const auto segment_bytes = r.get<std::uint64_t>();
+  const auto offset = r.get<std::uint64_t>();
+  const auto length = r.get<std::uint64_t>();
+  const auto hold = r.get<std::uint64_t>();
+  if (!r.ok || !r.bytes.empty() || length != total || offset > segment_bytes || length > segment_bytes - offset ||
+      offset % buffer::k_alignment != 0 || lender == nullptr) {
+    return unavailable_error("task ", peer, " sent a damaged shared-memory block");
+  }
+  const std::array<std::uint64_t, 3> id{static_cast<std::uint64_t>(fd), token[0], token[1]};
+  auto& segment = peer_segments[id];
+  if (segment == nullptr) segment = peer_segment::open(peer_pid, fd, token, segment_bytes);
+  if (segment == nullptr || segment->bytes != segment_bytes) {
+    peer_segments.erase(id);
+    return unavailable_error("task ", peer, " sent a tensor in shared memory this end cannot map (descriptor ", fd,
+                             " of process ", peer_pid, ")");
+  }
+  *into = tensor(type, shape, buffer::adopt(segment->base + offset, length, new lent_block(hold, segment, releases)));
+  return status();
+}
+
+// `item` as a shared_block frame (after `begin`, its tensor_begin frame) when its bytes lie
+// whole in a block of this process's shared memory and the peer can map it; nothing when
+// it must be copied.
+std::optional<status> tensor_link::impl::write_in_place(const outgoing& item, std::string_view begin) {
+  const tensor& t = item.value;
+  shared_block where;
+  if (!peer_maps_ring || peer_pidfd < 0 || t.byte_size() < k_min_shared_chunk ||
+      !find_shared_block(t.raw_data(), t.byte_size(), &where) || where.offset % buffer::k_alignment != 0) {
+    return std::nullopt;
+  }
+  std::uint64_t hold = 0;
+  {
+    std::lock_guard<std::mutex> lock(mutex);
+    hold = next_hold++;
+    held.emplace(hold, t);  // until the peer releases it (or its process ends)
+  }
+  body_writer w;
+  w.put(static_cast<std::int32_t>(where.fd));
+  w.put(where.token[0]);
+  w.put(where.token[1]);
+  w.put(where.segment_bytes);
+  w.put(where.offset);
+  w.put(static_cast<std::uint64_t>(t.byte_size()));
+  w.put(hold);
+  sent_in_place.fetch_add(1, std::memory_order_relaxed);
+  return write_frame(*conn, frame_kind::shared_block, w.bytes, peer, begin);
+}
+
 status tensor_link::impl::write_pending_small_frames(clock_type::time_point* last_write) {
   std::uint64_t acks = 0;
+  std::vector<std::uint64_t> released;
   {
     std::lock_guard<std::mutex> lock(mutex);
     acks = acks_to_send;
     acks_to_send = 0;
+    released.swap(releases_to_send);
+  }
+  if (!released.empty()) {
+    body_writer w;
+    for (std::uint64_t hold : released) w.put(hold);
+    TROUPE_RETURN_IF_ERROR(write_frame(*conn, frame_kind::shared_release, w.bytes, peer));
+    *last_write = clock_type::now();
   }
   if (acks > 0) {
     body_writer w;
@@ -973,6 +1222,7 @@ status tensor_link::impl::write_tensor(outgoing& item) {
     iovec piece{begin.data(), begin.size()};
     return write_all(*conn, &piece, 1, peer);
   }
+  if (auto sent = write_in_place(item, begin)) return *sent;
   auto last_write = clock_type::now();
   const char* data = static_cast<const char*>(t.raw_data());
   std::size_t chunk = static_cast<std::size_t>(std::max<std::int64_t>(4096, options.chunk_bytes));
@@ -1021,6 +1271,7 @@ void tensor_link::impl::write_loop() {
   for (;;) {
     wake.wait_for(lock, options.heartbeat, [&] {
       return !failed.ok() || closing || acks_to_send >= std::max<std::uint64_t>(1, ack_every) ||
+             !releases_to_send.empty() ||
              (!queue.empty() && (unacknowledged == 0 || unacknowledged < options.window_bytes));
     });
     if (!failed.ok()) break;
@@ -1151,6 +1402,13 @@ bool tensor_link::shares_memory() const { return impl_->peer_maps_ring; }
 
 std::int64_t tensor_link::received_in_place() const { return impl_->in_place.load(std::memory_order_relaxed); }
 
+std::int64_t tensor_link::sent_in_place() const { return impl_->sent_in_place.load(std::memory_order_relaxed); }
+
+std::int64_t tensor_link::held_for_peer() const {
+  std::lock_guard<std::mutex> lock(impl_->mutex);
+  return static_cast<std::int64_t>(impl_->held.size());
+}
+
 status tensor_link::failure() const {
   std::lock_guard<std::mutex> lock(impl_->mutex);
   return impl_->failed;
@@ -1169,8 +1427,20 @@ result<std::unique_ptr<tensor_link::impl>> link_after_hellos(std::unique_ptr<con
   link->ack_every = h.window / 4;
   if (auto in_ring = map_offered_ring(h, options)) {
     link->lender = new ring_lender(std::move(in_ring));
+    link->peer_pid = h.ring_pid;
+    // This end lends the peer blocks only while it can tell when the peer's process ends.
+    link->peer_pidfd = static_cast<int>(::syscall(SYS_pidfd_open, static_cast<pid_t>(h.ring_pid), 0));
     TROUPE_RETURN_IF_ERROR(write_frame(*c, frame_kind::shared_ready, {}, who));
   }
+  // A release goes out at once: the peer's next write of that memory (a variable's update)
+  // copies it first while this end holds it.
+  link->releases->post = [l = link.get()](std::uint64_t hold) {
+    {
+      std::lock_guard<std::mutex> lock(l->mutex);
+      l->releases_to_send.push_back(hold);
+    }
+    l->wake.notify_all();
+  };
   link->out_ring = std::move(offer);
   link->conn = std::move(c);
   link->options = std::move(options);

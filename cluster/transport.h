@@ -18,6 +18,10 @@
 // frame whose reason both ends report. A tensor is a tensor_begin frame (key, dtype,
 // shape, bytes, the sender's monotonic clock when it began writing it) and chunk frames
 // of at most `chunk_bytes`; acknowledgements and heartbeats may come between chunks.
+// Between processes of one machine large chunks go through a ring of shared memory the
+// sender offers, and a tensor already in the sender's shared memory (a server's large
+// buffers: share_large_buffers_with_links) goes as the block's name alone: the receiver
+// maps it read-only and the sender holds it until the receiver releases it.
 // Credits: a sender starts no tensor while the bytes it sent and the receiver has not
 // acknowledged (after handing the tensor on) reach `window_bytes`; sends beyond wait in
 // order, each `done` runs when its bytes are written, so a producer that waits for
@@ -53,6 +57,13 @@ struct link_tls {
 // 8 MB, or TROUPE_LINK_SHARED_MEMORY_MB megabytes when set (0 turns shared memory off).
 std::int64_t default_shared_memory_bytes();
 
+// Puts this process's buffers of 64 KB and more in shared memory (share_large_buffers,
+// core/buffer.h), so that its links to processes on this machine send such tensors without
+// copying them (doc/cluster.md, "Sends without copies"). A server calls it at start, before
+// it allocates. Does nothing and says false when shared memory is off (above, or
+// TROUPE_LINK_ZERO_COPY=0) or the system has no memfd.
+bool share_large_buffers_with_links();
+
 struct link_options {
   std::string local_task;  // this end's task ("/job:worker/replica:0/task:1"), sent in the hello
   std::string cluster_id;  // the cluster's identity (a fingerprint of its file): both ends must agree
@@ -69,7 +80,8 @@ struct link_options {
 };
 
 // The version of the wire format: both ends of a link must speak the same.
-inline constexpr std::uint32_t k_wire_version = 3;  // 3: transfer keys carry the receiver's incarnation
+// 3: transfer keys carry the receiver's incarnation; 4: tensors sent in place from shared memory.
+inline constexpr std::uint32_t k_wire_version = 4;
 
 class tensor_link {
  public:
@@ -114,9 +126,14 @@ class tensor_link {
   // mapped the ring this end offered; it says so shortly after the link starts).
   bool shares_memory() const;
   // Tensors received here that the handler got over the peer's ring itself (whole in one
-  // shared chunk, aligned): no copy on this end. Their region of the ring is the peer's
-  // again only once they are gone.
+  // shared chunk, aligned) or over a block of the peer's shared memory: no copy on this
+  // end. Their region of the ring is the peer's again only once they are gone.
   std::int64_t received_in_place() const;
+  // Tensors sent from this process's shared memory (share_large_buffers_with_links)
+  // without a copy, and those of them the peer still reads (this end holds them until it
+  // says it is done).
+  std::int64_t sent_in_place() const;
+  std::int64_t held_for_peer() const;
 
   struct impl;  // internal
 

@@ -4,9 +4,12 @@
 #include "core/status.h"
 
 #include <sys/mman.h>
+#include <unistd.h>
 
 #include <array>
+#include <random>
 #include <cstdlib>
+#include <cstring>
 #include <mutex>
 #include <new>
 #include <string>
@@ -64,7 +67,109 @@ std::size_t class_size(std::size_t cls) {
   return base + (k % 4 + 1) * (base / 4);
 }
 
+// Shared memory for large blocks (share_large_buffers): segments of a memfd each, a header
+// page (the token) and then blocks handed out in order, page-aligned. A segment's blocks
+// are never returned to it: freed ones go to the cache, whatever its limit.
+constexpr std::size_t k_page = 4096;
+constexpr std::size_t k_segment_bytes = std::size_t{1} << 30;
+constexpr int k_max_segments = 256;
+
+struct segment {
+  char* base = nullptr;
+  std::uint64_t bytes = 0;
+  std::uint64_t used = k_page;  // the header page; under the arena's mutex
+  int fd = -1;
+  std::uint64_t token[2] = {0, 0};
+};
+
+struct arena {
+  std::atomic<std::size_t> min_bytes{0};  // 0: large blocks come from the heap
+  std::mutex mutex;                       // adding segments and taking blocks
+  std::array<segment, k_max_segments> segments;
+  std::atomic<int> count{0};  // segments [0, count) are complete and never change but `used`
+
+  // A new segment of at least `bytes` (header included), or false.
+  bool grow(std::size_t bytes) {
+    const int n = count.load(std::memory_order_relaxed);
+    if (n == k_max_segments) return false;
+    segment& s = segments[static_cast<std::size_t>(n)];
+    const std::size_t size = std::max(k_segment_bytes, (bytes + k_page - 1) / k_page * k_page);
+    const int fd = ::memfd_create("troupe-buffers", MFD_CLOEXEC);
+    if (fd < 0) return false;
+    if (::ftruncate(fd, static_cast<off_t>(size)) != 0) {
+      ::close(fd);
+      return false;
+    }
+    void* at = ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_NORESERVE, fd, 0);
+    if (at == MAP_FAILED) {
+      ::close(fd);
+      return false;
+    }
+    std::random_device random;
+    for (std::uint64_t& t : s.token) t = (std::uint64_t{random()} << 32) ^ random();
+    std::memcpy(at, s.token, sizeof s.token);
+    s.base = static_cast<char*>(at);
+    s.bytes = size;
+    s.fd = fd;
+    count.store(n + 1, std::memory_order_release);
+    return true;
+  }
+
+  // A page-aligned block of `bytes` in shared memory, or null (none left: the heap's then).
+  void* allocate(std::size_t bytes) {
+    const std::size_t size = (bytes + k_page - 1) / k_page * k_page;
+    std::lock_guard<std::mutex> lock(mutex);
+    int n = count.load(std::memory_order_relaxed);
+    if (n == 0 || segments[static_cast<std::size_t>(n - 1)].used + size > segments[static_cast<std::size_t>(n - 1)].bytes) {
+      if (!grow(size + k_page)) return nullptr;
+      n = count.load(std::memory_order_relaxed);
+    }
+    segment& s = segments[static_cast<std::size_t>(n - 1)];
+    void* block = s.base + s.used;
+    s.used += size;
+    return block;
+  }
+
+  // The segment holding `p`, or null.
+  const segment* holding(const void* p) const {
+    const int n = count.load(std::memory_order_acquire);
+    const char* c = static_cast<const char*>(p);
+    for (int i = 0; i < n; ++i) {
+      const segment& s = segments[static_cast<std::size_t>(i)];
+      if (c >= s.base && c < s.base + s.bytes) return &s;
+    }
+    return nullptr;
+  }
+};
+
+arena& the_arena() {
+  static arena* a = new arena();  // never destroyed, like the cache
+  return *a;
+}
+
 }  // namespace
+
+bool share_large_buffers(std::size_t min_bytes) {
+  arena& a = the_arena();
+  std::lock_guard<std::mutex> lock(a.mutex);
+  if (a.min_bytes.load() != 0) return true;
+  if (a.count.load() == 0 && !a.grow(k_segment_bytes)) return false;
+  a.min_bytes.store(std::max<std::size_t>(min_bytes, 1));
+  return true;
+}
+
+bool find_shared_block(const void* data, std::size_t bytes, shared_block* where) {
+  const segment* s = the_arena().holding(data);
+  if (s == nullptr) return false;
+  const auto offset = static_cast<std::uint64_t>(static_cast<const char*>(data) - s->base);
+  if (offset < k_page || bytes > s->bytes - offset) return false;
+  where->fd = s->fd;
+  where->token[0] = s->token[0];
+  where->token[1] = s->token[1];
+  where->segment_bytes = s->bytes;
+  where->offset = offset;
+  return true;
+}
 
 static_assert(sizeof(buffer) <= buffer::k_alignment, "the header must fit before the data");
 
@@ -87,18 +192,28 @@ buffer* buffer::allocate(std::size_t bytes) {
       sc.blocks.pop_back();
     }
   }
+  const std::size_t shared_from = the_arena().min_bytes.load(std::memory_order_relaxed);
   if (block != nullptr) {
-    c.hits.fetch_add(1, std::memory_order_relaxed);
     c.bytes_cached.fetch_sub(static_cast<std::int64_t>(capacity), std::memory_order_relaxed);
-  } else {
+    if (shared_from != 0 && capacity >= shared_from && the_arena().holding(block) == nullptr) {
+      std::free(block);  // cached from the heap before sharing began: shared memory's now
+      block = nullptr;
+    } else {
+      c.hits.fetch_add(1, std::memory_order_relaxed);
+    }
+  }
+  if (block == nullptr) {
     // The header lives in the first 64 bytes, the data after it.
-    block = std::aligned_alloc(k_alignment, capacity + k_alignment);
+    if (shared_from != 0 && capacity >= shared_from) block = the_arena().allocate(capacity + k_alignment);
+    if (block == nullptr) block = std::aligned_alloc(k_alignment, capacity + k_alignment);
     if (block == nullptr) {
       account.release(static_cast<std::int64_t>(bytes));
       throw allocation_error(str_cat("cannot allocate ", describe_bytes(static_cast<std::int64_t>(bytes))),
                              "the system has no memory left");
     }
-    if (capacity >= (std::size_t{2} << 20)) madvise(block, capacity + k_alignment, MADV_HUGEPAGE);
+    if (capacity >= (std::size_t{2} << 20) && the_arena().holding(block) == nullptr) {
+      madvise(block, capacity + k_alignment, MADV_HUGEPAGE);
+    }
   }
   account.ref();
   return new (block) buffer(static_cast<char*>(block) + k_alignment, bytes, cls, &account);
@@ -141,7 +256,14 @@ void buffer::unref() const {
   this->~buffer();
   if (cls < k_num_classes) {
     auto capacity = static_cast<std::int64_t>(class_size(cls));
-    if (c.bytes_cached.load(std::memory_order_relaxed) + capacity <= c.limit) {
+    bool keep = c.bytes_cached.load(std::memory_order_relaxed) + capacity <= c.limit;
+    if (!keep && the_arena().holding(block) != nullptr) {
+      // A segment's block is never freed: the cache keeps it, without its pages.
+      const std::size_t whole = (static_cast<std::size_t>(capacity) + k_alignment) / k_page * k_page;
+      (void)::madvise(block, whole, MADV_REMOVE);
+      keep = true;
+    }
+    if (keep) {
       c.bytes_cached.fetch_add(capacity, std::memory_order_relaxed);
       auto& sc = c.classes[cls];
       std::lock_guard<std::mutex> lock(sc.mutex);

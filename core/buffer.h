@@ -30,6 +30,10 @@ class external_memory {
   virtual void release(void* data, std::size_t bytes) noexcept = 0;
   // False for memory the host's processors cannot read (a GPU's).
   virtual bool host_accessible() const = 0;
+  // False for memory this process may only read (another process's, mapped read-only):
+  // its buffers never count as held by one reference, so nothing writes into them in
+  // place (kernels allocate instead, variables copy first).
+  virtual bool writable() const { return true; }
 };
 
 // Maps the pages of [data, data + bytes) writable now, in one call (MADV_POPULATE_WRITE),
@@ -62,7 +66,11 @@ class buffer {
   void ref() const { refs_.fetch_add(1, std::memory_order_relaxed); }
   // Releases one reference; the last one returns the memory to the allocator.
   void unref() const;
-  bool ref_count_is_one() const { return refs_.load(std::memory_order_acquire) == 1; }
+  // Whether this is the only reference (and the bytes may be written): the test before
+  // writing in place. False for memory lent read-only (external_memory::writable).
+  bool ref_count_is_one() const {
+    return refs_.load(std::memory_order_acquire) == 1 && (owner_ == nullptr || owner_->writable());
+  }
 
   // For buffers holding C++ objects (resource handles): called with the bytes just
   // before the last reference returns the memory, to run the objects' destructors.
@@ -86,6 +94,27 @@ class buffer {
   destroy_fn destroy_ = nullptr;
   mutable std::atomic<std::int64_t> refs_{1};
 };
+
+// Shared memory for large buffers, so that a tensor link to a process on this machine can
+// send them without copying (doc/cluster.md, "Sends without copies"): from this call on,
+// blocks of at least `min_bytes` that the cache does not have come from segments of
+// shared memory (memfds of 1 GiB, their pages allocated as they are touched) instead of
+// the heap; shared_block_of finds them. Once per process (a later call does nothing);
+// false when the system gives no memfd (buffers then come from the heap, as before). A
+// block the cache cannot keep (over its limit) stays in the cache with its pages given
+// back (MADV_REMOVE), since a segment's blocks are never freed one by one.
+bool share_large_buffers(std::size_t min_bytes);
+
+// Where bytes [data, data + bytes) lie in shared memory: a segment's memfd (in this
+// process), the random token at its start (which whoever maps it checks), its size, and
+// the bytes' offset in it. Nothing when they are not all in one segment.
+struct shared_block {
+  int fd = -1;
+  std::uint64_t token[2] = {0, 0};
+  std::uint64_t segment_bytes = 0;
+  std::uint64_t offset = 0;
+};
+bool find_shared_block(const void* data, std::size_t bytes, shared_block* where);
 
 struct allocator_stats {
   std::int64_t allocations = 0;   // buffer::allocate calls

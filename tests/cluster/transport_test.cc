@@ -23,60 +23,7 @@ namespace {
 
 using namespace std::chrono_literals;
 using server = troupe::cluster::testing::link_server;
-
-const std::string k_ps = "/job:ps/replica:0/task:0";
-const std::string k_worker = "/job:worker/replica:0/task:0";
-
-link_options options_for(const std::string& task) {
-  link_options o;
-  o.local_task = task;
-  o.cluster_id = "test-cluster";
-  o.heartbeat = 50ms;
-  o.peer_timeout = 500ms;
-  o.connect_timeout = 1000ms;
-  return o;
-}
-
-tensor counting(dtype type, tensor_shape shape, int seed) {
-  tensor t(type, std::move(shape));
-  auto* bytes = static_cast<unsigned char*>(t.raw_data());
-  for (std::size_t i = 0; i < t.byte_size(); ++i) bytes[i] = static_cast<unsigned char>((i * 31 + seed) & 0xff);
-  if (type == dtype::bool_) {
-    for (std::size_t i = 0; i < t.byte_size(); ++i) bytes[i] &= 1;
-  }
-  return t;
-}
-
-// What one end received, and its failure, with waits.
-struct inbox {
-  std::mutex mutex;
-  std::condition_variable changed;
-  std::vector<std::pair<std::string, tensor>> tensors;
-  std::vector<status> failures;
-
-  tensor_link::handlers handlers() {
-    return {[this](std::string key, tensor value) {
-              std::lock_guard<std::mutex> lock(mutex);
-              tensors.emplace_back(std::move(key), std::move(value));
-              changed.notify_all();
-            },
-            [this](const status& s) {
-              std::lock_guard<std::mutex> lock(mutex);
-              failures.push_back(s);
-              changed.notify_all();
-            }};
-  }
-  bool wait_tensors(std::size_t n, std::chrono::milliseconds limit = 10s) {
-    std::unique_lock<std::mutex> lock(mutex);
-    return changed.wait_for(lock, limit, [&] { return tensors.size() >= n; });
-  }
-  bool wait_failure(std::chrono::milliseconds limit = 10s) {
-    std::unique_lock<std::mutex> lock(mutex);
-    return changed.wait_for(lock, limit, [&] { return !failures.empty(); });
-  }
-};
-
-// A listener whose first accepted link is kept.
+using namespace troupe::cluster::testing;
 
 TEST_CASE("tensors of every fixed-size type and shape cross a link whole and in order, both ways", "[cluster][transport]") {
   link_options ps_options = options_for(k_ps);
@@ -213,10 +160,6 @@ TEST_CASE("hellos from another cluster, for another task or not troupe's are ref
 
 // Waits until `link` says its large chunks go through shared memory (the peer's
 // shared_ready comes after the hellos).
-bool wait_sharing(const tensor_link& link) {
-  for (int i = 0; i < 200 && !link.shares_memory(); ++i) std::this_thread::sleep_for(10ms);
-  return link.shares_memory();
-}
 
 TEST_CASE("peers on one machine move large chunks through shared memory, and through the socket when the ring is full",
           "[cluster][transport]") {
@@ -404,54 +347,15 @@ TEST_CASE("a link whose end takes no shared memory moves every byte through the 
 TEST_CASE("a shared-memory chunk from a peer that offered no ring, or outside it, fails the link naming the peer",
           "[cluster][transport]") {
   server ps(options_for(k_ps));
-  // A peer speaking the wire format by hand (doc/cluster.md): a hello offering no ring,
-  // a tensor of 1 MB, and a shared_chunk (kind 9) the listener cannot have.
-  auto frame = [](std::uint8_t kind, const std::string& body) {
-    std::string f;
-    const std::uint32_t magic = 0x4c505254;
-    const std::uint64_t length = body.size();
-    f.append(reinterpret_cast<const char*>(&magic), 4);
-    f += static_cast<char>(kind);
-    f += std::string("\0\0\0", 3);
-    f.append(reinterpret_cast<const char*>(&length), 8);
-    return f + body;
-  };
-  auto put = [](std::string& body, auto value) { body.append(reinterpret_cast<const char*>(&value), sizeof value); };
-  auto put_string = [&](std::string& body, const std::string& text) {
-    put(body, static_cast<std::uint32_t>(text.size()));
-    body += text;
-  };
-  std::string hello, begin, chunk;
-  put(hello, k_wire_version);
-  put_string(hello, k_worker);
-  put_string(hello, "test-cluster");
-  put_string(hello, k_ps);
-  put_string(begin, "t");
-  put(begin, std::int32_t{4});  // uint8
-  put(begin, std::uint32_t{1});
-  put(begin, std::int64_t{1 << 20});
-  put(begin, std::uint64_t{1 << 20});
-  put(begin, std::int64_t{0});  // the sender's clock
-  put(chunk, std::uint64_t{0});
-  put(chunk, std::uint64_t{1 << 20});
-  const std::string all = frame(1, hello) + frame(3, begin) + frame(9, chunk);
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_port = htons(static_cast<std::uint16_t>(ps.listener->port()));
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  REQUIRE(::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0);
-  REQUIRE(::write(fd, all.data(), all.size()) == static_cast<ssize_t>(all.size()));
-  tensor_link* ps_link = ps.wait_link();
-  REQUIRE(ps_link != nullptr);
-  inbox at_ps;
-  ps_link->start(at_ps.handlers());
-  REQUIRE(at_ps.wait_failure());
-  CHECK(at_ps.failures[0].error_code() == code::unavailable);
-  CHECK(at_ps.failures[0].message().find("damaged shared-memory chunk") != std::string::npos);
-  CHECK(at_ps.failures[0].message().find(k_worker) != std::string::npos);
-  CHECK(at_ps.tensors.empty());
-  ::close(fd);
+  // A hello offering no ring, a tensor of 1 MB, and a shared_chunk (kind 9) the listener
+  // cannot have.
+  std::string chunk;
+  put_raw(chunk, std::uint64_t{0});
+  put_raw(chunk, std::uint64_t{1 << 20});
+  const status failed = failure_of_frame(ps, 9, chunk);
+  CHECK(failed.error_code() == code::unavailable);
+  CHECK(failed.message().find("damaged shared-memory chunk") != std::string::npos);
+  CHECK(failed.message().find(k_worker) != std::string::npos);
 }
 
 TEST_CASE("no listener, a silent listener and a port in use are clear errors in time", "[cluster][transport]") {
@@ -498,17 +402,12 @@ TEST_CASE("no listener, a silent listener and a port in use are clear errors in 
 }
 
 // A child process that connects to `port` as a worker, sends one tensor and waits to be
-// killed or stopped. Forked before this process starts threads of its own.
+// killed or stopped.
 pid_t start_peer_process(int port_pipe) {
-  const pid_t child = ::fork();
-  if (child != 0) return child;
-  int port = 0;
-  if (::read(port_pipe, &port, sizeof port) != sizeof port) ::_exit(2);
-  auto link = tensor_link::connect("127.0.0.1", port, k_ps, options_for(k_worker));
-  if (!link.ok()) ::_exit(3);
-  (*link)->start({[](std::string, tensor) {}, [](const status&) {}});
-  (*link)->send("hello", counting(dtype::float32, {4}, 1), [](const status&) {});
-  for (;;) ::pause();
+  return testing::start_peer_process(port_pipe, [](tensor_link& link) {
+    link.start({[](std::string, tensor) {}, [](const status&) {}});
+    link.send("hello", counting(dtype::float32, {4}, 1), [](const status&) {});
+  });
 }
 
 TEST_CASE("a peer process killed or frozen fails the link within a second, naming its task", "[cluster][transport]") {
