@@ -58,8 +58,9 @@ enum class frame_kind : std::uint8_t {
   shared_chunk = 9,  // the next bytes of the tensor begun, in the sender's ring
   shared_block = 10,   // the whole tensor begun, in a block of the sender's shared memory
   shared_release = 11, // blocks of this end's shared memory the peer no longer reads
+  shared_refused = 12, // blocks of this end's shared memory the peer could not map: send them by copy
 };
-constexpr std::uint8_t k_last_frame_kind = 11;
+constexpr std::uint8_t k_last_frame_kind = 12;
 
 struct frame_header {
   std::uint32_t magic = k_magic;
@@ -908,12 +909,15 @@ struct tensor_link::impl {
   // the peer's segments mapped here (the reader's), releases owed to the peer.
   std::uint32_t peer_pid = 0;
   int peer_pidfd = -1;
-  std::unordered_map<std::uint64_t, tensor> held;
+  std::unordered_map<std::uint64_t, outgoing> held;  // key and tensor, no `done`
   std::uint64_t next_hold = 1;
+  bool blocks_refused = false;  // the peer could not map a block: this end copies from then on
+  bool refused_to_map = false;  // this end could not map one of the peer's (said once)
   std::atomic<std::int64_t> sent_in_place{0};
   std::map<std::array<std::uint64_t, 3>, std::shared_ptr<peer_segment>> peer_segments;
   std::shared_ptr<release_channel> releases = std::make_shared<release_channel>();
   std::vector<std::uint64_t> releases_to_send;
+  std::vector<std::uint64_t> refusals_to_send;  // blocks of the peer's this end could not map
   ~impl() {
     if (lender != nullptr) lender->detach();
     {
@@ -921,7 +925,7 @@ struct tensor_link::impl {
       releases->post = nullptr;
     }
     std::vector<tensor> still_held;
-    for (auto& [hold, value] : held) still_held.push_back(std::move(value));
+    for (auto& [hold, item] : held) still_held.push_back(std::move(item.value));
     if (!still_held.empty() && peer_pidfd >= 0) {
       quarantine(peer_pidfd, std::move(still_held));
     } else if (peer_pidfd >= 0) {
@@ -950,8 +954,8 @@ struct tensor_link::impl {
   status write_tensor(outgoing& item);
   status write_chunk(const char* bytes, std::size_t n, std::string_view before);
   std::optional<status> write_in_place(const outgoing& item, std::string_view begin);
-  status read_shared_block(std::string_view body, std::uint64_t total, dtype type, const tensor_shape& shape,
-                           tensor* into);
+  result<bool> read_shared_block(std::string_view body, std::uint64_t total, dtype type, const tensor_shape& shape,
+                                 tensor* into);
   status write_pending_small_frames(clock_type::time_point* last_write);
 };
 
@@ -1077,9 +1081,44 @@ void tensor_link::impl::read_loop() {
         if (!in_tensor || filled != 0) {
           return fail(unavailable_error("task ", peer, " sent tensor bytes that belong to no tensor"));
         }
-        if (auto s = read_shared_block(*body, total, current_type, current_shape, &current); !s.ok()) return fail(s);
+        auto taken = read_shared_block(*body, total, current_type, current_shape, &current);
+        if (!taken.ok()) return fail(taken.error());
+        if (!*taken) {  // the peer sends it again, by copy
+          in_tensor = false;
+          current = tensor();
+          continue;
+        }
         in_place.fetch_add(1, std::memory_order_relaxed);
         filled = total;
+        break;
+      }
+      case frame_kind::shared_refused: {
+        auto body = read_body(*conn, *f, options.peer_timeout, peer);
+        if (!body.ok()) return fail(body.error());
+        body_reader r{*body};
+        std::vector<outgoing> again;
+        {
+          std::lock_guard<std::mutex> lock(mutex);
+          while (r.ok && !r.bytes.empty()) {
+            auto it = held.find(r.get<std::uint64_t>());
+            if (!r.ok || it == held.end()) break;
+            again.push_back(std::move(it->second));
+            held.erase(it);
+          }
+          if (r.ok && r.bytes.empty() && !again.empty()) {
+            // Never acknowledged: sent again, first, by copy (their senders heard already).
+            blocks_refused = true;
+            for (auto it = again.rbegin(); it != again.rend(); ++it) {
+              unacknowledged -= static_cast<std::int64_t>(it->value.byte_size());
+              queued += static_cast<std::int64_t>(it->value.byte_size());
+              queue.push_front(std::move(*it));
+            }
+          }
+        }
+        if (!r.ok || !r.bytes.empty() || again.empty()) {
+          return fail(unavailable_error("task ", peer, " sent a damaged refusal of shared memory"));
+        }
+        wake.notify_all();
         break;
       }
       case frame_kind::shared_release: {
@@ -1092,7 +1131,7 @@ void tensor_link::impl::read_loop() {
           while (r.ok && !r.bytes.empty()) {
             auto it = held.find(r.get<std::uint64_t>());
             if (!r.ok || it == held.end()) break;
-            released.push_back(std::move(it->second));
+            released.push_back(std::move(it->second.value));
             held.erase(it);
           }
         }
@@ -1124,8 +1163,9 @@ void tensor_link::impl::read_loop() {
 
 // A tensor over the peer's shared memory (the body of a shared_block frame for the tensor
 // begun: `total` bytes of `type` and `shape`), mapping the segment when it is new here.
-status tensor_link::impl::read_shared_block(std::string_view body, std::uint64_t total, dtype type,
-                                            const tensor_shape& shape, tensor* into) {
+// False when this end cannot map it: the peer is asked to send it again by copy.
+result<bool> tensor_link::impl::read_shared_block(std::string_view body, std::uint64_t total, dtype type,
+                                                  const tensor_shape& shape, tensor* into) {
   body_reader r{body};
   const auto fd = r.get<std::int32_t>();
   std::uint64_t token[2];
@@ -1141,14 +1181,26 @@ status tensor_link::impl::read_shared_block(std::string_view body, std::uint64_t
   }
   const std::array<std::uint64_t, 3> id{static_cast<std::uint64_t>(fd), token[0], token[1]};
   auto& segment = peer_segments[id];
-  if (segment == nullptr) segment = peer_segment::open(peer_pid, fd, token, segment_bytes);
+  if (segment == nullptr && options.map_peer_blocks) segment = peer_segment::open(peer_pid, fd, token, segment_bytes);
   if (segment == nullptr || segment->bytes != segment_bytes) {
     peer_segments.erase(id);
-    return unavailable_error("task ", peer, " sent a tensor in shared memory this end cannot map (descriptor ", fd,
-                             " of process ", peer_pid, ")");
+    bool first = false;
+    {
+      std::lock_guard<std::mutex> lock(mutex);
+      refusals_to_send.push_back(hold);
+      first = !refused_to_map;
+      refused_to_map = true;
+    }
+    wake.notify_all();
+    if (first && options.map_peer_blocks) {
+      std::cerr << "troupe: cannot map the shared memory of task " << peer << " (descriptor " << fd << " of process "
+                << peer_pid << ", " << segment_bytes << " bytes: " << std::strerror(errno)
+                << "); it sends by copy from now on\n";
+    }
+    return false;
   }
   *into = tensor(type, shape, buffer::adopt(segment->base + offset, length, new lent_block(hold, segment, releases)));
-  return status();
+  return true;
 }
 
 // `item` as a shared_block frame (after `begin`, its tensor_begin frame) when its bytes lie
@@ -1164,8 +1216,9 @@ std::optional<status> tensor_link::impl::write_in_place(const outgoing& item, st
   std::uint64_t hold = 0;
   {
     std::lock_guard<std::mutex> lock(mutex);
+    if (blocks_refused) return std::nullopt;
     hold = next_hold++;
-    held.emplace(hold, t);  // until the peer releases it (or its process ends)
+    held.emplace(hold, outgoing{item.key, t, nullptr});  // until the peer releases it (or its process ends)
   }
   body_writer w;
   w.put(static_cast<std::int32_t>(where.fd));
@@ -1175,23 +1228,31 @@ std::optional<status> tensor_link::impl::write_in_place(const outgoing& item, st
   w.put(where.offset);
   w.put(static_cast<std::uint64_t>(t.byte_size()));
   w.put(hold);
-  sent_in_place.fetch_add(1, std::memory_order_relaxed);
-  return write_frame(*conn, frame_kind::shared_block, w.bytes, peer, begin);
+  status written = write_frame(*conn, frame_kind::shared_block, w.bytes, peer, begin);
+  if (written.ok()) {
+    sent_in_place.fetch_add(1, std::memory_order_relaxed);
+  } else {
+    std::lock_guard<std::mutex> lock(mutex);
+    held.erase(hold);  // not all of the frame went out: the peer cannot have taken it
+  }
+  return written;
 }
 
 status tensor_link::impl::write_pending_small_frames(clock_type::time_point* last_write) {
   std::uint64_t acks = 0;
-  std::vector<std::uint64_t> released;
+  std::vector<std::uint64_t> released, refused;
   {
     std::lock_guard<std::mutex> lock(mutex);
     acks = acks_to_send;
     acks_to_send = 0;
     released.swap(releases_to_send);
+    refused.swap(refusals_to_send);
   }
-  if (!released.empty()) {
+  for (auto [kind, holds] : {std::pair{frame_kind::shared_release, &released}, std::pair{frame_kind::shared_refused, &refused}}) {
+    if (holds->empty()) continue;
     body_writer w;
-    for (std::uint64_t hold : released) w.put(hold);
-    TROUPE_RETURN_IF_ERROR(write_frame(*conn, frame_kind::shared_release, w.bytes, peer));
+    for (std::uint64_t hold : *holds) w.put(hold);
+    TROUPE_RETURN_IF_ERROR(write_frame(*conn, kind, w.bytes, peer));
     *last_write = clock_type::now();
   }
   if (acks > 0) {
@@ -1271,17 +1332,25 @@ void tensor_link::impl::write_loop() {
   for (;;) {
     wake.wait_for(lock, options.heartbeat, [&] {
       return !failed.ok() || closing || acks_to_send >= std::max<std::uint64_t>(1, ack_every) ||
-             !releases_to_send.empty() ||
+             !releases_to_send.empty() || !refusals_to_send.empty() ||
              (!queue.empty() && (unacknowledged == 0 || unacknowledged < options.window_bytes));
     });
     if (!failed.ok()) break;
     if (closing) {
-      // Best effort: a peer that reads nothing more does not hold the close up.
-      frame_header h;
-      h.kind = static_cast<std::uint8_t>(frame_kind::goodbye);
+      // Best effort: a peer that reads nothing more does not hold the close up. The
+      // blocks of the peer's let go meanwhile go with it (else the peer would keep them
+      // until this process ends).
+      std::string last;
+      if (!releases_to_send.empty()) {
+        body_writer w;
+        for (std::uint64_t hold : releases_to_send) w.put(hold);
+        last = encoded_frame(frame_kind::shared_release, w.bytes);
+        releases_to_send.clear();
+      }
+      last += encoded_frame(frame_kind::goodbye, {});
       std::size_t put = 0;
       std::string why;
-      (void)conn->write_some(&h, sizeof h, &put, &why);
+      (void)conn->write_some(last.data(), last.size(), &put, &why);
       break;
     }
     const bool may_send = !queue.empty() && (unacknowledged == 0 || unacknowledged < options.window_bytes);

@@ -77,6 +77,10 @@ struct link_options {
   // memory of this size that this end offers (plain TCP only; 0: everything through the
   // socket). Doc: doc/cluster.md, "Shared memory".
   std::int64_t shared_memory_bytes = default_shared_memory_bytes();
+  // Whether this end maps the blocks of shared memory the peer sends tensors in (false:
+  // it asks the peer to send them again by copy, as when a mapping fails, and the peer
+  // copies from then on). Doc: doc/cluster.md, "Sends without copies".
+  bool map_peer_blocks = true;
 };
 
 // The version of the wire format: both ends of a link must speak the same.

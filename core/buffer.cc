@@ -3,6 +3,7 @@
 #include "core/memory.h"
 #include "core/status.h"
 
+#include <pthread.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -39,6 +40,9 @@ std::size_t class_of(std::size_t bytes, std::size_t* class_bytes) {
 struct size_class_cache {
   std::mutex mutex;
   std::vector<void*> blocks;
+  // Blocks of shared memory kept over the cache's limit without their pages (never freed:
+  // see arena); not counted in bytes_cached, taken after `blocks`.
+  std::vector<void*> bare;
 };
 
 struct cache {
@@ -69,9 +73,11 @@ std::size_t class_size(std::size_t cls) {
 
 // Shared memory for large blocks (share_large_buffers): segments of a memfd each, a header
 // page (the token) and then blocks handed out in order, page-aligned. A segment's blocks
-// are never returned to it: freed ones go to the cache, whatever its limit.
+// are never returned to it: freed ones go to the cache, whatever its limit (over it,
+// without their pages). A process forked from one that shares (its segments mapped
+// shared with its parent's) takes nothing from them, nor from its cache of them.
 constexpr std::size_t k_page = 4096;
-constexpr std::size_t k_segment_bytes = std::size_t{1} << 30;
+constexpr std::size_t k_segment_bytes = std::size_t{256} << 20;
 constexpr int k_max_segments = 256;
 
 struct segment {
@@ -84,6 +90,8 @@ struct segment {
 
 struct arena {
   std::atomic<std::size_t> min_bytes{0};  // 0: large blocks come from the heap
+  std::atomic<bool> full{false};          // no segment could be added: the heap's from then on
+  std::atomic<bool> forked{false};        // this process is a fork of the one that shares
   std::mutex mutex;                       // adding segments and taking blocks
   std::array<segment, k_max_segments> segments;
   std::atomic<int> count{0};  // segments [0, count) are complete and never change but `used`
@@ -119,15 +127,26 @@ struct arena {
   void* allocate(std::size_t bytes) {
     const std::size_t size = (bytes + k_page - 1) / k_page * k_page;
     std::lock_guard<std::mutex> lock(mutex);
+    if (full.load(std::memory_order_relaxed)) return nullptr;
     int n = count.load(std::memory_order_relaxed);
     if (n == 0 || segments[static_cast<std::size_t>(n - 1)].used + size > segments[static_cast<std::size_t>(n - 1)].bytes) {
-      if (!grow(size + k_page)) return nullptr;
+      if (!grow(size + k_page)) {
+        full.store(true, std::memory_order_relaxed);  // not tried again at every allocation
+        return nullptr;
+      }
       n = count.load(std::memory_order_relaxed);
     }
     segment& s = segments[static_cast<std::size_t>(n - 1)];
     void* block = s.base + s.used;
     s.used += size;
     return block;
+  }
+
+  // Whether large blocks come from here now.
+  bool serving(std::size_t capacity) const {
+    const std::size_t from = min_bytes.load(std::memory_order_relaxed);
+    return from != 0 && capacity >= from && !full.load(std::memory_order_relaxed) &&
+           !forked.load(std::memory_order_relaxed);
   }
 
   // The segment holding `p`, or null.
@@ -152,13 +171,17 @@ arena& the_arena() {
 bool share_large_buffers(std::size_t min_bytes) {
   arena& a = the_arena();
   std::lock_guard<std::mutex> lock(a.mutex);
+  if (a.forked.load()) return false;
   if (a.min_bytes.load() != 0) return true;
   if (a.count.load() == 0 && !a.grow(k_segment_bytes)) return false;
   a.min_bytes.store(std::max<std::size_t>(min_bytes, 1));
+  // A child shares its parent's segments: it must not write where its parent's buffers live.
+  ::pthread_atfork(nullptr, nullptr, [] { the_arena().forked.store(true); });
   return true;
 }
 
 bool find_shared_block(const void* data, std::size_t bytes, shared_block* where) {
+  if (the_arena().forked.load(std::memory_order_relaxed)) return false;
   const segment* s = the_arena().holding(data);
   if (s == nullptr) return false;
   const auto offset = static_cast<std::uint64_t>(static_cast<const char*>(data) - s->base);
@@ -184,34 +207,38 @@ buffer* buffer::allocate(std::size_t bytes) {
   std::size_t capacity = 0;
   std::size_t cls = class_of(bytes, &capacity);
   void* block = nullptr;
+  arena& shared = the_arena();
+  const bool from_shared = shared.serving(capacity);
   if (cls < k_num_classes) {
     auto& sc = c.classes[cls];
     std::lock_guard<std::mutex> lock(sc.mutex);
     if (!sc.blocks.empty()) {
       block = sc.blocks.back();
       sc.blocks.pop_back();
+      c.bytes_cached.fetch_sub(static_cast<std::int64_t>(capacity), std::memory_order_relaxed);
+    } else if (!sc.bare.empty() && !shared.forked.load(std::memory_order_relaxed)) {
+      block = sc.bare.back();
+      sc.bare.pop_back();
     }
   }
-  const std::size_t shared_from = the_arena().min_bytes.load(std::memory_order_relaxed);
+  if (block != nullptr && from_shared && shared.holding(block) == nullptr) {
+    std::free(block);  // cached from the heap before sharing began: shared memory's now
+    block = nullptr;
+  } else if (block != nullptr && shared.forked.load(std::memory_order_relaxed) && shared.holding(block) != nullptr) {
+    block = nullptr;  // the parent's memory: left alone
+  }
   if (block != nullptr) {
-    c.bytes_cached.fetch_sub(static_cast<std::int64_t>(capacity), std::memory_order_relaxed);
-    if (shared_from != 0 && capacity >= shared_from && the_arena().holding(block) == nullptr) {
-      std::free(block);  // cached from the heap before sharing began: shared memory's now
-      block = nullptr;
-    } else {
-      c.hits.fetch_add(1, std::memory_order_relaxed);
-    }
-  }
-  if (block == nullptr) {
+    c.hits.fetch_add(1, std::memory_order_relaxed);
+  } else {
     // The header lives in the first 64 bytes, the data after it.
-    if (shared_from != 0 && capacity >= shared_from) block = the_arena().allocate(capacity + k_alignment);
+    if (from_shared) block = shared.allocate(capacity + k_alignment);
     if (block == nullptr) block = std::aligned_alloc(k_alignment, capacity + k_alignment);
     if (block == nullptr) {
       account.release(static_cast<std::int64_t>(bytes));
       throw allocation_error(str_cat("cannot allocate ", describe_bytes(static_cast<std::int64_t>(bytes))),
                              "the system has no memory left");
     }
-    if (capacity >= (std::size_t{2} << 20) && the_arena().holding(block) == nullptr) {
+    if (capacity >= (std::size_t{2} << 20) && shared.holding(block) == nullptr) {
       madvise(block, capacity + k_alignment, MADV_HUGEPAGE);
     }
   }
@@ -256,12 +283,16 @@ void buffer::unref() const {
   this->~buffer();
   if (cls < k_num_classes) {
     auto capacity = static_cast<std::int64_t>(class_size(cls));
-    bool keep = c.bytes_cached.load(std::memory_order_relaxed) + capacity <= c.limit;
-    if (!keep && the_arena().holding(block) != nullptr) {
+    const bool keep = c.bytes_cached.load(std::memory_order_relaxed) + capacity <= c.limit;
+    if (!keep && static_cast<std::size_t>(capacity) >= k_page && the_arena().holding(block) != nullptr) {
+      if (the_arena().forked.load(std::memory_order_relaxed)) return;  // the parent's memory: left alone
       // A segment's block is never freed: the cache keeps it, without its pages.
       const std::size_t whole = (static_cast<std::size_t>(capacity) + k_alignment) / k_page * k_page;
       (void)::madvise(block, whole, MADV_REMOVE);
-      keep = true;
+      auto& sc = c.classes[cls];
+      std::lock_guard<std::mutex> lock(sc.mutex);
+      sc.bare.push_back(block);
+      return;
     }
     if (keep) {
       c.bytes_cached.fetch_add(capacity, std::memory_order_relaxed);

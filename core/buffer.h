@@ -98,11 +98,13 @@ class buffer {
 // Shared memory for large buffers, so that a tensor link to a process on this machine can
 // send them without copying (doc/cluster.md, "Sends without copies"): from this call on,
 // blocks of at least `min_bytes` that the cache does not have come from segments of
-// shared memory (memfds of 1 GiB, their pages allocated as they are touched) instead of
-// the heap; shared_block_of finds them. Once per process (a later call does nothing);
-// false when the system gives no memfd (buffers then come from the heap, as before). A
-// block the cache cannot keep (over its limit) stays in the cache with its pages given
-// back (MADV_REMOVE), since a segment's blocks are never freed one by one.
+// shared memory (memfds of 256 MB, their pages allocated as they are touched) instead of
+// the heap; find_shared_block finds them. Once per process (a later call does nothing);
+// false when the system gives no memfd (buffers then come from the heap, as before), and
+// in a process forked from one that shares (it maps its parent's segments: its buffers
+// come from the heap). A block the cache cannot keep (over its limit) stays in the cache
+// with its pages given back (MADV_REMOVE), since a segment's blocks are never freed one
+// by one; when no segment can be added, large buffers come from the heap again.
 bool share_large_buffers(std::size_t min_bytes);
 
 // Where bytes [data, data + bytes) lie in shared memory: a segment's memfd (in this

@@ -15,7 +15,9 @@
 
 #include <catch2/catch.hpp>
 #include <chrono>
+#include <algorithm>
 #include <functional>
+#include <map>
 #include <thread>
 #include <vector>
 
@@ -63,8 +65,8 @@ TEST_CASE("large buffers come from shared memory once a process shares them", "[
 TEST_CASE("a tensor in shared memory crosses a link uncopied and read-only; its sender holds it until the peer lets go",
           "[cluster][transport]") {
   REQUIRE(share_large_buffers_with_links());
+  inbox at_ps, at_worker;  // outlive the links
   linked_pair pair(options_for(k_ps), k_ps, options_for(k_worker));
-  inbox at_ps, at_worker;
   pair.ps_link->start(at_ps.handlers());
   pair.worker->start(at_worker.handlers());
   REQUIRE(wait_sharing(*pair.worker));
@@ -108,8 +110,7 @@ TEST_CASE("a tensor in shared memory crosses a link uncopied and read-only; its 
     kernels::kernel_context ctx({&only, 1}, outputs, types, kernels::step_info{});
     CHECK(ctx.forward_input_or_allocate_output(0, 0, only.shape()).raw_data() != only.raw_data());
   }
-  CHECK(eventually([&] { return pair.worker->held_for_peer() == 0; }));
-  CHECK(gradient.ref_count_is_one());
+  CHECK(eventually([&] { return pair.worker->held_for_peer() == 0 && gradient.ref_count_is_one(); }));
 
   // Many, both ways, kept and let go in turns: every one arrives whole.
   std::vector<tensor> sent;
@@ -130,8 +131,10 @@ TEST_CASE("a tensor in shared memory crosses a link uncopied and read-only; its 
   CHECK(pair.ps_link->received_in_place() >= 41);
   at_ps.tensors.clear();
   at_worker.tensors.clear();
-  CHECK(eventually([&] { return pair.worker->held_for_peer() == 0 && pair.ps_link->held_for_peer() == 0; }));
-  for (const tensor& t : sent) CHECK(t.ref_count_is_one());
+  CHECK(eventually([&] {
+    return pair.worker->held_for_peer() == 0 && pair.ps_link->held_for_peer() == 0 &&
+           std::all_of(sent.begin(), sent.end(), [](const tensor& t) { return t.ref_count_is_one(); });
+  }));
   CHECK(at_ps.failures.empty());
   CHECK(at_worker.failures.empty());
 }
@@ -140,8 +143,8 @@ TEST_CASE("a link that ends while its peer still reads a block keeps the block",
   REQUIRE(share_large_buffers_with_links());
   const tensor value = counting(dtype::float32, {1 << 18}, 9);
   {
-    linked_pair pair(options_for(k_ps), k_ps, options_for(k_worker));
     inbox at_ps, at_worker;
+    linked_pair pair(options_for(k_ps), k_ps, options_for(k_worker));
     pair.ps_link->start(at_ps.handlers());
     pair.worker->start(at_worker.handlers());
     REQUIRE(wait_sharing(*pair.worker));
@@ -201,6 +204,89 @@ TEST_CASE("blocks a peer process held when its link ended are the sender's again
   CHECK(eventually([&] { return value.ref_count_is_one(); }));
   ::close(pipe_ends[0]);
   ::close(pipe_ends[1]);
+}
+
+TEST_CASE("a receiver that cannot map the sender's blocks gets them again by copy, and the sender copies from then on",
+          "[cluster][transport]") {
+  REQUIRE(share_large_buffers_with_links());
+  link_options ps_options = options_for(k_ps);
+  ps_options.map_peer_blocks = false;  // as when the mapping fails (no address space left)
+  inbox at_ps, at_worker;
+  linked_pair pair(ps_options, k_ps, options_for(k_worker));
+  pair.ps_link->start(at_ps.handlers());
+  pair.worker->start(at_worker.handlers());
+  REQUIRE(wait_sharing(*pair.worker));
+  std::vector<tensor> sent;
+  for (int i = 0; i < 5; ++i) {
+    sent.push_back(counting(dtype::float32, {1 << 18}, 30 + i));
+    pair.worker->send(str_cat("w", i), sent.back(), [](const status& s) { CHECK(s.ok()); });
+  }
+  REQUIRE(at_ps.wait_tensors(5));
+  {
+    std::lock_guard<std::mutex> lock(at_ps.mutex);
+    std::map<std::string, const tensor*> by_key;
+    for (const auto& [key, value] : at_ps.tensors) by_key[key] = &value;
+    CHECK(by_key.size() == 5);  // each once, whichever way it came
+    for (int i = 0; i < 5; ++i) {
+      INFO("tensor " << i);
+      REQUIRE(by_key.count(str_cat("w", i)) == 1);
+      CHECK(by_key[str_cat("w", i)]->equals(sent[static_cast<std::size_t>(i)]));
+    }
+  }
+  CHECK(pair.worker->sent_in_place() >= 1);  // the first went as a block and came back refused
+  CHECK(pair.worker->sent_in_place() < 5);
+  const std::int64_t in_place = pair.worker->sent_in_place();
+  pair.worker->send("later", counting(dtype::float32, {1 << 18}, 40), [](const status& s) { CHECK(s.ok()); });
+  REQUIRE(at_ps.wait_tensors(6));
+  CHECK(pair.worker->sent_in_place() == in_place);
+  CHECK(pair.worker->held_for_peer() == 0);
+  CHECK(pair.worker->unacknowledged_bytes() >= 0);
+  CHECK(eventually([&] { return pair.worker->unacknowledged_bytes() == 0; }));
+  CHECK(at_ps.failures.empty());
+  CHECK(at_worker.failures.empty());
+}
+
+TEST_CASE("a process forked from one that shares keeps its buffers off the shared segments", "[cluster][transport]") {
+  REQUIRE(share_large_buffers_with_links());
+  const pid_t child = ::fork();
+  if (child == 0) {
+    // The segments are mapped here too, shared with the parent: nothing of the child's
+    // may land in them.
+    const tensor big = counting(dtype::float32, {1 << 18}, 1);
+    shared_block where;
+    ::_exit(find_shared_block(big.raw_data(), big.byte_size(), &where) || share_large_buffers_with_links() ? 1 : 0);
+  }
+  REQUIRE(child > 0);
+  int status_code = -1;
+  REQUIRE(::waitpid(child, &status_code, 0) == child);
+  CHECK(WIFEXITED(status_code));
+  CHECK(WEXITSTATUS(status_code) == 0);
+  // The parent's go on coming from them.
+  const tensor big = counting(dtype::float32, {1 << 18}, 2);
+  shared_block where;
+  CHECK(find_shared_block(big.raw_data(), big.byte_size(), &where));
+}
+
+// Run with TROUPE_ALLOCATOR_CACHE_MB=1 (CTest cluster/zero_copy_test_small_cache).
+TEST_CASE("over the cache's limit a freed block of shared memory stays cached without its pages", "[.][small_cache]") {
+  REQUIRE(share_large_buffers_with_links());
+  std::vector<const void*> freed;
+  {
+    std::vector<tensor> many;
+    for (int i = 0; i < 4; ++i) many.push_back(counting(dtype::uint8, {1 << 20}, 60 + i));  // 4 MB: over 1 MB
+    for (const tensor& t : many) freed.push_back(t.raw_data());
+  }
+  CHECK(get_allocator_stats().bytes_cached <= (std::int64_t{1} << 20));  // one kept whole, three bare
+  // The same blocks come back (none was freed), those without pages zero-filled.
+  std::vector<tensor> again;
+  int zeroed = 0;
+  for (int i = 0; i < 4; ++i) {
+    again.emplace_back(dtype::uint8, tensor_shape{1 << 20});
+    CHECK(std::find(freed.begin(), freed.end(), again.back().raw_data()) != freed.end());
+    const auto* bytes = static_cast<const unsigned char*>(again.back().raw_data());
+    if (std::all_of(bytes + 4096, bytes + (1 << 20) - 4096, [](unsigned char b) { return b == 0; })) ++zeroed;
+  }
+  CHECK(zeroed >= 3);
 }
 
 TEST_CASE("a shared-memory block from a peer whose memory this end cannot map fails the link naming the peer",
