@@ -28,6 +28,7 @@ using namespace troupe::cluster::testing;
 TEST_CASE("tensors of every fixed-size type and shape cross a link whole and in order, both ways", "[cluster][transport]") {
   link_options ps_options = options_for(k_ps);
   ps_options.chunk_bytes = 1 << 20;  // the 9 MB tensor goes in 9 chunks
+  inbox at_ps, at_worker;  // outlives the links
   server ps(ps_options);
   auto worker = tensor_link::connect("127.0.0.1", ps.listener->port(), k_ps, options_for(k_worker));
   REQUIRE(worker.ok());
@@ -35,7 +36,6 @@ TEST_CASE("tensors of every fixed-size type and shape cross a link whole and in 
   REQUIRE(ps_link != nullptr);
   CHECK(ps_link->peer() == k_worker);
   CHECK((*worker)->peer() == k_ps);
-  inbox at_ps, at_worker;
   ps_link->start(at_ps.handlers());
   (*worker)->start(at_worker.handlers());
 
@@ -166,12 +166,12 @@ TEST_CASE("peers on one machine move large chunks through shared memory, and thr
   link_options worker_options = options_for(k_worker);
   // A small ring (4 chunks of 64 KB plus the header): 3 MB tensors wrap it many times.
   worker_options.shared_memory_bytes = 4096 + 4 * (64 << 10);
+  inbox at_ps, at_worker;  // outlives the links
   troupe::cluster::testing::linked_pair pair(options_for(k_ps), k_ps, worker_options);
   auto* worker = &pair.worker;
   tensor_link* ps_link = pair.ps_link;
   // The receiver takes its time with some tensors, so the small ring fills and chunks go
   // over the socket between ones that go through the ring.
-  inbox at_ps, at_worker;
   auto handlers = at_ps.handlers();
   auto keep = handlers.tensor;
   handlers.tensor = [keep](std::string key, tensor value) {
@@ -209,10 +209,10 @@ TEST_CASE("tensors that come whole through the ring are handed on in place; kept
           "[cluster][transport]") {
   link_options worker_options = options_for(k_worker);
   worker_options.shared_memory_bytes = 4096 + (8 << 20);  // the worker's ring, which the ps reads
+  inbox at_ps, at_worker;  // outlives the links
   troupe::cluster::testing::linked_pair pair(options_for(k_ps), k_ps, worker_options);
   auto* worker = &pair.worker;
   tensor_link* ps_link = pair.ps_link;
-  inbox at_ps, at_worker;
   ps_link->start(at_ps.handlers());
   (*worker)->start(at_worker.handlers());
   REQUIRE(wait_sharing(**worker));
@@ -276,8 +276,8 @@ struct transits {
 
 TEST_CASE("a receiver on the sender's machine times each tensor from its first write to its last byte",
           "[cluster][transport]") {
+  inbox at_ps, at_worker;  // outlives the links
   troupe::cluster::testing::linked_pair pair(options_for(k_ps), k_ps, options_for(k_worker));
-  inbox at_ps, at_worker;
   transits timed;
   auto handlers = at_ps.handlers();
   timed.install(handlers);
@@ -320,10 +320,10 @@ TEST_CASE("a receiver on the sender's machine times each tensor from its first w
 TEST_CASE("a link whose end takes no shared memory moves every byte through the socket", "[cluster][transport]") {
   link_options ps_options = options_for(k_ps);
   ps_options.shared_memory_bytes = 0;  // offers no ring and maps none
+  inbox at_ps, at_worker;  // outlives the links
   troupe::cluster::testing::linked_pair pair(ps_options, k_ps, options_for(k_worker));
   auto* worker = &pair.worker;
   tensor_link* ps_link = pair.ps_link;
-  inbox at_ps, at_worker;
   transits timed;  // neither end shares the other's clock as far as it knows
   auto ps_handlers = at_ps.handlers(), worker_handlers = at_worker.handlers();
   timed.install(ps_handlers);
@@ -417,12 +417,12 @@ TEST_CASE("a peer process killed or frozen fails the link within a second, namin
     REQUIRE(::pipe(pipe_ends) == 0);
     const pid_t child = start_peer_process(pipe_ends[0]);
     REQUIRE(child > 0);
+    inbox at_ps;  // outlives the links
     server ps(options_for(k_ps));
     const int port = ps.listener->port();
     REQUIRE(::write(pipe_ends[1], &port, sizeof port) == sizeof port);
     tensor_link* link = ps.wait_link();
     REQUIRE(link != nullptr);
-    inbox at_ps;
     link->start(at_ps.handlers());
     REQUIRE(at_ps.wait_tensors(1));
     // Sends still queued when the peer goes hear of it too.
@@ -447,6 +447,7 @@ TEST_CASE("a peer process killed or frozen fails the link within a second, namin
 }
 
 TEST_CASE("a slow receiver holds its sender to the window; all arrives once it reads on", "[cluster][transport]") {
+  inbox at_ps;  // outlives the links
   server ps(options_for(k_ps));
   link_options worker_options = options_for(k_worker);
   worker_options.window_bytes = 3 << 20;
@@ -456,7 +457,6 @@ TEST_CASE("a slow receiver holds its sender to the window; all arrives once it r
   REQUIRE(ps_link != nullptr);
   std::promise<void> release;
   std::shared_future<void> released = release.get_future().share();
-  inbox at_ps;
   auto handlers = at_ps.handlers();
   auto keep = handlers.tensor;
   handlers.tensor = [&, keep](std::string key, tensor value) {
@@ -488,6 +488,7 @@ TEST_CASE("a slow receiver holds its sender to the window; all arrives once it r
 }
 
 TEST_CASE("closing a link whose writer waits on a receiver that reads no more returns at once", "[cluster][transport]") {
+  inbox at_ps;  // outlives the links
   server ps(options_for(k_ps));
   auto worker = tensor_link::connect("127.0.0.1", ps.listener->port(), k_ps, options_for(k_worker));
   REQUIRE(worker.ok());
@@ -495,7 +496,6 @@ TEST_CASE("closing a link whose writer waits on a receiver that reads no more re
   REQUIRE(ps_link != nullptr);
   std::promise<void> release;
   std::shared_future<void> released = release.get_future().share();
-  inbox at_ps;
   auto handlers = at_ps.handlers();
   handlers.tensor = [released](std::string, tensor) { released.wait(); };
   ps_link->start(handlers);
