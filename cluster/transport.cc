@@ -34,6 +34,7 @@
 #include <vector>
 
 #include "cluster/certificates.h"
+#include "core/shared_memory.h"
 
 namespace troupe::cluster {
 namespace {
@@ -515,39 +516,26 @@ result<addrinfo*> resolve(const std::string& host, int port, bool passive) {
 constexpr std::size_t k_ring_header = 4096;  // token (2 x u64), capacity (u64), consumed (u64)
 constexpr std::size_t k_min_shared_chunk = 64 << 10;  // below: the socket is as cheap
 
+// A ring: a region of shared memory whose first page holds the token (2 x u64), the
+// capacity (u64) and how far the receiver has consumed (u64); the rest is the ring.
 struct shared_ring {
-  int fd = -1;
-  char* base = nullptr;
-  std::size_t mapped = 0;
-  std::uint64_t token[2] = {0, 0};
+  std::unique_ptr<shared_region> region;
 
-  shared_ring() = default;
-  shared_ring(const shared_ring&) = delete;
-  shared_ring& operator=(const shared_ring&) = delete;
-  ~shared_ring() {
-    if (base != nullptr) ::munmap(base, mapped);
-    if (fd >= 0) ::close(fd);
-  }
-  std::uint64_t capacity() const { return mapped - k_ring_header; }
-  char* data() const { return base + k_ring_header; }
+  std::uint64_t capacity() const { return region->bytes() - k_ring_header; }
+  char* data() const { return region->base() + k_ring_header; }
   // How far the receiver has consumed (monotonic), in the header both ends map.
-  std::atomic_ref<std::uint64_t> consumed() const { return std::atomic_ref<std::uint64_t>(*reinterpret_cast<std::uint64_t*>(base + 24)); }
+  std::atomic_ref<std::uint64_t> consumed() const {
+    return std::atomic_ref<std::uint64_t>(*reinterpret_cast<std::uint64_t*>(region->base() + 24));
+  }
 
   // This end's ring of `bytes` (header included); null when the system has none to give.
   static std::unique_ptr<shared_ring> create(std::int64_t bytes) {
     if (bytes < static_cast<std::int64_t>(k_ring_header + 4 * k_min_shared_chunk)) return nullptr;
     auto r = std::make_unique<shared_ring>();
-    r->fd = ::memfd_create("troupe-link", MFD_CLOEXEC);
-    if (r->fd < 0 || ::ftruncate(r->fd, bytes) != 0) return nullptr;
-    void* at = ::mmap(nullptr, static_cast<std::size_t>(bytes), PROT_READ | PROT_WRITE, MAP_SHARED, r->fd, 0);
-    if (at == MAP_FAILED) return nullptr;
-    r->base = static_cast<char*>(at);
-    r->mapped = static_cast<std::size_t>(bytes);
-    std::random_device random;
-    for (std::uint64_t& t : r->token) t = (std::uint64_t{random()} << 32) ^ random();
-    std::memcpy(r->base, r->token, sizeof r->token);
+    r->region = shared_region::create("troupe-link", static_cast<std::size_t>(bytes));
+    if (r->region == nullptr) return nullptr;
     const std::uint64_t capacity = r->capacity();
-    std::memcpy(r->base + 16, &capacity, sizeof capacity);
+    std::memcpy(r->region->base() + 16, &capacity, sizeof capacity);
     return r;
   }
 
@@ -555,25 +543,13 @@ struct shared_ring {
   // machine or pid namespace, no permission) or it holds another token.
   static std::unique_ptr<shared_ring> open_offered(std::uint32_t pid, std::int32_t fd, const std::uint64_t token[2],
                                                    std::uint64_t bytes) {
-    if (pid == 0 || fd < 0 || bytes < k_ring_header + 4 * k_min_shared_chunk || bytes > (std::uint64_t{1} << 40)) {
-      return nullptr;
-    }
+    if (bytes < k_ring_header + 4 * k_min_shared_chunk) return nullptr;
     auto r = std::make_unique<shared_ring>();
-    r->fd = ::open(str_cat("/proc/", pid, "/fd/", fd).c_str(), O_RDWR | O_CLOEXEC);
-    if (r->fd < 0) return nullptr;
-    struct stat st {};
-    if (::fstat(r->fd, &st) != 0 || static_cast<std::uint64_t>(st.st_size) != bytes) return nullptr;
-    void* at = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, r->fd, 0);
-    if (at == MAP_FAILED) return nullptr;
-    r->base = static_cast<char*>(at);
-    r->mapped = bytes;
-    std::uint64_t found[2], capacity = 0;
-    std::memcpy(found, r->base, sizeof found);
-    std::memcpy(&capacity, r->base + 16, sizeof capacity);
-    if (found[0] != token[0] || found[1] != token[1] || capacity != r->capacity()) return nullptr;
-    ::close(r->fd);  // the mapping keeps the memory
-    r->fd = -1;
-    return r;
+    r->region = shared_region::open(pid, fd, token, bytes, /*writable=*/true);  // the receiver publishes `consumed`
+    if (r->region == nullptr) return nullptr;
+    std::uint64_t capacity = 0;
+    std::memcpy(&capacity, r->region->base() + 16, sizeof capacity);
+    return capacity == r->capacity() ? std::move(r) : nullptr;
   }
 };
 
@@ -658,42 +634,6 @@ class ring_lender final : public external_memory {
 // in place) until the peer's shared_release names its hold. When the link ends with holds
 // left, the peer may still read them: they are kept until its process is gone (quarantine).
 
-// A segment of the peer's shared memory, mapped read-only here for as long as the link or
-// a tensor over it lives.
-struct peer_segment {
-  char* base = nullptr;
-  std::size_t bytes = 0;
-  peer_segment() = default;
-  peer_segment(const peer_segment&) = delete;
-  peer_segment& operator=(const peer_segment&) = delete;
-  ~peer_segment() {
-    if (base != nullptr) ::munmap(base, bytes);
-  }
-
-  // The segment of process `pid`'s descriptor `fd`, or null when it cannot be mapped or holds
-  // another token.
-  static std::shared_ptr<peer_segment> open(std::uint32_t pid, std::int32_t fd, const std::uint64_t token[2],
-                                            std::uint64_t bytes) {
-    if (pid == 0 || fd < 0 || bytes < 4096 || bytes > (std::uint64_t{1} << 40)) return nullptr;
-    const int file = ::open(str_cat("/proc/", pid, "/fd/", fd).c_str(), O_RDONLY | O_CLOEXEC);
-    if (file < 0) return nullptr;
-    struct stat st {};
-    void* at = MAP_FAILED;
-    if (::fstat(file, &st) == 0 && static_cast<std::uint64_t>(st.st_size) == bytes) {
-      at = ::mmap(nullptr, bytes, PROT_READ, MAP_SHARED | MAP_NORESERVE, file, 0);
-    }
-    ::close(file);  // the mapping keeps the memory
-    if (at == MAP_FAILED) return nullptr;
-    auto s = std::make_shared<peer_segment>();
-    s->base = static_cast<char*>(at);
-    s->bytes = bytes;
-    std::uint64_t found[2];
-    std::memcpy(found, s->base, sizeof found);
-    if (found[0] != token[0] || found[1] != token[1]) return nullptr;
-    return s;
-  }
-};
-
 // Where a lent block's release goes: the link's writer while the link lives.
 struct release_channel {
   std::mutex mutex;
@@ -704,7 +644,7 @@ struct release_channel {
 // release tells the peer (through the link, while it lives) that the hold is over.
 class lent_block final : public external_memory {
  public:
-  lent_block(std::uint64_t hold, std::shared_ptr<peer_segment> segment, std::shared_ptr<release_channel> channel)
+  lent_block(std::uint64_t hold, std::shared_ptr<shared_region> segment, std::shared_ptr<release_channel> channel)
       : hold_(hold), segment_(std::move(segment)), channel_(std::move(channel)) {}
   void release(void*, std::size_t) noexcept override {
     {
@@ -718,9 +658,16 @@ class lent_block final : public external_memory {
 
  private:
   std::uint64_t hold_;
-  std::shared_ptr<peer_segment> segment_;
+  std::shared_ptr<shared_region> segment_;  // the peer's, mapped read-only, as long as a tensor is over it
   std::shared_ptr<release_channel> channel_;
 };
+
+// The body of a shared_release or shared_refused frame: the holds, u64 each.
+std::string holds_body(const std::vector<std::uint64_t>& holds) {
+  body_writer w;
+  for (std::uint64_t hold : holds) w.put(hold);
+  return w.bytes;
+}
 
 // Tensors that peers may still read, kept until their processes end (a pidfd each, polled
 // by one thread that lives as long as the process once there is any).
@@ -777,10 +724,10 @@ std::string hello_body(const link_options& o, const std::string& to, const share
   // its shared-memory offer (pid 0: none).
   w.put(static_cast<std::uint64_t>(std::max<std::int64_t>(0, o.window_bytes)));
   w.put(static_cast<std::uint32_t>(offer != nullptr ? ::getpid() : 0));
-  w.put(static_cast<std::int32_t>(offer != nullptr ? offer->fd : -1));
-  w.put(offer != nullptr ? offer->token[0] : 0);
-  w.put(offer != nullptr ? offer->token[1] : 0);
-  w.put(static_cast<std::uint64_t>(offer != nullptr ? offer->mapped : 0));
+  w.put(static_cast<std::int32_t>(offer != nullptr ? offer->region->fd() : -1));
+  w.put(offer != nullptr ? offer->region->token()[0] : 0);
+  w.put(offer != nullptr ? offer->region->token()[1] : 0);
+  w.put(static_cast<std::uint64_t>(offer != nullptr ? offer->region->bytes() : 0));
   return w.bytes;
 }
 
@@ -904,7 +851,7 @@ struct tensor_link::impl {
   // owns the mapping and deletes itself: see detach).
   ring_lender* lender = nullptr;
   std::atomic<std::int64_t> in_place{0};  // tensors lent from the peer's ring or its blocks
-  // Sends without copies (see peer_segment): the peer's process (its pid from its ring
+  // Sends without copies (see lent_block): the peer's process (its pid from its ring
   // offer, a pidfd of it while this end holds blocks for it), this end's holds by number,
   // the peer's segments mapped here (the reader's), releases owed to the peer.
   std::uint32_t peer_pid = 0;
@@ -914,7 +861,7 @@ struct tensor_link::impl {
   bool blocks_refused = false;  // the peer could not map a block: this end copies from then on
   bool refused_to_map = false;  // this end could not map one of the peer's (said once)
   std::atomic<std::int64_t> sent_in_place{0};
-  std::map<std::array<std::uint64_t, 3>, std::shared_ptr<peer_segment>> peer_segments;
+  std::map<std::array<std::uint64_t, 3>, std::shared_ptr<shared_region>> peer_segments;  // mapped read-only
   std::shared_ptr<release_channel> releases = std::make_shared<release_channel>();
   std::vector<std::uint64_t> releases_to_send;
   std::vector<std::uint64_t> refusals_to_send;  // blocks of the peer's this end could not map
@@ -954,6 +901,7 @@ struct tensor_link::impl {
   status write_tensor(outgoing& item);
   status write_chunk(const char* bytes, std::size_t n, std::string_view before);
   std::optional<status> write_in_place(const outgoing& item, std::string_view begin);
+  std::vector<outgoing> take_holds(std::string_view body);
   result<bool> read_shared_block(std::string_view body, std::uint64_t total, dtype type, const tensor_shape& shape,
                                  tensor* into);
   status write_pending_small_frames(clock_type::time_point* last_write);
@@ -1095,28 +1043,17 @@ void tensor_link::impl::read_loop() {
       case frame_kind::shared_refused: {
         auto body = read_body(*conn, *f, options.peer_timeout, peer);
         if (!body.ok()) return fail(body.error());
-        body_reader r{*body};
-        std::vector<outgoing> again;
+        std::vector<outgoing> again = take_holds(*body);
+        if (again.empty()) return fail(unavailable_error("task ", peer, " sent a damaged refusal of shared memory"));
         {
+          // Never acknowledged: sent again, first, by copy (their senders heard already).
           std::lock_guard<std::mutex> lock(mutex);
-          while (r.ok && !r.bytes.empty()) {
-            auto it = held.find(r.get<std::uint64_t>());
-            if (!r.ok || it == held.end()) break;
-            again.push_back(std::move(it->second));
-            held.erase(it);
+          blocks_refused = true;
+          for (auto it = again.rbegin(); it != again.rend(); ++it) {
+            unacknowledged -= static_cast<std::int64_t>(it->value.byte_size());
+            queued += static_cast<std::int64_t>(it->value.byte_size());
+            queue.push_front(std::move(*it));
           }
-          if (r.ok && r.bytes.empty() && !again.empty()) {
-            // Never acknowledged: sent again, first, by copy (their senders heard already).
-            blocks_refused = true;
-            for (auto it = again.rbegin(); it != again.rend(); ++it) {
-              unacknowledged -= static_cast<std::int64_t>(it->value.byte_size());
-              queued += static_cast<std::int64_t>(it->value.byte_size());
-              queue.push_front(std::move(*it));
-            }
-          }
-        }
-        if (!r.ok || !r.bytes.empty() || again.empty()) {
-          return fail(unavailable_error("task ", peer, " sent a damaged refusal of shared memory"));
         }
         wake.notify_all();
         break;
@@ -1124,20 +1061,8 @@ void tensor_link::impl::read_loop() {
       case frame_kind::shared_release: {
         auto body = read_body(*conn, *f, options.peer_timeout, peer);
         if (!body.ok()) return fail(body.error());
-        body_reader r{*body};
-        std::vector<tensor> released;  // their memory goes outside the lock
-        {
-          std::lock_guard<std::mutex> lock(mutex);
-          while (r.ok && !r.bytes.empty()) {
-            auto it = held.find(r.get<std::uint64_t>());
-            if (!r.ok || it == held.end()) break;
-            released.push_back(std::move(it->second.value));
-            held.erase(it);
-          }
-        }
-        if (!r.ok || !r.bytes.empty() || released.empty()) {
-          return fail(unavailable_error("task ", peer, " sent a damaged release of shared memory"));
-        }
+        // Their memory goes here, outside the lock.
+        if (take_holds(*body).empty()) return fail(unavailable_error("task ", peer, " sent a damaged release of shared memory"));
         break;
       }
       default:
@@ -1161,6 +1086,21 @@ void tensor_link::impl::read_loop() {
   }
 }
 
+// The holds a shared_release or shared_refused frame's body names, taken out of `held`;
+// none when the body is damaged (no holds, a partial one, or one this end does not hold).
+std::vector<outgoing> tensor_link::impl::take_holds(std::string_view body) {
+  body_reader r{body};
+  std::vector<outgoing> taken;
+  std::lock_guard<std::mutex> lock(mutex);
+  while (r.ok && !r.bytes.empty()) {
+    auto it = held.find(r.get<std::uint64_t>());
+    if (!r.ok || it == held.end()) return {};
+    taken.push_back(std::move(it->second));
+    held.erase(it);
+  }
+  return taken;
+}
+
 // A tensor over the peer's shared memory (the body of a shared_block frame for the tensor
 // begun: `total` bytes of `type` and `shape`), mapping the segment when it is new here.
 // False when this end cannot map it: the peer is asked to send it again by copy.
@@ -1181,8 +1121,8 @@ result<bool> tensor_link::impl::read_shared_block(std::string_view body, std::ui
   }
   const std::array<std::uint64_t, 3> id{static_cast<std::uint64_t>(fd), token[0], token[1]};
   auto& segment = peer_segments[id];
-  if (segment == nullptr && options.map_peer_blocks) segment = peer_segment::open(peer_pid, fd, token, segment_bytes);
-  if (segment == nullptr || segment->bytes != segment_bytes) {
+  if (segment == nullptr && options.map_peer_blocks) segment = shared_region::open(peer_pid, fd, token, segment_bytes, false);
+  if (segment == nullptr) {
     peer_segments.erase(id);
     bool first = false;
     {
@@ -1199,7 +1139,7 @@ result<bool> tensor_link::impl::read_shared_block(std::string_view body, std::ui
     }
     return false;
   }
-  *into = tensor(type, shape, buffer::adopt(segment->base + offset, length, new lent_block(hold, segment, releases)));
+  *into = tensor(type, shape, buffer::adopt(segment->base() + offset, length, new lent_block(hold, segment, releases)));
   return true;
 }
 
@@ -1250,9 +1190,7 @@ status tensor_link::impl::write_pending_small_frames(clock_type::time_point* las
   }
   for (auto [kind, holds] : {std::pair{frame_kind::shared_release, &released}, std::pair{frame_kind::shared_refused, &refused}}) {
     if (holds->empty()) continue;
-    body_writer w;
-    for (std::uint64_t hold : *holds) w.put(hold);
-    TROUPE_RETURN_IF_ERROR(write_frame(*conn, kind, w.bytes, peer));
+    TROUPE_RETURN_IF_ERROR(write_frame(*conn, kind, holds_body(*holds), peer));
     *last_write = clock_type::now();
   }
   if (acks > 0) {
@@ -1341,12 +1279,8 @@ void tensor_link::impl::write_loop() {
       // blocks of the peer's let go meanwhile go with it (else the peer would keep them
       // until this process ends).
       std::string last;
-      if (!releases_to_send.empty()) {
-        body_writer w;
-        for (std::uint64_t hold : releases_to_send) w.put(hold);
-        last = encoded_frame(frame_kind::shared_release, w.bytes);
-        releases_to_send.clear();
-      }
+      if (!releases_to_send.empty()) last = encoded_frame(frame_kind::shared_release, holds_body(releases_to_send));
+      releases_to_send.clear();
       last += encoded_frame(frame_kind::goodbye, {});
       std::size_t put = 0;
       std::string why;

@@ -1,16 +1,15 @@
 #include "core/buffer.h"
 
 #include "core/memory.h"
+#include "core/shared_memory.h"
 #include "core/status.h"
 
 #include <pthread.h>
 #include <sys/mman.h>
-#include <unistd.h>
 
 #include <array>
-#include <random>
+#include <memory>
 #include <cstdlib>
-#include <cstring>
 #include <mutex>
 #include <new>
 #include <string>
@@ -81,11 +80,8 @@ constexpr std::size_t k_segment_bytes = std::size_t{256} << 20;
 constexpr int k_max_segments = 256;
 
 struct segment {
-  char* base = nullptr;
-  std::uint64_t bytes = 0;
-  std::uint64_t used = k_page;  // the header page; under the arena's mutex
-  int fd = -1;
-  std::uint64_t token[2] = {0, 0};
+  std::unique_ptr<shared_region> region;
+  std::uint64_t used = k_page;  // the header page (the token); under the arena's mutex
 };
 
 struct arena {
@@ -100,25 +96,9 @@ struct arena {
   bool grow(std::size_t bytes) {
     const int n = count.load(std::memory_order_relaxed);
     if (n == k_max_segments) return false;
-    segment& s = segments[static_cast<std::size_t>(n)];
-    const std::size_t size = std::max(k_segment_bytes, (bytes + k_page - 1) / k_page * k_page);
-    const int fd = ::memfd_create("troupe-buffers", MFD_CLOEXEC);
-    if (fd < 0) return false;
-    if (::ftruncate(fd, static_cast<off_t>(size)) != 0) {
-      ::close(fd);
-      return false;
-    }
-    void* at = ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_NORESERVE, fd, 0);
-    if (at == MAP_FAILED) {
-      ::close(fd);
-      return false;
-    }
-    std::random_device random;
-    for (std::uint64_t& t : s.token) t = (std::uint64_t{random()} << 32) ^ random();
-    std::memcpy(at, s.token, sizeof s.token);
-    s.base = static_cast<char*>(at);
-    s.bytes = size;
-    s.fd = fd;
+    segments[static_cast<std::size_t>(n)].region =
+        shared_region::create("troupe-buffers", std::max(k_segment_bytes, (bytes + k_page - 1) / k_page * k_page));
+    if (segments[static_cast<std::size_t>(n)].region == nullptr) return false;
     count.store(n + 1, std::memory_order_release);
     return true;
   }
@@ -129,7 +109,7 @@ struct arena {
     std::lock_guard<std::mutex> lock(mutex);
     if (full.load(std::memory_order_relaxed)) return nullptr;
     int n = count.load(std::memory_order_relaxed);
-    if (n == 0 || segments[static_cast<std::size_t>(n - 1)].used + size > segments[static_cast<std::size_t>(n - 1)].bytes) {
+    if (n == 0 || segments[static_cast<std::size_t>(n - 1)].used + size > segments[static_cast<std::size_t>(n - 1)].region->bytes()) {
       if (!grow(size + k_page)) {
         full.store(true, std::memory_order_relaxed);  // not tried again at every allocation
         return nullptr;
@@ -137,7 +117,7 @@ struct arena {
       n = count.load(std::memory_order_relaxed);
     }
     segment& s = segments[static_cast<std::size_t>(n - 1)];
-    void* block = s.base + s.used;
+    void* block = s.region->base() + s.used;
     s.used += size;
     return block;
   }
@@ -150,12 +130,12 @@ struct arena {
   }
 
   // The segment holding `p`, or null.
-  const segment* holding(const void* p) const {
+  const shared_region* holding(const void* p) const {
     const int n = count.load(std::memory_order_acquire);
     const char* c = static_cast<const char*>(p);
     for (int i = 0; i < n; ++i) {
-      const segment& s = segments[static_cast<std::size_t>(i)];
-      if (c >= s.base && c < s.base + s.bytes) return &s;
+      const shared_region& r = *segments[static_cast<std::size_t>(i)].region;
+      if (c >= r.base() && c < r.base() + r.bytes()) return &r;
     }
     return nullptr;
   }
@@ -182,14 +162,14 @@ bool share_large_buffers(std::size_t min_bytes) {
 
 bool find_shared_block(const void* data, std::size_t bytes, shared_block* where) {
   if (the_arena().forked.load(std::memory_order_relaxed)) return false;
-  const segment* s = the_arena().holding(data);
+  const shared_region* s = the_arena().holding(data);
   if (s == nullptr) return false;
-  const auto offset = static_cast<std::uint64_t>(static_cast<const char*>(data) - s->base);
-  if (offset < k_page || bytes > s->bytes - offset) return false;
-  where->fd = s->fd;
-  where->token[0] = s->token[0];
-  where->token[1] = s->token[1];
-  where->segment_bytes = s->bytes;
+  const auto offset = static_cast<std::uint64_t>(static_cast<const char*>(data) - s->base());
+  if (offset < k_page || bytes > s->bytes() - offset) return false;
+  where->fd = s->fd();
+  where->token[0] = s->token()[0];
+  where->token[1] = s->token()[1];
+  where->segment_bytes = s->bytes();
   where->offset = offset;
   return true;
 }
