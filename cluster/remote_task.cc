@@ -584,7 +584,10 @@ caf::behavior task_service(service_actor* self, task_service_options options) {
 // continuation back to the actor.
 class background {
  public:
-  background() : thread_([this] { loop(); }) {}
+  background() : thread_([this] {
+    pthread_setname_np(pthread_self(), "remote.bg");
+    loop();
+  }) {}
   ~background() {
     {
       std::lock_guard<std::mutex> lock(mutex_);

@@ -687,6 +687,7 @@ void quarantine(int pidfd, std::vector<tensor> held) {
   if (q->watching) return;
   q->watching = true;
   std::thread([] {
+    pthread_setname_np(pthread_self(), "link.quarantine");
     for (;;) {
       std::vector<pollfd> fds;
       {
@@ -1358,10 +1359,12 @@ tensor_link::~tensor_link() {
 void tensor_link::start(handlers h) {
   impl_->on = std::move(h);
   impl_->reader = std::thread([i = impl_.get()] {
+    pthread_setname_np(pthread_self(), "link.read");
     block_sigpipe_for_this_thread();
     i->read_loop();
   });
   impl_->writer = std::thread([i = impl_.get()] {
+    pthread_setname_np(pthread_self(), "link.write");
     block_sigpipe_for_this_thread();
     i->write_loop();
   });
@@ -1641,6 +1644,7 @@ result<std::unique_ptr<link_listener>> link_listener::listen(const std::string& 
   l->port = ntohs(bound.ss_family == AF_INET6 ? reinterpret_cast<sockaddr_in6*>(&bound)->sin6_port
                                                : reinterpret_cast<sockaddr_in*>(&bound)->sin_port);
   l->thread = std::thread([i = l.get()] {
+    pthread_setname_np(pthread_self(), "link.accept");
     block_sigpipe_for_this_thread();
     i->accept_loop();
   });

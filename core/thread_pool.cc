@@ -19,14 +19,30 @@
 
 namespace troupe {
 
-struct compute_pool::impl {
-  impl(int threads, bool spin) : pool(threads, spin) {}
-  Eigen::ThreadPool pool;
+// Eigen's threads, named (what `top -H` and `perf` show for them).
+struct named_thread_environment : Eigen::StlThreadEnvironment {
+  std::string name;
+  EnvThread* CreateThread(std::function<void()> f) {
+    return new EnvThread([f = std::move(f), name = name] {
+      pthread_setname_np(pthread_self(), name.c_str());
+      f();
+    });
+  }
 };
 
-compute_pool::compute_pool(int num_threads, std::string /*name*/, bool spin)
+struct compute_pool::impl {
+  impl(int threads, bool spin, std::string name) : pool(threads, spin, environment(std::move(name))) {}
+  static named_thread_environment environment(std::string name) {
+    named_thread_environment e;
+    e.name = name.substr(0, 15);  // the kernel keeps 15 characters
+    return e;
+  }
+  Eigen::ThreadPoolTempl<named_thread_environment> pool;
+};
+
+compute_pool::compute_pool(int num_threads, std::string name, bool spin)
     : num_threads_(std::max(1, num_threads)),
-      impl_(num_threads > 0 ? std::make_unique<impl>(num_threads_, spin) : nullptr) {}
+      impl_(num_threads > 0 ? std::make_unique<impl>(num_threads_, spin, std::move(name)) : nullptr) {}
 
 compute_pool::~compute_pool() = default;
 
