@@ -251,9 +251,34 @@ struct connection {
   }
 };
 
+// Whether senders may write their tensors themselves (tensor_link::send):
+// TROUPE_LINK_INLINE=0 leaves every write to the links' writers.
+bool inline_writes_enabled() {
+  static const bool enabled = [] {
+    const char* v = std::getenv("TROUPE_LINK_INLINE");
+    return v == nullptr || std::string_view(v) != "0";
+  }();
+  return enabled;
+}
+
+// While a thread writes a tensor inline (tensor_link::send, plain TCP only), the bytes a
+// full socket would not take now go here, in order, for the link's writer to write: the
+// caller never waits on the socket.
+struct write_spill {
+  std::string bytes;
+  void add(const iovec* pieces, int count) {
+    for (int i = 0; i < count; ++i) bytes.append(static_cast<const char*>(pieces[i].iov_base), pieces[i].iov_len);
+  }
+};
+thread_local write_spill* t_spill = nullptr;
+
 // Writes every byte of the pieces; an error naming `peer` when the connection fails.
 status write_all(connection& c, iovec* pieces, int count, const std::string& peer) {
   std::string why;
+  if (t_spill != nullptr && !t_spill->bytes.empty()) {  // after bytes already spilled
+    t_spill->add(pieces, count);
+    return status();
+  }
   while (count > 0) {
     if (pieces->iov_len == 0) {
       ++pieces;
@@ -296,6 +321,10 @@ status write_all(connection& c, iovec* pieces, int count, const std::string& pee
         break;
       case connection::outcome::want_write:
       case connection::outcome::want_read: {
+        if (t_spill != nullptr) {
+          t_spill->add(pieces, count);
+          return status();
+        }
         // No deadline: a peer that stops reading is found by the reader's timeout, which
         // shuts the socket down and so ends this wait.
         const short events = o == connection::outcome::want_write ? POLLOUT : POLLIN;
@@ -515,6 +544,9 @@ result<addrinfo*> resolve(const std::string& host, int port, bool passive) {
 
 constexpr std::size_t k_ring_header = 4096;  // token (2 x u64), capacity (u64), consumed (u64)
 constexpr std::size_t k_min_shared_chunk = 64 << 10;  // below: the socket is as cheap
+// The largest tensor a sender's thread writes itself (tensor_link::send), when it does not
+// go in place: a copy this small costs less than waking the writer.
+constexpr std::size_t k_max_inline_bytes = 64 << 10;
 
 // A ring: a region of shared memory whose first page holds the token (2 x u64), the
 // capacity (u64) and how far the receiver has consumed (u64); the rest is the ring.
@@ -838,7 +870,15 @@ struct tensor_link::impl {
   // it never waits on them), or with the next frame or heartbeat; 0: at once.
   std::uint64_t ack_every = 0;
   bool closing = false;
-  bool writing = false;  // the writer is inside a tensor
+  // A thread is writing to the socket: the writer (frames, a tensor), or a sender writing
+  // its tensor inline (send); no other thread writes meanwhile.
+  bool writing = false;
+  // What an inline send could not write without waiting (write_spill), and its `done`:
+  // the writer writes it before anything else.
+  std::string unsent;
+  std::function<void(const status&)> unsent_done;
+  bool writing_inline = false;  // the thread writing is a sender (it never waits)
+  std::atomic<std::int64_t> sent_inline{0};  // tensors written by their senders' threads
   status failed;  // first failure
   bool failure_told = false;
 
@@ -899,6 +939,18 @@ struct tensor_link::impl {
 
   void read_loop();
   void write_loop();
+  // Whether `t` may be written by its sender's thread now (with `in_place`: it lies in a
+  // shared block); under `mutex`.
+  bool may_write_inline(const tensor& t, bool in_place) const;
+  bool may_write_frames_inline() const;
+  void write_inline(outgoing item);
+  // After an inline write (writing set, t_spill cleared): hands what the socket did not
+  // take to the writer with `done`, and wakes it if anything waits.
+  void end_inline(write_spill spill, std::function<void(const status&)>* done, const status& s);
+  // A tensor lent by the peer was let go here (lent_block): the release goes out at once,
+  // written on this thread when the socket is free (so that the peer's next write of that
+  // memory, a variable's update, need not copy it first).
+  void post_release(std::uint64_t hold);
   status write_tensor(outgoing& item);
   status write_chunk(const char* bytes, std::size_t n, std::string_view before);
   std::optional<status> write_in_place(const outgoing& item, std::string_view begin);
@@ -1270,44 +1322,70 @@ void tensor_link::impl::write_loop() {
   std::unique_lock<std::mutex> lock(mutex);
   for (;;) {
     wake.wait_for(lock, options.heartbeat, [&] {
-      return !failed.ok() || closing || acks_to_send >= std::max<std::uint64_t>(1, ack_every) ||
+      if (writing) return false;  // a sender writes inline: it wakes this thread when done
+      return !failed.ok() || closing || !unsent.empty() || acks_to_send >= std::max<std::uint64_t>(1, ack_every) ||
              !releases_to_send.empty() || !refusals_to_send.empty() ||
              (!queue.empty() && (unacknowledged == 0 || unacknowledged < options.window_bytes));
     });
     if (!failed.ok()) break;
+    if (writing) continue;  // woken by the heartbeat's time while a sender writes inline
     if (closing) {
       // Best effort: a peer that reads nothing more does not hold the close up. The
       // blocks of the peer's let go meanwhile go with it (else the peer would keep them
       // until this process ends).
-      std::string last;
-      if (!releases_to_send.empty()) last = encoded_frame(frame_kind::shared_release, holds_body(releases_to_send));
+      // What an inline send left unwritten goes first (it ends a frame begun).
+      std::string last = std::move(unsent);
+      unsent.clear();
+      const std::size_t spilled = last.size();
+      if (!releases_to_send.empty()) last += encoded_frame(frame_kind::shared_release, holds_body(releases_to_send));
       releases_to_send.clear();
       last += encoded_frame(frame_kind::goodbye, {});
       std::size_t put = 0;
       std::string why;
       (void)conn->write_some(last.data(), last.size(), &put, &why);
+      if (spilled > 0 && put >= spilled && unsent_done) {
+        auto done = std::move(unsent_done);
+        unsent_done = nullptr;
+        lock.unlock();
+        done(status());
+        lock.lock();
+      }
       break;
     }
-    const bool may_send = !queue.empty() && (unacknowledged == 0 || unacknowledged < options.window_bytes);
+    // What an inline send left unwritten goes first, alone: it ends a frame begun.
+    std::string rest = std::move(unsent);
+    unsent.clear();
+    auto rest_done = std::move(unsent_done);
+    unsent_done = nullptr;
+    const bool may_send =
+        rest.empty() && !queue.empty() && (unacknowledged == 0 || unacknowledged < options.window_bytes);
     std::optional<outgoing> item;
     if (may_send) {
       item = std::move(queue.front());
       queue.pop_front();
       queued -= static_cast<std::int64_t>(item->value.byte_size());
       unacknowledged += static_cast<std::int64_t>(item->value.byte_size());
-      writing = true;
     }
+    writing = true;
     lock.unlock();
-    status s = write_pending_small_frames(&last_write);
-    if (s.ok() && item) {
-      s = write_tensor(*item);
+    status s;
+    if (!rest.empty()) {
+      iovec piece{rest.data(), rest.size()};
+      s = write_all(*conn, &piece, 1, peer);
       last_write = clock_type::now();
-    }
-    if (item) {
-      {
-        std::lock_guard<std::mutex> written(mutex);
-        writing = false;
+    } else {
+      s = write_pending_small_frames(&last_write);
+      if (s.ok() && item) {
+        s = write_tensor(*item);
+        last_write = clock_type::now();
       }
+    }
+    {
+      std::lock_guard<std::mutex> written(mutex);
+      writing = false;
+    }
+    if (rest_done) rest_done(s);
+    if (item) {
       auto done = std::move(item->done);
       item.reset();  // the tensor's memory goes before its sender hears
       if (done) done(s);
@@ -1324,7 +1402,11 @@ void tensor_link::impl::write_loop() {
   std::deque<outgoing> left;
   left.swap(queue);
   queued = 0;
+  auto spilled_done = std::move(unsent_done);
+  unsent_done = nullptr;
+  unsent.clear();
   lock.unlock();
+  if (spilled_done) spilled_done(why);
   for (outgoing& o : left) {
     if (o.done) o.done(why);
   }
@@ -1339,7 +1421,7 @@ tensor_link::~tensor_link() {
   {
     std::lock_guard<std::mutex> lock(impl_->mutex);
     impl_->closing = true;
-    busy = impl_->writing;
+    busy = impl_->writing && !impl_->writing_inline;  // a sender writing inline never waits
   }
   // A writer inside a tensor may wait on a peer that reads no more: cut the connection
   // (the peer sees it closed); an idle one says goodbye and ends.
@@ -1378,11 +1460,21 @@ void tensor_link::send(std::string key, tensor value, std::function<void(const s
     refused = invalid_argument_error("a ", dtype_name(value.type()), " tensor cannot be sent to task ", impl_->peer,
                                      " (only fixed-size element types cross processes)");
   }
+  // Found before the lock (the arena has a lock of its own).
+  shared_block where;
+  const bool in_place = value.byte_size() >= k_min_shared_chunk &&
+                        find_shared_block(value.raw_data(), value.byte_size(), &where) &&
+                        where.offset % buffer::k_alignment == 0;
+  std::optional<outgoing> now;  // written on this thread
   {
     std::lock_guard<std::mutex> lock(impl_->mutex);
     if (refused.ok() && !impl_->failed.ok()) refused = impl_->failed;
     if (refused.ok() && impl_->closing) refused = cancelled_error("the link to task ", impl_->peer, " was closed");
-    if (refused.ok()) {
+    if (refused.ok() && impl_->may_write_inline(value, in_place)) {
+      impl_->writing = impl_->writing_inline = true;
+      impl_->unacknowledged += static_cast<std::int64_t>(value.byte_size());
+      now.emplace(outgoing{std::move(key), std::move(value), std::move(done)});
+    } else if (refused.ok()) {
       impl_->queued += static_cast<std::int64_t>(value.byte_size());
       impl_->queue.push_back({std::move(key), std::move(value), std::move(done)});
     }
@@ -1391,7 +1483,93 @@ void tensor_link::send(std::string key, tensor value, std::function<void(const s
     if (done) done(refused);
     return;
   }
+  if (now) return impl_->write_inline(std::move(*now));
   impl_->wake.notify_all();
+}
+
+// Inline: a tensor that goes in place (its frame alone) or one of at most
+// k_max_inline_bytes, on plain TCP, when nothing waits before it and the window has room;
+// else the writer's. (Waking the writer for each tensor cost a hand-off between threads
+// per tensor, two cores' wake-up each.)
+bool tensor_link::impl::may_write_inline(const tensor& t, bool in_place) const {
+  if (!may_write_frames_inline() || !queue.empty()) return false;
+  if (unacknowledged > 0 && unacknowledged >= options.window_bytes) return false;
+  if (in_place) return peer_maps_ring && peer_pidfd >= 0 && !blocks_refused;
+  return t.byte_size() <= k_max_inline_bytes;
+}
+
+bool tensor_link::impl::may_write_frames_inline() const {
+  return inline_writes_enabled() && conn->ssl == nullptr && !writing && unsent.empty() && failed.ok() && !closing;
+}
+
+// Writes `item` on this thread, the socket not waited for: what it does not take now is
+// left to the writer (unsent), which calls `done` once it is out.
+void tensor_link::impl::write_inline(outgoing item) {
+  sent_inline.fetch_add(1, std::memory_order_relaxed);
+  write_spill spill;
+  t_spill = &spill;
+  status s = write_tensor(item);
+  t_spill = nullptr;
+  auto done = std::move(item.done);
+  item.value = tensor();  // the tensor's memory goes before its sender hears
+  end_inline(std::move(spill), &done, s);
+  if (done) done(s);
+  if (!s.ok()) fail(s);
+}
+
+void tensor_link::impl::end_inline(write_spill spill, std::function<void(const status&)>* done, const status& s) {
+  bool wake_writer = false;
+  status ended;  // the link's end, when it came first: the spilled bytes never go
+  {
+    std::lock_guard<std::mutex> lock(mutex);
+    writing = writing_inline = false;
+    if (s.ok() && !spill.bytes.empty()) {
+      if (!failed.ok() || closing) {
+        ended = !failed.ok() ? failed : cancelled_error("the link to task ", peer, " was closed");
+      } else {
+        unsent = std::move(spill.bytes);
+        if (done != nullptr) {
+          unsent_done = std::move(*done);
+          *done = nullptr;
+        }
+      }
+    }
+    wake_writer = !failed.ok() || closing || !unsent.empty() || !queue.empty() || !releases_to_send.empty() ||
+                  !refusals_to_send.empty() || acks_to_send >= std::max<std::uint64_t>(1, ack_every);
+  }
+  if (wake_writer) wake.notify_all();
+  if (!ended.ok() && done != nullptr && *done) {
+    auto d = std::move(*done);
+    *done = nullptr;
+    d(ended);
+  }
+}
+
+void tensor_link::impl::post_release(std::uint64_t hold) {
+  std::vector<std::uint64_t> holds;
+  {
+    std::lock_guard<std::mutex> lock(mutex);
+    releases_to_send.push_back(hold);
+    if (may_write_frames_inline()) {
+      writing = writing_inline = true;
+      holds.swap(releases_to_send);
+    }
+  }
+  if (holds.empty()) {
+    wake.notify_all();
+    return;
+  }
+  write_spill spill;
+  t_spill = &spill;
+  status s = write_frame(*conn, frame_kind::shared_release, holds_body(holds), peer);
+  t_spill = nullptr;
+  if (!s.ok()) {
+    // Not fail() here (a tensor's release may come from anywhere): the reader finds the
+    // broken connection and tells it; the writer stops.
+    std::lock_guard<std::mutex> lock(mutex);
+    if (failed.ok()) failed = s;
+  }
+  end_inline(std::move(spill), nullptr, s);
 }
 
 std::int64_t tensor_link::unacknowledged_bytes() const {
@@ -1409,6 +1587,7 @@ bool tensor_link::shares_memory() const { return impl_->peer_maps_ring; }
 std::int64_t tensor_link::received_in_place() const { return impl_->in_place.load(std::memory_order_relaxed); }
 
 std::int64_t tensor_link::sent_in_place() const { return impl_->sent_in_place.load(std::memory_order_relaxed); }
+std::int64_t tensor_link::sent_inline() const { return impl_->sent_inline.load(std::memory_order_relaxed); }
 
 std::int64_t tensor_link::held_for_peer() const {
   std::lock_guard<std::mutex> lock(impl_->mutex);
@@ -1440,13 +1619,7 @@ result<std::unique_ptr<tensor_link::impl>> link_after_hellos(std::unique_ptr<con
   }
   // A release goes out at once: the peer's next write of that memory (a variable's update)
   // copies it first while this end holds it.
-  link->releases->post = [l = link.get()](std::uint64_t hold) {
-    {
-      std::lock_guard<std::mutex> lock(l->mutex);
-      l->releases_to_send.push_back(hold);
-    }
-    l->wake.notify_all();
-  };
+  link->releases->post = [l = link.get()](std::uint64_t hold) { l->post_release(hold); };
   link->out_ring = std::move(offer);
   link->conn = std::move(c);
   link->options = std::move(options);

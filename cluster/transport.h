@@ -118,8 +118,14 @@ class tensor_link {
   // Starts reading (and the heartbeats); once, before the first send.
   void start(handlers h);
   const std::string& peer() const;
-  // Queues `value` for the peer under `key`; `done` runs once, on a thread of the link:
-  // OK when its bytes are written, else the link's failure (or CANCELLED when closed).
+  // Sends `value` to the peer under `key`; `done` runs once: OK when its bytes are
+  // written, else the link's failure (or CANCELLED when closed). Over plain TCP, a tensor
+  // that goes in place or of at most 64 KB is written by the calling thread itself when
+  // nothing waits before it (no hand-off to the link's writer: a thread's wake-up saved
+  // per tensor); the socket is never waited for (what it does not take at once is left to
+  // the writer), so `done` may run before send returns, on the caller's thread. The
+  // others are queued for the writer, and `done` runs on it. TROUPE_LINK_INLINE=0 queues
+  // them all.
   void send(std::string key, tensor value, std::function<void(const status&)> done);
   // Bytes sent and not yet acknowledged by the peer; bytes queued and not yet sent.
   std::int64_t unacknowledged_bytes() const;
@@ -138,6 +144,8 @@ class tensor_link {
   // says it is done).
   std::int64_t sent_in_place() const;
   std::int64_t held_for_peer() const;
+  // Tensors written by the threads that sent them (see send).
+  std::int64_t sent_inline() const;
 
   struct impl;  // internal
 

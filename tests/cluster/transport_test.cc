@@ -518,3 +518,64 @@ TEST_CASE("closing a link whose writer waits on a receiver that reads no more re
 
 }  // namespace
 }  // namespace troupe::cluster
+
+namespace troupe::cluster {
+namespace {
+
+TEST_CASE("an idle link's sender writes small tensors itself; what a full socket does not take, the writer finishes, in order",
+          "[cluster][transport]") {
+  link_options ps_options = options_for(k_ps);
+  ps_options.shared_memory_bytes = 0;  // every byte through the socket
+  inbox at_ps, at_worker;              // outlive the links
+  troupe::cluster::testing::linked_pair pair(ps_options, k_ps, options_for(k_worker));
+  auto& worker = pair.worker;
+  std::promise<void> release;
+  std::shared_future<void> released = release.get_future().share();
+  auto handlers = at_ps.handlers();
+  auto keep = handlers.tensor;
+  handlers.tensor = [&, keep](std::string key, tensor value) {
+    if (key == "stall") released.wait();  // the receiver stops reading: the socket fills
+    keep(std::move(key), std::move(value));
+  };
+  pair.ps_link->start(handlers);
+  worker->start(at_worker.handlers());
+
+  // Idle: a small tensor goes out on this thread (a heartbeat being written meanwhile
+  // may leave one to the writer).
+  std::atomic<int> written{0};
+  auto count = [&](const status& s) {
+    CHECK(s.ok());
+    ++written;
+  };
+  for (int i = 0; i < 20; ++i) {
+    worker->send("small", counting(dtype::float32, {4}, i), count);
+    std::this_thread::sleep_for(1ms);
+  }
+  REQUIRE(at_ps.wait_tensors(20));
+  CHECK(worker->sent_inline() >= 10);
+  CHECK(written == 20);
+
+  // 32 KB tensors into a receiver that reads no more: the socket's buffers fill, a send
+  // leaves the rest of its frame to the writer, whose wait on the socket holds back its
+  // `done` and every send after it.
+  worker->send("stall", counting(dtype::uint8, {16}, 0), count);
+  constexpr int n = 600;  // about 19 MB, within the window
+  for (int i = 0; i < n; ++i) worker->send(std::to_string(i), counting(dtype::uint8, {32 << 10}, i), count);
+  std::this_thread::sleep_for(300ms);
+  CHECK(written < 21 + n);
+  CHECK(worker->sent_inline() > 21);
+  CHECK(worker->failure().ok());
+  release.set_value();
+  REQUIRE(at_ps.wait_tensors(21 + n));
+  for (int i = 0; i < n; ++i) {
+    const auto& [key, value] = at_ps.tensors[static_cast<std::size_t>(21 + i)];
+    CHECK(key == std::to_string(i));
+    CHECK(value.equals(counting(dtype::uint8, {32 << 10}, i)));
+  }
+  for (int i = 0; i < 200 && written < 21 + n; ++i) std::this_thread::sleep_for(10ms);
+  CHECK(written == 21 + n);
+  CHECK(at_ps.failures.empty());
+}
+
+}  // namespace
+}  // namespace troupe::cluster
