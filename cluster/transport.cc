@@ -272,6 +272,18 @@ struct write_spill {
 };
 thread_local write_spill* t_spill = nullptr;
 
+// Spills this thread's writes into `spill` while it lives.
+class spill_scope {
+ public:
+  explicit spill_scope(write_spill& spill) : before_(std::exchange(t_spill, &spill)) {}
+  ~spill_scope() { t_spill = before_; }
+  spill_scope(const spill_scope&) = delete;
+  spill_scope& operator=(const spill_scope&) = delete;
+
+ private:
+  write_spill* before_;
+};
+
 // Writes every byte of the pieces; an error naming `peer` when the connection fails.
 status write_all(connection& c, iovec* pieces, int count, const std::string& peer) {
   std::string why;
@@ -951,7 +963,9 @@ struct tensor_link::impl {
   // written on this thread when the socket is free (so that the peer's next write of that
   // memory, a variable's update, need not copy it first).
   void post_release(std::uint64_t hold);
-  status write_tensor(outgoing& item);
+  // With `declined` (an inline send): a tensor that does not go in place and is larger
+  // than k_max_inline_bytes is not written (*declined set), for the writer to copy.
+  status write_tensor(outgoing& item, bool* declined = nullptr);
   status write_chunk(const char* bytes, std::size_t n, std::string_view before);
   std::optional<status> write_in_place(const outgoing& item, std::string_view begin);
   std::vector<outgoing> take_holds(std::string_view body);
@@ -1259,7 +1273,7 @@ status tensor_link::impl::write_pending_small_frames(clock_type::time_point* las
   return status();
 }
 
-status tensor_link::impl::write_tensor(outgoing& item) {
+status tensor_link::impl::write_tensor(outgoing& item, bool* declined) {
   const tensor& t = item.value;
   body_writer w;
   w.put_string(item.key);
@@ -1275,6 +1289,10 @@ status tensor_link::impl::write_tensor(outgoing& item) {
     return write_all(*conn, &piece, 1, peer);
   }
   if (auto sent = write_in_place(item, begin)) return *sent;
+  if (declined != nullptr && t.byte_size() > k_max_inline_bytes) {
+    *declined = true;  // nothing written: the peer began refusing blocks meanwhile
+    return status();
+  }
   auto last_write = clock_type::now();
   const char* data = static_cast<const char*>(t.raw_data());
   std::size_t chunk = static_cast<std::size_t>(std::max<std::int64_t>(4096, options.chunk_bytes));
@@ -1430,9 +1448,10 @@ tensor_link::~tensor_link() {
   if (impl_->writer.joinable()) impl_->writer.join();
   ::shutdown(impl_->conn->fd, SHUT_RDWR);
   if (impl_->reader.joinable()) impl_->reader.join();
-  // A link never started still owes its queued sends an answer.
+  // A link never started still owes its queued sends an answer (and a spilled one).
   std::deque<outgoing> left;
   left.swap(impl_->queue);
+  if (auto spilled = std::move(impl_->unsent_done)) spilled(cancelled_error("the link to task ", impl_->peer, " was closed"));
   for (outgoing& o : left) {
     if (o.done) o.done(cancelled_error("the link to task ", impl_->peer, " was closed"));
   }
@@ -1494,7 +1513,7 @@ void tensor_link::send(std::string key, tensor value, std::function<void(const s
 bool tensor_link::impl::may_write_inline(const tensor& t, bool in_place) const {
   if (!may_write_frames_inline() || !queue.empty()) return false;
   if (unacknowledged > 0 && unacknowledged >= options.window_bytes) return false;
-  if (in_place) return peer_maps_ring && peer_pidfd >= 0 && !blocks_refused;
+  if (in_place && peer_maps_ring && peer_pidfd >= 0 && !blocks_refused) return true;
   return t.byte_size() <= k_max_inline_bytes;
 }
 
@@ -1503,13 +1522,29 @@ bool tensor_link::impl::may_write_frames_inline() const {
 }
 
 // Writes `item` on this thread, the socket not waited for: what it does not take now is
-// left to the writer (unsent), which calls `done` once it is out.
+// left to the writer (unsent), which calls `done` once it is out. A block the peer began
+// refusing meanwhile goes back to the front of the queue, for the writer to copy.
 void tensor_link::impl::write_inline(outgoing item) {
-  sent_inline.fetch_add(1, std::memory_order_relaxed);
   write_spill spill;
-  t_spill = &spill;
-  status s = write_tensor(item);
-  t_spill = nullptr;
+  bool declined = false;
+  status s;
+  {
+    spill_scope spilling(spill);
+    s = write_tensor(item, &declined);
+  }
+  if (declined) {
+    {
+      std::lock_guard<std::mutex> lock(mutex);
+      const auto bytes = static_cast<std::int64_t>(item.value.byte_size());
+      unacknowledged -= bytes;
+      queued += bytes;
+      queue.push_front(std::move(item));
+      writing = writing_inline = false;
+    }
+    wake.notify_all();
+    return;
+  }
+  sent_inline.fetch_add(1, std::memory_order_relaxed);
   auto done = std::move(item.done);
   item.value = tensor();  // the tensor's memory goes before its sender hears
   end_inline(std::move(spill), &done, s);
@@ -1519,14 +1554,17 @@ void tensor_link::impl::write_inline(outgoing item) {
 
 void tensor_link::impl::end_inline(write_spill spill, std::function<void(const status&)>* done, const status& s) {
   bool wake_writer = false;
-  status ended;  // the link's end, when it came first: the spilled bytes never go
+  status ended;  // the link failed first: the spilled bytes never go
   {
     std::lock_guard<std::mutex> lock(mutex);
+    if (!s.ok() && failed.ok()) failed = s;  // before another thread may write
     writing = writing_inline = false;
     if (s.ok() && !spill.bytes.empty()) {
-      if (!failed.ok() || closing) {
-        ended = !failed.ok() ? failed : cancelled_error("the link to task ", peer, " was closed");
+      if (!failed.ok()) {
+        ended = failed;
       } else {
+        // Also when closing: the writer's goodbye comes after these bytes, which end a
+        // frame begun.
         unsent = std::move(spill.bytes);
         if (done != nullptr) {
           unsent_done = std::move(*done);
@@ -1560,15 +1598,14 @@ void tensor_link::impl::post_release(std::uint64_t hold) {
     return;
   }
   write_spill spill;
-  t_spill = &spill;
-  status s = write_frame(*conn, frame_kind::shared_release, holds_body(holds), peer);
-  t_spill = nullptr;
-  if (!s.ok()) {
-    // Not fail() here (a tensor's release may come from anywhere): the reader finds the
-    // broken connection and tells it; the writer stops.
-    std::lock_guard<std::mutex> lock(mutex);
-    if (failed.ok()) failed = s;
+  status s;
+  {
+    spill_scope spilling(spill);
+    s = write_frame(*conn, frame_kind::shared_release, holds_body(holds), peer);
   }
+  // Failed: not fail() here (a tensor's release may come from anywhere, and fail() tells
+  // the handler); end_inline records it, and the reader, woken by the shutdown, tells.
+  if (!s.ok()) ::shutdown(conn->fd, SHUT_RDWR);
   end_inline(std::move(spill), nullptr, s);
 }
 

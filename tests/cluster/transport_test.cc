@@ -522,59 +522,111 @@ TEST_CASE("closing a link whose writer waits on a receiver that reads no more re
 namespace troupe::cluster {
 namespace {
 
-TEST_CASE("an idle link's sender writes small tensors itself; what a full socket does not take, the writer finishes, in order",
-          "[cluster][transport]") {
-  link_options ps_options = options_for(k_ps);
-  ps_options.shared_memory_bytes = 0;  // every byte through the socket
-  inbox at_ps, at_worker;              // outlive the links
-  troupe::cluster::testing::linked_pair pair(ps_options, k_ps, options_for(k_worker));
-  auto& worker = pair.worker;
+// What a sender's `done`s said, counted from the threads that call them.
+struct dones {
+  std::atomic<int> ok{0}, failed{0}, cancelled{0};
+  std::function<void(const status&)> count() {
+    return [this](const status& s) {
+      if (s.ok()) {
+        ++ok;
+      } else if (s.error_code() == code::cancelled) {
+        ++cancelled;
+      } else {
+        ++failed;
+      }
+    };
+  }
+  int all() const { return ok + failed + cancelled; }
+  bool wait_all(int n) const {
+    for (int i = 0; i < 500 && all() < n; ++i) std::this_thread::sleep_for(10ms);
+    return all() == n;
+  }
+};
+
+// A receiver whose handler stops reading at the tensor "stall" until released; every
+// byte through the socket.
+struct stalled_pair {
+  inbox at_ps, at_worker;  // outlive the links
   std::promise<void> release;
   std::shared_future<void> released = release.get_future().share();
-  auto handlers = at_ps.handlers();
-  auto keep = handlers.tensor;
-  handlers.tensor = [&, keep](std::string key, tensor value) {
-    if (key == "stall") released.wait();  // the receiver stops reading: the socket fills
-    keep(std::move(key), std::move(value));
-  };
-  pair.ps_link->start(handlers);
-  worker->start(at_worker.handlers());
+  std::unique_ptr<troupe::cluster::testing::linked_pair> pair;
 
-  // Idle: a small tensor goes out on this thread (a heartbeat being written meanwhile
-  // may leave one to the writer).
-  std::atomic<int> written{0};
-  auto count = [&](const status& s) {
-    CHECK(s.ok());
-    ++written;
-  };
+  stalled_pair() {
+    link_options ps_options = options_for(k_ps);
+    ps_options.shared_memory_bytes = 0;
+    pair = std::make_unique<troupe::cluster::testing::linked_pair>(ps_options, k_ps, options_for(k_worker));
+    auto handlers = at_ps.handlers();
+    auto keep = handlers.tensor;
+    handlers.tensor = [this, keep](std::string key, tensor value) {
+      if (key == "stall") released.wait();
+      keep(std::move(key), std::move(value));
+    };
+    pair->ps_link->start(handlers);
+    pair->worker->start(at_worker.handlers());
+  }
+  ~stalled_pair() {
+    try {
+      release.set_value();
+    } catch (const std::future_error&) {
+    }
+  }
+};
+
+// 32 KB tensors: far more than the socket's buffers hold (about 57 MB), within the window.
+constexpr int k_filling = 1800;
+
+TEST_CASE("an idle link's sender writes small tensors itself; what a full socket does not take, the writer finishes, in order",
+          "[cluster][transport]") {
+  stalled_pair p;
+  auto& worker = p.pair->worker;
+  dones d;
+  // Idle: a small tensor goes out on this thread (one sent while a heartbeat is being
+  // written goes to the writer).
   for (int i = 0; i < 20; ++i) {
-    worker->send("small", counting(dtype::float32, {4}, i), count);
+    worker->send("small", counting(dtype::float32, {4}, i), d.count());
     std::this_thread::sleep_for(1ms);
   }
-  REQUIRE(at_ps.wait_tensors(20));
+  REQUIRE(p.at_ps.wait_tensors(20));
+  CHECK(d.wait_all(20));
   CHECK(worker->sent_inline() >= 10);
-  CHECK(written == 20);
-
-  // 32 KB tensors into a receiver that reads no more: the socket's buffers fill, a send
-  // leaves the rest of its frame to the writer, whose wait on the socket holds back its
-  // `done` and every send after it.
-  worker->send("stall", counting(dtype::uint8, {16}, 0), count);
-  constexpr int n = 600;  // about 19 MB, within the window
-  for (int i = 0; i < n; ++i) worker->send(std::to_string(i), counting(dtype::uint8, {32 << 10}, i), count);
+  // The receiver reads no more: the socket's buffers fill, a send leaves the rest of its
+  // frame to the writer, whose wait on the socket holds back its `done` and every send
+  // after it.
+  worker->send("stall", counting(dtype::uint8, {16}, 0), d.count());
+  for (int i = 0; i < k_filling; ++i) worker->send(std::to_string(i), counting(dtype::uint8, {32 << 10}, i), d.count());
   std::this_thread::sleep_for(300ms);
-  CHECK(written < 21 + n);
+  CHECK(d.all() < 21 + k_filling);
   CHECK(worker->sent_inline() > 21);
   CHECK(worker->failure().ok());
-  release.set_value();
-  REQUIRE(at_ps.wait_tensors(21 + n));
-  for (int i = 0; i < n; ++i) {
-    const auto& [key, value] = at_ps.tensors[static_cast<std::size_t>(21 + i)];
+  p.release.set_value();
+  REQUIRE(p.at_ps.wait_tensors(21 + k_filling));
+  for (int i = 0; i < k_filling; ++i) {
+    const auto& [key, value] = p.at_ps.tensors[static_cast<std::size_t>(21 + i)];
     CHECK(key == std::to_string(i));
     CHECK(value.equals(counting(dtype::uint8, {32 << 10}, i)));
   }
-  for (int i = 0; i < 200 && written < 21 + n; ++i) std::this_thread::sleep_for(10ms);
-  CHECK(written == 21 + n);
-  CHECK(at_ps.failures.empty());
+  CHECK(d.wait_all(21 + k_filling));
+  CHECK(d.ok == 21 + k_filling);
+  CHECK(p.at_ps.failures.empty());
+}
+
+TEST_CASE("closing a link while the socket holds back a sender's frame answers every send once", "[cluster][transport]") {
+  stalled_pair p;
+  dones d;
+  p.pair->worker->send("stall", counting(dtype::uint8, {16}, 0), d.count());
+  for (int i = 0; i < k_filling; ++i) {
+    p.pair->worker->send(std::to_string(i), counting(dtype::uint8, {32 << 10}, i), d.count());
+  }
+  std::this_thread::sleep_for(300ms);
+  REQUIRE(d.all() < 1 + k_filling);
+  const auto start = std::chrono::steady_clock::now();
+  p.pair->worker.reset();
+  CHECK(std::chrono::steady_clock::now() - start < 1s);
+  CHECK(d.wait_all(1 + k_filling));
+  CHECK(d.cancelled + d.failed > 0);
+  p.release.set_value();
+  REQUIRE(p.at_ps.wait_failure());
+  CHECK(p.at_ps.failures[0].error_code() == code::unavailable);
 }
 
 }  // namespace
