@@ -839,7 +839,20 @@ struct outgoing {
   std::string key;
   tensor value;
   std::function<void(const status&)> done;
+  // Where its bytes lie whole in this process's shared memory (a block that may go in
+  // place, see write_in_place), looked up once when it is sent.
+  std::optional<shared_block> block;
 };
+
+// The shared-memory block that holds all of `t`'s bytes, if one does and may go in place.
+std::optional<shared_block> block_of(const tensor& t) {
+  shared_block where;
+  if (t.byte_size() < k_min_shared_chunk || !find_shared_block(t.raw_data(), t.byte_size(), &where) ||
+      where.offset % buffer::k_alignment != 0) {
+    return std::nullopt;
+  }
+  return where;
+}
 
 }  // namespace
 
@@ -951,6 +964,21 @@ struct tensor_link::impl {
 
   void read_loop();
   void write_loop();
+  // Under `mutex`: whether the writer has something to do (what it waits for).
+  bool writer_has_work() const {
+    return !failed.ok() || closing || !unsent.empty() || acks_to_send >= std::max<std::uint64_t>(1, ack_every) ||
+           !releases_to_send.empty() || !refusals_to_send.empty() ||
+           (!queue.empty() && (unacknowledged == 0 || unacknowledged < options.window_bytes));
+  }
+  // Under `mutex`: whether the peer maps this end's blocks (its tensors may go in place).
+  bool peer_takes_blocks() const { return peer_maps_ring && peer_pidfd >= 0 && !blocks_refused; }
+  // Under `mutex`: `item`, counted as sent but not written, goes first in the queue again.
+  void requeue_first(outgoing item) {
+    const auto bytes = static_cast<std::int64_t>(item.value.byte_size());
+    unacknowledged -= bytes;
+    queued += bytes;
+    queue.push_front(std::move(item));
+  }
   // Whether `t` may be written by its sender's thread now (with `in_place`: it lies in a
   // shared block); under `mutex`.
   bool may_write_inline(const tensor& t, bool in_place) const;
@@ -1116,11 +1144,7 @@ void tensor_link::impl::read_loop() {
           // Never acknowledged: sent again, first, by copy (their senders heard already).
           std::lock_guard<std::mutex> lock(mutex);
           blocks_refused = true;
-          for (auto it = again.rbegin(); it != again.rend(); ++it) {
-            unacknowledged -= static_cast<std::int64_t>(it->value.byte_size());
-            queued += static_cast<std::int64_t>(it->value.byte_size());
-            queue.push_front(std::move(*it));
-          }
+          for (auto it = again.rbegin(); it != again.rend(); ++it) requeue_first(std::move(*it));
         }
         wake.notify_all();
         break;
@@ -1215,17 +1239,14 @@ result<bool> tensor_link::impl::read_shared_block(std::string_view body, std::ui
 // it must be copied.
 std::optional<status> tensor_link::impl::write_in_place(const outgoing& item, std::string_view begin) {
   const tensor& t = item.value;
-  shared_block where;
-  if (!peer_maps_ring || peer_pidfd < 0 || t.byte_size() < k_min_shared_chunk ||
-      !find_shared_block(t.raw_data(), t.byte_size(), &where) || where.offset % buffer::k_alignment != 0) {
-    return std::nullopt;
-  }
+  if (!item.block) return std::nullopt;
+  const shared_block& where = *item.block;
   std::uint64_t hold = 0;
   {
     std::lock_guard<std::mutex> lock(mutex);
-    if (blocks_refused) return std::nullopt;
+    if (!peer_takes_blocks()) return std::nullopt;
     hold = next_hold++;
-    held.emplace(hold, outgoing{item.key, t, nullptr});  // until the peer releases it (or its process ends)
+    held.emplace(hold, outgoing{item.key, t, nullptr, std::nullopt});  // until the peer releases it (or its process ends)
   }
   body_writer w;
   w.put(static_cast<std::int32_t>(where.fd));
@@ -1340,10 +1361,7 @@ void tensor_link::impl::write_loop() {
   std::unique_lock<std::mutex> lock(mutex);
   for (;;) {
     wake.wait_for(lock, options.heartbeat, [&] {
-      if (writing) return false;  // a sender writes inline: it wakes this thread when done
-      return !failed.ok() || closing || !unsent.empty() || acks_to_send >= std::max<std::uint64_t>(1, ack_every) ||
-             !releases_to_send.empty() || !refusals_to_send.empty() ||
-             (!queue.empty() && (unacknowledged == 0 || unacknowledged < options.window_bytes));
+      return !writing && writer_has_work();  // a sender writing inline wakes this thread when done
     });
     if (!failed.ok()) break;
     if (writing) continue;  // woken by the heartbeat's time while a sender writes inline
@@ -1479,23 +1497,20 @@ void tensor_link::send(std::string key, tensor value, std::function<void(const s
     refused = invalid_argument_error("a ", dtype_name(value.type()), " tensor cannot be sent to task ", impl_->peer,
                                      " (only fixed-size element types cross processes)");
   }
-  // Found before the lock (the arena has a lock of its own).
-  shared_block where;
-  const bool in_place = value.byte_size() >= k_min_shared_chunk &&
-                        find_shared_block(value.raw_data(), value.byte_size(), &where) &&
-                        where.offset % buffer::k_alignment == 0;
+  // Looked up before the lock (the arena has a lock of its own).
+  std::optional<shared_block> block = block_of(value);
   std::optional<outgoing> now;  // written on this thread
   {
     std::lock_guard<std::mutex> lock(impl_->mutex);
     if (refused.ok() && !impl_->failed.ok()) refused = impl_->failed;
     if (refused.ok() && impl_->closing) refused = cancelled_error("the link to task ", impl_->peer, " was closed");
-    if (refused.ok() && impl_->may_write_inline(value, in_place)) {
+    if (refused.ok() && impl_->may_write_inline(value, block.has_value())) {
       impl_->writing = impl_->writing_inline = true;
       impl_->unacknowledged += static_cast<std::int64_t>(value.byte_size());
-      now.emplace(outgoing{std::move(key), std::move(value), std::move(done)});
+      now.emplace(outgoing{std::move(key), std::move(value), std::move(done), block});
     } else if (refused.ok()) {
       impl_->queued += static_cast<std::int64_t>(value.byte_size());
-      impl_->queue.push_back({std::move(key), std::move(value), std::move(done)});
+      impl_->queue.push_back({std::move(key), std::move(value), std::move(done), block});
     }
   }
   if (!refused.ok()) {
@@ -1513,7 +1528,7 @@ void tensor_link::send(std::string key, tensor value, std::function<void(const s
 bool tensor_link::impl::may_write_inline(const tensor& t, bool in_place) const {
   if (!may_write_frames_inline() || !queue.empty()) return false;
   if (unacknowledged > 0 && unacknowledged >= options.window_bytes) return false;
-  if (in_place && peer_maps_ring && peer_pidfd >= 0 && !blocks_refused) return true;
+  if (in_place && peer_takes_blocks()) return true;
   return t.byte_size() <= k_max_inline_bytes;
 }
 
@@ -1535,10 +1550,7 @@ void tensor_link::impl::write_inline(outgoing item) {
   if (declined) {
     {
       std::lock_guard<std::mutex> lock(mutex);
-      const auto bytes = static_cast<std::int64_t>(item.value.byte_size());
-      unacknowledged -= bytes;
-      queued += bytes;
-      queue.push_front(std::move(item));
+      requeue_first(std::move(item));
       writing = writing_inline = false;
     }
     wake.notify_all();
@@ -1572,8 +1584,7 @@ void tensor_link::impl::end_inline(write_spill spill, std::function<void(const s
         }
       }
     }
-    wake_writer = !failed.ok() || closing || !unsent.empty() || !queue.empty() || !releases_to_send.empty() ||
-                  !refusals_to_send.empty() || acks_to_send >= std::max<std::uint64_t>(1, ack_every);
+    wake_writer = writer_has_work();
   }
   if (wake_writer) wake.notify_all();
   if (!ended.ok() && done != nullptr && *done) {
