@@ -1039,6 +1039,8 @@ void tensor_link::impl::read_loop() {
         {
           std::lock_guard<std::mutex> lock(mutex);
           unacknowledged -= static_cast<std::int64_t>(bytes);
+          // The writer only when the window held it up (a wake-up for nothing otherwise).
+          if (writing || !writer_has_work()) break;
         }
         wake.notify_all();
         break;
@@ -1269,10 +1271,15 @@ std::optional<status> tensor_link::impl::write_in_place(const outgoing& item, st
 status tensor_link::impl::write_pending_small_frames(clock_type::time_point* last_write) {
   std::uint64_t acks = 0;
   std::vector<std::uint64_t> released, refused;
+  // Acknowledgements go when a quarter of the peer's window is due, or with a heartbeat:
+  // one after each tensor cost a frame here and a wake-up of the peer's writer there.
+  const bool heartbeat_due = clock_type::now() - *last_write >= options.heartbeat;
   {
     std::lock_guard<std::mutex> lock(mutex);
-    acks = acks_to_send;
-    acks_to_send = 0;
+    if (heartbeat_due || acks_to_send >= std::max<std::uint64_t>(1, ack_every)) {
+      acks = acks_to_send;
+      acks_to_send = 0;
+    }
     released.swap(releases_to_send);
     refused.swap(refusals_to_send);
   }
