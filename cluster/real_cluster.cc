@@ -200,7 +200,7 @@ result<std::unique_ptr<task_server>> task_server::start(const cluster_file& file
   if (!hub.ok()) return hub.error();
   s->hub = std::move(*hub);
   s->service = spawn_task_service(s->cluster->system(),
-                                  {s->cluster.get(), s->task, link.cluster_id, s->hub->port(), s->tls, s->observations});
+                                  {s->cluster.get(), s->task, link.cluster_id, s->hub.get(), s->tls, s->observations});
   auto port = s->tls != nullptr
                   ? caf::openssl::publish(s->service, static_cast<std::uint16_t>(address->port), bind_host.c_str(), true)
                   : s->cluster->system().middleman().publish(s->service, static_cast<std::uint16_t>(address->port),

@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <atomic>
+#include <charconv>
+#include <cstring>
 #include <condition_variable>
 #include <cstdio>
 #include <deque>
@@ -12,7 +14,10 @@
 #include <map>
 #include <mutex>
 #include <memory>
+#include <optional>
 #include <set>
+#include <string_view>
+#include <unordered_map>
 #include <utility>
 
 #include "actors/device_actor.h"
@@ -40,8 +45,7 @@ using actors::unprepare_atom;
 
 using built_atom = caf::atom_constant<caf::atom("rbuilt")>;
 
-// What crosses must be of fixed-size element types (tensor links and wire_tensor carry
-// raw bytes).
+// What crosses must be of fixed-size element types (tensor links carry raw bytes).
 status check_crossable(const std::vector<tensor>& values, std::string_view what, const std::string& task) {
   for (std::size_t i = 0; i < values.size(); ++i) {
     if (dtype_size(values[i].type()) == 0) {
@@ -50,20 +54,6 @@ status check_crossable(const std::vector<tensor>& values, std::string_view what,
     }
   }
   return status();
-}
-
-std::vector<wire_tensor> to_wire(std::vector<tensor> values) {
-  std::vector<wire_tensor> out;
-  out.reserve(values.size());
-  for (tensor& t : values) out.push_back({std::move(t)});
-  return out;
-}
-
-std::vector<tensor> from_wire(std::vector<wire_tensor> values) {
-  std::vector<tensor> out;
-  out.reserve(values.size());
-  for (wire_tensor& t : values) out.push_back(std::move(t.value));
-  return out;
 }
 
 std::string endpoint_name(const graph::graph& g, const graph::endpoint& e) {
@@ -175,16 +165,258 @@ bool parse_transfer_wire_key(std::string_view text, std::int64_t* step_id, place
   return true;
 }
 
+// --- steps over the tensor links ----------------------------------------------------------
+//
+// A step's run and its answer travel over the client's tensor link to the task, not over
+// CAF's middleman: no hand-off to a multiplexer thread at either end, and a link's idle
+// sender writes small frames itself (doc/cluster.md, "Steps over the links"). Each is one
+// tensor under a control key, which begins with a character no transfer key begins with
+// (a transfer key begins with its step id):
+//   R<id>  a run: header [partition handle, step id, feeds]
+//   K<id>  its answer: header [fetches]
+//   E<id><separator><message>  its failure: header [code]
+// The tensor (uint8) holds the header and, when they come to at most k_packed_bytes, the
+// values (feeds, fetches) packed after it: a frame, a write and a wake-up of the reader
+// for the whole message. Larger values go ahead of it, each a tensor of its own (F<id>,
+// a feed; A<id>, a fetch: in order; the link keeps the order of one thread's sends).
+constexpr char k_control_mark = '\x02';
+enum class control_kind : char { feed = 'F', run = 'R', fetch = 'A', answer = 'K', failure = 'E' };
+constexpr std::size_t k_packed_bytes = std::size_t{48} << 10;
+
+bool is_control_key(std::string_view key) { return !key.empty() && key.front() == k_control_mark; }
+
+std::string control_key(control_kind kind, std::uint64_t id, std::string_view text = {}) {
+  std::string key = str_cat(k_control_mark, static_cast<char>(kind), id);
+  if (!text.empty()) {
+    key += k_separator;
+    key.append(text);
+  }
+  return key;
+}
+
+// A run or an answer, whole: its last frame's kind, id, header and text, and its values.
+struct control_message {
+  control_kind kind = control_kind::run;
+  std::uint64_t id = 0;
+  std::vector<std::int64_t> header;
+  std::vector<tensor> values;
+  std::string text;
+};
+
+// The last frame's tensor: the header, then the values when `packed` (dtype, rank, dims,
+// byte count and bytes each), else none.
+tensor pack_control(const control_message& m, bool packed) {
+  std::string out;
+  auto put = [&out](const auto& v) { out.append(reinterpret_cast<const char*>(&v), sizeof v); };
+  put(static_cast<std::uint32_t>(m.header.size()));
+  for (std::int64_t h : m.header) put(h);
+  put(static_cast<std::uint32_t>(packed ? m.values.size() : 0));
+  for (const tensor& t : packed ? m.values : std::vector<tensor>()) {
+    put(static_cast<std::int32_t>(t.type()));
+    put(static_cast<std::uint32_t>(t.shape().rank()));
+    for (std::int64_t d : t.shape().dims()) put(d);
+    put(static_cast<std::uint64_t>(t.byte_size()));
+    out.append(static_cast<const char*>(t.raw_data()), t.byte_size());
+  }
+  tensor body(dtype::uint8, tensor_shape({static_cast<std::int64_t>(out.size())}));
+  std::memcpy(body.raw_data(), out.data(), out.size());
+  return body;
+}
+
+// And back: the header and the packed values into `m`. False: damaged.
+bool unpack_control(const tensor& body, control_message* m) {
+  if (body.type() != dtype::uint8 || body.shape().rank() != 1) return false;
+  const char* at = static_cast<const char*>(body.raw_data());
+  const char* const end = at + body.byte_size();
+  auto get = [&](auto* v) {
+    if (static_cast<std::size_t>(end - at) < sizeof *v) return false;
+    std::memcpy(v, at, sizeof *v);
+    at += sizeof *v;
+    return true;
+  };
+  std::uint32_t fields = 0, count = 0;
+  if (!get(&fields) || fields > 8) return false;
+  m->header.resize(fields);
+  for (std::int64_t& h : m->header) {
+    if (!get(&h)) return false;
+  }
+  if (!get(&count)) return false;
+  for (std::uint32_t i = 0; i < count; ++i) {
+    std::int32_t type = 0;
+    std::uint32_t rank = 0;
+    std::uint64_t bytes = 0;
+    if (!get(&type) || !get(&rank) || rank > 64) return false;
+    std::vector<std::int64_t> dims(rank);
+    for (std::int64_t& d : dims) {
+      if (!get(&d)) return false;
+    }
+    if (!get(&bytes) || bytes > static_cast<std::uint64_t>(end - at)) return false;
+    const auto t = static_cast<dtype>(type);
+    const std::size_t element = dtype_size(t);
+    auto shape = tensor_shape::make(std::move(dims));
+    if (element == 0 || !shape.ok() || static_cast<std::uint64_t>(shape->num_elements()) * element != bytes) return false;
+    tensor value(t, *shape);
+    if (bytes > 0) std::memcpy(value.raw_data(), at, bytes);
+    at += bytes;
+    m->values.push_back(std::move(value));
+  }
+  return at == end;
+}
+
+// Sends `message` over `link`: its values (ahead, or packed into its last frame), then its
+// last frame. `done` hears of each frame (a failure: the link's).
+void send_control(tensor_link& link, control_message message, const std::function<void(const status&)>& done) {
+  std::size_t bytes = 0;
+  for (const tensor& t : message.values) bytes += t.byte_size();
+  const bool packed = bytes <= k_packed_bytes;
+  if (!packed) {
+    const control_kind part = message.kind == control_kind::run ? control_kind::feed : control_kind::fetch;
+    for (tensor& value : message.values) link.send(control_key(part, message.id), std::move(value), done);
+  }
+  link.send(control_key(message.kind, message.id, message.text), pack_control(message, packed), done);
+}
+
+// Gathers the frames of the runs or answers under way on one link (its reader thread
+// only) into whole messages.
+class control_reader {
+ public:
+  // The frame under `key`: a value kept (nothing yet), or the message its last frame
+  // ends. Errors: a damaged frame (`id` says which message, 0 when unknown).
+  result<std::optional<control_message>> read(std::string_view key, tensor value, std::uint64_t* id) {
+    *id = 0;
+    if (key.size() < 3) return invalid_argument_error("a control frame with a damaged key");
+    const auto kind = static_cast<control_kind>(key[1]);
+    const std::string_view rest = key.substr(2);
+    const std::size_t end = std::min(rest.find(k_separator), rest.size());
+    std::uint64_t number = 0;
+    const auto [stop, error] = std::from_chars(rest.data(), rest.data() + end, number);
+    if (error != std::errc() || stop != rest.data() + end || number == 0) {
+      return invalid_argument_error("a control frame with a damaged key");
+    }
+    *id = number;
+    if (kind == control_kind::feed || kind == control_kind::fetch) {
+      auto& kept = open_[number];
+      if (open_.size() > k_max_open) {
+        open_.erase(number);
+        return resource_exhausted_error("more than ", k_max_open, " steps under way on one link");
+      }
+      kept.push_back(std::move(value));
+      return std::optional<control_message>();
+    }
+    control_message m;
+    m.kind = kind;
+    m.id = number;
+    if (end < rest.size()) m.text = std::string(rest.substr(end + 1));
+    std::vector<tensor> ahead;
+    if (auto it = open_.find(number); it != open_.end()) {
+      ahead = std::move(it->second);
+      open_.erase(it);
+    }
+    const std::size_t want = kind == control_kind::run ? 3 : kind == control_kind::answer || kind == control_kind::failure ? 1 : 0;
+    if (want == 0 || !unpack_control(value, &m) || m.header.size() != want || (!ahead.empty() && !m.values.empty())) {
+      return invalid_argument_error("a damaged control frame (kind '", key[1], "')");
+    }
+    if (m.values.empty()) m.values = std::move(ahead);
+    const std::int64_t count = kind == control_kind::run ? m.header[2] : kind == control_kind::answer ? m.header[0] : 0;
+    if (count != static_cast<std::int64_t>(m.values.size())) {
+      return invalid_argument_error("a control frame that announces ", count, " values after ", m.values.size());
+    }
+    return std::optional<control_message>(std::move(m));
+  }
+
+ private:
+  static constexpr std::size_t k_max_open = 1 << 14;
+  std::unordered_map<std::uint64_t, std::vector<tensor>> open_;
+};
+
+// A failure as its frame carries it.
+control_message failure_message(std::uint64_t id, const status& why) {
+  control_message m;
+  m.kind = control_kind::failure;
+  m.id = id;
+  m.header = {static_cast<std::int64_t>(why.error_code())};
+  m.text = why.message().substr(0, 1 << 16);
+  return m;
+}
+
+// And back; a code that is none gives UNKNOWN.
+status failure_status(const control_message& m) {
+  const auto c = static_cast<code>(m.header.empty() ? 0 : m.header[0]);
+  return status(c == code::ok || static_cast<int>(c) < 0 || static_cast<int>(c) > 16 ? code::unknown : c, m.text);
+}
+
+// Where a run that came over a link is answered: back over that link, from the service's
+// thread. A link gone takes nothing (its client has failed the run already).
+class link_answer {
+ public:
+  link_answer(std::weak_ptr<tensor_link> link, std::uint64_t id) : link_(std::move(link)), id_(id) {}
+  void deliver(std::vector<tensor> fetches) const {
+    control_message m;
+    m.kind = control_kind::answer;
+    m.id = id_;
+    m.header = {static_cast<std::int64_t>(fetches.size())};
+    m.values = std::move(fetches);
+    send(std::move(m));
+  }
+  void fail(const status& why) const { send(failure_message(id_, why)); }
+
+ private:
+  void send(control_message m) const {
+    if (auto link = link_.lock(); link != nullptr && link->failure().ok()) {
+      send_control(*link, std::move(m), [](const status&) {});
+    }
+  }
+  std::weak_ptr<tensor_link> link_;
+  std::uint64_t id_;
+};
+
+using link_run_atom = caf::atom_constant<caf::atom("rlinkrun")>;
+
 }  // namespace
+}  // namespace troupe::cluster
+
+// A run that came over a link, to the service (in-process only).
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(std::shared_ptr<const troupe::cluster::link_answer>)
+
+namespace troupe::cluster {
 
 struct transfer_hub::impl {
   actors::cluster* cluster = nullptr;
   std::string task;  // the hosted task the links reach (link_options::local_task)
   std::unique_ptr<link_listener> listener;
   mutable std::mutex mutex;
-  std::vector<std::unique_ptr<tensor_link>> links;
+  std::vector<std::shared_ptr<tensor_link>> links;
+  caf::actor service;  // under `mutex`: where the runs the links carry go (serve_runs)
   std::atomic<std::int64_t> delivered{0}, refused{0}, stale{0};
   std::set<std::uint64_t> stale_lives;  // under `mutex`: the incarnations said so far
+
+  // A frame of a run from a client (steps over the links), on the link's reader thread:
+  // a whole run goes to the service, which answers over `link`.
+  void control(const std::string& from, const std::weak_ptr<tensor_link>& link, control_reader& reader,
+               std::string_view key, tensor value) {
+    std::uint64_t id = 0;
+    auto read = reader.read(key, std::move(value), &id);
+    if (read.ok() && !read->has_value()) return;  // a feed, kept
+    if (read.ok() && (*read)->kind != control_kind::run) {
+      read = invalid_argument_error("a control frame of kind '", static_cast<char>((*read)->kind), "' for a task");
+    }
+    if (!read.ok()) {
+      ++refused;
+      std::cerr << "troupe: task " << from << " sent " << task << " " << read.error().message() << "; dropped\n";
+      if (id != 0) link_answer(link, id).fail(read.error().with_context(str_cat("task ", task)));
+      return;
+    }
+    control_message& run = **read;
+    caf::actor to;
+    {
+      std::lock_guard<std::mutex> lock(mutex);
+      to = service;
+    }
+    auto answer = std::make_shared<const link_answer>(link, run.id);
+    if (!to) return answer->fail(unavailable_error("task ", task, " serves no steps yet"));
+    caf::anon_send(to, link_run_atom::value, std::move(answer), static_cast<std::uint64_t>(run.header[0]),
+                   run.header[1], std::move(run.values));
+  }
 
   // A tensor from another process: to the device it is for, as a local _Send posts it.
   void arrived(const std::string& from, std::string key, tensor value) {
@@ -236,12 +468,17 @@ struct transfer_hub::impl {
 transfer_hub::transfer_hub(std::unique_ptr<impl> impl) : impl_(std::move(impl)) {}
 transfer_hub::~transfer_hub() {
   impl_->listener.reset();  // no link is accepted any more
-  std::vector<std::unique_ptr<tensor_link>> links;
+  std::vector<std::shared_ptr<tensor_link>> links;
   {
     std::lock_guard<std::mutex> lock(impl_->mutex);
     links.swap(impl_->links);
+    impl_->service = caf::actor();
   }
   links.clear();  // each joins its threads
+}
+void transfer_hub::serve_runs(caf::actor service) {
+  std::lock_guard<std::mutex> lock(impl_->mutex);
+  impl_->service = std::move(service);
 }
 int transfer_hub::port() const { return impl_->listener->port(); }
 std::size_t transfer_hub::links() const {
@@ -258,15 +495,21 @@ result<std::unique_ptr<transfer_hub>> transfer_hub::start(actors::cluster& c, co
   hub->cluster = &c;
   hub->task = options.local_task;
   impl* h = hub.get();
-  auto listener = link_listener::listen(host, 0, std::move(options), [h](std::unique_ptr<tensor_link> link) {
-    tensor_link* l = link.get();
-    const std::string from = l->peer();
+  auto listener = link_listener::listen(host, 0, std::move(options), [h](std::unique_ptr<tensor_link> accepted) {
+    std::shared_ptr<tensor_link> link = std::move(accepted);
+    const std::string from = link->peer();
     tensor_link::handlers on;
-    on.tensor = [h, from](std::string key, tensor value) { h->arrived(from, std::move(key), std::move(value)); };
-    on.failure = [](const status&) {};  // the steps that needed it fail by their own timeouts and aborts
+    // (The reader holds the link weakly: a link never ends on its own thread.)
+    on.tensor = [h, from, weak = std::weak_ptr<tensor_link>(link), reader = std::make_shared<control_reader>()](
+                    std::string key, tensor value) {
+      if (is_control_key(key)) return h->control(from, weak, *reader, key, std::move(value));
+      h->arrived(from, std::move(key), std::move(value));
+    };
+    on.failure = [](const status&) {};  // its client fails the steps it sent; others, their aborts
     if (actors::step_tracer* tracer = h->cluster->tracer()) {
       on.timed = [tracer, from, to = h->task](const std::string& wire_key, std::uint64_t bytes, auto sent,
                                                auto arrived) {
+        if (is_control_key(wire_key)) return;
         std::int64_t step_id = 0;
         placement::rendezvous_key k;
         const bool read = parse_transfer_wire_key(wire_key, &step_id, &k);
@@ -274,10 +517,10 @@ result<std::unique_ptr<transfer_hub>> transfer_hub::start(actors::cluster& c, co
                              read ? step_id : 0);
       };
     }
-    l->start(std::move(on));
+    link->start(std::move(on));
     // Links that have failed or closed go as a new one comes (on the listener's thread:
     // a link cannot join its own threads), so a long-lived server keeps only live ones.
-    std::vector<std::unique_ptr<tensor_link>> gone;
+    std::vector<std::shared_ptr<tensor_link>> gone;
     {
       std::lock_guard<std::mutex> lock(h->mutex);
       auto dead = std::stable_partition(h->links.begin(), h->links.end(), [](const auto& k) { return k->failure().ok(); });
@@ -364,6 +607,11 @@ std::uint64_t incarnation_of(const task_service_options& o) {
   return devices.ok() && !devices->empty() ? o.cluster->directory()->incarnation(devices->front()) : 0;
 }
 
+// The port of the task's transfer hub, which its hello tells (0: none).
+std::uint16_t link_port_of(const task_service_options& o) {
+  return o.hub != nullptr ? static_cast<std::uint16_t>(o.hub->port()) : 0;
+}
+
 caf::error unverified(service_actor* self) {
   return to_caf_error(unauthenticated_error("task ", self->state.options.task,
                                             " serves only peers that proved their identity in a hello"));
@@ -431,7 +679,7 @@ caf::behavior task_service(service_actor* self, task_service_options options) {
         if (!mine.ok()) return refuse(mine.error());
         st.verified.insert(sender->node());
         return caf::result<std::string, std::uint16_t, std::uint64_t, std::string, std::string>(
-            o.task, static_cast<std::uint16_t>(o.link_port), incarnation_of(o), mine->certificate_pem, mine->signature);
+            o.task, link_port_of(o), incarnation_of(o), mine->certificate_pem, mine->signature);
       },
       [self](remote_hello_atom, std::uint32_t version, const std::string& cluster_id, const std::string& client,
              const std::string& task) -> caf::result<std::string, std::uint16_t, std::uint64_t> {
@@ -440,7 +688,7 @@ caf::behavior task_service(service_actor* self, task_service_options options) {
           return to_caf_error(unauthenticated_error("task ", o.task, " wants a proof of identity (a TLS cluster)"));
         }
         if (status s = check_hello(o, version, cluster_id, client, task); !s.ok()) return to_caf_error(s);
-        return caf::result<std::string, std::uint16_t, std::uint64_t>(o.task, static_cast<std::uint16_t>(o.link_port),
+        return caf::result<std::string, std::uint16_t, std::uint64_t>(o.task, link_port_of(o),
                                                                      incarnation_of(o));
       },
       [self](prepare_atom, std::uint64_t client_token, const wire_spec& w) -> caf::result<std::uint64_t> {
@@ -509,28 +757,20 @@ caf::behavior task_service(service_actor* self, task_service_options options) {
         }
         st.tokens.erase(it);
       },
-      [self](run_atom, std::uint64_t handle, std::int64_t step_id,
-             std::vector<wire_tensor>& feeds) -> caf::result<std::vector<wire_tensor>> {
-        if (!from_verified(self)) return unverified(self);
+      // A step that came over a tensor link (from its hub: the link's TLS, when the
+      // cluster has it, proved the client), answered over it.
+      [self](link_run_atom, const std::shared_ptr<const link_answer>& answer, std::uint64_t handle,
+             std::int64_t step_id, std::vector<tensor>& feeds) {
         auto& st = self->state;
         auto it = st.partitions.find(handle);
-        if (it == st.partitions.end()) {
-          return to_caf_error(not_found_error("task ", st.options.task, " has no partition ", handle));
-        }
-        auto promise = self->make_response_promise<std::vector<wire_tensor>>();
-        const std::string task = st.options.task;
-        self->request(it->second.device, caf::infinite, run_atom::value, it->second.device_handle, step_id,
-                      from_wire(std::move(feeds)))
+        if (it == st.partitions.end()) return answer->fail(not_found_error("task ", st.options.task, " has no partition ", handle));
+        self->request(it->second.device, caf::infinite, run_atom::value, it->second.device_handle, step_id, std::move(feeds))
             .then(
-                [promise, task](std::vector<tensor>& fetches) mutable {
-                  if (status s = check_crossable(fetches, "fetch", task); !s.ok()) {
-                    promise.deliver(to_caf_error(s));
-                    return;
-                  }
-                  promise.deliver(to_wire(std::move(fetches)));
+                [answer, task = st.options.task](std::vector<tensor>& fetches) {
+                  if (status s = check_crossable(fetches, "fetch", task); !s.ok()) return answer->fail(s);
+                  answer->deliver(std::move(fetches));
                 },
-                [promise](caf::error& e) mutable { promise.deliver(std::move(e)); });
-        return caf::delegated<std::vector<wire_tensor>>();
+                [answer](caf::error& e) { answer->fail(to_status(e)); });
       },
       [self](abort_step_atom, std::int64_t step_id, const caf::error& reason) {
         if (!from_verified(self)) return;
@@ -626,6 +866,13 @@ class background {
 
 using resume_atom = caf::atom_constant<caf::atom("rresume")>;
 using link_lost_atom = caf::atom_constant<caf::atom("rlinklost")>;
+// A step's answer or failure, from the link's reader (steps over the links).
+using run_answer_atom = caf::atom_constant<caf::atom("ranswer")>;
+using run_failed_atom = caf::atom_constant<caf::atom("rfailed")>;
+
+// What a request needs of the task: a tensor link to its hub (a tensor), its service
+// (prepare, stats, faults), or both (a step: it goes over the link).
+enum class reach { link, service, both };
 
 }  // namespace
 }  // namespace troupe::cluster
@@ -645,7 +892,7 @@ struct remote_state {
   std::uint64_t incarnation = 0;  // the task's life, once its hello said
   // What waits for the connection: run on success, failed with its error otherwise.
   struct waiter {
-    bool need_service;
+    reach need;
     std::function<void()> ready;
     std::function<void(const status&)> failed;
   };
@@ -653,12 +900,15 @@ struct remote_state {
   // Requests pending on the service, failed at once when it goes.
   std::map<std::uint64_t, caf::response_promise> pending;
   std::uint64_t next_pending = 1;
+  // Those of them that are steps sent over the present link, failed when it breaks.
+  std::set<std::uint64_t> over_link;
   std::unique_ptr<background> work;  // made on first use; joined when the actor ends
 
   // Answers every request pending on the service with `why`.
   void fail_all(const caf::error& why) {
     for (auto& [id, promise] : pending) promise.deliver(why);
     pending.clear();
+    over_link.clear();
   }
   // The background thread, made on first use.
   background& worker() {
@@ -673,6 +923,7 @@ struct remote_state {
   // Delivers and forgets pending request `id` (nothing when it was failed already).
   template <typename T>
   void answer(std::uint64_t id, T&& value) {
+    over_link.erase(id);
     auto it = pending.find(id);
     if (it == pending.end()) return;
     it->second.deliver(std::forward<T>(value));
@@ -699,21 +950,47 @@ caf::error remote_error(const remote_device_options& o, const caf::error& e, std
   return e;
 }
 
+// A frame of a step's answer over the link, on its reader thread: a whole answer or a
+// failure goes to the stand-in `me`. The task's service sends nothing else here.
+void answer_frame(const caf::actor& me, const std::string& task, control_reader& reader, std::string_view key,
+                  tensor value) {
+  std::uint64_t id = 0;
+  auto read = is_control_key(key) ? reader.read(key, std::move(value), &id)
+                                  : invalid_argument_error("a tensor on a link that carries only answers");
+  if (read.ok() && !read->has_value()) return;  // a fetch, kept
+  if (read.ok() && (*read)->kind == control_kind::answer) {
+    return caf::anon_send(me, run_answer_atom::value, id, std::move((*read)->values));
+  }
+  if (read.ok() && (*read)->kind == control_kind::failure) {
+    return caf::anon_send(me, run_failed_atom::value, id, to_caf_error(failure_status(**read)));
+  }
+  const status why = read.ok() ? internal_error("a control frame of kind '", static_cast<char>((*read)->kind), "'")
+                               : read.error();
+  std::cerr << "troupe: task " << task << " sent " << why.message() << "; dropped\n";
+  if (id != 0) {
+    caf::anon_send(me, run_failed_atom::value, id,
+                   to_caf_error(internal_error("task ", task, " answered a step with ", why.message())));
+  }
+}
+
 // Runs `ready` once connected to the device's task (its service and a tensor link to its
 // hub), connecting on the background thread first when not; `failed` gets why a
 // connection could not be made (the next request tries again).
-void with_connection(remote_actor* self, bool need_service, std::function<void()> ready,
+void with_connection(remote_actor* self, reach need, std::function<void()> ready,
                      std::function<void(const status&)> failed) {
   auto& st = self->state;
   // Requests (prepare, run, stats, faults) need the task's service; a tensor needs only a
   // link to its hub.
   const bool linked = st.link != nullptr || (st.service && !st.takes_links);
-  if (need_service ? static_cast<bool>(st.service) : linked) return ready();
-  st.waiting.push_back({need_service, std::move(ready), std::move(failed)});
+  const bool ready_now = need == reach::link      ? linked
+                         : need == reach::service ? static_cast<bool>(st.service)
+                                                  : st.service && linked;
+  if (ready_now) return ready();
+  st.waiting.push_back({need, std::move(ready), std::move(failed)});
   if (st.connecting) return;
   st.connecting = true;
   bool service_needed = !st.options.outlive_task;
-  for (const auto& w : st.waiting) service_needed = service_needed || w.need_service;
+  for (const auto& w : st.waiting) service_needed = service_needed || w.need != reach::link;
   off_thread(self, [self, o = st.options, system = &self->home_system(), service_needed,
                     me = caf::actor_cast<caf::actor>(self)]() -> std::function<void()> {
     status outcome;
@@ -742,10 +1019,14 @@ void with_connection(remote_actor* self, bool need_service, std::function<void()
     if (outcome.ok() && link_port > 0) {
       auto made = tensor_link::connect(link_host, link_port, o.hello.task, o.link);
       if (made.ok()) {
-        // This link only sends; when it breaks the stand-in drops it (a send after that
-        // fails its step) and its next tensor opens a new one.
+        // Over this link go tensors and steps, and come the steps' answers; when it
+        // breaks the stand-in drops it (its steps fail; a send after that fails its step)
+        // and its next use opens a new one.
         tensor_link* raw = made->get();
-        (*made)->start({[](std::string, tensor) {},
+        (*made)->start({[me, task = o.hello.task, reader = std::make_shared<control_reader>()](std::string key,
+                                                                                          tensor value) {
+                          answer_frame(me, task, *reader, key, std::move(value));
+                        },
                         [me, raw](const status&) {
                           caf::anon_send(me, link_lost_atom::value, reinterpret_cast<std::uintptr_t>(raw));
                         }});
@@ -777,7 +1058,7 @@ void with_connection(remote_actor* self, bool need_service, std::function<void()
         if (!outcome.ok()) {
           w.failed(outcome);
         } else {
-          with_connection(self, w.need_service, std::move(w.ready), std::move(w.failed));  // served, or connects again
+          with_connection(self, w.need, std::move(w.ready), std::move(w.failed));  // served, or connects again
         }
       }
     };
@@ -811,7 +1092,7 @@ void forward_tensor(remote_actor* self, std::int64_t step_id, const actors::tran
     if (self->state.service) self->send(self->state.service, abort_step_atom::value, step_id, to_caf_error(why));
   };
   with_connection(
-      self, /*need_service=*/false,
+      self, reach::link,
       [self, step_id, key, shared, refuse, sender, written] {
         auto& st = self->state;
         if (st.link == nullptr) return refuse(unimplemented_error("task ", st.options.hello.task, " takes no tensor links"));
@@ -841,7 +1122,7 @@ template <typename FailPending>
 caf::result<bool> forward_fault(remote_actor* self, FailPending fail_pending, const char* what, caf::message message) {
   const std::uint64_t id = self->state.park(self->make_response_promise());
   with_connection(
-      self, /*need_service=*/true,
+      self, reach::service,
       [self, id, what, message] {
         self->request(self->state.service, self->state.options.request_timeout, message)
             .then([self, id](bool ok) { self->state.answer(id, ok); },
@@ -878,10 +1159,19 @@ caf::behavior remote_device(remote_actor* self, remote_device_options options) {
   };
   return {
       [self](resume_atom, const std::shared_ptr<std::function<void()>>& then) { (*then)(); },
-      // The link broke (its reader or writer failed): the next tensor opens a new one.
+      // The link broke (its reader or writer failed): the steps sent over it fail, and
+      // the next use opens a new one.
       [self](link_lost_atom, std::uintptr_t which) {
-        if (reinterpret_cast<std::uintptr_t>(self->state.link.get()) == which) drop_link(self);
+        auto& st = self->state;
+        if (reinterpret_cast<std::uintptr_t>(st.link.get()) != which) return;
+        const caf::error why = to_caf_error(unavailable_error("the tensor link to task ", st.options.hello.task,
+                                                              " broke: ", st.link->failure().message()));
+        for (std::uint64_t id : std::set<std::uint64_t>(std::move(st.over_link))) st.answer(id, why);
+        st.over_link.clear();
+        drop_link(self);
       },
+      [self](run_answer_atom, std::uint64_t id, std::vector<tensor>& fetches) { self->state.answer(id, std::move(fetches)); },
+      [self](run_failed_atom, std::uint64_t id, const caf::error& why) { self->state.answer(id, why); },
       [self, fail_pending](prepare_atom, std::uint64_t token,
                            const actors::executable_spec& spec) -> caf::result<std::uint64_t> {
         const std::uint64_t id = self->state.park(self->make_response_promise());
@@ -910,7 +1200,7 @@ caf::behavior remote_device(remote_actor* self, remote_device_options options) {
           return std::function<void()>([self, id, token, w, fail_pending] {
             if (!w->ok()) return self->state.answer(id, to_caf_error(w->error()));
             with_connection(
-                self, /*need_service=*/true,
+                self, reach::service,
                 [self, id, token, w] {
                   const auto& o = self->state.options;
                   self->request(self->state.service, o.request_timeout, prepare_atom::value, token, std::move(**w))
@@ -935,14 +1225,30 @@ caf::behavior remote_device(remote_actor* self, remote_device_options options) {
         const auto& o = self->state.options;
         if (status s = check_crossable(feeds, "feed", o.hello.task); !s.ok()) return to_caf_error(s);
         const std::uint64_t id = self->state.park(self->make_response_promise());
-        auto wire = std::make_shared<std::vector<wire_tensor>>(to_wire(std::move(feeds)));
+        auto shared = std::make_shared<std::vector<tensor>>(std::move(feeds));
         with_connection(
-            self, /*need_service=*/true,
-            [self, id, handle, step_id, wire] {
-              // No timer (see remote_task.h): the step's deadline ends it.
-              self->request(self->state.service, caf::infinite, run_atom::value, handle, step_id, std::move(*wire))
-                  .then([self, id](std::vector<wire_tensor>& fetches) { self->state.answer(id, from_wire(std::move(fetches))); },
-                        [self, id](caf::error& e) { self->state.answer(id, remote_error(self->state.options, e, "a step")); });
+            self, reach::both,
+            [self, id, handle, step_id, shared] {
+              // Over the link (steps over the links); no timer (see remote_task.h): the
+              // step's deadline ends it. A frame the link cannot take fails the step.
+              auto& st = self->state;
+              if (st.link == nullptr) {
+                return st.answer(id, to_caf_error(unimplemented_error("task ", st.options.hello.task,
+                                                                      " takes no tensor links, which carry its steps")));
+              }
+              st.over_link.insert(id);
+              control_message run;
+              run.kind = control_kind::run;
+              run.id = id;
+              run.header = {static_cast<std::int64_t>(handle), step_id, static_cast<std::int64_t>(shared->size())};
+              run.values = std::move(*shared);
+              send_control(*st.link, std::move(run),
+                           [me = caf::actor_cast<caf::actor>(self), id, task = st.options.hello.task](const status& s) {
+                             if (s.ok()) return;
+                             caf::anon_send(me, run_failed_atom::value, id,
+                                            to_caf_error(unavailable_error("a step for task ", task,
+                                                                           " could not be sent: ", s.message())));
+                           });
             },
             fail_pending(id));
         return caf::delegated<std::vector<tensor>>();
@@ -969,7 +1275,7 @@ caf::behavior remote_device(remote_actor* self, remote_device_options options) {
       [self, fail_pending](observe_atom a) -> caf::result<std::vector<observed_event>> {
         const std::uint64_t id = self->state.park(self->make_response_promise());
         with_connection(
-            self, /*need_service=*/true,
+            self, reach::service,
             [self, id, a] {
               self->request(self->state.service, self->state.options.request_timeout, a)
                   .then([self, id](std::vector<observed_event>& events) { self->state.answer(id, std::move(events)); },
@@ -984,14 +1290,14 @@ caf::behavior remote_device(remote_actor* self, remote_device_options options) {
       [self, fail_pending](incarnation_atom) -> caf::result<std::uint64_t> {
         const std::uint64_t id = self->state.park(self->make_response_promise());
         with_connection(
-            self, /*need_service=*/true, [self, id] { self->state.answer(id, self->state.incarnation); },
+            self, reach::service, [self, id] { self->state.answer(id, self->state.incarnation); },
             fail_pending(id));
         return caf::delegated<std::uint64_t>();
       },
       [self, fail_pending](stats_atom) -> caf::result<actors::device_stats> {
         const std::uint64_t id = self->state.park(self->make_response_promise());
         with_connection(
-            self, /*need_service=*/true,
+            self, reach::service,
             [self, id] {
               const auto& o = self->state.options;
               self->request(self->state.service, o.request_timeout, stats_atom::value, o.device)
@@ -1029,40 +1335,6 @@ std::optional<std::pair<std::string, int>> link_directory::find(const std::strin
   return it->second;
 }
 
-caf::error save_wire_tensor(caf::serializer& f, const wire_tensor& x) {
-  const tensor& t = x.value;
-  if (dtype_size(t.type()) == 0) {
-    return caf::make_error(caf::sec::state_not_serializable, str_cat("a ", dtype_name(t.type()), " tensor cannot cross processes"));
-  }
-  auto type = static_cast<std::int32_t>(t.type());
-  std::vector<std::int64_t> dims = t.shape().dims();
-  auto bytes = static_cast<std::uint64_t>(t.byte_size());
-  if (auto e = f(type, dims, bytes)) return e;
-  if (bytes == 0) return caf::none;
-  return f.apply_raw(t.byte_size(), const_cast<void*>(t.raw_data()));
-}
-
-caf::error load_wire_tensor(caf::deserializer& f, wire_tensor& x) {
-  std::int32_t type = 0;
-  std::vector<std::int64_t> dims;
-  std::uint64_t bytes = 0;
-  if (auto e = f(type, dims, bytes)) return e;
-  const auto t = static_cast<dtype>(type);
-  const std::size_t element = dtype_size(t);
-  auto shape = tensor_shape::make(std::move(dims));
-  if (element == 0 || !shape.ok() || static_cast<std::uint64_t>(shape->num_elements()) > bytes / element ||
-      static_cast<std::uint64_t>(shape->num_elements()) * element != bytes) {
-    return caf::make_error(caf::sec::invalid_argument, "a tensor on the wire whose dtype, shape and size disagree");
-  }
-  try {
-    x.value = tensor(t, *shape);
-  } catch (const std::bad_alloc&) {
-    return caf::make_error(caf::sec::invalid_argument, str_cat("no memory for a tensor of ", bytes, " bytes from the wire"));
-  }
-  if (bytes == 0) return caf::none;
-  return f.apply_raw(static_cast<std::size_t>(bytes), x.value.raw_data());
-}
-
 void add_control_tls(caf::actor_system_config& config, const control_tls& tls) {
   config.load<caf::openssl::manager>();
   config.set("openssl.certificate", tls.mine.certificate);
@@ -1072,8 +1344,6 @@ void add_control_tls(caf::actor_system_config& config, const control_tls& tls) {
 
 void add_remote_task_support(caf::actor_system_config& config) {
   config.load<caf::io::middleman>();
-  config.add_message_type<wire_tensor>("troupe::wire_tensor");
-  config.add_message_type<std::vector<wire_tensor>>("std::vector<troupe::wire_tensor>");
   config.add_message_type<wire_spec>("troupe::wire_spec");
   config.add_message_type<wire_stats>("troupe::wire_stats");
   config.add_message_type<observed_event>("troupe::observed_event");
@@ -1169,7 +1439,10 @@ result<std::vector<observed_event>> take_observations(actors::cluster& c, const 
 }
 
 caf::actor spawn_task_service(caf::actor_system& system, task_service_options options) {
-  return system.spawn(task_service, std::move(options));
+  transfer_hub* hub = options.hub;
+  caf::actor service = system.spawn(task_service, std::move(options));
+  if (hub != nullptr) hub->serve_runs(service);
+  return service;
 }
 
 caf::actor spawn_remote_device(caf::actor_system& system, remote_device_options options) {

@@ -1,34 +1,36 @@
-// remote_task: the control plane of a real cluster, over CAF's middleman. A task's process
-// publishes a task service; a process that uses the task's devices reaches each through a
-// remote device: an actor in its own process that speaks the device actor's protocol
-// (actors/device_actor.h: prepare, unprepare, forget, run, abort, stats) and forwards it
-// to the service, so that a session plans, prepares and runs steps on another process's
-// devices as on its own.
+// remote_task: the control plane of a real cluster. A task's process publishes a task
+// service over CAF's middleman; a process that uses the task's devices reaches each
+// through a remote device: an actor in its own process that speaks the device actor's
+// protocol (actors/device_actor.h: prepare, unprepare, forget, run, abort, stats) and
+// forwards it to the service, so that a session plans, prepares and runs steps on another
+// process's devices as on its own.
 //
 //   // the task's process (troupe server):
 //   cluster_options o;  o.configure_system = add_remote_task_support;  ...
+//   auto hub = transfer_hub::start(*c, "127.0.0.1", link);   // tensors and steps from other processes
 //   auto service = spawn_task_service(c->system(), {.cluster = c.get(), .task = "/job:ps/replica:0/task:0",
-//                                                   .cluster_id = id});
+//                                                   .cluster_id = id, .hub = hub->get()});
 //   c->system().middleman().publish(service, port, "127.0.0.1");
-//   // a process that uses it:
-//   auto hub = transfer_hub::start(*c, "127.0.0.1", link);   // tensors from other processes
-//   ... spawn_task_service(c->system(), {..., .link_port = (*hub)->port()}) ...
 //   // a process that uses it (cluster_options::remote_device):
 //   caf::actor device = spawn_remote_device(system, {.device = name, .host = h, .port = p, ...});
 //
 // What crosses processes is serialized once, without per-element work: a partition as
-// its GraphDef and node names (never pointers), tensors as raw bytes (wire_tensor). Every
-// message type is announced on both sides (add_remote_task_support); CAF turns an
-// unannounced one into an empty message, which tests/cluster/remote_task_test.cc would
-// see. Tensors between devices of different processes travel over tensor links
-// (cluster/transport.h): a _Send's tensor for a remote device goes over the remote
-// device's link to its task's transfer_hub, which posts it to the device it is for.
+// its GraphDef and node names (never pointers), tensors as raw bytes. Every CAF message
+// type is announced on both sides (add_remote_task_support); CAF turns an unannounced one
+// into an empty message, which tests/cluster/remote_task_test.cc would see. Tensors
+// between devices of different processes travel over tensor links (cluster/transport.h):
+// a _Send's tensor for a remote device goes over the remote device's link to its task's
+// transfer_hub, which posts it to the device it is for. A step's run and its answer go
+// over the same link (feeds and fetches packed with them when small), not over CAF: the
+// hub hands the run to the service, which answers over the link (doc/cluster.md, "Steps
+// over the links").
 //
 // Failure: the remote device monitors the service; when the service's process dies or
 // its connection breaks, every request pending on it fails with UNAVAILABLE naming the
 // task (within CAF's detection of the broken connection: milliseconds for a killed
 // process, the connection timeout for a frozen one), and the remote device exits with
-// that reason, so that sessions monitoring it fail their steps. Every remote request has a
+// that reason, so that sessions monitoring it fail their steps; a link that breaks fails
+// the steps sent over it. Every remote request has a
 // finite timeout but a step's run, which its session's step deadline ends (the session
 // aborts the step everywhere, and the service answers the run): one timer per run would
 // cost two wake-ups of CAF's clock thread per partition and step. The service monitors
@@ -56,12 +58,7 @@
 namespace troupe::cluster {
 
 // The version of the control plane's messages: a client and a service must agree.
-inline constexpr std::uint32_t k_control_version = 5;  // 5: observed transits carry their transfer's key
-
-// A tensor on the wire: dtype, shape and raw bytes (read straight into a new tensor).
-struct wire_tensor {
-  tensor value;
-};
+inline constexpr std::uint32_t k_control_version = 6;  // 6: steps run over the tensor links
 
 // An executable_spec as it crosses processes: the partition's graph as a binary GraphDef,
 // its nodes, feeds and fetches by name ("node:index"), the device it is for.
@@ -127,6 +124,9 @@ class transfer_hub {
   // Tensors dropped because their key names another incarnation of the receiving
   // device's task (sent for a step prepared for its earlier life).
   std::int64_t stale() const;
+  // Where the steps that clients run over their links go: `service`, the task's service
+  // (spawn_task_service tells its hub; until then such a step fails with UNAVAILABLE).
+  void serve_runs(caf::actor service);
 
   struct impl;  // internal
 
@@ -219,7 +219,9 @@ struct task_service_options {
   actors::cluster* cluster = nullptr;  // hosts the task's devices; outlives the service
   std::string task;                    // its canonical name, "/job:ps/replica:0/task:0"
   std::string cluster_id;              // clients of another cluster are refused
-  int link_port = 0;                   // the task's transfer_hub, told in the hello
+  // The task's transfer_hub: its port is told in the hello, and the steps its links carry
+  // come to this service (none: the task takes no links, and no steps).
+  transfer_hub* hub = nullptr;
   std::shared_ptr<const control_tls> tls;  // none: plain TCP, no identity proofs
   std::shared_ptr<observation_log> observations;  // what its clients take (observe_atom); none: nothing
 };
@@ -297,23 +299,6 @@ template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, wire_stats& x) {
   return f(caf::meta::type_name("wire_stats"), x.partitions, x.preparing, x.running_steps, x.rendezvous_entries,
            x.rendezvous_bytes, x.memory_in_use);
-}
-
-// Serializes the header with CAF and the bytes with one apply_raw (no per-element work);
-// reads the bytes straight into a new tensor. Other inspectors (to_string) see a summary.
-caf::error save_wire_tensor(caf::serializer& f, const wire_tensor& x);
-caf::error load_wire_tensor(caf::deserializer& f, wire_tensor& x);
-
-template <class Inspector>
-typename Inspector::result_type inspect(Inspector& f, wire_tensor& x) {
-  if constexpr (std::is_base_of_v<caf::serializer, Inspector>) {
-    return save_wire_tensor(f, x);
-  } else if constexpr (std::is_base_of_v<caf::deserializer, Inspector>) {
-    return load_wire_tensor(f, x);
-  } else {
-    std::string summary = str_cat(dtype_name(x.value.type()), " ", x.value.shape().to_string());
-    return f(caf::meta::type_name("wire_tensor"), summary);
-  }
 }
 
 }  // namespace troupe::cluster

@@ -1,7 +1,8 @@
 // The control plane across processes (cluster/remote_task.h) as conversations: a task's
 // process (forked) publishes its service; this process says hello, prepares partitions
 // and runs steps through a remote device speaking the device protocol, and sees the
-// task's death fail what waits on it. Also the wire types through CAF's serializers.
+// task's death fail what waits on it; steps over the task's tensor link. Also the wire
+// types through CAF's serializers.
 #include "cluster/remote_task.h"
 
 #include "cluster/real_cluster.h"
@@ -15,6 +16,10 @@
 #include <caf/binary_serializer.hpp>
 #include <algorithm>
 #include <chrono>
+#include <condition_variable>
+#include <cstring>
+#include <mutex>
+#include <tuple>
 #include <future>
 #include <map>
 #include <thread>
@@ -89,7 +94,7 @@ pid_t start_task_process(const std::string& task, const port_map& ports, int rea
   if (!c.ok()) ::_exit(3);
   auto hub = transfer_hub::start(**c, "127.0.0.1", link_for(task));
   if (!hub.ok()) ::_exit(4);
-  caf::actor service = spawn_task_service((*c)->system(), {(*c).get(), task, k_cluster_id, (*hub)->port()});
+  caf::actor service = spawn_task_service((*c)->system(), {(*c).get(), task, k_cluster_id, hub->get()});
   auto port = (*c)->system().middleman().publish(service, static_cast<std::uint16_t>(ports.at(task)), "127.0.0.1", true);
   if (!port) ::_exit(5);
   const int ready = 1;
@@ -163,6 +168,15 @@ actors::executable_spec spec_of(const graph::scope& root, const std::vector<std:
   return spec;
 }
 
+// -x, computed here.
+tensor ops_negated(const tensor& x) {
+  tensor y(x.type(), x.shape());
+  const auto in = x.flat<float>();
+  const auto out = y.flat<float>();
+  for (std::size_t i = 0; i < in.size(); ++i) out[i] = -in[i];
+  return y;
+}
+
 // y = -x.
 actors::executable_spec negate_spec() {
   auto root = graph::scope::new_root();
@@ -190,36 +204,74 @@ result<T> ask(caf::scoped_actor& self, const caf::actor& dest, caf::message m, s
   return out;
 }
 
-TEST_CASE("the wire types cross CAF's serializers: tensors as raw bytes, specs, refusals of bad bytes",
+// A step's last frame on a link, as doc/cluster.md ("Steps over the links") lays it out:
+// header fields, then packed values (none here).
+tensor control_body(const std::vector<std::int64_t>& header) {
+  std::string out;
+  auto put = [&out](const auto& v) { out.append(reinterpret_cast<const char*>(&v), sizeof v); };
+  put(static_cast<std::uint32_t>(header.size()));
+  for (std::int64_t h : header) put(h);
+  put(std::uint32_t{0});
+  tensor body(dtype::uint8, {static_cast<std::int64_t>(out.size())});
+  std::memcpy(body.raw_data(), out.data(), out.size());
+  return body;
+}
+
+TEST_CASE("steps over a task's tensor link: damaged frames and unknown partitions are answered with their failure",
           "[cluster][remote]") {
+  task_process task;
   client_system c;
-  for (const tensor& t : {tensor::scalar(2.5f), tensor(dtype::int64, {0, 3}), tensor(dtype::uint8, {3, 1 << 20}),
-                          tensor(dtype::bool_, {5})}) {
-    std::vector<char> bytes;
-    caf::binary_serializer sink(*c.system, bytes);
-    wire_tensor out{t};
-    REQUIRE_FALSE(inspect(sink, out));
-    CHECK(bytes.size() < t.byte_size() + 64);  // the bytes once, a small header
-    caf::binary_deserializer source(*c.system, bytes);
-    wire_tensor in;
-    REQUIRE_FALSE(inspect(source, in));
-    CHECK(in.value.equals(t));
-  }
-  // A header whose shape and size disagree is refused, not trusted.
-  std::vector<char> bytes;
-  caf::binary_serializer sink(*c.system, bytes);
-  std::int32_t type = static_cast<std::int32_t>(dtype::float32);
-  std::vector<std::int64_t> dims{1 << 30, 1 << 30};
-  std::uint64_t size = 16;
-  REQUIRE_FALSE(sink(type, dims, size));
-  caf::binary_deserializer source(*c.system, bytes);
-  wire_tensor in;
-  CHECK(inspect(source, in));
-  // A string tensor does not cross.
-  std::vector<char> ignored;
-  caf::binary_serializer strings(*c.system, ignored);
-  wire_tensor text{tensor(dtype::string, {1})};
-  CHECK(inspect(strings, text));
+  auto connection = connect_task_service(*c.system, "127.0.0.1", task.port, hello());
+  REQUIRE(connection.ok());
+  REQUIRE(connection->link_port > 0);
+  auto link = tensor_link::connect("127.0.0.1", connection->link_port, k_task, link_for("/job:worker/replica:0/task:0"));
+  REQUIRE(link.ok());
+  std::mutex mutex;
+  std::condition_variable arrived;
+  std::vector<std::pair<std::string, tensor>> answers;
+  (*link)->start({[&](std::string key, tensor value) {
+                    std::lock_guard<std::mutex> lock(mutex);
+                    answers.emplace_back(std::move(key), std::move(value));
+                    arrived.notify_all();
+                  },
+                  [](const status&) {}});
+  auto answer_to = [&](std::string key, tensor value) {
+    const std::size_t before = answers.size();
+    (*link)->send(std::move(key), std::move(value), [](const status&) {});
+    std::unique_lock<std::mutex> lock(mutex);
+    REQUIRE(arrived.wait_for(lock, 10s, [&] { return answers.size() > before; }));
+    return answers.back();
+  };
+  auto code_of = [](const tensor& body) {  // a failure's header: one field, its code
+    REQUIRE(body.type() == dtype::uint8);
+    REQUIRE(body.byte_size() == 4 + 8 + 4);
+    std::int64_t c = 0;
+    std::memcpy(&c, static_cast<const char*>(body.raw_data()) + 4, sizeof c);
+    return static_cast<code>(c);
+  };
+  // A run's last frame that is not its bytes: refused, and the failure names why.
+  auto [key, body] = answer_to("\x02R7", tensor::scalar(1.0f));
+  CHECK(key.rfind("\x02" "E7\x1f", 0) == 0);
+  CHECK(key.find("damaged control frame") != std::string::npos);
+  CHECK(code_of(body) == code::invalid_argument);
+  // A header that announces a feed that never came.
+  std::tie(key, body) = answer_to("\x02R8", control_body({1, 1, 1}));
+  CHECK(key.rfind("\x02" "E8\x1f", 0) == 0);
+  CHECK(key.find("announces 1 values after 0") != std::string::npos);
+  // A well-formed run of a partition never prepared: the service's NOT_FOUND, across.
+  std::tie(key, body) = answer_to("\x02R9", control_body({99, 1, 0}));
+  CHECK(key.rfind("\x02" "E9\x1f", 0) == 0);
+  CHECK(key.find("has no partition 99") != std::string::npos);
+  CHECK(code_of(body) == code::not_found);
+  // The task still serves: a remote device's steps run.
+  caf::actor device = c.remote_device(k_device, task.port);
+  caf::scoped_actor self{*c.system};
+  auto handle = ask<std::uint64_t>(self, device, caf::make_message(actors::prepare_atom::value, std::uint64_t{1}, negate_spec()));
+  REQUIRE(handle.ok());
+  auto fetched = ask<std::vector<tensor>>(
+      self, device, caf::make_message(actors::run_atom::value, *handle, std::int64_t{1}, std::vector<tensor>{tensor::scalar(2.0f)}));
+  REQUIRE(fetched.ok());
+  CHECK((*fetched)[0].scalar_value<float>() == -2.0f);
 }
 
 // (That they are announced, the REAL trace test of scenarios/real_mode_test shows: spans
@@ -273,6 +325,27 @@ TEST_CASE("a remote device prepares and runs partitions on another process's dev
     REQUIRE(fetched.ok());
     REQUIRE(fetched->size() == 1);
     for (std::size_t i = 0; i < 4; ++i) CHECK((*fetched)[0].flat<float>()[i] == -x.flat<float>()[i]);
+  }
+  // Feeds and fetches too large to pack with the step go ahead of it, each a tensor of its
+  // own; several steps at once, each answered with its own.
+  std::vector<std::future<result<std::vector<tensor>>>> big;
+  for (int step = 4; step <= 7; ++step) {
+    big.push_back(std::async(std::launch::async, [&c, device, step, h = *handle]() -> result<std::vector<tensor>> {
+      caf::scoped_actor asker{*c.system};
+      tensor x(dtype::float32, {3, 40000});
+      const auto in = x.flat<float>();
+      for (std::size_t i = 0; i < in.size(); ++i) in[i] = static_cast<float>(step * 1000 + static_cast<int>(i % 977));
+      auto out = ask<std::vector<tensor>>(asker, device,
+                                          caf::make_message(actors::run_atom::value, h, std::int64_t{step}, std::vector<tensor>{x}));
+      if (!out.ok()) return out;
+      if (out->size() != 1 || !(*out)[0].equals(ops_negated(x))) return internal_error("step ", step, " fetched something else");
+      return out;
+    }));
+  }
+  for (auto& f : big) {
+    auto out = f.get();
+    INFO((out.ok() ? std::string() : out.error().message()));
+    CHECK(out.ok());
   }
   auto stats = ask<actors::device_stats>(self, device, caf::make_message(actors::stats_atom::value));
   REQUIRE(stats.ok());
