@@ -177,8 +177,10 @@ bool parse_transfer_wire_key(std::string_view text, std::int64_t* step_id, place
 //   E<id><separator><message>  its failure: header [code]
 // The tensor (uint8) holds the header and, when they come to at most k_packed_bytes, the
 // values (feeds, fetches) packed after it: a frame, a write and a wake-up of the reader
-// for the whole message. Larger values go ahead of it, each a tensor of its own (F<id>,
-// a feed; A<id>, a fetch: in order; the link keeps the order of one thread's sends).
+// for the whole message. Larger values go ahead of it, each a tensor of its own:
+//   F<id><separator><index>  a feed;   A<id><separator><index>  a fetch
+// (they arrive ahead of their last frame, but for one sent from shared memory that the
+// receiver could not map: sent again by copy, it may come after; the message waits).
 constexpr char k_control_mark = '\x02';
 enum class control_kind : char { feed = 'F', run = 'R', fetch = 'A', answer = 'K', failure = 'E' };
 constexpr std::size_t k_packed_bytes = std::size_t{48} << 10;
@@ -254,8 +256,17 @@ bool unpack_control(const tensor& body, control_message* m) {
     const auto t = static_cast<dtype>(type);
     const std::size_t element = dtype_size(t);
     auto shape = tensor_shape::make(std::move(dims));
-    if (element == 0 || !shape.ok() || static_cast<std::uint64_t>(shape->num_elements()) * element != bytes) return false;
-    tensor value(t, *shape);
+    if (element == 0 || !shape.ok() || shape->num_elements() < 0 ||
+        static_cast<std::uint64_t>(shape->num_elements()) > bytes / element ||
+        static_cast<std::uint64_t>(shape->num_elements()) * element != bytes) {
+      return false;
+    }
+    tensor value;
+    try {
+      value = tensor(t, *shape);
+    } catch (const std::bad_alloc&) {
+      return false;
+    }
     if (bytes > 0) std::memcpy(value.raw_data(), at, bytes);
     at += bytes;
     m->values.push_back(std::move(value));
@@ -271,62 +282,107 @@ void send_control(tensor_link& link, control_message message, const std::functio
   const bool packed = bytes <= k_packed_bytes;
   if (!packed) {
     const control_kind part = message.kind == control_kind::run ? control_kind::feed : control_kind::fetch;
-    for (tensor& value : message.values) link.send(control_key(part, message.id), std::move(value), done);
+    for (std::size_t i = 0; i < message.values.size(); ++i) {
+      link.send(control_key(part, message.id, std::to_string(i)), std::move(message.values[i]), done);
+    }
   }
   link.send(control_key(message.kind, message.id, message.text), pack_control(message, packed), done);
 }
 
 // Gathers the frames of the runs or answers under way on one link (its reader thread
-// only) into whole messages.
+// only) into whole messages. A value may come after its last frame (a block of shared
+// memory the reader could not map is sent again, by copy, after what followed it): the
+// message waits for it.
 class control_reader {
  public:
-  // The frame under `key`: a value kept (nothing yet), or the message its last frame
-  // ends. Errors: a damaged frame (`id` says which message, 0 when unknown).
+  // The frame under `key`: nothing yet (a value kept, or a last frame that waits for its
+  // values), or the message it completes. Errors: a damaged frame (`id` says which
+  // message, 0 when unknown); that message is forgotten.
   result<std::optional<control_message>> read(std::string_view key, tensor value, std::uint64_t* id) {
     *id = 0;
     if (key.size() < 3) return invalid_argument_error("a control frame with a damaged key");
     const auto kind = static_cast<control_kind>(key[1]);
     const std::string_view rest = key.substr(2);
     const std::size_t end = std::min(rest.find(k_separator), rest.size());
+    const std::string_view text = end < rest.size() ? rest.substr(end + 1) : std::string_view();
     std::uint64_t number = 0;
-    const auto [stop, error] = std::from_chars(rest.data(), rest.data() + end, number);
-    if (error != std::errc() || stop != rest.data() + end || number == 0) {
+    if (!parse_number(rest.substr(0, end), &number) || number == 0) {
       return invalid_argument_error("a control frame with a damaged key");
     }
     *id = number;
+    auto fail = [&](status why) {
+      if (auto it = open_.find(number); it != open_.end()) {
+        parts_ -= it->second.parts.size();
+        open_.erase(it);
+      }
+      return why;
+    };
     if (kind == control_kind::feed || kind == control_kind::fetch) {
-      auto& kept = open_[number];
-      if (open_.size() > k_max_open) {
-        open_.erase(number);
+      std::uint64_t index = 0;
+      if (!parse_number(text, &index) || index >= k_max_values) return fail(invalid_argument_error("a damaged control frame (kind '", key[1], "')"));
+      if (!open_.count(number) && open_.size() >= k_max_open) {
         return resource_exhausted_error("more than ", k_max_open, " steps under way on one link");
       }
-      kept.push_back(std::move(value));
-      return std::optional<control_message>();
+      if (parts_ >= k_max_values) return fail(resource_exhausted_error("more than ", k_max_values, " values under way on one link"));
+      open_message& open = open_[number];
+      if (!open.parts.emplace(static_cast<std::size_t>(index), std::move(value)).second) {
+        return fail(invalid_argument_error("a control frame that repeats value ", index));
+      }
+      ++parts_;
+      return complete(number);
     }
     control_message m;
     m.kind = kind;
     m.id = number;
-    if (end < rest.size()) m.text = std::string(rest.substr(end + 1));
-    std::vector<tensor> ahead;
-    if (auto it = open_.find(number); it != open_.end()) {
-      ahead = std::move(it->second);
-      open_.erase(it);
-    }
+    m.text = std::string(text);
     const std::size_t want = kind == control_kind::run ? 3 : kind == control_kind::answer || kind == control_kind::failure ? 1 : 0;
-    if (want == 0 || !unpack_control(value, &m) || m.header.size() != want || (!ahead.empty() && !m.values.empty())) {
-      return invalid_argument_error("a damaged control frame (kind '", key[1], "')");
+    if (want == 0 || !unpack_control(value, &m) || m.header.size() != want) {
+      return fail(invalid_argument_error("a damaged control frame (kind '", key[1], "')"));
     }
-    if (m.values.empty()) m.values = std::move(ahead);
     const std::int64_t count = kind == control_kind::run ? m.header[2] : kind == control_kind::answer ? m.header[0] : 0;
-    if (count != static_cast<std::int64_t>(m.values.size())) {
-      return invalid_argument_error("a control frame that announces ", count, " values after ", m.values.size());
+    auto it = open_.find(number);
+    const std::size_t ahead = it == open_.end() ? 0 : it->second.parts.size();
+    if (count < 0 || count > static_cast<std::int64_t>(k_max_values) || (!m.values.empty() && ahead > 0) ||
+        (!m.values.empty() && count != static_cast<std::int64_t>(m.values.size())) ||
+        static_cast<std::int64_t>(ahead) > count || (it != open_.end() && it->second.last)) {
+      return fail(invalid_argument_error("a control frame that announces ", count, " values after ",
+                                         std::max(ahead, m.values.size())));
     }
-    return std::optional<control_message>(std::move(m));
+    if (!m.values.empty() || count == 0) return std::optional<control_message>(std::move(m));
+    if (it == open_.end() && open_.size() >= k_max_open) {
+      return resource_exhausted_error("more than ", k_max_open, " steps under way on one link");
+    }
+    open_[number].last = std::move(m);
+    return complete(number);
   }
 
  private:
-  static constexpr std::size_t k_max_open = 1 << 14;
-  std::unordered_map<std::uint64_t, std::vector<tensor>> open_;
+  struct open_message {
+    std::map<std::size_t, tensor> parts;  // by index
+    std::optional<control_message> last;  // once it came
+  };
+  static bool parse_number(std::string_view text, std::uint64_t* out) {
+    const auto [stop, error] = std::from_chars(text.data(), text.data() + text.size(), *out);
+    return !text.empty() && error == std::errc() && stop == text.data() + text.size();
+  }
+  // The message `id`, when its last frame and all its values are here.
+  std::optional<control_message> complete(std::uint64_t id) {
+    auto it = open_.find(id);
+    if (it == open_.end() || !it->second.last) return std::nullopt;
+    control_message& m = *it->second.last;
+    const std::int64_t count = m.kind == control_kind::run ? m.header[2] : m.header[0];
+    auto& parts = it->second.parts;
+    if (static_cast<std::int64_t>(parts.size()) != count || parts.rbegin()->first + 1 != parts.size()) return std::nullopt;
+    for (auto& [index, value] : parts) m.values.push_back(std::move(value));
+    control_message whole = std::move(m);
+    parts_ -= parts.size();
+    open_.erase(it);
+    return whole;
+  }
+  static constexpr std::size_t k_max_open = 1 << 14;    // messages under way
+  static constexpr std::size_t k_max_values = 1 << 16;  // values under way, and in one message
+  std::unordered_map<std::uint64_t, open_message> open_;
+  std::size_t parts_ = 0;
 };
 
 // A failure as its frame carries it.
@@ -345,11 +401,19 @@ status failure_status(const control_message& m) {
   return status(c == code::ok || static_cast<int>(c) < 0 || static_cast<int>(c) > 16 ? code::unknown : c, m.text);
 }
 
+// The link a hub keeps, for the answers to the steps it carried: null once the hub lets
+// the link go (it is nulled before the link ends, under `mutex`; a send never waits for
+// the socket, so an answer holds it briefly).
+struct link_route {
+  std::mutex mutex;
+  tensor_link* link = nullptr;
+};
+
 // Where a run that came over a link is answered: back over that link, from the service's
 // thread. A link gone takes nothing (its client has failed the run already).
 class link_answer {
  public:
-  link_answer(std::weak_ptr<tensor_link> link, std::uint64_t id) : link_(std::move(link)), id_(id) {}
+  link_answer(std::shared_ptr<link_route> route, std::uint64_t id) : route_(std::move(route)), id_(id) {}
   void deliver(std::vector<tensor> fetches) const {
     control_message m;
     m.kind = control_kind::answer;
@@ -362,11 +426,12 @@ class link_answer {
 
  private:
   void send(control_message m) const {
-    if (auto link = link_.lock(); link != nullptr && link->failure().ok()) {
-      send_control(*link, std::move(m), [](const status&) {});
+    std::lock_guard<std::mutex> lock(route_->mutex);
+    if (route_->link != nullptr && route_->link->failure().ok()) {
+      send_control(*route_->link, std::move(m), [](const status&) {});
     }
   }
-  std::weak_ptr<tensor_link> link_;
+  std::shared_ptr<link_route> route_;
   std::uint64_t id_;
 };
 
@@ -385,14 +450,27 @@ struct transfer_hub::impl {
   std::string task;  // the hosted task the links reach (link_options::local_task)
   std::unique_ptr<link_listener> listener;
   mutable std::mutex mutex;
-  std::vector<std::shared_ptr<tensor_link>> links;
+  // The links (owned here alone: a link never ends on its own thread), each with its route.
+  struct kept_link {
+    std::unique_ptr<tensor_link> link;
+    std::shared_ptr<link_route> route;
+    // Ends the link: its route first (no answer goes to it from then on), then its threads.
+    void end() {
+      if (route != nullptr) {
+        std::lock_guard<std::mutex> lock(route->mutex);
+        route->link = nullptr;
+      }
+      link.reset();
+    }
+  };
+  std::vector<kept_link> links;
   caf::actor service;  // under `mutex`: where the runs the links carry go (serve_runs)
   std::atomic<std::int64_t> delivered{0}, refused{0}, stale{0};
   std::set<std::uint64_t> stale_lives;  // under `mutex`: the incarnations said so far
 
   // A frame of a run from a client (steps over the links), on the link's reader thread:
   // a whole run goes to the service, which answers over `link`.
-  void control(const std::string& from, const std::weak_ptr<tensor_link>& link, control_reader& reader,
+  void control(const std::string& from, const std::shared_ptr<link_route>& link, control_reader& reader,
                std::string_view key, tensor value) {
     std::uint64_t id = 0;
     auto read = reader.read(key, std::move(value), &id);
@@ -468,13 +546,13 @@ struct transfer_hub::impl {
 transfer_hub::transfer_hub(std::unique_ptr<impl> impl) : impl_(std::move(impl)) {}
 transfer_hub::~transfer_hub() {
   impl_->listener.reset();  // no link is accepted any more
-  std::vector<std::shared_ptr<tensor_link>> links;
+  std::vector<impl::kept_link> links;
   {
     std::lock_guard<std::mutex> lock(impl_->mutex);
     links.swap(impl_->links);
     impl_->service = caf::actor();
   }
-  links.clear();  // each joins its threads
+  for (auto& k : links) k.end();  // each joins its threads
 }
 void transfer_hub::serve_runs(caf::actor service) {
   std::lock_guard<std::mutex> lock(impl_->mutex);
@@ -496,13 +574,14 @@ result<std::unique_ptr<transfer_hub>> transfer_hub::start(actors::cluster& c, co
   hub->task = options.local_task;
   impl* h = hub.get();
   auto listener = link_listener::listen(host, 0, std::move(options), [h](std::unique_ptr<tensor_link> accepted) {
-    std::shared_ptr<tensor_link> link = std::move(accepted);
+    impl::kept_link kept{std::move(accepted), std::make_shared<link_route>()};
+    kept.route->link = kept.link.get();
+    tensor_link* link = kept.link.get();
     const std::string from = link->peer();
     tensor_link::handlers on;
-    // (The reader holds the link weakly: a link never ends on its own thread.)
-    on.tensor = [h, from, weak = std::weak_ptr<tensor_link>(link), reader = std::make_shared<control_reader>()](
-                    std::string key, tensor value) {
-      if (is_control_key(key)) return h->control(from, weak, *reader, key, std::move(value));
+    on.tensor = [h, from, route = kept.route, reader = std::make_shared<control_reader>()](std::string key,
+                                                                                            tensor value) {
+      if (is_control_key(key)) return h->control(from, route, *reader, key, std::move(value));
       h->arrived(from, std::move(key), std::move(value));
     };
     on.failure = [](const status&) {};  // its client fails the steps it sent; others, their aborts
@@ -520,14 +599,16 @@ result<std::unique_ptr<transfer_hub>> transfer_hub::start(actors::cluster& c, co
     link->start(std::move(on));
     // Links that have failed or closed go as a new one comes (on the listener's thread:
     // a link cannot join its own threads), so a long-lived server keeps only live ones.
-    std::vector<std::shared_ptr<tensor_link>> gone;
+    std::vector<impl::kept_link> gone;
     {
       std::lock_guard<std::mutex> lock(h->mutex);
-      auto dead = std::stable_partition(h->links.begin(), h->links.end(), [](const auto& k) { return k->failure().ok(); });
+      auto dead = std::stable_partition(h->links.begin(), h->links.end(),
+                                        [](const auto& k) { return k.link->failure().ok(); });
       for (auto it = dead; it != h->links.end(); ++it) gone.push_back(std::move(*it));
       h->links.erase(dead, h->links.end());
-      h->links.push_back(std::move(link));
+      h->links.push_back(std::move(kept));
     }
+    for (auto& k : gone) k.end();
   });
   if (!listener.ok()) return listener.error();
   hub->listener = std::move(*listener);
@@ -557,7 +638,8 @@ namespace troupe::cluster {
 namespace {
 
 struct service_state {
-  task_service_options options;
+  task_service_options options;  // (its hub: null; the service may outlive it)
+  std::uint16_t link_port = 0;   // the task's transfer hub's, which the hello tells (0: none)
   std::uint64_t next_handle = 1;
   std::uint64_t next_token = 1;
   struct partition {
@@ -607,11 +689,6 @@ std::uint64_t incarnation_of(const task_service_options& o) {
   return devices.ok() && !devices->empty() ? o.cluster->directory()->incarnation(devices->front()) : 0;
 }
 
-// The port of the task's transfer hub, which its hello tells (0: none).
-std::uint16_t link_port_of(const task_service_options& o) {
-  return o.hub != nullptr ? static_cast<std::uint16_t>(o.hub->port()) : 0;
-}
-
 caf::error unverified(service_actor* self) {
   return to_caf_error(unauthenticated_error("task ", self->state.options.task,
                                             " serves only peers that proved their identity in a hello"));
@@ -621,8 +698,9 @@ void watch_client(service_actor* self, const caf::actor_addr& client) {
   if (client && self->state.clients.insert(client).second) self->monitor(client);
 }
 
-caf::behavior task_service(service_actor* self, task_service_options options) {
+caf::behavior task_service(service_actor* self, task_service_options options, std::uint16_t link_port) {
   self->state.options = std::move(options);
+  self->state.link_port = link_port;
   // A client that goes leaves no partitions behind.
   self->set_down_handler([self](caf::down_msg& down) {
     auto& st = self->state;
@@ -679,7 +757,7 @@ caf::behavior task_service(service_actor* self, task_service_options options) {
         if (!mine.ok()) return refuse(mine.error());
         st.verified.insert(sender->node());
         return caf::result<std::string, std::uint16_t, std::uint64_t, std::string, std::string>(
-            o.task, link_port_of(o), incarnation_of(o), mine->certificate_pem, mine->signature);
+            o.task, st.link_port, incarnation_of(o), mine->certificate_pem, mine->signature);
       },
       [self](remote_hello_atom, std::uint32_t version, const std::string& cluster_id, const std::string& client,
              const std::string& task) -> caf::result<std::string, std::uint16_t, std::uint64_t> {
@@ -688,7 +766,7 @@ caf::behavior task_service(service_actor* self, task_service_options options) {
           return to_caf_error(unauthenticated_error("task ", o.task, " wants a proof of identity (a TLS cluster)"));
         }
         if (status s = check_hello(o, version, cluster_id, client, task); !s.ok()) return to_caf_error(s);
-        return caf::result<std::string, std::uint16_t, std::uint64_t>(o.task, link_port_of(o),
+        return caf::result<std::string, std::uint16_t, std::uint64_t>(o.task, self->state.link_port,
                                                                      incarnation_of(o));
       },
       [self](prepare_atom, std::uint64_t client_token, const wire_spec& w) -> caf::result<std::uint64_t> {
@@ -1035,11 +1113,18 @@ void with_connection(remote_actor* self, reach need, std::function<void()> ready
         outcome = made.error();
       }
     }
-    return [self, outcome, service, link, link_port, incarnation] {
+    return [self, outcome, service, link, link_port, incarnation]() mutable {
       auto& st = self->state;
       st.connecting = false;
       auto waiting = std::move(st.waiting);
       st.waiting.clear();
+      // A link that failed as it opened (its link_lost came before it was kept, and was
+      // ignored): not kept; what waited fails, and the next use connects again.
+      if (outcome.ok() && link != nullptr && !link->failure().ok()) {
+        outcome = unavailable_error("the tensor link to task ", st.options.hello.task,
+                                    " failed as it opened: ", link->failure().message());
+        st.worker().post([gone = std::move(link)] {});
+      }
       if (outcome.ok()) {
         st.link = link;
         st.takes_links = link_port > 0;
@@ -1235,6 +1320,10 @@ caf::behavior remote_device(remote_actor* self, remote_device_options options) {
               if (st.link == nullptr) {
                 return st.answer(id, to_caf_error(unimplemented_error("task ", st.options.hello.task,
                                                                       " takes no tensor links, which carry its steps")));
+              }
+              if (status broken = st.link->failure(); !broken.ok()) {  // its link_lost is on its way
+                return st.answer(id, to_caf_error(unavailable_error("the tensor link to task ", st.options.hello.task,
+                                                                    " broke: ", broken.message())));
               }
               st.over_link.insert(id);
               control_message run;
@@ -1440,7 +1529,9 @@ result<std::vector<observed_event>> take_observations(actors::cluster& c, const 
 
 caf::actor spawn_task_service(caf::actor_system& system, task_service_options options) {
   transfer_hub* hub = options.hub;
-  caf::actor service = system.spawn(task_service, std::move(options));
+  options.hub = nullptr;
+  const auto port = static_cast<std::uint16_t>(hub != nullptr ? hub->port() : 0);
+  caf::actor service = system.spawn(task_service, std::move(options), port);
   if (hub != nullptr) hub->serve_runs(service);
   return service;
 }

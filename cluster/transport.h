@@ -4,8 +4,10 @@
 // tensor's memory straight to the socket (no copy in user space), the receiver reads
 // straight into the memory of the tensor it hands on (one copy, the kernel's). Its reader
 // and writer are threads of the link's own, never CAF's: a link never blocks an actor.
-// Control messages (step starts, variable requests) do not travel here but over CAF's
-// middleman, on a connection of their own, so they never wait behind bulk transfers.
+// The control plane (cluster/remote_task.h) sends its steps' runs and answers over a
+// client's links as tensors under keys of their own; the rest of it (hellos, prepares,
+// aborts) goes over CAF's middleman, on a connection of its own, so that an abort never
+// waits behind bulk transfers.
 //
 //   auto listener = link_listener::listen("127.0.0.1", 0, options, [&](std::unique_ptr<tensor_link> l) {...});
 //   auto link = tensor_link::connect("127.0.0.1", listener->port(), "/job:ps/replica:0/task:0", options);

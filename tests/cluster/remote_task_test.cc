@@ -254,10 +254,19 @@ TEST_CASE("steps over a task's tensor link: damaged frames and unknown partition
   CHECK(key.rfind("\x02" "E7\x1f", 0) == 0);
   CHECK(key.find("damaged control frame") != std::string::npos);
   CHECK(code_of(body) == code::invalid_argument);
-  // A header that announces a feed that never came.
-  std::tie(key, body) = answer_to("\x02R8", control_body({1, 1, 1}));
-  CHECK(key.rfind("\x02" "E8\x1f", 0) == 0);
-  CHECK(key.find("announces 1 values after 0") != std::string::npos);
+  // A run that announces a feed waits for it (a value may come after its last frame)...
+  (*link)->send("\x02R8", control_body({99, 1, 1}), [](const status&) {});
+  std::tie(key, body) = answer_to(std::string("\x02" "F8\x1f" "0"), tensor::scalar(1.0f));
+  CHECK(key.rfind("\x02" "E8\x1f", 0) == 0);  // ...and runs once it came (no partition 99 here)
+  CHECK(key.find("has no partition 99") != std::string::npos);
+  // A value whose index is out of bounds, and a header that announces fewer values than came.
+  std::tie(key, body) = answer_to(std::string("\x02" "F10\x1f" "99999999"), tensor::scalar(1.0f));
+  CHECK(key.rfind("\x02" "E10\x1f", 0) == 0);
+  (*link)->send(std::string("\x02" "F11\x1f" "0"), tensor::scalar(1.0f), [](const status&) {});
+  (*link)->send(std::string("\x02" "F11\x1f" "1"), tensor::scalar(2.0f), [](const status&) {});
+  std::tie(key, body) = answer_to("\x02R11", control_body({99, 1, 1}));
+  CHECK(key.rfind("\x02" "E11\x1f", 0) == 0);
+  CHECK(key.find("announces 1 values after 2") != std::string::npos);
   // A well-formed run of a partition never prepared: the service's NOT_FOUND, across.
   std::tie(key, body) = answer_to("\x02R9", control_body({99, 1, 0}));
   CHECK(key.rfind("\x02" "E9\x1f", 0) == 0);
