@@ -37,6 +37,7 @@
 #include "placement/replica_device_setter.h"
 #include "kernels/kernel_registry.h"
 #include "actors/runtime_kernels.h"
+#include "scenarios/input_room.h"
 #include "scenarios/model_zoo.h"
 #include "scenarios/progress.h"
 #include "scenarios/scenario.h"
@@ -1025,26 +1026,15 @@ result<run_summary> run_scenario(const scenario::Scenario& sc, const run_options
   std::atomic<bool> stop{false};
   // Batches taken from each worker's queue (its training steps), so that a reader that
   // found the queue full waits for room instead of polling it (200 workers' readers
-  // polling every 500 us were most of a simulated run's work).
-  struct batches_taken {
-    std::mutex mutex;
-    env::condition_variable changed;
-    std::uint64_t count = 0;
-    void bump() {
-      {
-        std::lock_guard<std::mutex> lock(mutex);
-        ++count;
-      }
-      changed.notify_all();
-    }
-  };
-  std::vector<batches_taken> taken(workers.size());
+  // polling every 500 us were most of a simulated run's work), and a worker's only reader
+  // knows the room without looking (scenarios/input_room.h).
+  std::vector<input_room> taken(workers.size());
   env::mutex queues_mutex;  // held while closing them
   bool queues_closed = false;
   // Stops the readers and trainers at their next look (a reader waiting for room wakes).
   auto stop_loops = [&] {
     stop = true;
-    for (auto& t : taken) t.bump();
+    for (auto& t : taken) t.wake();
   };
   auto end_run = [&] {
     stop_loops();
@@ -1089,32 +1079,34 @@ result<run_summary> run_scenario(const scenario::Scenario& sc, const run_options
         // checkpoint's closing gate keeps out while it waits for this reader: a deadlock
         // that CI met once.)
         const std::string task = layout->worker(static_cast<int>(w));
-        std::optional<std::int32_t> size;
+        // The size last seen (looked at, or after this reader's enqueue). Alone, a reader
+        // bounds the size from it after a trainer's step without a look (input_room.h);
+        // with other readers, whose enqueues it does not see, it looks afresh.
+        std::optional<input_room::sighting> size;
+        const bool alone = reader_threads == 1;
+        auto bound = [&] { return alone ? room->bound(*size, t.batch_size()) : size->size; };
         std::uint64_t size_restores = 0;  // pipeline_restores_of(task) when `size` was seen
         while (!stop) {
           // A slow reader (a slow disk): its trainer may find the queue too empty and wait.
           if (env::buggify("input.slow_reader")) env::sleep_for(k_slow_reader);
           result<std::vector<tensor>> e = std::vector<tensor>{};
           bool full = false;
-          const std::uint64_t seen = [&] {
-            std::lock_guard<std::mutex> lock(room->mutex);
-            return room->count;
-          }();
+          const std::uint64_t seen = room->taken();
           {
             cluster::step_gate::pass feeding(gate, cluster::step_gate::pass::kind::feeder);
             const std::uint64_t restores = pipeline_restores_of(task);
             if (restores != size_restores) size.reset();
             if (!size) {
               e = s->run({}, {k_queue_size});
-              if (e.ok()) size = e->at(0).scalar_value<std::int32_t>();
+              if (e.ok()) size = room->sight(e->at(0).scalar_value<std::int32_t>());
               size_restores = restores;
             }
             if (e.ok()) {
-              full = *size > fill_below;
+              full = bound() > fill_below;
               if (!full) {
                 e = s->run({}, {k_enqueue_then_size});
                 size.reset();
-                if (e.ok()) size = e->at(0).scalar_value<std::int32_t>();
+                if (e.ok()) size = room->sight(e->at(0).scalar_value<std::int32_t>());
               }
             }
           }
@@ -1123,10 +1115,10 @@ result<run_summary> run_scenario(const scenario::Scenario& sc, const run_options
             return fail(supervisor->failure().ok() ? e.error().with_context("input pipeline") : supervisor->failure());
           }
           if (full) {
-            size.reset();  // looked at afresh once the trainer took a batch
-            // Until the trainer takes a batch (or, as a safeguard, 50 ms).
-            std::unique_lock<std::mutex> lock(room->mutex);
-            room->changed.wait_for(lock, std::chrono::milliseconds(50), [&] { return room->count != seen; });
+            // Until the trainer takes a batch (or, as a safeguard, 50 ms: then, and with
+            // other readers, the size is looked at afresh).
+            const bool took = room->wait_for_take(seen, [&] { return stop.load(); }, std::chrono::milliseconds(50));
+            if (!alone || !took) size.reset();
           }
         }
       });
@@ -1222,9 +1214,10 @@ result<run_summary> run_scenario(const scenario::Scenario& sc, const run_options
           if (status caught = catch_up(); !caught.ok()) r = caught;
         }
         if (restores == local_restores && (held.step != local || held.restores != restores)) {
+          taken[w].begin_take();
           r = s.run({}, {k_dequeue_images, k_dequeue_labels});
+          taken[w].end_take(r.ok());
           if (r.ok()) held = {local, restores, r->at(0), r->at(1)};
-          if (r.ok()) taken[w].bump();
         }
         if (held.step == local && held.restores == restores) {
           r = s.run({{o.local_step.name(), tensor::scalar<std::int64_t>(local)},
@@ -1356,7 +1349,9 @@ result<run_summary> run_scenario(const scenario::Scenario& sc, const run_options
           // The global step is advanced inside the gate, so that a recovery that rolls it
           // back (with the gate closed) is never overtaken by a step from before.
           cluster::step_gate::pass inside(gate);
+          taken[w].begin_take();
           r = s.run({}, {"loss_value", "step_value"}, {k_train});
+          taken[w].end_take(r.ok());
           if (r.ok()) {
             loss = r->at(0).scalar_value<float>();
             step = r->at(1).scalar_value<std::int64_t>() + 1;
@@ -1370,7 +1365,6 @@ result<run_summary> run_scenario(const scenario::Scenario& sc, const run_options
           return fail(supervisor->failure().ok() ? r.error().with_context(str_cat("training step on worker ", w))
                                                  : supervisor->failure());
         }
-        taken[w].bump();
         if (checkpoints != nullptr) checkpoints->step_done(step);
         step_reached(step);
         progress.update(std::max(step, seen), loss);
