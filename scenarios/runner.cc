@@ -1115,10 +1115,15 @@ result<run_summary> run_scenario(const scenario::Scenario& sc, const run_options
             return fail(supervisor->failure().ok() ? e.error().with_context("input pipeline") : supervisor->failure());
           }
           if (full) {
-            // Until the trainer takes a batch (or, as a safeguard, 50 ms: then, and with
-            // other readers, the size is looked at afresh).
-            const bool took = room->wait_for_take(seen, [&] { return stop.load(); }, std::chrono::milliseconds(50));
-            if (!alone || !took) size.reset();
+            // Until the trainer takes a batch beyond those the reader knows of (or, as a
+            // safeguard, 50 ms). The size is looked at afresh then, with other readers, and
+            // when the take did not lower the bound (a step under way at the look: it may
+            // have taken its batch before).
+            const bool known = alone && size.has_value();
+            const std::int64_t before = known ? bound() : 0;
+            const bool took = room->wait_for_take(known ? std::max(seen, size->taken) : seen,
+                                                  [&] { return stop.load(); }, std::chrono::milliseconds(50));
+            if (!known || !took || bound() >= before) size.reset();
           }
         }
       });

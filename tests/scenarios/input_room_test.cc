@@ -7,9 +7,11 @@
 #include <catch2/catch.hpp>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 namespace troupe::scenarios {
@@ -113,12 +115,50 @@ TEST_CASE("a reader's bound is the queue's size when no step was under way at it
 
 TEST_CASE("a reader waiting for room wakes when a batch is taken, when stopped, or at its timeout",
           "[scenarios][input]") {
+  using namespace std::chrono_literals;
   input_room room;
-  CHECK_FALSE(room.wait_for_take(0, [] { return false; }, std::chrono::milliseconds(1)));  // the timeout
-  CHECK_FALSE(room.wait_for_take(0, [] { return true; }, std::chrono::milliseconds(10000)));  // stopped
+  CHECK_FALSE(room.wait_for_take(0, [] { return false; }, 1ms));  // the timeout
+  CHECK_FALSE(room.wait_for_take(0, [] { return true; }, 10s));   // stopped
   room.begin_take();
   room.end_take(true);
-  CHECK(room.wait_for_take(0, [] { return false; }, std::chrono::milliseconds(10000)));  // taken already
+  CHECK(room.wait_for_take(0, [] { return false; }, 10s));  // taken already
+  CHECK_FALSE(room.wait_for_take(1, [] { return false; }, 1ms));  // not beyond the one known
+  // From other threads: a take, then a stop, each wake a waiting reader long before its
+  // timeout.
+  for (bool by_take : {true, false}) {
+    std::atomic<bool> stop{false};
+    std::atomic<bool> woke{false};
+    const auto start = std::chrono::steady_clock::now();
+    std::thread reader([&] {
+      room.wait_for_take(room.taken(), [&] { return stop.load(); }, 20s);
+      woke = true;
+    });
+    std::this_thread::sleep_for(20ms);
+    if (by_take) {
+      room.begin_take();
+      room.end_take(true);
+    } else {
+      stop = true;
+      room.wake();
+    }
+    reader.join();
+    CHECK(woke);
+    CHECK(std::chrono::steady_clock::now() - start < 10s);
+  }
+}
+
+TEST_CASE("two steps under way at a look are both left out of the bound", "[scenarios][input]") {
+  input_room room;
+  std::int64_t size = 8 * k_batch;
+  room.begin_take();
+  room.begin_take();
+  size -= k_batch;  // one of them took its batch before the look
+  const auto seen = room.sight(size);
+  size -= k_batch;  // the other after it
+  room.end_take(true);
+  room.end_take(true);
+  CHECK(room.bound(seen, k_batch) >= size);
+  CHECK(room.bound(seen, k_batch) == seen.size);
 }
 
 }  // namespace
