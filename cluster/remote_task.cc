@@ -24,6 +24,7 @@
 #include "actors/messages.h"
 #include "actors/spawn.h"
 #include "cluster/certificates.h"
+#include "cluster/wire_bytes.h"
 #include "core/address.h"
 #include "actors/rendezvous.h"
 #include "graph/graph.h"
@@ -205,55 +206,48 @@ struct control_message {
   std::string text;
 };
 
+// The values a run (its feeds) or an answer (its fetches) announces; a failure has none.
+std::int64_t announced_values(const control_message& m) {
+  return m.kind == control_kind::run ? m.header[2] : m.kind == control_kind::answer ? m.header[0] : 0;
+}
+
 // The last frame's tensor: the header, then the values when `packed` (dtype, rank, dims,
 // byte count and bytes each), else none.
 tensor pack_control(const control_message& m, bool packed) {
-  std::string out;
-  auto put = [&out](const auto& v) { out.append(reinterpret_cast<const char*>(&v), sizeof v); };
-  put(static_cast<std::uint32_t>(m.header.size()));
-  for (std::int64_t h : m.header) put(h);
-  put(static_cast<std::uint32_t>(packed ? m.values.size() : 0));
-  for (const tensor& t : packed ? m.values : std::vector<tensor>()) {
-    put(static_cast<std::int32_t>(t.type()));
-    put(static_cast<std::uint32_t>(t.shape().rank()));
-    for (std::int64_t d : t.shape().dims()) put(d);
-    put(static_cast<std::uint64_t>(t.byte_size()));
-    out.append(static_cast<const char*>(t.raw_data()), t.byte_size());
+  body_writer w;
+  w.put(static_cast<std::uint32_t>(m.header.size()));
+  for (std::int64_t h : m.header) w.put(h);
+  w.put(static_cast<std::uint32_t>(packed ? m.values.size() : 0));
+  for (std::size_t i = 0; packed && i < m.values.size(); ++i) {
+    const tensor& t = m.values[i];
+    w.put(static_cast<std::int32_t>(t.type()));
+    w.put(static_cast<std::uint32_t>(t.shape().rank()));
+    for (std::int64_t d : t.shape().dims()) w.put(d);
+    w.put(static_cast<std::uint64_t>(t.byte_size()));
+    w.bytes.append(static_cast<const char*>(t.raw_data()), t.byte_size());
   }
-  tensor body(dtype::uint8, tensor_shape({static_cast<std::int64_t>(out.size())}));
-  std::memcpy(body.raw_data(), out.data(), out.size());
+  tensor body(dtype::uint8, tensor_shape({static_cast<std::int64_t>(w.bytes.size())}));
+  std::memcpy(body.raw_data(), w.bytes.data(), w.bytes.size());
   return body;
 }
 
 // And back: the header and the packed values into `m`. False: damaged.
 bool unpack_control(const tensor& body, control_message* m) {
   if (body.type() != dtype::uint8 || body.shape().rank() != 1) return false;
-  const char* at = static_cast<const char*>(body.raw_data());
-  const char* const end = at + body.byte_size();
-  auto get = [&](auto* v) {
-    if (static_cast<std::size_t>(end - at) < sizeof *v) return false;
-    std::memcpy(v, at, sizeof *v);
-    at += sizeof *v;
-    return true;
-  };
-  std::uint32_t fields = 0, count = 0;
-  if (!get(&fields) || fields > 8) return false;
+  body_reader r{std::string_view(static_cast<const char*>(body.raw_data()), body.byte_size())};
+  const auto fields = r.get<std::uint32_t>();
+  if (!r.ok || fields > 8) return false;
   m->header.resize(fields);
-  for (std::int64_t& h : m->header) {
-    if (!get(&h)) return false;
-  }
-  if (!get(&count)) return false;
-  for (std::uint32_t i = 0; i < count; ++i) {
-    std::int32_t type = 0;
-    std::uint32_t rank = 0;
-    std::uint64_t bytes = 0;
-    if (!get(&type) || !get(&rank) || rank > 64) return false;
+  for (std::int64_t& h : m->header) h = r.get<std::int64_t>();
+  const auto count = r.get<std::uint32_t>();
+  for (std::uint32_t i = 0; r.ok && i < count; ++i) {
+    const auto t = static_cast<dtype>(r.get<std::int32_t>());
+    const auto rank = r.get<std::uint32_t>();
+    if (!r.ok || rank > 64) return false;
     std::vector<std::int64_t> dims(rank);
-    for (std::int64_t& d : dims) {
-      if (!get(&d)) return false;
-    }
-    if (!get(&bytes) || bytes > static_cast<std::uint64_t>(end - at)) return false;
-    const auto t = static_cast<dtype>(type);
+    for (std::int64_t& d : dims) d = r.get<std::int64_t>();
+    const auto bytes = r.get<std::uint64_t>();
+    if (!r.ok || bytes > r.bytes.size()) return false;
     const std::size_t element = dtype_size(t);
     auto shape = tensor_shape::make(std::move(dims));
     if (element == 0 || !shape.ok() || shape->num_elements() < 0 ||
@@ -267,11 +261,11 @@ bool unpack_control(const tensor& body, control_message* m) {
     } catch (const std::bad_alloc&) {
       return false;
     }
-    if (bytes > 0) std::memcpy(value.raw_data(), at, bytes);
-    at += bytes;
+    if (bytes > 0) std::memcpy(value.raw_data(), r.bytes.data(), bytes);
+    r.bytes.remove_prefix(bytes);
     m->values.push_back(std::move(value));
   }
-  return at == end;
+  return r.ok && r.bytes.empty();
 }
 
 // Sends `message` over `link`: its values (ahead, or packed into its last frame), then its
@@ -339,7 +333,7 @@ class control_reader {
     if (want == 0 || !unpack_control(value, &m) || m.header.size() != want) {
       return fail(invalid_argument_error("a damaged control frame (kind '", key[1], "')"));
     }
-    const std::int64_t count = kind == control_kind::run ? m.header[2] : kind == control_kind::answer ? m.header[0] : 0;
+    const std::int64_t count = announced_values(m);
     auto it = open_.find(number);
     const std::size_t ahead = it == open_.end() ? 0 : it->second.parts.size();
     if (count < 0 || count > static_cast<std::int64_t>(k_max_values) || (!m.values.empty() && ahead > 0) ||
@@ -370,7 +364,7 @@ class control_reader {
     auto it = open_.find(id);
     if (it == open_.end() || !it->second.last) return std::nullopt;
     control_message& m = *it->second.last;
-    const std::int64_t count = m.kind == control_kind::run ? m.header[2] : m.header[0];
+    const std::int64_t count = announced_values(m);
     auto& parts = it->second.parts;
     if (static_cast<std::int64_t>(parts.size()) != count || parts.rbegin()->first + 1 != parts.size()) return std::nullopt;
     for (auto& [index, value] : parts) m.values.push_back(std::move(value));
@@ -398,7 +392,7 @@ control_message failure_message(std::uint64_t id, const status& why) {
 // And back; a code that is none gives UNKNOWN.
 status failure_status(const control_message& m) {
   const auto c = static_cast<code>(m.header.empty() ? 0 : m.header[0]);
-  return status(c == code::ok || static_cast<int>(c) < 0 || static_cast<int>(c) > 16 ? code::unknown : c, m.text);
+  return status(c <= code::ok || c > code::unauthenticated ? code::unknown : c, m.text);
 }
 
 // The link a hub keeps, for the answers to the steps it carried: null once the hub lets
@@ -982,6 +976,10 @@ struct remote_state {
   std::set<std::uint64_t> over_link;
   std::unique_ptr<background> work;  // made on first use; joined when the actor ends
 
+  // Why the steps sent over the link fail when it broke with `failure`.
+  caf::error link_broke(const status& failure) const {
+    return to_caf_error(unavailable_error("the tensor link to task ", options.hello.task, " broke: ", failure.message()));
+  }
   // Answers every request pending on the service with `why`.
   void fail_all(const caf::error& why) {
     for (auto& [id, promise] : pending) promise.deliver(why);
@@ -1249,8 +1247,7 @@ caf::behavior remote_device(remote_actor* self, remote_device_options options) {
       [self](link_lost_atom, std::uintptr_t which) {
         auto& st = self->state;
         if (reinterpret_cast<std::uintptr_t>(st.link.get()) != which) return;
-        const caf::error why = to_caf_error(unavailable_error("the tensor link to task ", st.options.hello.task,
-                                                              " broke: ", st.link->failure().message()));
+        const caf::error why = st.link_broke(st.link->failure());
         for (std::uint64_t id : std::set<std::uint64_t>(std::move(st.over_link))) st.answer(id, why);
         st.over_link.clear();
         drop_link(self);
@@ -1321,10 +1318,7 @@ caf::behavior remote_device(remote_actor* self, remote_device_options options) {
                 return st.answer(id, to_caf_error(unimplemented_error("task ", st.options.hello.task,
                                                                       " takes no tensor links, which carry its steps")));
               }
-              if (status broken = st.link->failure(); !broken.ok()) {  // its link_lost is on its way
-                return st.answer(id, to_caf_error(unavailable_error("the tensor link to task ", st.options.hello.task,
-                                                                    " broke: ", broken.message())));
-              }
+              if (status broken = st.link->failure(); !broken.ok()) return st.answer(id, st.link_broke(broken));  // its link_lost is on its way
               st.over_link.insert(id);
               control_message run;
               run.kind = control_kind::run;

@@ -34,6 +34,7 @@
 #include <vector>
 
 #include "cluster/certificates.h"
+#include "cluster/wire_bytes.h"
 #include "core/shared_memory.h"
 
 namespace troupe::cluster {
@@ -70,46 +71,6 @@ struct frame_header {
   std::uint64_t length = 0;  // of the body
 };
 static_assert(sizeof(frame_header) == 16);
-
-// A body being built: little-endian integers and length-prefixed strings.
-struct body_writer {
-  std::string bytes;
-  template <typename T>
-  void put(T value) {
-    bytes.append(reinterpret_cast<const char*>(&value), sizeof value);
-  }
-  void put_string(const std::string& s) {
-    put(static_cast<std::uint32_t>(s.size()));
-    bytes += s;
-  }
-};
-
-// A body being read; every read checks the length (a short body is a broken frame).
-struct body_reader {
-  std::string_view bytes;
-  bool ok = true;
-  template <typename T>
-  T get() {
-    T value{};
-    if (bytes.size() < sizeof value) {
-      ok = false;
-      return value;
-    }
-    std::memcpy(&value, bytes.data(), sizeof value);
-    bytes.remove_prefix(sizeof value);
-    return value;
-  }
-  std::string get_string() {
-    const auto n = get<std::uint32_t>();
-    if (!ok || bytes.size() < n) {
-      ok = false;
-      return {};
-    }
-    std::string s(bytes.substr(0, n));
-    bytes.remove_prefix(n);
-    return s;
-  }
-};
 
 // Waits until `fd` is ready for `events` or `deadline` passes (time_point::max(): no
 // deadline): 1 ready, 0 timed out, -1 error.
