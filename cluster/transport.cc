@@ -14,6 +14,7 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -144,6 +145,12 @@ struct connection {
   int fd = -1;
   SSL* ssl = nullptr;  // null: plain TCP
   std::mutex ssl_mutex;
+  // What was read ahead of the frame being read (read_exactly: one read takes the frames
+  // that wait, not one read per header and body), read_begin..read_end of read_ahead.
+  static constexpr std::size_t k_read_ahead_bytes = 64 << 10;
+  bool local = false;  // a Unix socket (local sockets), not TCP
+  std::unique_ptr<char[]> read_ahead;
+  std::size_t read_begin = 0, read_end = 0;
 
   ~connection() {
     if (ssl != nullptr) SSL_free(ssl);
@@ -349,18 +356,36 @@ status write_frame(connection& c, frame_kind kind, std::string_view body, const 
   return write_all(c, pieces, 3, peer);
 }
 
-// Reads exactly `bytes`, each wait for data at most `timeout`. Errors name `peer`.
+// Reads exactly `bytes`, each wait for data at most `timeout`. Errors name `peer`. What
+// is there beyond them (up to k_read_ahead_bytes) is read too and kept for the next call;
+// a read of that much or more goes straight to `to`.
 status read_exactly(connection& c, void* to, std::size_t bytes, std::chrono::milliseconds timeout,
                     const std::string& peer) {
   auto* p = static_cast<char*>(to);
   std::string why;
   while (bytes > 0) {
+    if (c.read_end > c.read_begin) {
+      const std::size_t n = std::min(bytes, c.read_end - c.read_begin);
+      std::memcpy(p, c.read_ahead.get() + c.read_begin, n);
+      c.read_begin += n;
+      p += n;
+      bytes -= n;
+      continue;
+    }
+    const bool ahead = bytes < connection::k_read_ahead_bytes;
+    if (ahead && c.read_ahead == nullptr) c.read_ahead = std::make_unique<char[]>(connection::k_read_ahead_bytes);
     std::size_t got = 0;
-    const auto o = c.read_some(p, bytes, &got, &why);
+    const auto o = ahead ? c.read_some(c.read_ahead.get(), connection::k_read_ahead_bytes, &got, &why)
+                         : c.read_some(p, bytes, &got, &why);
     switch (o) {
       case connection::outcome::progress:
-        p += got;
-        bytes -= got;
+        if (ahead) {
+          c.read_begin = 0;
+          c.read_end = got;
+        } else {
+          p += got;
+          bytes -= got;
+        }
         break;
       case connection::outcome::want_read:
       case connection::outcome::want_write: {
@@ -485,6 +510,71 @@ std::string certificate_task(connection& c) {
 void set_socket_options(int fd) {
   int one = 1;
   ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+}
+
+// --- local sockets ------------------------------------------------------------------------
+//
+// A plain listener on a loopback address (or on every address) also listens on an abstract
+// Unix socket named after that address and port, and a plain link to a loopback address
+// tries it first: the same bytes and protocol (hello, frames, shared memory) without the
+// kernel's TCP/IP path, which costs each frame and its wake-up of the reader about twice
+// the CPU here (doc/cluster.md, "Local links"). Abstract names live in the network
+// namespace, as loopback addresses do; a name already taken (another listener on the same
+// address and port in another address family) leaves that listener TCP only. TLS links
+// stay on TCP. TROUPE_LINK_LOCAL=0 turns it off.
+bool local_sockets_enabled() {
+  static const bool enabled = [] {
+    const char* v = std::getenv("TROUPE_LINK_LOCAL");
+    return v == nullptr || std::string_view(v) != "0";
+  }();
+  return enabled;
+}
+
+// The numeric loopback address `a` names ("127.0.0.1", "::1"), or empty when it is not one.
+std::string loopback_name(const sockaddr* a) {
+  char host[NI_MAXHOST] = "";
+  if (a->sa_family == AF_INET) {
+    const auto* in = reinterpret_cast<const sockaddr_in*>(a);
+    if ((ntohl(in->sin_addr.s_addr) >> 24) != 127) return {};
+  } else if (a->sa_family == AF_INET6) {
+    const auto* in6 = reinterpret_cast<const sockaddr_in6*>(a);
+    if (!IN6_IS_ADDR_LOOPBACK(&in6->sin6_addr)) return {};
+  } else {
+    return {};
+  }
+  if (::getnameinfo(a, a->sa_family == AF_INET ? sizeof(sockaddr_in) : sizeof(sockaddr_in6), host, sizeof host,
+                    nullptr, 0, NI_NUMERICHOST) != 0) {
+    return {};
+  }
+  return host;
+}
+
+// The abstract Unix address of the listener at loopback `host`:`port`.
+sockaddr_un local_address(const std::string& host, int port, socklen_t* length) {
+  sockaddr_un u{};
+  u.sun_family = AF_UNIX;
+  const std::string name = str_cat("troupe-link/", host, ":", port);
+  const std::size_t n = std::min(name.size(), sizeof u.sun_path - 1);
+  std::memcpy(u.sun_path + 1, name.data(), n);  // sun_path[0] == 0: abstract
+  *length = static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + 1 + n);
+  return u;
+}
+
+// A connected socket to the local listener of loopback address `a` and `port`, or -1
+// (none: not a loopback address, local sockets off, no such listener, its backlog full).
+int connect_local(const sockaddr* a, int port) {
+  if (!local_sockets_enabled()) return -1;
+  const std::string host = loopback_name(a);
+  if (host.empty()) return -1;
+  socklen_t length = 0;
+  const sockaddr_un u = local_address(host, port, &length);
+  const int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+  if (fd < 0) return -1;
+  if (::connect(fd, reinterpret_cast<const sockaddr*>(&u), length) != 0) {
+    ::close(fd);
+    return -1;
+  }
+  return fd;
 }
 
 // The addresses of host:port (numeric or by name).
@@ -1604,6 +1694,7 @@ std::int64_t tensor_link::received_in_place() const { return impl_->in_place.loa
 
 std::int64_t tensor_link::sent_in_place() const { return impl_->sent_in_place.load(std::memory_order_relaxed); }
 std::int64_t tensor_link::sent_inline() const { return impl_->sent_inline.load(std::memory_order_relaxed); }
+bool tensor_link::over_local_socket() const { return impl_->conn->local; }
 
 std::int64_t tensor_link::held_for_peer() const {
   std::lock_guard<std::mutex> lock(impl_->mutex);
@@ -1666,25 +1757,29 @@ result<std::unique_ptr<tensor_link>> tensor_link::connect(const std::string& hos
   status last = unavailable_error("no address for ", where);
   for (addrinfo* a = addresses.get(); a != nullptr; a = a->ai_next) {
     auto c = std::make_unique<connection>();
-    c->fd = ::socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK, a->ai_protocol);
+    if (context == nullptr) c->fd = connect_local(a->ai_addr, port);
+    c->local = c->fd >= 0;
     if (c->fd < 0) {
-      last = unavailable_error("cannot make a socket for ", where, ": ", std::strerror(errno));
-      continue;
+      c->fd = ::socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK, a->ai_protocol);
+      if (c->fd < 0) {
+        last = unavailable_error("cannot make a socket for ", where, ": ", std::strerror(errno));
+        continue;
+      }
+      if (::connect(c->fd, a->ai_addr, a->ai_addrlen) != 0 && errno != EINPROGRESS) {
+        last = unavailable_error("cannot reach task ", peer, " at ", where, ": ", std::strerror(errno));
+        continue;
+      }
+      const int ready = wait_for(c->fd, POLLOUT, deadline);
+      int error = 0;
+      socklen_t length = sizeof error;
+      if (ready == 0) return too_late();
+      if (ready < 0 || ::getsockopt(c->fd, SOL_SOCKET, SO_ERROR, &error, &length) != 0 || error != 0) {
+        last = unavailable_error("cannot reach task ", peer, " at ", where, ": ", std::strerror(error != 0 ? error : errno),
+                                 error == ECONNREFUSED ? " (nothing listens there)" : "");
+        continue;
+      }
+      set_socket_options(c->fd);
     }
-    if (::connect(c->fd, a->ai_addr, a->ai_addrlen) != 0 && errno != EINPROGRESS) {
-      last = unavailable_error("cannot reach task ", peer, " at ", where, ": ", std::strerror(errno));
-      continue;
-    }
-    const int ready = wait_for(c->fd, POLLOUT, deadline);
-    int error = 0;
-    socklen_t length = sizeof error;
-    if (ready == 0) return too_late();
-    if (ready < 0 || ::getsockopt(c->fd, SOL_SOCKET, SO_ERROR, &error, &length) != 0 || error != 0) {
-      last = unavailable_error("cannot reach task ", peer, " at ", where, ": ",
-                               std::strerror(error != 0 ? error : errno), error == ECONNREFUSED ? " (nothing listens there)" : "");
-      continue;
-    }
-    set_socket_options(c->fd);
     if (context != nullptr) {
       if (status s = tls_handshake(*c, context.get(), true, deadline, answerer); !s.ok()) {
         return s.error_code() == code::deadline_exceeded ? too_late() : s;
@@ -1723,6 +1818,7 @@ result<std::unique_ptr<tensor_link>> tensor_link::connect(const std::string& hos
 
 struct link_listener::impl {
   int fd = -1;
+  int local_fd = -1;  // the abstract Unix socket beside it (local sockets), or -1
   int port = 0;
   link_options options;
   context_ptr context;  // null: plain TCP
@@ -1733,21 +1829,51 @@ struct link_listener::impl {
 
   ~impl() {
     if (fd >= 0) ::close(fd);
+    if (local_fd >= 0) ::close(local_fd);
   }
 
   void accept_loop() {
     while (!stopping) {
-      pollfd p{fd, POLLIN, 0};
-      const int n = ::poll(&p, 1, 100);
+      pollfd p[2] = {{fd, POLLIN, 0}, {local_fd, POLLIN, 0}};
+      const int n = ::poll(p, local_fd >= 0 ? 2 : 1, 100);
       if (n <= 0 || stopping) continue;
-      sockaddr_storage from{};
-      socklen_t length = sizeof from;
-      const int peer_fd = ::accept4(fd, reinterpret_cast<sockaddr*>(&from), &length, SOCK_CLOEXEC | SOCK_NONBLOCK);
-      if (peer_fd < 0) continue;
-      auto c = std::make_unique<connection>();
-      c->fd = peer_fd;
-      greet(std::move(c), from);
+      for (const pollfd& ready : p) {
+        if (ready.fd < 0 || (ready.revents & POLLIN) == 0) continue;
+        sockaddr_storage from{};
+        socklen_t length = sizeof from;
+        const int peer_fd = ::accept4(ready.fd, reinterpret_cast<sockaddr*>(&from), &length, SOCK_CLOEXEC | SOCK_NONBLOCK);
+        if (peer_fd < 0) continue;
+        auto c = std::make_unique<connection>();
+        c->fd = peer_fd;
+        c->local = ready.fd == local_fd;
+        greet(std::move(c), from);
+      }
     }
+  }
+
+  // Listens on the abstract Unix socket of the loopback address `a` (or of 127.0.0.1 or
+  // ::1 when `a` is every address) beside the TCP port; without one when the name is
+  // taken or local sockets are off.
+  void listen_locally(const sockaddr* a) {
+    if (context != nullptr || !local_sockets_enabled()) return;
+    std::string host = loopback_name(a);
+    if (host.empty() && a->sa_family == AF_INET &&
+        reinterpret_cast<const sockaddr_in*>(a)->sin_addr.s_addr == htonl(INADDR_ANY)) {
+      host = "127.0.0.1";
+    } else if (host.empty() && a->sa_family == AF_INET6 &&
+               IN6_IS_ADDR_UNSPECIFIED(&reinterpret_cast<const sockaddr_in6*>(a)->sin6_addr)) {
+      host = "::1";
+    }
+    if (host.empty()) return;
+    socklen_t length = 0;
+    const sockaddr_un u = local_address(host, port, &length);
+    local_fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (local_fd >= 0 && ::bind(local_fd, reinterpret_cast<const sockaddr*>(&u), length) == 0 &&
+        ::listen(local_fd, 64) == 0) {
+      return;
+    }
+    if (local_fd >= 0) ::close(local_fd);
+    local_fd = -1;
   }
 
   // The TLS handshake and hello of an accepted connection, within connect_timeout.
@@ -1755,8 +1881,9 @@ struct link_listener::impl {
     char host[NI_MAXHOST] = "?", service[NI_MAXSERV] = "?";
     ::getnameinfo(reinterpret_cast<const sockaddr*>(&from), sizeof from, host, sizeof host, service, sizeof service,
                   NI_NUMERICHOST | NI_NUMERICSERV);
-    const std::string who = str_cat("a peer at ", host, ":", service);
-    set_socket_options(c->fd);
+    const std::string who = c->local ? str_cat("a peer on this machine (the local socket of port ", port, ")")
+                                                      : str_cat("a peer at ", host, ":", service);
+    if (!c->local) set_socket_options(c->fd);
     auto refuse = [&](const status& why, bool tell_peer) {
       if (tell_peer) (void)write_frame(*c, frame_kind::refuse, why.message(), who);
       c.reset();
@@ -1832,6 +1959,7 @@ result<std::unique_ptr<link_listener>> link_listener::listen(const std::string& 
   ::getsockname(l->fd, reinterpret_cast<sockaddr*>(&bound), &length);
   l->port = ntohs(bound.ss_family == AF_INET6 ? reinterpret_cast<sockaddr_in6*>(&bound)->sin6_port
                                                : reinterpret_cast<sockaddr_in*>(&bound)->sin_port);
+  l->listen_locally(a->ai_addr);
   l->thread = std::thread([i = l.get()] {
     pthread_setname_np(pthread_self(), "link.accept");
     block_sigpipe_for_this_thread();

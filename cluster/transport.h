@@ -148,6 +148,9 @@ class tensor_link {
   std::int64_t held_for_peer() const;
   // Tensors written by the threads that sent them (see send).
   std::int64_t sent_inline() const;
+  // Whether the link runs over a local (Unix) socket rather than TCP: both ends on one
+  // machine, reached at a loopback address (doc/cluster.md, "Local sockets").
+  bool over_local_socket() const;
 
   struct impl;  // internal
 

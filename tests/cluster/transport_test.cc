@@ -7,12 +7,15 @@
 #include <netinet/in.h>
 #include <signal.h>
 #include <sys/socket.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <catch2/catch.hpp>
 #include <chrono>
 #include <condition_variable>
+#include <cstddef>
+#include <cstring>
 #include <future>
 #include <mutex>
 #include <thread>
@@ -80,6 +83,82 @@ TEST_CASE("tensors of every fixed-size type and shape cross a link whole and in 
   ps_link->send("late", values[0], [&](const status& s) { after = s; });
   CHECK(after.error_code() == code::unavailable);
   CHECK(at_worker.failures.empty());  // a closing end hears nothing of its own close
+}
+
+// A loopback port nothing listens on now.
+int unused_loopback_port() {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t length = sizeof a;
+  REQUIRE(::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0);
+  REQUIRE(::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &length) == 0);
+  ::close(fd);
+  return ntohs(a.sin_port);
+}
+
+// Sends a small, a 200 KB and a 9 MB tensor from `from` to `at` and checks they arrive.
+void check_tensors_cross(tensor_link& from, inbox& at) {
+  const std::vector<tensor> values{counting(dtype::float32, {3, 4}, 1), counting(dtype::uint8, {200 << 10}, 2),
+                                   counting(dtype::uint8, {9 << 20}, 3)};
+  for (std::size_t i = 0; i < values.size(); ++i) from.send(str_cat("t", i), values[i], [](const status& s) { CHECK(s.ok()); });
+  REQUIRE(at.wait_tensors(values.size()));
+  for (std::size_t i = 0; i < values.size(); ++i) {
+    INFO("tensor " << i);
+    CHECK(at.tensors[i].first == str_cat("t", i));
+    CHECK(at.tensors[i].second.equals(values[i]));
+  }
+}
+
+TEST_CASE("a link to a loopback address goes over a local socket; one whose name is taken goes over TCP",
+          "[cluster][transport]") {
+  SECTION("local socket") {
+    inbox at_ps, at_worker;
+    server ps(options_for(k_ps));
+    auto worker = tensor_link::connect("127.0.0.1", ps.port(), k_ps, options_for(k_worker));
+    REQUIRE(worker.ok());
+    tensor_link* ps_link = ps.wait_link();
+    REQUIRE(ps_link != nullptr);
+    CHECK((*worker)->over_local_socket());
+    CHECK(ps_link->over_local_socket());
+    ps_link->start(at_ps.handlers());
+    (*worker)->start(at_worker.handlers());
+    check_tensors_cross(**worker, at_ps);
+    check_tensors_cross(*ps_link, at_worker);
+    // A refusal over it names it.
+    link_options other = options_for(k_worker);
+    other.cluster_id = "another-cluster";
+    auto refused = tensor_link::connect("127.0.0.1", ps.port(), k_ps, other);
+    CHECK_FALSE(refused.ok());
+    CHECK(ps.wait_refusal().find("the local socket of port " + std::to_string(ps.port())) != std::string::npos);
+  }
+  SECTION("name taken") {
+    // Another socket holds the listener's local name (and does not listen): the listener
+    // serves over TCP alone, and a connecting end that finds nobody there uses TCP.
+    const int port = unused_loopback_port();
+    const int squatter = ::socket(AF_UNIX, SOCK_STREAM, 0);
+    sockaddr_un u{};
+    u.sun_family = AF_UNIX;
+    const std::string name = "troupe-link/127.0.0.1:" + std::to_string(port);
+    std::memcpy(u.sun_path + 1, name.data(), name.size());
+    REQUIRE(::bind(squatter, reinterpret_cast<sockaddr*>(&u),
+                   static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + 1 + name.size())) == 0);
+    {
+      inbox at_ps;
+      server ps(options_for(k_ps), port);
+      auto worker = tensor_link::connect("127.0.0.1", port, k_ps, options_for(k_worker));
+      REQUIRE(worker.ok());
+      tensor_link* ps_link = ps.wait_link();
+      REQUIRE(ps_link != nullptr);
+      CHECK_FALSE((*worker)->over_local_socket());
+      CHECK_FALSE(ps_link->over_local_socket());
+      ps_link->start(at_ps.handlers());
+      (*worker)->start({});
+      check_tensors_cross(**worker, at_ps);
+    }
+    ::close(squatter);
+  }
 }
 
 TEST_CASE("hellos from another cluster, for another task or not troupe's are refused, and both ends say why",
