@@ -78,7 +78,7 @@ result<std::shared_ptr<cluster>> cluster::create(cluster_options options) {
     }
     auto stand_in = o.remote_device(*c->system_, full);
     if (!stand_in.ok()) return stand_in.error();
-    c->directory_->set(full, std::move(*stand_in), /*remote=*/true);
+    c->directory_->set_remote(full, std::move(*stand_in));
   }
   // Constructing the system and spawning into it tied this thread to the system's
   // shutdown (actors/spawn.h); untie it, so that any thread may destroy the cluster.
@@ -223,7 +223,7 @@ result<int> cluster::restart_task(std::string_view task) {
     for (const std::string& full : *devices) {
       auto stand_in = options_.remote_device(*system_, full);
       if (!stand_in.ok()) return stand_in.error();
-      directory_->set(full, std::move(*stand_in), /*remote=*/true);
+      directory_->set_remote(full, std::move(*stand_in));
     }
     std::lock_guard<std::mutex> lock(tasks_mutex_);
     return ++incarnations_[canonical_task(task)];

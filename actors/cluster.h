@@ -71,8 +71,9 @@ struct cluster_options {
   std::optional<std::vector<std::string>> hosted_tasks;
   // The actor that stands for a device of a task hosted elsewhere (a remote device,
   // cluster/remote_task.h), from the actor system and the device's complete name; needed
-  // when some task is not hosted here. It joins the directory like a local device.
-  std::function<result<caf::actor>(caf::actor_system&, const std::string& device)> remote_device = nullptr;
+  // when some task is not hosted here. It joins the directory like a local device, with
+  // its sink (runtime_device.h's remote_sink) when it has one.
+  std::function<result<stand_in>(caf::actor_system&, const std::string& device)> remote_device = nullptr;
   // The first step id this process hands out (cluster::next_step_id). Processes that run
   // steps on the same tasks of a real cluster need disjoint ranges: process_cluster
   // (cluster/real_cluster.h) gives each a random incarnation in the high bits.

@@ -25,6 +25,7 @@
 #include <shared_mutex>
 #include <string>
 
+#include "actors/reply.h"
 #include "actors/tracing.h"
 #include "core/env.h"
 #include "core/thread_pool.h"
@@ -34,6 +35,32 @@
 namespace troupe::actors {
 
 class simulation;
+class transfer_key;
+
+// A device of another process may take a _Send's tensor from the sending kernel's own
+// thread, straight onto the link to its task, instead of through a message to its
+// stand-in actor and an answer back (two hand-offs between threads per transfer; the
+// stand-in still opens the link, and takes what cannot go this way).
+class remote_sink {
+ public:
+  virtual ~remote_sink() = default;
+  // Sends `value` for (step, key) on the link now open and answers `written` once its
+  // bytes are on it (or why not), never while this call holds a lock of its own; false,
+  // with `written` untouched, when no link is open or the tensor cannot go this way: the
+  // caller posts it to the stand-in then.
+  virtual bool try_send(std::int64_t step, const std::shared_ptr<const transfer_key>& key, const tensor& value,
+                        const status_reply& written) = 0;
+  // Tensors sent this way so far.
+  virtual std::int64_t sent() const = 0;
+};
+
+// What stands for a device of another process: its actor and, when it has one, its sink.
+struct stand_in {
+  stand_in(caf::actor a = caf::actor(), std::shared_ptr<remote_sink> s = nullptr)
+      : actor(std::move(a)), sink(std::move(s)) {}
+  caf::actor actor;
+  std::shared_ptr<remote_sink> sink;
+};
 
 // Device name -> the device's current actor, for every device of the cluster (one
 // process for now). A restarted device gets a new actor under the same name: whoever
@@ -58,12 +85,18 @@ class device_directory {
   // `remote`: the actor is a stand-in for a device of another process (its tensors cross
   // a link: a _Send to it waits until they are written); its incarnation is then unknown.
   void set(const std::string& name, caf::actor actor, bool remote = false, std::uint64_t incarnation = 0) {
-    std::unique_lock<std::shared_mutex> lock(mutex_);
-    actors_[name] = std::move(actor);
-    incarnations_[name] = remote ? 0 : incarnation;
-    if (remote) remote_.insert(name);
-    else remote_.erase(name);
-    generation_.fetch_add(1, std::memory_order_acq_rel);
+    set_entry(name, std::move(actor), remote, incarnation, nullptr);
+  }
+  // A stand-in for a device of another process (remote, as above), with its sink.
+  void set_remote(const std::string& name, stand_in s) {
+    set_entry(name, std::move(s.actor), /*remote=*/true, 0, std::move(s.sink));
+  }
+  // The sink of the stand-in of device `name`, or null (a device of this process, or a
+  // stand-in without one).
+  std::shared_ptr<remote_sink> sink(std::string_view name) const {
+    std::shared_lock<std::shared_mutex> lock(mutex_);
+    auto it = sinks_.find(name);
+    return it == sinks_.end() ? nullptr : it->second;
   }
   // The incarnation of the device's current life; 0 when unknown (a stand-in) or no such
   // device.
@@ -83,10 +116,22 @@ class device_directory {
   }
 
  private:
+  void set_entry(const std::string& name, caf::actor actor, bool remote, std::uint64_t incarnation,
+                 std::shared_ptr<remote_sink> sink) {
+    std::unique_lock<std::shared_mutex> lock(mutex_);
+    actors_[name] = std::move(actor);
+    incarnations_[name] = remote ? 0 : incarnation;
+    if (remote) remote_.insert(name);
+    else remote_.erase(name);
+    if (sink != nullptr) sinks_[name] = std::move(sink);
+    else sinks_.erase(name);
+    generation_.fetch_add(1, std::memory_order_acq_rel);
+  }
   mutable std::shared_mutex mutex_;
   std::map<std::string, caf::actor, std::less<>> actors_;
   std::map<std::string, std::uint64_t, std::less<>> incarnations_;
   std::set<std::string, std::less<>> remote_;
+  std::map<std::string, std::shared_ptr<remote_sink>, std::less<>> sinks_;
   std::atomic<std::uint64_t> generation_{0};
 };
 
@@ -130,6 +175,10 @@ class runtime_device final : public kernels::device {
   }
   // Whether device `name` is in another process (reached through a stand-in).
   bool remote_device(std::string_view name) const { return directory_ != nullptr && directory_->remote(name); }
+  // The sink of device `name`'s stand-in (remote_sink), or null.
+  std::shared_ptr<remote_sink> remote_sink_of(std::string_view name) const {
+    return directory_ == nullptr ? nullptr : directory_->sink(name);
+  }
   void set_directory(std::shared_ptr<const device_directory> d) { directory_ = std::move(d); }
 
   // Injected slowness (the fault injector's straggle and stall): each step partition that

@@ -66,6 +66,7 @@ class sender {
     device_ = end->device;
     destination_ = device_->find_device(key_->key().recv_device);
     remote_ = device_->remote_device(key_->key().recv_device);
+    sink_ = device_->remote_sink_of(key_->key().recv_device);
     recv_task_ = placement::task_of_full_name(key_->key().recv_device);
     peer_ = std::make_shared<const std::string>(str_cat("the stand-in of ", key_->key().recv_device));
     if (!destination_) {
@@ -110,6 +111,8 @@ class sender {
       }
       return status();
     }
+    // Straight onto the link to the device's process from this thread, when it is open.
+    if (written != nullptr && sink_ != nullptr && sink_->try_send(step, key_, t, *written)) return status();
     // Sent as the sending device: a destination that cannot deliver it (a stand-in for a
     // device of another process whose connection failed) aborts the step here.
     if (written != nullptr) {
@@ -143,6 +146,7 @@ class sender {
   runtime_device* device_ = nullptr;
   caf::actor destination_;
   bool remote_ = false;  // the destination is a stand-in for a device of another process
+  std::shared_ptr<remote_sink> sink_;  // its sink, when it has one
   std::string recv_task_;  // the destination's task
   std::shared_ptr<const std::string> peer_;  // who answers a remote post, for its error
 };

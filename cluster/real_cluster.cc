@@ -83,7 +83,7 @@ actors::cluster_options options_with(const cluster_file& file, const std::vector
   // them); a client's exit with their task, for its sessions and supervisor to see.
   const bool server = !hosted.empty();
   o.remote_device = [file, id, me, server, tls, addresses](caf::actor_system& system,
-                                                           const std::string& device) -> result<caf::actor> {
+                                                           const std::string& device) -> result<actors::stand_in> {
     auto address = address_of_device(file, device);
     if (!address.ok()) return address.error();
     remote_device_options r;
@@ -100,7 +100,7 @@ actors::cluster_options options_with(const cluster_file& file, const std::vector
     }
     r.outlive_task = server;
     r.addresses = addresses;
-    return spawn_remote_device(system, std::move(r));
+    return spawn_stand_in(system, std::move(r));
   };
   return o;
 }

@@ -955,10 +955,77 @@ CAF_ALLOW_UNSAFE_MESSAGE_TYPE(std::shared_ptr<std::function<void()>>)
 namespace troupe::cluster {
 namespace {
 
+// Why a _Send's tensor of `step` did not get onto the link to `device`.
+status sending_failed(const actors::transfer_key& key, std::int64_t step, const std::string& device, const status& s) {
+  return unavailable_error("sending ", key.printed(), " of step ", step, " to ", device, " failed: ", s.message());
+}
+
+// A stand-in's sink (actors::remote_sink): a _Send's tensor written on the stand-in's
+// present link from the kernel's thread. The stand-in sets the link when it opens one and
+// takes it away (under the route's lock) before it lets it go, so a send here never
+// meets a link that is gone; one that broke is left to the stand-in.
+class link_sink final : public actors::remote_sink {
+ public:
+  explicit link_sink(std::string device) : device_(std::move(device)) {}
+  void set_link(tensor_link* link) {
+    std::lock_guard<std::mutex> lock(route_.mutex);
+    route_.link = link;
+  }
+  bool try_send(std::int64_t step, const actors::transfer_key_ptr& key, const tensor& value,
+                const actors::status_reply& written) override {
+    if (dtype_size(value.type()) == 0) return false;  // the stand-in refuses it, saying why
+    // The link may call `done` inside send (an inline write): the answer then waits until
+    // the route's lock is let go, since it may run the step's next _Send, which comes here.
+    struct outcome {
+      std::mutex mutex;
+      bool returned = false;
+      std::optional<status> early;
+    };
+    auto out = std::make_shared<outcome>();
+    auto tell = [written, key, step, device = device_](const status& s) {
+      if (s.ok()) return written(actors::done_t{});
+      written(sending_failed(*key, step, device, s));
+    };
+    {
+      std::lock_guard<std::mutex> lock(route_.mutex);
+      if (route_.link == nullptr || !route_.link->failure().ok()) return false;
+      route_.link->send(transfer_wire_key(step, key->key()), value, [out, tell](const status& s) {
+        {
+          std::lock_guard<std::mutex> lock(out->mutex);
+          if (!out->returned) {
+            out->early = s;
+            return;
+          }
+        }
+        tell(s);
+      });
+    }
+    std::optional<status> early;
+    {
+      std::lock_guard<std::mutex> lock(out->mutex);
+      out->returned = true;
+      early = std::move(out->early);
+    }
+    if (early) tell(*early);
+    ++sent_;
+    return true;
+  }
+  std::int64_t sent() const override { return sent_.load(std::memory_order_relaxed); }
+
+ private:
+  const std::string device_;
+  link_route route_;
+  std::atomic<std::int64_t> sent_{0};
+};
+
 struct remote_state {
+  ~remote_state() {
+    if (sink != nullptr) sink->set_link(nullptr);  // before the link goes
+  }
   remote_device_options options;
   caf::actor service;                 // once connected
   std::shared_ptr<tensor_link> link;  // to the task's transfer hub, once connected
+  std::shared_ptr<link_sink> sink;    // the _Sends' way onto `link` (set with it)
   bool connecting = false;
   bool takes_links = true;  // whether the task's hello named a transfer hub
   std::uint64_t incarnation = 0;  // the task's life, once its hello said
@@ -1125,6 +1192,7 @@ void with_connection(remote_actor* self, reach need, std::function<void()> ready
       }
       if (outcome.ok()) {
         st.link = link;
+        if (st.sink != nullptr) st.sink->set_link(link.get());
         st.takes_links = link_port > 0;
         if (service) {
           st.service = service;
@@ -1153,6 +1221,7 @@ void with_connection(remote_actor* self, reach need, std::function<void()> ready
 void drop_link(remote_actor* self) {
   auto& st = self->state;
   if (st.link == nullptr) return;
+  if (st.sink != nullptr) st.sink->set_link(nullptr);
   st.worker().post([gone = std::move(st.link)] {});
   st.link.reset();
 }
@@ -1190,8 +1259,7 @@ void forward_tensor(remote_actor* self, std::int64_t step_id, const actors::tran
                           if (written) written(actors::done_t{});
                           return;
                         }
-                        const status why = unavailable_error("sending ", key->printed(), " of step ", step_id, " to ",
-                                                             device, " failed: ", s.message());
+                        const status why = sending_failed(*key, step_id, device, s);
                         if (written) written(why);
                         else if (sender) caf::anon_send(sender, abort_step_atom::value, step_id, to_caf_error(why));
                       });
@@ -1215,8 +1283,9 @@ caf::result<bool> forward_fault(remote_actor* self, FailPending fail_pending, co
   return caf::delegated<bool>();
 }
 
-caf::behavior remote_device(remote_actor* self, remote_device_options options) {
+caf::behavior remote_device(remote_actor* self, remote_device_options options, std::shared_ptr<link_sink> sink) {
   self->state.options = std::move(options);
+  self->state.sink = std::move(sink);
   self->set_down_handler([self](caf::down_msg& down) {
     auto& st = self->state;
     if (!st.service || down.source != st.service.address()) return;
@@ -1530,8 +1599,14 @@ caf::actor spawn_task_service(caf::actor_system& system, task_service_options op
   return service;
 }
 
+actors::stand_in spawn_stand_in(caf::actor_system& system, remote_device_options options) {
+  auto sink = std::make_shared<link_sink>(options.device);
+  caf::actor actor = system.spawn(remote_device, std::move(options), sink);
+  return {std::move(actor), std::move(sink)};
+}
+
 caf::actor spawn_remote_device(caf::actor_system& system, remote_device_options options) {
-  return system.spawn(remote_device, std::move(options));
+  return spawn_stand_in(system, std::move(options)).actor;
 }
 
 result<task_connection> connect_task_service(caf::actor_system& system, const std::string& host, int port,

@@ -279,6 +279,9 @@ struct remote_device_options {
 // actor: CAF 0.17 holds an actor whose handle crossed to another node, and a request's
 // timeout holds its sender, so ~actor_system would wait on a detached one's thread.)
 caf::actor spawn_remote_device(caf::actor_system& system, remote_device_options options);
+// The same with its sink (actors::remote_sink), for a cluster's directory: a _Send to the
+// device writes its tensor on the stand-in's link from its own thread once that is open.
+actors::stand_in spawn_stand_in(caf::actor_system& system, remote_device_options options);
 
 }  // namespace troupe::cluster
 

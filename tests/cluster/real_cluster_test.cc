@@ -278,7 +278,7 @@ TEST_CASE("a TLS cluster: steps across its servers, each end proving who it is; 
       add_remote_task_support(config);
       add_control_tls(config, *tls);
     };
-    o.remote_device = [](caf::actor_system&, const std::string&) -> result<caf::actor> { return caf::actor(); };
+    o.remote_device = [](caf::actor_system&, const std::string&) -> result<actors::stand_in> { return actors::stand_in(); };
     auto c = actors::cluster::create(o);
     REQUIRE(c.ok());
     connect_options hello;

@@ -79,8 +79,8 @@ result<std::shared_ptr<actors::cluster>> cluster_hosting(const port_map& ports, 
   o.hosted_tasks = std::move(hosted);
   o.first_step_id = first_step_id_of_incarnation(new_incarnation());  // as process_cluster does
   o.configure_system = add_remote_task_support;
-  o.remote_device = [ports, me](caf::actor_system& system, const std::string& device) -> result<caf::actor> {
-    return spawn_remote_device(system, remote_for(device, ports, me));
+  o.remote_device = [ports, me](caf::actor_system& system, const std::string& device) -> result<actors::stand_in> {
+    return spawn_stand_in(system, remote_for(device, ports, me));
   };
   return actors::cluster::create(std::move(o));
 }
@@ -467,6 +467,10 @@ int run_split_steps(const std::shared_ptr<actors::cluster>& client, int steps, i
 TEST_CASE("a _Send to another process's device waits until its bytes are on the link; a peer that reads nothing "
           "holds its step back",
           "[cluster][remote]") {
+  // Through the stand-in, or (once the stand-in's link is open) from the kernel's thread
+  // through its sink.
+  const bool through_sink = GENERATE(false, true);
+  INFO((through_sink ? "through the stand-in's sink" : "through the stand-in"));
   // The PS's end of the link: accepted, but read only when the test says (start()).
   std::mutex mutex;
   std::unique_ptr<tensor_link> accepted;
@@ -485,11 +489,12 @@ TEST_CASE("a _Send to another process's device waits until its bytes are on the 
   o.spec = *spec;
   o.hosted_tasks = {k_worker_task};
   o.configure_system = add_remote_task_support;
-  o.remote_device = [](caf::actor_system& system, const std::string& device) -> result<caf::actor> {
+  o.remote_device = [through_sink](caf::actor_system& system, const std::string& device) -> result<actors::stand_in> {
     auto r = remote_for(device, {{k_ps_task, 1}}, k_worker_task);
     r.outlive_task = true;
     r.link.peer_timeout = 30s;
-    return spawn_remote_device(system, std::move(r));
+    if (through_sink) return spawn_stand_in(system, std::move(r));
+    return actors::stand_in(spawn_remote_device(system, std::move(r)));  // without its sink: the stand-in carries every tensor
   };
   auto c = actors::cluster::create(std::move(o));
   REQUIRE(c.ok());
@@ -512,6 +517,21 @@ TEST_CASE("a _Send to another process's device waits until its bytes are on the 
   REQUIRE(handle.ok());
   tensor big(dtype::float32, {8 << 20});
   std::fill_n(big.flat<float>().data(), big.num_elements(), 1.5f);
+  std::shared_ptr<actors::remote_sink> sink = (*c)->directory()->sink(k_device);
+  CHECK((sink != nullptr) == through_sink);
+  std::int64_t small_sent = 0;  // elements of the step that opened the link
+  if (through_sink) {
+    // A first step opens the link (through the stand-in: none was open); its one float
+    // fits in the socket's buffers, so it ends though nobody reads yet.
+    auto first = ask<std::vector<tensor>>(self, worker,
+                                          caf::make_message(actors::run_atom::value, *handle, std::int64_t{6},
+                                                            std::vector<tensor>{tensor::scalar<float>(2.5f)}),
+                                          30s);
+    INFO((first.ok() ? std::string() : first.error().message()));
+    REQUIRE(first.ok());
+    CHECK(sink->sent() == 0);
+    small_sent = 1;
+  }
   auto step = std::async(std::launch::async, [&] {
     caf::scoped_actor asker{(*c)->system()};
     return ask<std::vector<tensor>>(asker, worker,
@@ -539,8 +559,9 @@ TEST_CASE("a _Send to another process's device waits until its bytes are on the 
   auto done = step.get();
   INFO((done.ok() ? std::string() : done.error().message()));
   CHECK(done.ok());
-  for (int i = 0; i < 1000 && received.load() < big.num_elements(); ++i) std::this_thread::sleep_for(10ms);
-  CHECK(received.load() == big.num_elements());
+  for (int i = 0; i < 1000 && received.load() < big.num_elements() + small_sent; ++i) std::this_thread::sleep_for(10ms);
+  CHECK(received.load() == big.num_elements() + small_sent);
+  if (through_sink) CHECK(sink->sent() == 1);  // the big tensor went from the kernel's thread
   std::lock_guard<std::mutex> lock(mutex);
   accepted.reset();
 }
