@@ -307,6 +307,9 @@ result<std::vector<partition_plan>> plan_partitions(const plan_context& c, const
     for (const auto& t : part.targets) {
       if (const auto* n = shared->find(t.node)) targets.push_back(n->id);
     }
+    for (const auto& name : part.also_run) {
+      if (const auto* n = shared->find(name)) targets.push_back(n->id);
+    }
     for (int id = 0; id < shared->num_nodes(); ++id) {
       if (shared->get(id).op_name() == "_Send") targets.push_back(id);
     }

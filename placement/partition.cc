@@ -58,6 +58,12 @@ class partitioner {
     std::vector<int> needed = graph::prune(g_, step_.feeds, step_.fetches, step_.targets);
     needed_.assign(static_cast<std::size_t>(g_.num_nodes()), false);
     for (int id : needed) needed_[static_cast<std::size_t>(id)] = true;
+    waited_on_.assign(static_cast<std::size_t>(g_.num_nodes()), false);
+    for (int id : needed) {
+      const graph::node& n = g_.get(id);
+      for (const graph::endpoint& e : n.inputs) waited_on_[static_cast<std::size_t>(e.node)] = true;
+      for (int c : n.control_inputs) waited_on_[static_cast<std::size_t>(c)] = true;
+    }
 
     for (std::size_t i = 0; i < step_.feeds.size(); ++i) {
       const graph::endpoint& e = step_.feeds[i];
@@ -353,12 +359,22 @@ class partitioner {
     }
     // Control inputs from another device: one transfer per device for all of this node's
     // (TensorFlow's tf.group does the same per device), unless each already has its own.
+    // None into a NoOp that nothing in the step waits for (a target such as the `train` of
+    // tf.group(updates)): the step ends only once every partition has, so such an edge
+    // would only hold this partition's end back by a transfer (on the step's critical
+    // path: the last update, then the transfer, then this partition's answer).
+    const bool unwaited_no_op = n.op_name() == "NoOp" && !waited_on_[static_cast<std::size_t>(n.id)];
     std::map<std::string, std::pair<device_name, std::vector<int>>> remote;
     for (int c : n.control_inputs) {
       auto from = device_of(c);
       if (!from.ok()) return from.error();
       if (*from == *d) {
         def.add_input(str_cat("^", g_.get(c).name()));
+        continue;
+      }
+      if (unwaited_no_op) {
+        std::vector<std::string>& also = part(*from).also_run;
+        if (std::find(also.begin(), also.end(), g_.get(c).name()) == also.end()) also.push_back(g_.get(c).name());
         continue;
       }
       std::string from_name = to_string(*from);
@@ -389,6 +405,7 @@ class partitioner {
   const step_spec& step_;
   const partition_options& options_;
   std::vector<bool> needed_;
+  std::vector<bool> waited_on_;  // needed nodes that some needed node has as an input
   std::unordered_set<std::string> used_names_;
   std::map<std::string, device_name> parsed_devices_;
   std::map<std::string, partition> parts_;

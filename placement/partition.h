@@ -111,6 +111,10 @@ struct partition {
   std::vector<bound_tensor> feeds;
   std::vector<bound_tensor> fetches;
   std::vector<bound_node> targets;
+  // Nodes that run though nothing of the step waits for them in any partition: those a
+  // NoOp of another device waited for, whose control edges into it were dropped (the
+  // step ends once every partition has). The runtime runs them as it runs targets.
+  std::vector<std::string> also_run;
   std::vector<int> sends;  // indices into partitioned_graph::transfers leaving this device
   std::vector<int> recvs;  // ... arriving at it
 };

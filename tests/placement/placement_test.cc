@@ -776,11 +776,14 @@ TEST_CASE("a control edge across devices becomes a dummy tensor transfer",
       {graph::operation{u.node, {u}}}));
   auto t2 = ops::no_op(root.with_name("t2").with_device(k_worker1).with_control_dependencies(
       {graph::operation{u.node, {u}}}));
+  // Something waits for t and t2 (a NoOp that nothing waits for takes no control
+  // transfer: below).
+  ops::no_op(root.with_name("end").with_device(k_worker1).with_control_dependencies({t, t2}));
   graph::graph g = build(root);
   placement::placement placed = assign_devices(g, {{"x", k_ps1}, {"u", k_ps1}}, k_worker1);
 
   auto parts = placement::partition_graph(
-      g, placed, step_of({endpoint_of(g, "x")}, {}, {g.find("t")->id, g.find("t2")->id}));
+      g, placed, step_of({endpoint_of(g, "x")}, {}, {g.find("t")->id, g.find("t2")->id, g.find("end")->id}));
   INFO(parts.to_status());
   REQUIRE(parts.ok());
   require_valid(*parts);
@@ -800,9 +803,54 @@ TEST_CASE("a control edge across devices becomes a dummy tensor transfer",
   const auto& worker = *parts->find(k_worker1);
   CHECK(find_node(worker.graph_def, "t")->input(0) == "^" + transfer.recv_node);
   CHECK(find_node(worker.graph_def, "t2")->input(0) == "^" + transfer.recv_node);
-  CHECK(worker.targets == std::vector<placement::bound_node>{{0, "t"}, {1, "t2"}});
+  CHECK(worker.targets == std::vector<placement::bound_node>{{0, "t"}, {1, "t2"}, {2, "end"}});
   CHECK(ps.feeds == std::vector<placement::bound_tensor>{{0, "x:0"}});
   CHECK(ps.targets.empty());
+}
+
+TEST_CASE("a NoOp that nothing in the step waits for takes no control transfer", "[placement][partition]") {
+  // tf.group(updates) on the worker, the updates on the PS: the step ends when both
+  // partitions have, so the worker's `train` need not wait for a transfer after them.
+  auto root = graph::scope::new_root();
+  auto x = placeholder(root.with_device(k_ps1), "x");
+  auto u1 = ops::relu(root.with_name("u1").with_device(k_ps1), x);
+  auto u2 = ops::neg(root.with_name("u2").with_device(k_ps1), x);
+  auto local = ops::no_op(root.with_name("local").with_device(k_worker1));
+  ops::no_op(root.with_name("train").with_device(k_worker1).with_control_dependencies(
+      {graph::operation{u1.node, {u1}}, graph::operation{u2.node, {u2}}, local}));
+  // A NoOp that another node waits for keeps its transfer.
+  auto waited = ops::no_op(root.with_name("waited").with_device(k_worker1).with_control_dependencies(
+      {graph::operation{u1.node, {u1}}}));
+  ops::no_op(root.with_name("after").with_device(k_worker1).with_control_dependencies({waited}));
+  graph::graph g = build(root);
+  placement::placement placed = assign_devices(g, {{"x", k_ps1}, {"u1", k_ps1}, {"u2", k_ps1}}, k_worker1);
+
+  auto parts = placement::partition_graph(g, placed, step_of({endpoint_of(g, "x")}, {}, {g.find("train")->id}));
+  INFO(parts.to_status());
+  REQUIRE(parts.ok());
+  require_valid(*parts);
+  CHECK(parts->transfers.empty());
+  const auto& ps = *parts->find(k_ps1);
+  const auto& worker = *parts->find(k_worker1);
+  // The updates still run in the PS's partition; `train` waits for what is local.
+  CHECK(find_node(ps.graph_def, "u1") != nullptr);
+  CHECK(find_node(ps.graph_def, "u2") != nullptr);
+  CHECK(ps.also_run == std::vector<std::string>{"u1", "u2"});
+  CHECK(ps.targets.empty());
+  const tf::NodeDef* train = find_node(worker.graph_def, "train");
+  REQUIRE(train != nullptr);
+  REQUIRE(train->input_size() == 1);
+  CHECK(train->input(0) == "^local");
+
+  auto both = placement::partition_graph(g, placed,
+                                         step_of({endpoint_of(g, "x")}, {}, {g.find("train")->id, g.find("after")->id}));
+  INFO(both.to_status());
+  REQUIRE(both.ok());
+  require_valid(*both);
+  REQUIRE(both->transfers.size() == 1);
+  CHECK(both->find(k_ps1)->also_run == std::vector<std::string>{"u1", "u2"});
+  CHECK(both->transfers[0].recv_node == "u1/_control_recv_at_worker_task1_CPU_0");
+  CHECK(find_node(both->find(k_worker1)->graph_def, "waited")->input(0) == "^u1/_control_recv_at_worker_task1_CPU_0");
 }
 
 TEST_CASE("control edges from several nodes of one device to one node are one transfer",
@@ -819,12 +867,13 @@ TEST_CASE("control edges from several nodes of one device to one node are one tr
   deps.push_back(local);
   // t waits for u1..u3 on ps1 (one transfer for the three) and for `local` on its own
   // device; t2 for u1 alone (a transfer of its own).
-  ops::no_op(root.with_name("t").with_device(k_worker1).with_control_dependencies(deps));
-  ops::no_op(root.with_name("t2").with_device(k_worker1).with_control_dependencies({updates[0]}));
+  auto t_op = ops::no_op(root.with_name("t").with_device(k_worker1).with_control_dependencies(deps));
+  auto t2 = ops::no_op(root.with_name("t2").with_device(k_worker1).with_control_dependencies({updates[0]}));
+  ops::no_op(root.with_name("end").with_device(k_worker1).with_control_dependencies({t2, t_op}));
   graph::graph g = build(root);
   placement::placement placed = assign_devices(g, {{"x", k_ps1}, {"u1", k_ps1}, {"u2", k_ps1}, {"u3", k_ps1}}, k_worker1);
   auto parts = placement::partition_graph(
-      g, placed, step_of({endpoint_of(g, "x")}, {}, {g.find("t")->id, g.find("t2")->id}));
+      g, placed, step_of({endpoint_of(g, "x")}, {}, {g.find("t")->id, g.find("t2")->id, g.find("end")->id}));
   INFO(parts.to_status());
   REQUIRE(parts.ok());
   require_valid(*parts);
@@ -853,11 +902,12 @@ TEST_CASE("control edges from several nodes of one device to one node are one tr
   auto a = ops::no_op(root2.with_name("a").with_device(k_worker1).with_control_dependencies({graph::operation{v1.node, {v1}}}));
   auto b = ops::no_op(root2.with_name("b").with_device(k_worker1).with_control_dependencies(
       {graph::operation{v2.node, {v2}}, a}));
-  ops::no_op(root2.with_name("c").with_device(k_worker1).with_control_dependencies(
+  auto c = ops::no_op(root2.with_name("c").with_device(k_worker1).with_control_dependencies(
       {graph::operation{v1.node, {v1}}, graph::operation{v2.node, {v2}}, b}));
+  ops::no_op(root2.with_name("end").with_device(k_worker1).with_control_dependencies({c}));
   graph::graph g2 = build(root2);
   auto parts2 = placement::partition_graph(g2, assign_devices(g2, {{"y", k_ps1}, {"v1", k_ps1}, {"v2", k_ps1}}, k_worker1),
-                                           step_of({endpoint_of(g2, "y")}, {}, {g2.find("c")->id}));
+                                           step_of({endpoint_of(g2, "y")}, {}, {g2.find("end")->id}));
   INFO(parts2.to_status());
   REQUIRE(parts2.ok());
   require_valid(*parts2);
