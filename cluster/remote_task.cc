@@ -1007,7 +1007,7 @@ class link_sink final : public actors::remote_sink {
       early = std::move(out->early);
     }
     if (early) tell(*early);
-    ++sent_;
+    if (!early || early->ok()) ++sent_;
     return true;
   }
   std::int64_t sent() const override { return sent_.load(std::memory_order_relaxed); }
@@ -1116,6 +1116,8 @@ void answer_frame(const caf::actor& me, const std::string& task, control_reader&
   }
 }
 
+void drop_link(remote_actor* self);
+
 // Runs `ready` once connected to the device's task (its service and a tensor link to its
 // hub), connecting on the background thread first when not; `failed` gets why a
 // connection could not be made (the next request tries again).
@@ -1191,6 +1193,9 @@ void with_connection(remote_actor* self, reach need, std::function<void()> ready
         st.worker().post([gone = std::move(link)] {});
       }
       if (outcome.ok()) {
+        // A link held still (a stand-in that reconnects its service) goes as drop_link
+        // lets one go: out of the sink first, ended on the background thread.
+        if (st.link != link) drop_link(self);
         st.link = link;
         if (st.sink != nullptr) st.sink->set_link(link.get());
         st.takes_links = link_port > 0;
