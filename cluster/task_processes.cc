@@ -17,6 +17,7 @@
 #include <future>
 #include <map>
 #include <mutex>
+#include <set>
 #include <random>
 #include <sstream>
 #include <thread>
@@ -52,11 +53,18 @@ std::string exit_text(int wait_status) {
 
 int free_loopback_port() {
   static std::mt19937 pick(std::random_device{}());
+  // The ports handed out lately: a port is free until its server binds it, so without
+  // these two tasks of one cluster file could draw the same one (about 1 run in 400 with
+  // nine tasks).
+  static std::set<int> given;
+  static std::deque<int> given_order;
+  constexpr std::size_t k_remembered = 4096;
   for (int attempt = 0; attempt < 1000; ++attempt) {
     int port = 0;
     {
       std::lock_guard<std::mutex> lock(pick_mutex);
       port = std::uniform_int_distribution<int>(20000, 31999)(pick);
+      if (given.count(port) != 0) continue;
     }
     const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
     if (fd < 0) return 0;
@@ -66,7 +74,15 @@ int free_loopback_port() {
     a.sin_port = htons(static_cast<std::uint16_t>(port));
     const bool free = ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0;
     ::close(fd);
-    if (free) return port;
+    if (!free) continue;
+    std::lock_guard<std::mutex> lock(pick_mutex);
+    if (!given.insert(port).second) continue;  // another thread drew it meanwhile
+    given_order.push_back(port);
+    if (given_order.size() > k_remembered) {
+      given.erase(given_order.front());
+      given_order.pop_front();
+    }
+    return port;
   }
   return 0;
 }

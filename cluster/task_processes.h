@@ -42,7 +42,8 @@ struct task_processes_options {
 
 // A loopback port free now, for a server that must be named in a cluster file before it
 // starts: picked at random below the ephemeral range (32768 and up, where outgoing
-// connections and port-0 listeners take theirs), bound and released. 0: none found.
+// connections and port-0 listeners take theirs), bound and released; never one this
+// process handed out among its last 4096. 0: none found.
 int free_loopback_port();
 
 class task_processes {

@@ -15,6 +15,7 @@
 #include <iterator>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "cluster/cluster_file.h"
 #include "cluster/loopback_probe.h"
@@ -52,6 +53,22 @@ task_processes_options options_in(const std::string& dir, const std::string& pro
   o.executable = program;
   o.log_dir = dir;
   return o;
+}
+
+TEST_CASE("free_loopback_port never hands out a port twice, from several threads", "[processes]") {
+  // Ports are drawn from 12,000: without memory of those given, 2,000 draws would meet
+  // one twice almost surely (and two tasks of a cluster file would share a port).
+  std::vector<int> ports(2000);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&, t] {
+      for (int i = t; i < 2000; i += 4) ports[static_cast<std::size_t>(i)] = free_loopback_port();
+    });
+  }
+  for (auto& t : threads) t.join();
+  CHECK(std::count(ports.begin(), ports.end(), 0) == 0);
+  std::sort(ports.begin(), ports.end());
+  CHECK(std::adjacent_find(ports.begin(), ports.end()) == ports.end());
 }
 
 TEST_CASE("task_processes starts a server per task, kills, restarts and freezes them, and stops them all", "[processes]") {
