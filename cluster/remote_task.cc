@@ -1047,6 +1047,11 @@ struct remote_state {
   caf::error link_broke(const status& failure) const {
     return to_caf_error(unavailable_error("the tensor link to task ", options.hello.task, " broke: ", failure.message()));
   }
+  // Answers the steps sent over the present link with `why` (its answers will not come).
+  void fail_over_link(const caf::error& why) {
+    for (std::uint64_t id : std::set<std::uint64_t>(std::move(over_link))) answer(id, why);
+    over_link.clear();
+  }
   // Answers every request pending on the service with `why`.
   void fail_all(const caf::error& why) {
     for (auto& [id, promise] : pending) promise.deliver(why);
@@ -1194,8 +1199,14 @@ void with_connection(remote_actor* self, reach need, std::function<void()> ready
       }
       if (outcome.ok()) {
         // A link held still (a stand-in that reconnects its service) goes as drop_link
-        // lets one go: out of the sink first, ended on the background thread.
-        if (st.link != link) drop_link(self);
+        // lets one go: out of the sink first, ended on the background thread; steps sent
+        // over it hear no answer from it any more.
+        if (st.link != nullptr && st.link != link) {
+          const caf::error why = to_caf_error(unavailable_error(
+              "the tensor link to task ", st.options.hello.task, " was replaced by a new connection"));
+          st.fail_over_link(why);
+          drop_link(self);
+        }
         st.link = link;
         if (st.sink != nullptr) st.sink->set_link(link.get());
         st.takes_links = link_port > 0;
@@ -1321,9 +1332,7 @@ caf::behavior remote_device(remote_actor* self, remote_device_options options, s
       [self](link_lost_atom, std::uintptr_t which) {
         auto& st = self->state;
         if (reinterpret_cast<std::uintptr_t>(st.link.get()) != which) return;
-        const caf::error why = st.link_broke(st.link->failure());
-        for (std::uint64_t id : std::set<std::uint64_t>(std::move(st.over_link))) st.answer(id, why);
-        st.over_link.clear();
+        st.fail_over_link(st.link_broke(st.link->failure()));
         drop_link(self);
       },
       [self](run_answer_atom, std::uint64_t id, std::vector<tensor>& fetches) { self->state.answer(id, std::move(fetches)); },
