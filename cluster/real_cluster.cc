@@ -189,6 +189,7 @@ result<std::unique_ptr<task_server>> task_server::start(const cluster_file& file
   co.tracer = s->observations->tracer();
   co.sync_watcher = s->observations.get();
   co.compute_spin = !options.no_spin;
+  co.compute_threads = options.compute_threads;
   auto c = actors::cluster::create(std::move(co));
   if (!c.ok()) return c.error();
   s->cluster = std::move(*c);

@@ -58,6 +58,10 @@ struct task_server_options {
   // while (cluster_options::compute_spin): for a server whose machine's cores other busy
   // servers share (troupe run's REAL mode starts its servers so).
   bool no_spin = false;
+  // The compute pool's threads (each kernel's intra-op parallelism); 0: the machine's
+  // cores (default_num_threads). troupe run's mode REAL gives its servers the machine's
+  // cores shared among them.
+  int compute_threads = 0;
 };
 
 // A task of `file` served by this process until the object goes.

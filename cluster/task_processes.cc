@@ -9,7 +9,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <cstdlib>
 #include <condition_variable>
 #include <cstring>
 #include <deque>
@@ -89,6 +91,7 @@ int free_loopback_port() {
 
 struct task_processes::impl {
   task_processes_options options;
+  int compute_threads = 0;  // given to each server (0: none given: TROUPE_NUM_THREADS)
   std::string cluster_path;
   struct process {
     task_address address;
@@ -188,8 +191,13 @@ struct task_processes::impl {
                                      "--task", std::to_string(p.address.index), "--ready-fd", std::to_string(ready[1])};
     if (options.trace) args.push_back("--trace");
     // Every server shares this machine's cores with the others (and the client): a compute
-    // thread that spins for more work takes a core from another process's kernels.
+    // thread that spins for more work takes a core from another process's kernels, and
+    // pools of every core each keep more threads busy than there are cores.
     args.push_back("--no-spin");
+    if (compute_threads > 0) {
+      args.push_back("--compute-threads");
+      args.push_back(std::to_string(compute_threads));
+    }
     std::vector<char*> argv;
     for (auto& a : args) argv.push_back(a.data());
     argv.push_back(nullptr);
@@ -395,6 +403,11 @@ result<std::unique_ptr<task_processes>> task_processes::start(const cluster_file
   auto s = std::make_shared<impl>();
   s->options = std::move(options);
   s->cluster_path = file.path();
+  s->compute_threads = s->options.compute_threads;
+  if (s->compute_threads == 0 && std::getenv("TROUPE_NUM_THREADS") == nullptr) {
+    const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+    s->compute_threads = std::max(1, cores / std::max(1, static_cast<int>(file.tasks().size())));
+  }
   for (const task_address& a : file.tasks()) {
     impl::process p;
     p.address = a;

@@ -38,6 +38,10 @@ struct task_processes_options {
   std::chrono::milliseconds ready_timeout{20000};
   std::chrono::milliseconds stop_timeout{5000};  // after SIGTERM, before SIGKILL
   bool trace = false;  // the servers time their kernels for the client's trace (troupe server --trace)
+  // Each server's compute threads (troupe server --compute-threads); 0: the machine's
+  // cores shared among the servers (at least 1 each), unless TROUPE_NUM_THREADS is set,
+  // which the servers then take from the environment.
+  int compute_threads = 0;
 };
 
 // A loopback port free now, for a server that must be named in a cluster file before it

@@ -1,4 +1,5 @@
-// troupe server --cluster CLUSTER.pbtxt --job NAME --task N [--listen-all] [--ready-fd FD] [--trace] [--no-spin]:
+// troupe server --cluster CLUSTER.pbtxt --job NAME --task N [--listen-all] [--ready-fd FD] [--trace] [--no-spin]
+//               [--compute-threads N]:
 // one task of a real cluster, served until SIGTERM or Ctrl-C (doc/cluster.md).
 #include <fcntl.h>
 #include <signal.h>
@@ -13,7 +14,7 @@ namespace {
 
 constexpr const char* k_server_usage =
     "usage: troupe server --cluster CLUSTER.pbtxt --job NAME --task N [--listen-all] [--ready-fd FD] [--trace]\n"
-    "                     [--no-spin]\n"
+    "                     [--no-spin] [--compute-threads N]\n"
     "Serves task N of job NAME of the cluster (its devices, variables and queues) at its\n"
     "address in the cluster file until SIGTERM or Ctrl-C. Without TLS it listens on loopback\n"
     "only; --listen-all serves other machines over plain TCP. --ready-fd FD: once serving,\n"
@@ -21,7 +22,9 @@ constexpr const char* k_server_usage =
     "--trace: time every kernel and transfer for the client's trace (troupe run --trace).\n"
     "--no-spin: compute threads sleep as soon as they run out of work instead of spinning for\n"
     "a while first (for servers that share their machine's cores with other busy servers; troupe\n"
-    "run's mode REAL starts its servers so).\n";
+    "run's mode REAL starts its servers so).\n"
+    "--compute-threads N: the compute pool's threads, 1-1024 (default: the machine's cores; troupe\n"
+    "run's mode REAL gives each of its servers the machine's cores shared among them).\n";
 
 int usage(std::ostream& err, const std::string& why) {
   err << "troupe server: " << why << "\n" << k_server_usage;
@@ -53,7 +56,8 @@ int server_command(const std::vector<std::string>& args, std::ostream& out, std:
       options.no_spin = true;
       continue;
     }
-    if ((a == "--cluster" || a == "--job" || a == "--task" || a == "--ready-fd") && i + 1 >= args.size()) {
+    if ((a == "--cluster" || a == "--job" || a == "--task" || a == "--ready-fd" || a == "--compute-threads") &&
+        i + 1 >= args.size()) {
       return usage(err, a + " needs a value");
     }
     if (a == "--cluster") {
@@ -67,6 +71,13 @@ int server_command(const std::vector<std::string>& args, std::ostream& out, std:
       }
       ready_fd = std::stoi(v);
       if (::fcntl(ready_fd, F_GETFD) < 0) return usage(err, str_cat("--ready-fd ", v, " is not an open descriptor"));
+    } else if (a == "--compute-threads") {
+      const std::string& v = args[++i];
+      if (v.empty() || v.size() > 4 || v.find_first_not_of("0123456789") != std::string::npos || std::stoi(v) < 1 ||
+          std::stoi(v) > 1024) {
+        return usage(err, str_cat("--compute-threads must be a number of threads in 1-1024, not '", v, "'"));
+      }
+      options.compute_threads = std::stoi(v);
     } else if (a == "--task") {
       const std::string& v = args[++i];
       if (v.empty() || v.size() > 6 || v.find_first_not_of("0123456789") != std::string::npos) {
