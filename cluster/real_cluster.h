@@ -59,8 +59,7 @@ struct task_server_options {
   // servers share (troupe run's REAL mode starts its servers so).
   bool no_spin = false;
   // The compute pool's threads (each kernel's intra-op parallelism); 0: the machine's
-  // cores (default_num_threads). troupe run's mode REAL gives its servers the machine's
-  // cores shared among them.
+  // cores (default_num_threads), as in process.
   int compute_threads = 0;
 };
 

@@ -91,7 +91,7 @@ int free_loopback_port() {
 
 struct task_processes::impl {
   task_processes_options options;
-  int compute_threads = 0;  // given to each server (0: none given: TROUPE_NUM_THREADS)
+  int compute_threads = 0;  // given to each server (0: none given: the machine's cores)
   std::string cluster_path;
   struct process {
     task_address address;
@@ -191,8 +191,7 @@ struct task_processes::impl {
                                      "--task", std::to_string(p.address.index), "--ready-fd", std::to_string(ready[1])};
     if (options.trace) args.push_back("--trace");
     // Every server shares this machine's cores with the others (and the client): a compute
-    // thread that spins for more work takes a core from another process's kernels, and
-    // pools of every core each keep more threads busy than there are cores.
+    // thread that spins for more work takes a core from another process's kernels.
     args.push_back("--no-spin");
     if (compute_threads > 0) {
       args.push_back("--compute-threads");
@@ -404,10 +403,6 @@ result<std::unique_ptr<task_processes>> task_processes::start(const cluster_file
   s->options = std::move(options);
   s->cluster_path = file.path();
   s->compute_threads = s->options.compute_threads;
-  if (s->compute_threads == 0 && std::getenv("TROUPE_NUM_THREADS") == nullptr) {
-    const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-    s->compute_threads = std::max(1, cores / std::max(1, static_cast<int>(file.tasks().size())));
-  }
   for (const task_address& a : file.tasks()) {
     impl::process p;
     p.address = a;

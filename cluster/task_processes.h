@@ -39,8 +39,8 @@ struct task_processes_options {
   std::chrono::milliseconds stop_timeout{5000};  // after SIGTERM, before SIGKILL
   bool trace = false;  // the servers time their kernels for the client's trace (troupe server --trace)
   // Each server's compute threads (troupe server --compute-threads); 0: the machine's
-  // cores shared among the servers (at least 1 each), unless TROUPE_NUM_THREADS is set,
-  // which the servers then take from the environment.
+  // cores (as in process: a kernel splits its work by its pool's threads, and SYNC runs
+  // give the same variables bit for bit in both modes only with the same pools).
   int compute_threads = 0;
 };
 

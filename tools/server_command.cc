@@ -23,8 +23,8 @@ constexpr const char* k_server_usage =
     "--no-spin: compute threads sleep as soon as they run out of work instead of spinning for\n"
     "a while first (for servers that share their machine's cores with other busy servers; troupe\n"
     "run's mode REAL starts its servers so).\n"
-    "--compute-threads N: the compute pool's threads, 1-1024 (default: the machine's cores; troupe\n"
-    "run's mode REAL gives each of its servers the machine's cores shared among them).\n";
+    "--compute-threads N: the compute pool's threads, 1-1024 (default: the machine's cores; a\n"
+    "kernel splits its work by them, so results match bit for bit a cluster whose pools have as many).\n";
 
 int usage(std::ostream& err, const std::string& why) {
   err << "troupe server: " << why << "\n" << k_server_usage;

@@ -90,13 +90,8 @@ TEST_CASE("task_processes starts a server per task, kills, restarts and freezes 
       std::replace(args.begin(), args.end(), '\0', ' ');
       CHECK(args.find(" server ") != std::string::npos);
       CHECK(args.find(" --no-spin") != std::string::npos);
-      // ... and their compute pools share the cores: each the machine's cores over the
-      // servers', at least one (unless TROUPE_NUM_THREADS says).
-      if (std::getenv("TROUPE_NUM_THREADS") == nullptr) {
-        const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-        const int each = std::max(1, cores / static_cast<int>(c.file.tasks().size()));
-        CHECK(args.find(" --compute-threads " + std::to_string(each) + " ") != std::string::npos);
-      }
+      // Their pools have the machine's cores, as in process (none given).
+      CHECK(args.find(" --compute-threads") == std::string::npos);
     }
     CHECK(s.kill("/job:chief/task:0").error_code() == code::not_found);
     {

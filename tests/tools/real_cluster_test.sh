@@ -49,7 +49,7 @@ END
 
 "$troupe" server --cluster "$dir/cluster.pbtxt" --job ps --task 0 >"$dir/ps.log" 2>&1 &
 ps_pid=$!; pids+=("$ps_pid")
-"$troupe" server --cluster "$dir/cluster.pbtxt" --job worker --task 0 >"$dir/worker.log" 2>&1 &
+"$troupe" server --cluster "$dir/cluster.pbtxt" --job worker --task 0 --compute-threads 1 >"$dir/worker.log" 2>&1 &
 worker_pid=$!; pids+=("$worker_pid")
 for _ in $(seq 100); do
   grep -q "serving on" "$dir/ps.log" && grep -q "serving on" "$dir/worker.log" && break
@@ -72,6 +72,10 @@ for f in ['y', 'z']:
 second=$!; pids+=("$second")
 wait_for_exit "$second" 10 "a second server on the PS's port"; [ $? -eq 1 ] || fail "a second server on the PS's port did not exit with 1"
 grep -q "$ps_port" "$dir/second.log" || fail "the refusal does not name the port"
+
+# A pool of no threads is refused, naming the flag.
+timeout 30 "$troupe" server --cluster "$dir/cluster.pbtxt" --job ps --task 0 --compute-threads 0 >"$dir/threads.log" 2>&1
+[ $? -eq 2 ] && grep -q -- "--compute-threads" "$dir/threads.log" || fail "--compute-threads 0 was not refused"
 
 # A task the cluster lacks; an address that is not loopback, without --listen-all.
 timeout 30 "$troupe" server --cluster "$dir/cluster.pbtxt" --job ps --task 3 >"$dir/missing.log" 2>&1
