@@ -9,9 +9,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include <algorithm>
 #include <cerrno>
-#include <cstdlib>
 #include <condition_variable>
 #include <cstring>
 #include <deque>
@@ -91,7 +89,6 @@ int free_loopback_port() {
 
 struct task_processes::impl {
   task_processes_options options;
-  int compute_threads = 0;  // given to each server (0: none given: the machine's cores)
   std::string cluster_path;
   struct process {
     task_address address;
@@ -193,9 +190,9 @@ struct task_processes::impl {
     // Every server shares this machine's cores with the others (and the client): a compute
     // thread that spins for more work takes a core from another process's kernels.
     args.push_back("--no-spin");
-    if (compute_threads > 0) {
+    if (options.compute_threads > 0) {
       args.push_back("--compute-threads");
-      args.push_back(std::to_string(compute_threads));
+      args.push_back(std::to_string(options.compute_threads));
     }
     std::vector<char*> argv;
     for (auto& a : args) argv.push_back(a.data());
@@ -402,7 +399,6 @@ result<std::unique_ptr<task_processes>> task_processes::start(const cluster_file
   auto s = std::make_shared<impl>();
   s->options = std::move(options);
   s->cluster_path = file.path();
-  s->compute_threads = s->options.compute_threads;
   for (const task_address& a : file.tasks()) {
     impl::process p;
     p.address = a;

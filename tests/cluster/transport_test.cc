@@ -2,6 +2,7 @@
 // ways, hellos refused, a silent or absent listener, a peer killed or frozen (separate
 // processes), a slow receiver holding its sender to the window, closes.
 #include "cluster/transport.h"
+#include "cluster/task_processes.h"
 #include "tests/cluster/link_server.h"
 
 #include <netinet/in.h>
@@ -85,19 +86,6 @@ TEST_CASE("tensors of every fixed-size type and shape cross a link whole and in 
   CHECK(at_worker.failures.empty());  // a closing end hears nothing of its own close
 }
 
-// A loopback port nothing listens on now.
-int unused_loopback_port() {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t length = sizeof a;
-  REQUIRE(::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0);
-  REQUIRE(::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &length) == 0);
-  ::close(fd);
-  return ntohs(a.sin_port);
-}
-
 // Sends a small, a 200 KB and a 9 MB tensor from `from` to `at` and checks they arrive.
 void check_tensors_cross(tensor_link& from, inbox& at) {
   const std::vector<tensor> values{counting(dtype::float32, {3, 4}, 1), counting(dtype::uint8, {200 << 10}, 2),
@@ -111,21 +99,27 @@ void check_tensors_cross(tensor_link& from, inbox& at) {
   }
 }
 
+// A link from a worker to `ps` at 127.0.0.1: whether both ends say it goes over a local
+// socket is `local`, and tensors cross it both ways. The inboxes outlive `ps`'s links.
+void check_link_to(server& ps, inbox& at_ps, inbox& at_worker, bool local) {
+  auto worker = tensor_link::connect("127.0.0.1", ps.port(), k_ps, options_for(k_worker));
+  REQUIRE(worker.ok());
+  tensor_link* ps_link = ps.wait_link();
+  REQUIRE(ps_link != nullptr);
+  CHECK((*worker)->over_local_socket() == local);
+  CHECK(ps_link->over_local_socket() == local);
+  ps_link->start(at_ps.handlers());
+  (*worker)->start(at_worker.handlers());
+  check_tensors_cross(**worker, at_ps);
+  check_tensors_cross(*ps_link, at_worker);
+}
+
 TEST_CASE("a link to a loopback address goes over a local socket; one whose name is taken goes over TCP",
           "[cluster][transport]") {
   SECTION("local socket") {
     inbox at_ps, at_worker;
     server ps(options_for(k_ps));
-    auto worker = tensor_link::connect("127.0.0.1", ps.port(), k_ps, options_for(k_worker));
-    REQUIRE(worker.ok());
-    tensor_link* ps_link = ps.wait_link();
-    REQUIRE(ps_link != nullptr);
-    CHECK((*worker)->over_local_socket());
-    CHECK(ps_link->over_local_socket());
-    ps_link->start(at_ps.handlers());
-    (*worker)->start(at_worker.handlers());
-    check_tensors_cross(**worker, at_ps);
-    check_tensors_cross(*ps_link, at_worker);
+    check_link_to(ps, at_ps, at_worker, true);
     // A refusal over it names it.
     link_options other = options_for(k_worker);
     other.cluster_id = "another-cluster";
@@ -136,7 +130,7 @@ TEST_CASE("a link to a loopback address goes over a local socket; one whose name
   SECTION("name taken") {
     // Another socket holds the listener's local name (and does not listen): the listener
     // serves over TCP alone, and a connecting end that finds nobody there uses TCP.
-    const int port = unused_loopback_port();
+    const int port = free_loopback_port();
     const int squatter = ::socket(AF_UNIX, SOCK_STREAM, 0);
     sockaddr_un u{};
     u.sun_family = AF_UNIX;
@@ -145,17 +139,9 @@ TEST_CASE("a link to a loopback address goes over a local socket; one whose name
     REQUIRE(::bind(squatter, reinterpret_cast<sockaddr*>(&u),
                    static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + 1 + name.size())) == 0);
     {
-      inbox at_ps;
+      inbox at_ps, at_worker;
       server ps(options_for(k_ps), port);
-      auto worker = tensor_link::connect("127.0.0.1", port, k_ps, options_for(k_worker));
-      REQUIRE(worker.ok());
-      tensor_link* ps_link = ps.wait_link();
-      REQUIRE(ps_link != nullptr);
-      CHECK_FALSE((*worker)->over_local_socket());
-      CHECK_FALSE(ps_link->over_local_socket());
-      ps_link->start(at_ps.handlers());
-      (*worker)->start({});
-      check_tensors_cross(**worker, at_ps);
+      check_link_to(ps, at_ps, at_worker, false);
     }
     ::close(squatter);
   }
