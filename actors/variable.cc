@@ -95,15 +95,11 @@ caf::behavior variable_behavior(variable_actor* self, std::string name, dtype ty
             [self, r] {
               auto& s = self->state;
               if (!s.value.initialized()) return r(uninitialized(s));
-              // Hand out a buffer no reader shares: the value itself when we hold the only
-              // reference, a copy otherwise (readers keep their snapshots). A value in a
-              // device's memory goes as it is: its update copies it on the device when
-              // readers still share it (the host cannot read it).
-              tensor exclusive;
-              status thrown = kernels::catch_exceptions([&] {
-                exclusive = s.value.ref_count_is_one() || !s.value.on_host() ? std::move(s.value) : s.value.deep_copy();
-              });
-              if (!thrown.ok()) return r(thrown.with_context(str_cat("leasing variable '", s.var, "'")));
+              // The value as it is, though readers may still share it: the update copies
+              // it first when they do (readers keep their snapshots), on its own thread,
+              // never this actor's (a copy of a large variable here held every request
+              // behind it: variable_kernels.cc, variable_update_kernel::update).
+              tensor exclusive = std::move(s.value);
               s.value = tensor();
               s.leased = true;
               r(std::move(exclusive));

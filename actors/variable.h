@@ -9,11 +9,11 @@
 //   (var_read_atom, reply<tensor>)          the value; failed_precondition if uninitialized
 //   (var_assign_atom, tensor, status_reply) replaces the value (dtype checked)
 //   (var_init_atom, reply<bool>)            whether the variable has a value
-//   (var_lease_atom, id, reply<tensor>)     exclusive use for an update: the reply gets a
-//                                           tensor no one else holds (a value in a device's
-//                                           memory: the value, which readers may still
-//                                           share: the update copies it on its device
-//                                           first, see variable_kernels.cc); the variable
+//   (var_lease_atom, id, reply<tensor>)     exclusive use for an update: the reply gets the
+//                                           value, which readers may still share: the
+//                                           update copies it first when they do (on its
+//                                           own thread, or its device), see
+//                                           variable_kernels.cc; the variable
 //                                           answers nothing else until
 //   (var_release_atom, tensor, status_reply) gives the (updated) value back, answered once
 //                                           it is stored (an update whose variable died

@@ -279,13 +279,19 @@ class variable_update_kernel final : public async_op_kernel {
   std::vector<bool> input_is_value_;              // by input: not a variable's handle
   double ns_per_element_ = 1.0;                   // see the constructor
 
-  // Applies the update to `vars` (the leased values, in input order), in place: on the
+  // Applies the update to `vars` (the leased values, in input order), in place; a value
+  // that readers still share is copied first (readers keep their snapshots; the variable
+  // hands it out as it is, so that the copy runs here, not on its actor's thread). On the
   // host, the op's arithmetic (kernels/training_ops.h); on a device with memory of its
-  // own, values in host memory (restored by a checkpoint) are copied in and values that
-  // readers still share are copied on the device first (readers keep their snapshots),
-  // then the device enqueues the update.
+  // own, values in host memory (restored by a checkpoint) are copied in and shared ones
+  // are copied on the device, then the device enqueues the update.
   status update(kernel_context& ctx, std::vector<tensor>& vars) const {
-    if (accelerator_ == nullptr) return kernels::apply_training_update(attrs_, vars, ctx.inputs(), &ctx.pool());
+    if (accelerator_ == nullptr) {
+      for (tensor& v : vars) {
+        if (!v.ref_count_is_one()) v = v.deep_copy();
+      }
+      return kernels::apply_training_update(attrs_, vars, ctx.inputs(), &ctx.pool());
+    }
     for (tensor& v : vars) {
       if (v.on_host()) {
         auto in = accelerator_->to_device(v);
