@@ -68,15 +68,31 @@ struct device_state {
     std::vector<tensor> delayed_feeds;
   };
   std::map<std::uint64_t, running_step> running;
-  std::unique_ptr<rendezvous_table> rendezvous;
-  bool sweep_pending = false;
+  std::shared_ptr<rendezvous_table> rendezvous;  // the device's (runtime_device::rendezvous)
   std::uint64_t next_handle = 1;
   std::uint64_t next_request = 1;
   static inline const char* name = "troupe-device";
 
   const std::string& device_name() const { return options.device->name(); }
   caf::error gone() const { return to_caf_error(unavailable_error("device ", device_name(), " went down")); }
+  // The table may outlive the actor (its device holds it): what reaches it later is
+  // dropped, and the Recvs still parked fail.
+  ~device_state() {
+    if (rendezvous != nullptr) rendezvous->shut(unavailable_error("device ", device_name(), " went down"));
+  }
 };
+
+// A tensor from a _Send elsewhere into `dev`'s rendezvous, on the caller's thread: a Recv
+// it completes runs the nodes it wakes here, with the table active (Recvs among them ask
+// it directly). Returns the table's refusal, on which the step fails, and whether a sweep
+// must now be sent to the device (tensors wait and none is due).
+status arrive(runtime_device& dev, std::int64_t step_id, const transfer_key_ptr& key, tensor value, bool* sweep) {
+  rendezvous_table& table = *dev.rendezvous();
+  rendezvous_table::active_scope active(table, &dev);
+  status s = table.send(step_id, key, std::move(value), dev.name());
+  *sweep = table.arm_sweep();
+  return s;
+}
 
 using device_actor = caf::stateful_actor<device_state>;
 
@@ -94,7 +110,7 @@ void abort_here(device_actor* self, std::int64_t step_id, const status& reason) 
 
 caf::behavior device_behavior(device_actor* self, device_options options) {
   self->state.options = std::move(options);
-  self->state.rendezvous = std::make_unique<rendezvous_table>(self->state.options.rendezvous_limit);
+  self->state.rendezvous = self->state.options.device->rendezvous();
   // When the device goes, every request still open is answered, and its running steps
   // are cancelled: kernels waiting on other actors fail now instead of finishing against
   // a device that is gone.
@@ -290,13 +306,10 @@ caf::behavior device_behavior(device_actor* self, device_options options) {
       // run here: the rendezvous is active so that Recvs among them ask it directly.
       [=](rv_send_atom, std::int64_t step_id, const transfer_key_ptr& key, tensor& value) {
         auto& st = self->state;
-        rendezvous_table::active_scope active(*st.rendezvous, st.options.device);
-        status s = st.rendezvous->send(step_id, key, std::move(value), st.device_name());
+        bool sweep = false;
+        status s = arrive(*st.options.device, step_id, key, std::move(value), &sweep);
         if (!s.ok()) abort_here(self, step_id, s);
-        if (!st.sweep_pending && st.rendezvous->num_waiting() > 0) {
-          st.sweep_pending = true;
-          self->delayed_send(self, k_sweep_every, sweep_atom::value);
-        }
+        if (sweep) self->delayed_send(self, k_sweep_every, sweep_atom::value);
       },
       [=](sweep_atom) {
         auto& st = self->state;
@@ -304,8 +317,7 @@ caf::behavior device_behavior(device_actor* self, device_options options) {
         std::set<std::int64_t> running_ids;  // once per sweep, not kept up to date per step
         for (const auto& [request, step] : st.running) running_ids.insert(step.step_id);
         st.rendezvous->sweep(now - k_orphan_age, [&](std::int64_t id) { return running_ids.count(id) > 0; });
-        st.sweep_pending = st.rendezvous->num_waiting() > 0;
-        if (st.sweep_pending) self->delayed_send(self, k_sweep_every, sweep_atom::value);
+        if (st.rendezvous->keep_sweeping()) self->delayed_send(self, k_sweep_every, sweep_atom::value);
       },
       [=](rv_recv_atom, std::int64_t step_id, const transfer_key_ptr& key, reply<tensor>& r) {
         auto& st = self->state;
@@ -342,9 +354,17 @@ caf::behavior device_behavior(device_actor* self, device_options options) {
 
 caf::actor spawn_device(caf::actor_system& system, device_options options) {
   runtime_device* dev = options.device;
+  dev->set_rendezvous(std::make_shared<rendezvous_table>(options.rendezvous_limit));
   caf::actor a = system.spawn(device_behavior, std::move(options));
   dev->set_self(a);
   return a;
+}
+
+void deliver_transfer(runtime_device& dev, std::int64_t step_id, const transfer_key_ptr& key, tensor value) {
+  bool sweep = false;
+  status s = arrive(dev, step_id, key, std::move(value), &sweep);
+  if (!s.ok()) caf::anon_send(dev.self(), abort_step_atom::value, step_id, to_caf_error(s));
+  if (sweep) caf::delayed_anon_send(dev.self(), k_sweep_every, sweep_atom::value);
 }
 
 }  // namespace troupe::actors

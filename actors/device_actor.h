@@ -12,6 +12,7 @@
 //   (abort_step_atom, step_id, caf::error)                            aborts that step here:
 //       its running partition stops, parked Recvs fail, later traffic for it is refused
 //   (rv_send_atom, step_id, transfer_key_ptr, tensor)    a tensor from a _Send elsewhere
+//       (one from another process comes straight into the rendezvous: deliver_transfer)
 //   (rv_recv_atom, step_id, transfer_key_ptr, reply<tensor>)  a local _Recv asks (from
 //       outside this actor's handlers; inside them it asks the rendezvous directly)
 //   (rv_cancel_atom, step_id, transfer_key_ptr)          a local _Recv's step cancelled it
@@ -47,6 +48,7 @@
 #include <cstdint>
 #include <string>
 
+#include "actors/rendezvous.h"
 #include "actors/runtime_device.h"
 #include "core/thread_pool.h"
 #include "kernels/kernel_registry.h"
@@ -79,8 +81,17 @@ struct device_stats {
   std::int64_t memory_in_use = 0;       // bytes its kernels' buffers hold (core/memory.h)
 };
 
-// Spawns the actor and records it as the device's self().
+// Spawns the actor and records it as the device's self(), giving the device its
+// rendezvous (runtime_device::rendezvous) first.
 caf::actor spawn_device(caf::actor_system& system, device_options options);
+
+// A tensor from a _Send in another process, delivered by the link's reader into the
+// rendezvous of `dev` (spawned by spawn_device) on the reader's own thread, as the
+// actor's rv_send_atom handler would: no hand-off to the actor (a thread's wake-up saved
+// per tensor). A Recv it completes runs the cheap nodes it wakes on this thread (the
+// executor's rule for threads off the compute pool). What the table refuses (guarantee
+// 2) aborts the step through the actor.
+void deliver_transfer(runtime_device& dev, std::int64_t step_id, const transfer_key_ptr& key, tensor value);
 
 }  // namespace troupe::actors
 

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <functional>
+#include <mutex>
 
 #include "core/env.h"
 
@@ -83,67 +84,80 @@ tensor rendezvous_table::take(entry& e) {
 }
 
 status rendezvous_table::send(std::int64_t step, const transfer_key_ptr& key, tensor value, std::string_view device) {
-  if (is_aborted(step)) return status();  // the step is gone; its Recvs were failed
-  auto [it, inserted] = entries_.try_emplace({step, key.get()});
-  entry& e = it->second;
-  if (inserted) count_entry(step, 1);
-  if (!inserted && e.waiting) {
-    auto r = std::move(e.waiting);
-    erase(it);
-    r(std::move(value));
-    return status();
+  reply<tensor> waiting;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (shut_ || closed_.count(step) > 0) return status();  // the step is gone; its Recvs were failed
+    auto [it, inserted] = entries_.try_emplace({step, key.get()});
+    entry& e = it->second;
+    if (inserted) count_entry(step, 1);
+    if (!inserted && e.waiting) {
+      waiting = std::move(e.waiting);
+      erase(it);
+    } else if (!inserted) {
+      return internal_error("a second tensor arrived for ", key->printed(), " in step ", step,
+                            ": each transfer of a step carries one tensor");
+    } else {
+      const auto bytes = static_cast<std::int64_t>(value.byte_size());
+      if (bytes > limit_bytes_ - bytes_) {
+        erase(it);
+        return resource_exhausted_error("the rendezvous of ",
+                                        device.empty() ? std::string("a device") : std::string(device), " would hold ",
+                                        bytes_ + bytes, " bytes of tensors that no Recv has asked for yet, "
+                                        "over its bound of ", limit_bytes_, " bytes (", key->printed(), " in step ",
+                                        step, ")");
+      }
+      e.key = key;
+      e.value = std::move(value);
+      e.arrived = env::now();
+      bytes_ += bytes;
+      return status();
+    }
   }
-  if (!inserted) {
-    return internal_error("a second tensor arrived for ", key->printed(), " in step ", step,
-                          ": each transfer of a step carries one tensor");
-  }
-  const auto bytes = static_cast<std::int64_t>(value.byte_size());
-  if (bytes > limit_bytes_ - bytes_) {
-    erase(it);
-    return resource_exhausted_error("the rendezvous of ", device.empty() ? std::string("a device") : std::string(device),
-                                    " would hold ", bytes_ + bytes, " bytes of tensors that no Recv has asked for yet, "
-                                    "over its bound of ", limit_bytes_, " bytes (", key->printed(), " in step ", step,
-                                    ")");
-  }
-  e.key = key;
-  e.value = std::move(value);
-  e.arrived = env::now();
-  bytes_ += bytes;
+  waiting(std::move(value));  // outside the lock: the reply may come back to the table
   return status();
 }
 
 void rendezvous_table::recv(std::int64_t step, const transfer_key_ptr& key, reply<tensor> r) {
-  if (auto reason = closed_.find(step); reason != closed_.end()) {
-    r(reason->second.ok() ? ended_error(step) : reason->second);
-    return;
+  result<tensor> answer = internal_error("two Recvs wait for ", key->printed(), " in step ", step);
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (shut_) {
+      answer = shut_reason_;
+    } else if (auto reason = closed_.find(step); reason != closed_.end()) {
+      answer = reason->second.ok() ? ended_error(step) : reason->second;
+    } else {
+      auto [it, inserted] = entries_.try_emplace({step, key.get()});
+      entry& e = it->second;
+      if (inserted) {
+        count_entry(step, 1);
+        e.key = key;
+        e.waiting = std::move(r);
+        return;
+      }
+      if (e.value.initialized()) {
+        answer = take(e);
+        erase(it);
+      }
+    }
   }
-  auto [it, inserted] = entries_.try_emplace({step, key.get()});
-  entry& e = it->second;
-  if (inserted) {
-    count_entry(step, 1);
-    e.key = key;
-    e.waiting = std::move(r);
-    return;
-  }
-  if (e.value.initialized()) {
-    tensor value = take(e);
-    erase(it);
-    r(std::move(value));
-    return;
-  }
-  r(internal_error("two Recvs wait for ", key->printed(), " in step ", step));
+  r(std::move(answer));  // outside the lock: the reply may come back to the table
 }
 
 void rendezvous_table::cancel(std::int64_t step, const transfer_key_ptr& key) {
-  auto it = entries_.find({step, key.get()});
-  if (it == entries_.end() || !it->second.waiting) return;
-  auto r = std::move(it->second.waiting);
-  erase(it);
+  reply<tensor> r;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto it = entries_.find({step, key.get()});
+    if (it == entries_.end() || !it->second.waiting) return;
+    r = std::move(it->second.waiting);
+    erase(it);
+  }
   r(cancelled_error("Recv of ", key->key().tensor_name, " from ", key->key().send_device,
                     " was cancelled (step ", step, " aborted)"));
 }
 
-void rendezvous_table::abort(std::int64_t step, const status& error) {
+std::vector<reply<tensor>> rendezvous_table::abort_locked(std::int64_t step, const status& error) {
   remember_closed(step, error);
   std::vector<reply<tensor>> to_fail;
   for (auto it = entries_.begin(); it != entries_.end();) {
@@ -155,7 +169,33 @@ void rendezvous_table::abort(std::int64_t step, const status& error) {
       ++it;
     }
   }
+  return to_fail;
+}
+
+void rendezvous_table::abort(std::int64_t step, const status& error) {
+  std::vector<reply<tensor>> to_fail;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    to_fail = abort_locked(step, error);
+  }
   for (auto& r : to_fail) r(error);
+}
+
+void rendezvous_table::shut(const status& reason) {
+  std::vector<reply<tensor>> to_fail;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (shut_) return;
+    shut_ = true;
+    shut_reason_ = reason;
+    for (auto& [key, e] : entries_) {
+      if (e.waiting) to_fail.push_back(std::move(e.waiting));
+    }
+    entries_.clear();
+    per_step_.clear();
+    bytes_ = 0;
+  }
+  for (auto& r : to_fail) r(reason);
 }
 
 status rendezvous_table::ended_error(std::int64_t step) {
@@ -163,13 +203,20 @@ status rendezvous_table::ended_error(std::int64_t step) {
 }
 
 void rendezvous_table::close(std::int64_t step) {
-  // The usual case, nothing left: remembered as ended (ok), the error built only if a
-  // late Recv asks.
-  if (!has_entries(step)) return remember_closed(step, status());
-  abort(step, ended_error(step));
+  std::vector<reply<tensor>> to_fail;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    // The usual case, nothing left: remembered as ended (ok), the error built only if a
+    // late Recv asks.
+    if (!has_entries(step)) return remember_closed(step, status());
+    to_fail = abort_locked(step, ended_error(step));
+  }
+  const status error = ended_error(step);
+  for (auto& r : to_fail) r(error);
 }
 
 int rendezvous_table::sweep(clock::time_point cutoff, const std::function<bool(std::int64_t)>& is_running) {
+  std::lock_guard<std::mutex> lock(mutex_);
   int dropped = 0;
   for (auto it = entries_.begin(); it != entries_.end();) {
     entry& e = it->second;
@@ -182,6 +229,34 @@ int rendezvous_table::sweep(clock::time_point cutoff, const std::function<bool(s
     }
   }
   return dropped;
+}
+
+bool rendezvous_table::arm_sweep() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (sweep_armed_ || entries_.empty()) return false;
+  sweep_armed_ = true;
+  return true;
+}
+
+bool rendezvous_table::keep_sweeping() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  sweep_armed_ = !entries_.empty();
+  return sweep_armed_;
+}
+
+bool rendezvous_table::is_aborted(std::int64_t step) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return shut_ || closed_.count(step) > 0;
+}
+
+std::size_t rendezvous_table::num_waiting() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return entries_.size();
+}
+
+std::int64_t rendezvous_table::bytes_waiting() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return bytes_;
 }
 
 }  // namespace troupe::actors

@@ -14,9 +14,13 @@
 // (a step's first nodes run in the handler that starts it, and nodes woken by an arrival
 // in the handler of that arrival): then the table is this thread's active one
 // (active_scope) and the Recv asks it directly, saving a message per transfer. The table
-// calls each reply after removing its entry, so a reply may re-enter the table.
+// calls each reply after removing its entry and outside its lock, so a reply may re-enter
+// the table.
 //
-// This table belongs to one device actor and is used only from its handlers: no locks.
+// The table belongs to one device actor (runtime_device::rendezvous), which uses it from
+// its handlers; a link's reader delivers tensors from other processes into it itself
+// (deliver_transfer, actors/device_actor.h), saving a hand-off to the actor per tensor.
+// Thread safety: every call takes the table's lock; replies run outside it.
 #pragma once
 
 #include <caf/all.hpp>
@@ -27,6 +31,7 @@
 #include <functional>
 #include <limits>
 #include <memory>
+#include <mutex>
 #include <string_view>
 #include <unordered_map>
 #include <utility>
@@ -94,14 +99,22 @@ class rendezvous_table {
   void abort(std::int64_t step, const status& error);
   // The step ended on this device: as abort(), with a reason saying so.
   void close(std::int64_t step);
+  // The device is gone: fails every parked Recv with `reason`, drops the tensors, and
+  // from now on drops what arrives and fails every Recv so.
+  void shut(const status& reason);
   // Drops tensors that arrived before `cutoff` for steps `is_running` says are not
   // running here (orphans of steps that ended, or never started, on this device).
-  // Returns how many were dropped.
+  // Returns how many were dropped. (Under the table's lock: `is_running` must not call it.)
   int sweep(clock::time_point cutoff, const std::function<bool(std::int64_t)>& is_running);
+  // The device's sweeps: arm_sweep() says true once entries wait and no sweep is due
+  // (the caller then has one sent); keep_sweeping(), after a sweep, whether another is
+  // due (entries still wait).
+  bool arm_sweep();
+  bool keep_sweeping();
 
-  bool is_aborted(std::int64_t step) const { return closed_.count(step) > 0; }
-  std::size_t num_waiting() const { return entries_.size(); }
-  std::int64_t bytes_waiting() const { return bytes_; }
+  bool is_aborted(std::int64_t step) const;
+  std::size_t num_waiting() const;
+  std::int64_t bytes_waiting() const;
 
   // Makes `table`, the rendezvous of `device`'s actor, the active one on this thread for
   // the scope's life. The device actor opens one in each handler that may run kernels.
@@ -138,7 +151,9 @@ class rendezvous_table {
     reply<tensor> waiting;
   };
   using entry_map = std::unordered_map<entry_key, entry, entry_hash, entry_equal>;
+  // Under mutex_:
   void remember_closed(std::int64_t step, const status& reason);  // ok: ended normally
+  std::vector<reply<tensor>> abort_locked(std::int64_t step, const status& error);  // the Recvs to fail
   static status ended_error(std::int64_t step);
   tensor take(entry& e);
   entry_map::iterator erase(entry_map::iterator it);  // keeps per_step_ right
@@ -155,6 +170,10 @@ class rendezvous_table {
   std::deque<std::int64_t> closed_order_;
   std::int64_t bytes_ = 0;  // of arrived tensors in entries_
   std::int64_t limit_bytes_;
+  bool sweep_armed_ = false;
+  bool shut_ = false;
+  status shut_reason_;
+  mutable std::mutex mutex_;  // guards everything above
 };
 
 }  // namespace troupe::actors

@@ -36,6 +36,7 @@ namespace troupe::actors {
 
 class simulation;
 class transfer_key;
+class rendezvous_table;
 
 // A device of another process may take a _Send's tensor from the sending kernel's own
 // thread, straight onto the link to its task, instead of through a message to its
@@ -164,6 +165,10 @@ class runtime_device final : public kernels::device {
   // The device's own actor (set once when it is spawned).
   const caf::actor& self() const { return self_; }
   void set_self(caf::actor a) { self_ = std::move(a); }
+  // Its actor's rendezvous (set once, before the actor is spawned: spawn_device), which
+  // a link's reader delivers into directly (deliver_transfer, actors/device_actor.h).
+  const std::shared_ptr<rendezvous_table>& rendezvous() const { return rendezvous_; }
+  void set_rendezvous(std::shared_ptr<rendezvous_table> table) { rendezvous_ = std::move(table); }
 
   // Its task's life (device_directory: the transfers' keys carry it); set once at start.
   std::uint64_t incarnation() const { return incarnation_; }
@@ -263,6 +268,7 @@ class runtime_device final : public kernels::device {
   compute_pool& pool_;
   std::shared_ptr<kernels::device> accelerator_;
   caf::actor self_;
+  std::shared_ptr<rendezvous_table> rendezvous_;
   std::uint64_t incarnation_ = 0;
   std::shared_ptr<const device_directory> directory_;
   step_tracer* tracer_ = nullptr;

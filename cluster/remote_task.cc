@@ -490,7 +490,8 @@ struct transfer_hub::impl {
                    run.header[1], std::move(run.values));
   }
 
-  // A tensor from another process: to the device it is for, as a local _Send posts it.
+  // A tensor from another process: into the rendezvous of the device it is for, on this
+  // (the link's reader) thread.
   void arrived(const std::string& from, std::string key, tensor value) {
     std::int64_t step_id = 0;
     placement::rendezvous_key k;
@@ -499,7 +500,8 @@ struct transfer_hub::impl {
       std::cerr << "troupe: task " << from << " sent a tensor under a damaged transfer key; dropped\n";
       return;
     }
-    caf::actor device = cluster->device_actor(k.recv_device);
+    actors::runtime_device* dev = cluster->find_device(k.recv_device);
+    caf::actor device = dev == nullptr ? caf::actor() : dev->self();
     if (!device) {
       ++refused;
       std::cerr << "troupe: task " << from << " sent tensor " << k.tensor_name << " for device " << k.recv_device
@@ -530,10 +532,8 @@ struct transfer_hub::impl {
       }
       return;
     }
-    auto transfer = std::make_shared<const actors::transfer_key>(std::move(k));
-    caf::anon_send(device, actors::rv_send_atom::value, step_id, actors::transfer_key_ptr(std::move(transfer)),
-                   std::move(value));
-    ++delivered;
+    ++delivered;  // counted first: the Recv it completes may end the step before it returns
+    actors::deliver_transfer(*dev, step_id, std::make_shared<const actors::transfer_key>(std::move(k)), std::move(value));
   }
 };
 

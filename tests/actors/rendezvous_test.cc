@@ -3,12 +3,18 @@
 // aborted step fails its parked Recvs and refuses its late traffic, a cancelled Recv
 // fails naming the transfer; keys match by value, once hashed; replies may re-enter the
 // table (as a Recv answered inside a device actor's handler does); and the active table
-// is only visible to its own device's kernels, inside its scope.
+// is only visible to its own device's kernels, inside its scope. Threads share a table (a
+// link's reader delivers into it while its actor serves Recvs), and a table shut when its
+// device goes refuses everything after.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <memory>
 #include <optional>
+#include <random>
+#include <thread>
 #include <vector>
 
 #include "actors/rendezvous.h"
@@ -259,4 +265,78 @@ TEST_CASE("the active table is visible only to its own device, inside its scope"
     CHECK(rendezvous_table::active(device_a) == &outer_table);
   }
   CHECK(rendezvous_table::active(device_a) == nullptr);
+}
+
+TEST_CASE("a table shut when its device goes fails its parked Recvs, drops its tensors and refuses later traffic") {
+  rendezvous_table table;
+  answer parked;
+  table.recv(1, key_of("x:0"), parked.make());
+  REQUIRE(table.send(2, key_of("y:0"), tensor::scalar<float>(1.0f)).ok());
+  table.shut(unavailable_error("device d went down"));
+  REQUIRE(parked.answered());
+  REQUIRE_FALSE(parked.value().ok());
+  CHECK(parked.value().error().message() == "device d went down");
+  CHECK(table.num_waiting() == 0);
+  CHECK(table.bytes_waiting() == 0);
+  CHECK(table.is_aborted(3));
+  CHECK(table.send(3, key_of("z:0"), tensor::scalar<float>(2.0f)).ok());  // dropped
+  CHECK(table.num_waiting() == 0);
+  answer late;
+  table.recv(3, key_of("z:0"), late.make());
+  REQUIRE(late.answered());
+  CHECK(late.value().error().error_code() == code::unavailable);
+}
+
+TEST_CASE("a sweep is armed once while entries wait, and stays armed only while they do") {
+  rendezvous_table table;
+  CHECK_FALSE(table.arm_sweep());  // nothing waits
+  REQUIRE(table.send(1, key_of("x:0"), tensor::scalar<float>(1.0f)).ok());
+  CHECK(table.arm_sweep());
+  CHECK_FALSE(table.arm_sweep());  // one is due already
+  CHECK(table.keep_sweeping());    // x:0 still waits
+  answer a;
+  table.recv(1, key_of("x:0"), a.make());
+  CHECK(a.answered());
+  CHECK_FALSE(table.keep_sweeping());
+  REQUIRE(table.send(2, key_of("x:0"), tensor::scalar<float>(1.0f)).ok());
+  CHECK(table.arm_sweep());  // armed again by the next arrival
+}
+
+TEST_CASE("threads share a table: every transfer meets its Recv once, whichever end comes first") {
+  // Four threads deliver (as links' readers do) while four ask (as a device's actor and
+  // its kernels do), each in its own shuffled order; every Recv gets its own tensor.
+  constexpr int k_threads = 4, k_per_thread = 2000;
+  rendezvous_table table;
+  std::vector<transfer_key_ptr> keys;
+  for (int i = 0; i < k_threads * k_per_thread; ++i) keys.push_back(key_of("t" + std::to_string(i) + ":0"));
+  std::vector<std::atomic<int>> got(keys.size());
+  std::atomic<int> wrong{0}, refused{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 2 * k_threads; ++t) {
+    threads.emplace_back([&, t] {
+      const bool sender = t < k_threads;
+      std::vector<int> order;
+      for (int i = 0; i < k_per_thread; ++i) order.push_back((t % k_threads) * k_per_thread + i);
+      std::shuffle(order.begin(), order.end(), std::mt19937(static_cast<unsigned>(20161102 + t)));
+      for (int i : order) {
+        if (sender) {
+          if (!table.send(1, keys[static_cast<std::size_t>(i)], tensor::scalar<std::int32_t>(i)).ok()) ++refused;
+          continue;
+        }
+        table.recv(1, keys[static_cast<std::size_t>(i)], reply<tensor>([&, i](result<tensor> r) {
+                     if (!r.ok() || r->scalar_value<std::int32_t>() != i) ++wrong;
+                     ++got[static_cast<std::size_t>(i)];
+                   },
+                                                                       "device test"));
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  CHECK(refused == 0);
+  CHECK(wrong == 0);
+  int once = 0;
+  for (auto& g : got) once += g.load() == 1 ? 1 : 0;
+  CHECK(once == k_threads * k_per_thread);
+  CHECK(table.num_waiting() == 0);
+  CHECK(table.bytes_waiting() == 0);
 }

@@ -146,6 +146,25 @@ TEST_CASE("a transfer hub hands tensors to the devices it hosts, refuses others 
   auto stats = (*c)->stats(ps);
   REQUIRE(stats.ok());
   CHECK(stats->rendezvous_entries == 3);
+  {
+    // The reader puts tensors into the rendezvous itself: a second one for step 7's
+    // transfer is refused there, and the step aborts on the device (its first tensor
+    // dropped, later ones for it too).
+    auto again = tensor_link::connect("127.0.0.1", (*hub)->port(), hub_options.local_task, client);
+    REQUIRE(again.ok());
+    (*again)->start({[](std::string, tensor) {}, [](const status&) {}});
+    (*again)->send(key(7, ps, life), tensor::scalar(6.0f), nullptr);
+    CHECK(eventually([&] {
+      auto now = (*c)->stats(ps);
+      return now.ok() && now->rendezvous_entries == 2;
+    }));
+    (*again)->send(key(7, ps, life), tensor::scalar(7.0f), nullptr);
+    REQUIRE(eventually([&] { return (*hub)->delivered() == 5; }));
+    auto after = (*c)->stats(ps);
+    REQUIRE(after.ok());
+    CHECK(after->rendezvous_entries == 2);
+    CHECK(after->rendezvous_bytes == 2 * static_cast<std::int64_t>(sizeof(float)));
+  }
   std::this_thread::sleep_for(std::chrono::milliseconds(300));
   // A new link drops the three closed ones.
   auto last = tensor_link::connect("127.0.0.1", (*hub)->port(), hub_options.local_task, client);
