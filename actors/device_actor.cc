@@ -333,8 +333,9 @@ caf::behavior device_behavior(device_actor* self, device_options options) {
         stats.partitions = static_cast<std::int64_t>(st.partitions.size());
         stats.preparing = static_cast<std::int64_t>(st.preparing.size());
         stats.running_steps = static_cast<std::int64_t>(st.running.size());
-        stats.rendezvous_entries = static_cast<std::int64_t>(st.rendezvous->num_waiting());
-        stats.rendezvous_bytes = st.rendezvous->bytes_waiting();
+        const auto [entries, bytes] = st.rendezvous->waiting();
+        stats.rendezvous_entries = static_cast<std::int64_t>(entries);
+        stats.rendezvous_bytes = bytes;
         if (auto* memory = st.options.device->memory()) stats.memory_in_use = memory->in_use();
         return stats;
       },
@@ -363,7 +364,12 @@ caf::actor spawn_device(caf::actor_system& system, device_options options) {
 void deliver_transfer(runtime_device& dev, std::int64_t step_id, const transfer_key_ptr& key, tensor value) {
   bool sweep = false;
   status s = arrive(dev, step_id, key, std::move(value), &sweep);
-  if (!s.ok()) caf::anon_send(dev.self(), abort_step_atom::value, step_id, to_caf_error(s));
+  if (!s.ok()) {
+    // Aborted in the table at once (its later tensors refused, its parked Recvs failed),
+    // then by the actor, which cancels the step's running kernels.
+    dev.rendezvous()->abort(step_id, s);
+    caf::anon_send(dev.self(), abort_step_atom::value, step_id, to_caf_error(s));
+  }
   if (sweep) caf::delayed_anon_send(dev.self(), k_sweep_every, sweep_atom::value);
 }
 

@@ -90,7 +90,7 @@ caf::actor spawn_device(caf::actor_system& system, device_options options);
 // actor's rv_send_atom handler would: no hand-off to the actor (a thread's wake-up saved
 // per tensor). A Recv it completes runs the cheap nodes it wakes on this thread (the
 // executor's rule for threads off the compute pool). What the table refuses (guarantee
-// 2) aborts the step through the actor.
+// 2) aborts the step in the table at once and then through the actor.
 void deliver_transfer(runtime_device& dev, std::int64_t step_id, const transfer_key_ptr& key, tensor value);
 
 }  // namespace troupe::actors

@@ -157,45 +157,43 @@ void rendezvous_table::cancel(std::int64_t step, const transfer_key_ptr& key) {
                     " was cancelled (step ", step, " aborted)"));
 }
 
-std::vector<reply<tensor>> rendezvous_table::abort_locked(std::int64_t step, const status& error) {
+void rendezvous_table::abort_locked(std::int64_t step, const status& error, dropped& out) {
   remember_closed(step, error);
-  std::vector<reply<tensor>> to_fail;
   for (auto it = entries_.begin(); it != entries_.end();) {
     if (it->first.first == step) {
-      if (it->second.waiting) to_fail.push_back(std::move(it->second.waiting));
-      else take(it->second);
+      if (it->second.waiting) out.to_fail.push_back(std::move(it->second.waiting));
+      else out.tensors.push_back(take(it->second));
       it = erase(it);
     } else {
       ++it;
     }
   }
-  return to_fail;
 }
 
 void rendezvous_table::abort(std::int64_t step, const status& error) {
-  std::vector<reply<tensor>> to_fail;
+  dropped out;
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    to_fail = abort_locked(step, error);
+    abort_locked(step, error, out);
   }
-  for (auto& r : to_fail) r(error);
+  for (auto& r : out.to_fail) r(error);
 }
 
 void rendezvous_table::shut(const status& reason) {
-  std::vector<reply<tensor>> to_fail;
+  dropped out;
   {
     std::lock_guard<std::mutex> lock(mutex_);
     if (shut_) return;
     shut_ = true;
     shut_reason_ = reason;
     for (auto& [key, e] : entries_) {
-      if (e.waiting) to_fail.push_back(std::move(e.waiting));
+      if (e.waiting) out.to_fail.push_back(std::move(e.waiting));
+      else out.tensors.push_back(take(e));
     }
     entries_.clear();
     per_step_.clear();
-    bytes_ = 0;
   }
-  for (auto& r : to_fail) r(reason);
+  for (auto& r : out.to_fail) r(reason);
 }
 
 status rendezvous_table::ended_error(std::int64_t step) {
@@ -203,32 +201,31 @@ status rendezvous_table::ended_error(std::int64_t step) {
 }
 
 void rendezvous_table::close(std::int64_t step) {
-  std::vector<reply<tensor>> to_fail;
+  dropped out;
   {
     std::lock_guard<std::mutex> lock(mutex_);
     // The usual case, nothing left: remembered as ended (ok), the error built only if a
     // late Recv asks.
     if (!has_entries(step)) return remember_closed(step, status());
-    to_fail = abort_locked(step, ended_error(step));
+    abort_locked(step, ended_error(step), out);
   }
   const status error = ended_error(step);
-  for (auto& r : to_fail) r(error);
+  for (auto& r : out.to_fail) r(error);
 }
 
 int rendezvous_table::sweep(clock::time_point cutoff, const std::function<bool(std::int64_t)>& is_running) {
+  dropped out;
   std::lock_guard<std::mutex> lock(mutex_);
-  int dropped = 0;
   for (auto it = entries_.begin(); it != entries_.end();) {
     entry& e = it->second;
     if (!e.waiting && e.arrived < cutoff && !is_running(it->first.first)) {
-      take(e);
+      out.tensors.push_back(take(e));
       it = erase(it);
-      ++dropped;
     } else {
       ++it;
     }
   }
-  return dropped;
+  return static_cast<int>(out.tensors.size());
 }
 
 bool rendezvous_table::arm_sweep() {
@@ -247,6 +244,11 @@ bool rendezvous_table::keep_sweeping() {
 bool rendezvous_table::is_aborted(std::int64_t step) const {
   std::lock_guard<std::mutex> lock(mutex_);
   return shut_ || closed_.count(step) > 0;
+}
+
+std::pair<std::size_t, std::int64_t> rendezvous_table::waiting() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return {entries_.size(), bytes_};
 }
 
 std::size_t rendezvous_table::num_waiting() const {

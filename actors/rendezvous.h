@@ -1,7 +1,7 @@
 // rendezvous: where a tensor sent across devices waits for its Recv, or a Recv waits for
 // its tensor. A producer never blocks: _Send posts a message to the destination device's
-// actor, which either hands the tensor to the Recv already waiting there or keeps it
-// until the Recv asks. A Recv that asks first is parked with its reply. Entries are keyed
+// actor (a tensor from another process is put here by its link's reader), and the table
+// either hands the tensor to the Recv already waiting or keeps it until the Recv asks. A Recv that asks first is parked with its reply. Entries are keyed
 // by (step id, the transfer's key); an aborted step fails its parked Recvs and drops its
 // tensors, and anything arriving later for it is refused. A step that ends on the device
 // is closed the same way (close()), so a tensor that arrives for it afterwards is dropped
@@ -115,6 +115,7 @@ class rendezvous_table {
   bool is_aborted(std::int64_t step) const;
   std::size_t num_waiting() const;
   std::int64_t bytes_waiting() const;
+  std::pair<std::size_t, std::int64_t> waiting() const;  // both at one moment
 
   // Makes `table`, the rendezvous of `device`'s actor, the active one on this thread for
   // the scope's life. The device actor opens one in each handler that may run kernels.
@@ -151,9 +152,15 @@ class rendezvous_table {
     reply<tensor> waiting;
   };
   using entry_map = std::unordered_map<entry_key, entry, entry_hash, entry_equal>;
+  // What a call took out of the table under its lock, answered and freed once it is
+  // released (the Recvs fail outside it; a tensor freed may write a release to a link).
+  struct dropped {
+    std::vector<tensor> tensors;
+    std::vector<reply<tensor>> to_fail;
+  };
   // Under mutex_:
   void remember_closed(std::int64_t step, const status& reason);  // ok: ended normally
-  std::vector<reply<tensor>> abort_locked(std::int64_t step, const status& error);  // the Recvs to fail
+  void abort_locked(std::int64_t step, const status& error, dropped& out);
   static status ended_error(std::int64_t step);
   tensor take(entry& e);
   entry_map::iterator erase(entry_map::iterator it);  // keeps per_step_ right

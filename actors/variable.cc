@@ -96,9 +96,9 @@ caf::behavior variable_behavior(variable_actor* self, std::string name, dtype ty
               auto& s = self->state;
               if (!s.value.initialized()) return r(uninitialized(s));
               // The value as it is, though readers may still share it: the update copies
-              // it first when they do (readers keep their snapshots), on its own thread,
-              // never this actor's (a copy of a large variable here held every request
-              // behind it: variable_kernels.cc, variable_update_kernel::update).
+              // it first when they do (readers keep their snapshots), on the update's
+              // thread, the compute pool for a large variable (a copy of one here held
+              // every request behind it: variable_kernels.cc, variable_update_kernel).
               tensor exclusive = std::move(s.value);
               s.value = tensor();
               s.leased = true;

@@ -279,16 +279,21 @@ class variable_update_kernel final : public async_op_kernel {
   std::vector<bool> input_is_value_;              // by input: not a variable's handle
   double ns_per_element_ = 1.0;                   // see the constructor
 
-  // Applies the update to `vars` (the leased values, in input order), in place; a value
-  // that readers still share is copied first (readers keep their snapshots; the variable
-  // hands it out as it is, so that the copy runs here, not on its actor's thread). On the
+  // Applies the update to `vars` (the leased values of the variables `of`, in input
+  // order), in place; a value that readers still share is copied first (readers keep their
+  // snapshots; the variable hands it out as it is, so that the copy runs on the update's
+  // thread: the compute pool for any variable large enough to matter, see run()). On the
   // host, the op's arithmetic (kernels/training_ops.h); on a device with memory of its
   // own, values in host memory (restored by a checkpoint) are copied in and shared ones
   // are copied on the device, then the device enqueues the update.
-  status update(kernel_context& ctx, std::vector<tensor>& vars) const {
+  status update(kernel_context& ctx, std::vector<tensor>& vars, const std::vector<variable_resource*>& of) const {
     if (accelerator_ == nullptr) {
-      for (tensor& v : vars) {
-        if (!v.ref_count_is_one()) v = v.deep_copy();
+      for (std::size_t i = 0; i < vars.size(); ++i) {
+        if (vars[i].ref_count_is_one()) continue;
+        status copied = kernels::catch_exceptions([&] { vars[i] = vars[i].deep_copy(); });
+        if (!copied.ok()) {
+          return copied.with_context(str_cat("copying variable '", of[i]->name(), "' for its update (readers still hold its value)"));
+        }
       }
       return kernels::apply_training_update(attrs_, vars, ctx.inputs(), &ctx.pool());
     }
@@ -396,7 +401,7 @@ class variable_update_kernel final : public async_op_kernel {
         if (shape_only_update(*op->ctx, op->values)) return;
         std::optional<cpu_meter> cpu;
         if (op->ctx->cpu_ns_wanted()) cpu.emplace();
-        status updated = op->kernel->update(*op->ctx, op->values);
+        status updated = op->kernel->update(*op->ctx, op->values, op->vars);
         if (cpu) op->ctx->set_cpu_ns(cpu->elapsed_ns());
         if (!updated.ok()) op->ctx->fail(std::move(updated));
       });

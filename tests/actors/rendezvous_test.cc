@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <future>
 #include <memory>
 #include <optional>
 #include <random>
@@ -18,6 +19,7 @@
 #include <vector>
 
 #include "actors/rendezvous.h"
+#include "core/buffer.h"
 
 using namespace troupe;
 using actors::rendezvous_table;
@@ -339,4 +341,47 @@ TEST_CASE("threads share a table: every transfer meets its Recv once, whichever 
   CHECK(once == k_threads * k_per_thread);
   CHECK(table.num_waiting() == 0);
   CHECK(table.bytes_waiting() == 0);
+}
+
+namespace {
+
+// Memory whose release asks `table` something (as a tensor in a peer's shared memory
+// writes a release to its link when freed). The ask runs on a thread of its own: a
+// release under the table's lock shows as an ask that did not finish in 2 s, not a hang.
+struct asking_memory final : troupe::external_memory {
+  rendezvous_table* table = nullptr;
+  std::atomic<int> released{0}, under_lock{0};
+  std::vector<std::thread> asks;  // joined by the test once the table is free
+  void release(void* data, std::size_t) noexcept override {
+    auto answered = std::make_shared<std::promise<void>>();
+    auto done = answered->get_future();
+    asks.emplace_back([t = table, answered] {
+      t->num_waiting();
+      answered->set_value();
+    });
+    if (done.wait_for(std::chrono::seconds(2)) != std::future_status::ready) ++under_lock;
+    ::operator delete(data);
+    ++released;
+  }
+  bool host_accessible() const override { return true; }
+  tensor make() { return tensor(dtype::float32, {4}, buffer::adopt(::operator new(16), 16, this)); }
+};
+
+}  // namespace
+
+TEST_CASE("tensors the table drops are freed outside its lock") {
+  rendezvous_table table;
+  asking_memory memory;
+  memory.table = &table;
+  REQUIRE(table.send(1, key_of("a:0"), memory.make()).ok());
+  table.abort(1, aborted_error("step 1 aborted"));  // abort
+  REQUIRE(table.send(2, key_of("a:0"), memory.make()).ok());
+  table.close(2);  // a step that ended with a tensor left
+  REQUIRE(table.send(3, key_of("a:0"), memory.make()).ok());
+  CHECK(table.sweep(rendezvous_table::clock::now() + std::chrono::seconds(1), [](std::int64_t) { return false; }) == 1);
+  REQUIRE(table.send(4, key_of("a:0"), memory.make()).ok());
+  table.shut(unavailable_error("device d went down"));
+  for (auto& ask : memory.asks) ask.join();
+  CHECK(memory.released == 4);
+  CHECK(memory.under_lock == 0);
 }
