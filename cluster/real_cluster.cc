@@ -6,6 +6,7 @@
 
 #include <caf/openssl/all.hpp>
 
+#include "actors/spawn.h"
 #include "cluster/certificates.h"
 #include "cluster/remote_task.h"
 #include "core/crc32c.h"
@@ -151,7 +152,19 @@ struct task_server::impl {
 
   ~impl() {
     hub.reset();  // no tensor arrives any more
-    if (service) caf::anon_send_exit(service, caf::exit_reason::user_shutdown);
+    if (service && cluster != nullptr) {
+      // The service uses the cluster in its handlers: it ends before the cluster goes (a
+      // step's abort it was still handling once read a directory already gone).
+      actors::unpinned_use use(cluster->system());  // outlives the scoped actor
+      caf::scoped_actor self{cluster->system()};
+      self->monitor(service);
+      caf::anon_send_exit(service, caf::exit_reason::user_shutdown);
+      self->receive([](const caf::down_msg&) {},
+                    caf::after(std::chrono::seconds(30)) >> [&] {
+                      std::fprintf(stderr, "troupe: the service of task %s did not end within 30 s of its shutdown\n",
+                                   task.c_str());
+                    });
+    }
     service = caf::actor();
     cluster.reset();  // its devices end, then its actor system (which closes the port)
   }
