@@ -78,8 +78,9 @@ struct device_state {
   // The table may outlive the actor (its device holds it): what reaches it later is
   // dropped, and the Recvs still parked fail.
   ~device_state() {
-    if (rendezvous != nullptr) rendezvous->shut(unavailable_error("device ", device_name(), " went down"));
+    if (rendezvous != nullptr) rendezvous->shut(unavailable_error("device ", name_at_start, " went down"));
   }
+  std::string name_at_start;  // for the destructor, which runs as the actor ends
 };
 
 // A tensor from a _Send elsewhere into `dev`'s rendezvous, on the caller's thread: a Recv
@@ -111,6 +112,7 @@ void abort_here(device_actor* self, std::int64_t step_id, const status& reason) 
 caf::behavior device_behavior(device_actor* self, device_options options) {
   self->state.options = std::move(options);
   self->state.rendezvous = self->state.options.device->rendezvous();
+  self->state.name_at_start = self->state.options.device->name();
   // When the device goes, every request still open is answered, and its running steps
   // are cancelled: kernels waiting on other actors fail now instead of finishing against
   // a device that is gone.
