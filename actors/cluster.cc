@@ -301,9 +301,6 @@ cluster::~cluster() {
   // a parked step still holds end with their device (they monitor it).
   for (auto& [name, dev] : devices_) dev->resources().clear();
   for (auto& [name, actor] : directory_->entries()) caf::anon_send_exit(actor, caf::exit_reason::user_shutdown);
-  for (auto& [name, dev] : devices_) dev->set_directory(nullptr);
-  for (auto& dev : retired_) dev->set_directory(nullptr);
-  directory_.reset();
   if (options_.simulation != nullptr) {
     // Only the world's turns run actors: give it turns until every actor has ended, each
     // pause of virtual time twice the last (at most an hour): an actor waiting for a
@@ -318,6 +315,11 @@ cluster::~cluster() {
   } else {
     system_->registry().await_running_count_equal(0);  // every actor has ended
   }
+  // The directory only now: an actor still handling a message before its exit may look
+  // a device up (a task service aborting a step did, once, after the directory was gone).
+  for (auto& [name, dev] : devices_) dev->set_directory(nullptr);
+  for (auto& dev : retired_) dev->set_directory(nullptr);
+  directory_.reset();
   // The compute threads go before the system: a custom kernel that spawned an actor
   // from one of them without spawn_unpinned tied that thread to the system, and
   // ~actor_system would wait for it forever (actors/spawn.h).
