@@ -501,6 +501,9 @@ struct transfer_hub::impl {
       return;
     }
     actors::runtime_device* dev = cluster->find_device(k.recv_device);
+    // A restart between the lookup and here leaves `dev` the earlier life's (kept, ended):
+    // the tensor goes to the life its key names when that is the present one.
+    if (dev != nullptr && dev->incarnation() != k.recv_device_incarnation) dev = cluster->find_device(k.recv_device);
     caf::actor device = dev == nullptr ? caf::actor() : dev->self();
     if (!device) {
       ++refused;
@@ -512,7 +515,7 @@ struct transfer_hub::impl {
     // this one's. Said once per earlier life. The step is aborted here too: this life never
     // runs it, and should a step of its own ever carry a wrong key, it fails at once
     // rather than waiting for the tensor until its deadline.
-    const std::uint64_t mine = cluster->directory()->incarnation(k.recv_device);
+    const std::uint64_t mine = dev->incarnation();
     if (k.recv_device_incarnation != mine) {
       ++stale;
       caf::anon_send(device, abort_step_atom::value, step_id,
