@@ -1,7 +1,7 @@
 // Variable shards as actors.
 //
-// Each resource variable is one actor holding the current value. Every update to it
-// passes through its mailbox, so updates are serialized; a read hands out the current
+// Each resource variable is one actor holding the current value (in a variable_cell it
+// shares with its updates, below). Updates to it are serialized by its lease; a read hands out the current
 // tensor, which the reader may keep: an update never writes into a buffer a reader still
 // holds (it copies first: copy on write), so a read is a snapshot.
 //
@@ -22,7 +22,12 @@
 //                                           aborted: if it still waits, it fails `cancelled`
 // Requests that arrive during a lease wait, in order, inside the actor (no thread waits);
 // at most k_max_waiting of them, beyond which a request fails with resource_exhausted
-// naming the variable.
+// naming the variable. An update kernel takes a lease and gives it back directly through
+// the variable's cell (variable_cell::try_lease/try_release, on its own thread, no
+// message) while nothing waits in the actor, and asks the actor otherwise: requests keep
+// their order, and a release once the actor is gone still fails. Not under a simulation
+// (its world orders every exchange with an actor in virtual time), nor with
+// TROUPE_VARIABLE_DIRECT=0.
 //
 // Leases have owners: a lease request waits no longer than its step (an abort withdraws
 // it, and steps have a finite timeout), and a granted lease is held by one update
@@ -38,6 +43,7 @@
 
 #include <atomic>
 #include <memory>
+#include <mutex>
 #include <string>
 
 #include "actors/actor_resource.h"
@@ -58,13 +64,39 @@ using var_withdraw_atom = caf::atom_constant<caf::atom("varwithdr")>;
 // How many requests may wait behind a lease.
 constexpr std::size_t k_max_waiting = 100000;
 
+// A variable's value and lease, shared by its actor and its updates: an update takes the
+// lease and gives it back directly, on its own thread, when nothing waits in the actor
+// (no message, no hand-off to the actor's thread); otherwise it asks the actor, which
+// serves requests in their order. The actor's handlers take the same lock.
+struct variable_cell {
+  // The value for an update, when the variable has one, is not leased and no request
+  // waits: true, `*out` set and the lease held (give it back with try_release, or by
+  // message). False: ask the actor (var_lease_atom).
+  bool try_lease(tensor* out);
+  // Gives a lease back (the value moved from `updated`) when no request waits and the
+  // actor lives: true. False: `updated` untouched; send it to the actor
+  // (var_release_atom), which serves what waits, or is gone (the release then fails,
+  // naming the variable).
+  bool try_release(tensor& updated);
+
+  // The state, under `mutex`: for the variable's actor (actors/variable.cc) alone.
+  std::mutex mutex;
+  tensor value;             // uninitialized until assigned
+  bool leased = false;
+  std::size_t waiting = 0;  // requests waiting in the actor
+  bool alive = true;        // false once the actor has ended
+};
+
 class variable_resource final : public actor_resource {
  public:
   static constexpr const char* kind_name = "variable";
-  // `lease_key` orders this variable among all others for multi-variable updates.
-  variable_resource(std::string name, std::string lease_key, dtype type, partial_shape shape, caf::actor actor)
+  // `lease_key` orders this variable among all others for multi-variable updates. `cell`:
+  // the one its actor was spawned with (null: updates always ask the actor).
+  variable_resource(std::string name, std::string lease_key, dtype type, partial_shape shape, caf::actor actor,
+                    std::shared_ptr<variable_cell> cell = nullptr)
       : actor_resource(kind_name, std::move(name), std::move(actor)), lease_key_(std::move(lease_key)), dtype_(type),
-        shape_(std::move(shape)) {}
+        shape_(std::move(shape)), cell_(std::move(cell)) {}
+  variable_cell* cell() const { return cell_.get(); }
 
   dtype value_type() const { return dtype_; }
   const partial_shape& declared_shape() const { return shape_; }
@@ -74,10 +106,12 @@ class variable_resource final : public actor_resource {
   std::string lease_key_;
   dtype dtype_;
   partial_shape shape_;
+  std::shared_ptr<variable_cell> cell_;
 };
 
-// Spawns the actor of variable `name` holding values of `type` (uninitialized).
-caf::actor spawn_variable(caf::actor_system& system, std::string name, dtype type,
-                          partial_shape shape);
+// Spawns the actor of variable `name` holding values of `type` (uninitialized) in `cell`
+// (null: a cell of its own, which no update reaches directly).
+caf::actor spawn_variable(caf::actor_system& system, std::string name, dtype type, partial_shape shape,
+                          std::shared_ptr<variable_cell> cell = nullptr);
 
 }  // namespace troupe::actors

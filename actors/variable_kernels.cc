@@ -2,6 +2,7 @@
 // (actors/variable.h): reads and assignments are one message each; updates lease their
 // variables (in the global lease order), compute, and release them.
 #include <algorithm>
+#include <cstdlib>
 #include <optional>
 
 #include "actors/actor_resource.h"
@@ -46,9 +47,11 @@ class var_handle_kernel final : public kernels::op_kernel {
 
   void compute(kernel_context& ctx) override {
     auto v = key_.find_or_make<variable_resource>([&] {
-      caf::actor a = spawn_variable(key_.device->system(), key_.name, dtype_, shape_);
+      auto cell = std::make_shared<variable_cell>();
+      caf::actor a = spawn_variable(key_.device->system(), key_.name, dtype_, shape_, cell);
       return result<std::shared_ptr<variable_resource>>(std::make_shared<variable_resource>(
-          key_.name, str_cat(key_.device->name(), "/", key_.container, "/", key_.name), dtype_, shape_, std::move(a)));
+          key_.name, str_cat(key_.device->name(), "/", key_.container, "/", key_.name), dtype_, shape_, std::move(a),
+          std::move(cell)));
     });
     if (!v.ok()) return ctx.fail(v.error());
     if ((*v)->value_type() != dtype_) {
@@ -221,6 +224,7 @@ class variable_update_kernel final : public async_op_kernel {
     if (auto* dev = runtime_device::from(c.device()); dev != nullptr && dev->simulation() != nullptr) {
       timer_ = dev->simulation()->timer_of(dev->name(), dev->task());
       def_ = c.node();
+      simulated_ = true;
     }
     if (c.device() != nullptr) accelerator_ = c.device()->accelerator();
     for (dtype t : c.input_types()) input_is_value_.push_back(t != dtype::resource);
@@ -272,6 +276,17 @@ class variable_update_kernel final : public async_op_kernel {
   }
 
  private:
+  // Whether leases are taken and given back directly (variable_cell): not under a
+  // simulation, whose world orders every exchange with an actor in virtual time.
+  bool direct() const { return !simulated_ && direct_enabled(); }
+  static bool direct_enabled() {
+    static const bool on = [] {
+      const char* e = std::getenv("TROUPE_VARIABLE_DIRECT");
+      return e == nullptr || std::string(e) != "0";
+    }();
+    return on;
+  }
+  bool simulated_ = false;
   kernel_timer* timer_ = nullptr;  // under a simulation: the device's kernels' timer
   tf::NodeDef def_;                 // and the node (its cost's key)
   kernels::accelerator* accelerator_ = nullptr;  // the device's memory and streams (a GPU), or null
@@ -328,7 +343,10 @@ class variable_update_kernel final : public async_op_kernel {
 
     ~operation() {
       for (std::size_t i = 0; i < leased.size(); ++i) {
-        if (leased[i]) caf::anon_send(vars[i]->actor(), var_release_atom::value, std::move(values[i]), status_reply());
+        if (!leased[i] || (kernel->direct() && vars[i]->cell() != nullptr && vars[i]->cell()->try_release(values[i]))) {
+          continue;
+        }
+        caf::anon_send(vars[i]->actor(), var_release_atom::value, std::move(values[i]), status_reply());
       }
     }
     void finish() {
@@ -348,6 +366,10 @@ class variable_update_kernel final : public async_op_kernel {
     for (std::size_t i = 0; i < op->vars.size(); ++i) {
       if (!op->leased[i]) continue;
       op->leased[i] = false;
+      if (op->kernel->direct() && op->vars[i]->cell() != nullptr && op->vars[i]->cell()->try_release(op->values[i])) {
+        if (op->releases_pending.fetch_sub(1) == 1) return op->finish();
+        continue;
+      }
       caf::anon_send(op->vars[i]->actor(), var_release_atom::value, std::move(op->values[i]),
                      status_reply(
                          [op](result<done_t> r) {
@@ -362,6 +384,14 @@ class variable_update_kernel final : public async_op_kernel {
   }
 
   static void lease_next(std::shared_ptr<operation> op) {
+    // Directly while each variable is free (variable_cell), else through its actor.
+    while (op->next < op->vars.size() && op->kernel->direct()) {
+      const std::size_t i = op->order[op->next];
+      variable_cell* cell = op->vars[i]->cell();
+      if (cell == nullptr || !cell->try_lease(&op->values[i])) break;
+      op->leased[i] = true;
+      ++op->next;
+    }
     if (op->next == op->vars.size()) return run(std::move(op));
     const std::size_t i = op->order[op->next];
     variable_resource* v = op->vars[i];
