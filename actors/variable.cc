@@ -32,7 +32,7 @@ struct variable_state {
   ~variable_state() {
     if (cell == nullptr) return;
     std::lock_guard<std::mutex> lock(cell->mutex);
-    cell->alive = false;  // a direct release now goes by message, and learns the actor is gone
+    cell->alive = false;  // no direct lease from now on
   }
   static inline const char* name = "troupe-variable";
 };
@@ -180,14 +180,6 @@ bool variable_cell::try_lease(tensor* out) {
   *out = std::move(value);
   value = tensor();
   leased = true;
-  return true;
-}
-
-bool variable_cell::try_release(tensor& updated) {
-  std::lock_guard<std::mutex> lock(mutex);
-  if (!alive || waiting > 0) return false;
-  value = std::move(updated);
-  leased = false;
   return true;
 }
 

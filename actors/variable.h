@@ -22,11 +22,11 @@
 //                                           aborted: if it still waits, it fails `cancelled`
 // Requests that arrive during a lease wait, in order, inside the actor (no thread waits);
 // at most k_max_waiting of them, beyond which a request fails with resource_exhausted
-// naming the variable. An update kernel takes a lease and gives it back directly through
-// the variable's cell (variable_cell::try_lease/try_release, on its own thread, no
-// message) while nothing waits in the actor, and asks the actor otherwise: requests keep
-// their order, and a release once the actor is gone still fails. Not under a simulation
-// (its world orders every exchange with an actor in virtual time), nor with
+// naming the variable. An update kernel takes a lease directly through the variable's
+// cell (variable_cell::try_lease, on its own thread, no message) while nothing waits in
+// the actor, and asks the actor otherwise, so requests keep their order; it gives the
+// lease back by message (a release once the actor was told to end fails). Not under a
+// simulation (its world orders every exchange with an actor in virtual time), nor with
 // TROUPE_VARIABLE_DIRECT=0.
 //
 // Leases have owners: a lease request waits no longer than its step (an abort withdraws
@@ -65,19 +65,14 @@ using var_withdraw_atom = caf::atom_constant<caf::atom("varwithdr")>;
 constexpr std::size_t k_max_waiting = 100000;
 
 // A variable's value and lease, shared by its actor and its updates: an update takes the
-// lease and gives it back directly, on its own thread, when nothing waits in the actor
-// (no message, no hand-off to the actor's thread); otherwise it asks the actor, which
-// serves requests in their order. The actor's handlers take the same lock.
+// lease directly, on its own thread, when nothing waits in the actor (no message, no
+// hand-off to the actor's thread); otherwise it asks the actor, which serves requests in
+// their order. The actor's handlers take the same lock.
 struct variable_cell {
   // The value for an update, when the variable has one, is not leased and no request
-  // waits: true, `*out` set and the lease held (give it back with try_release, or by
-  // message). False: ask the actor (var_lease_atom).
+  // waits: true, `*out` set and the lease held (give it back by var_release_atom, which
+  // fails once the actor is gone). False: ask the actor (var_lease_atom).
   bool try_lease(tensor* out);
-  // Gives a lease back (the value moved from `updated`) when no request waits and the
-  // actor lives: true. False: `updated` untouched; send it to the actor
-  // (var_release_atom), which serves what waits, or is gone (the release then fails,
-  // naming the variable).
-  bool try_release(tensor& updated);
 
   // The state, under `mutex`: for the variable's actor (actors/variable.cc) alone.
   std::mutex mutex;

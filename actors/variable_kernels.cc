@@ -343,9 +343,7 @@ class variable_update_kernel final : public async_op_kernel {
 
     ~operation() {
       for (std::size_t i = 0; i < leased.size(); ++i) {
-        if (!leased[i] || (kernel->direct() && vars[i]->cell() != nullptr && vars[i]->cell()->try_release(values[i]))) {
-          continue;
-        }
+        if (!leased[i]) continue;
         caf::anon_send(vars[i]->actor(), var_release_atom::value, std::move(values[i]), status_reply());
       }
     }
@@ -366,10 +364,6 @@ class variable_update_kernel final : public async_op_kernel {
     for (std::size_t i = 0; i < op->vars.size(); ++i) {
       if (!op->leased[i]) continue;
       op->leased[i] = false;
-      if (op->kernel->direct() && op->vars[i]->cell() != nullptr && op->vars[i]->cell()->try_release(op->values[i])) {
-        if (op->releases_pending.fetch_sub(1) == 1) return op->finish();
-        continue;
-      }
       caf::anon_send(op->vars[i]->actor(), var_release_atom::value, std::move(op->values[i]),
                      status_reply(
                          [op](result<done_t> r) {
@@ -384,8 +378,11 @@ class variable_update_kernel final : public async_op_kernel {
   }
 
   static void lease_next(std::shared_ptr<operation> op) {
-    // Directly while each variable is free (variable_cell), else through its actor.
-    while (op->next < op->vars.size() && op->kernel->direct()) {
+    // Directly while each variable is free (variable_cell) and the step goes on, else
+    // through its actor (which also refuses a step that aborted: withdrawn). The release
+    // always goes to the actor: one after the actor was told to end fails, as the
+    // protocol says, rather than store into a variable that is going.
+    while (op->next < op->vars.size() && op->kernel->direct() && !op->ctx->cancellation().is_cancelled()) {
       const std::size_t i = op->order[op->next];
       variable_cell* cell = op->vars[i]->cell();
       if (cell == nullptr || !cell->try_lease(&op->values[i])) break;
