@@ -161,13 +161,17 @@ void rendezvous_table::abort_locked(std::int64_t step, const status& error, drop
   remember_closed(step, error);
   for (auto it = entries_.begin(); it != entries_.end();) {
     if (it->first.first == step) {
-      if (it->second.waiting) out.to_fail.push_back(std::move(it->second.waiting));
-      else out.tensors.push_back(take(it->second));
+      take_out(it->second, out);
       it = erase(it);
     } else {
       ++it;
     }
   }
+}
+
+void rendezvous_table::take_out(entry& e, dropped& out) {
+  if (e.waiting) out.to_fail.push_back(std::move(e.waiting));
+  else out.tensors.push_back(take(e));
 }
 
 void rendezvous_table::abort(std::int64_t step, const status& error) {
@@ -186,10 +190,7 @@ void rendezvous_table::shut(const status& reason) {
     if (shut_) return;
     shut_ = true;
     shut_reason_ = reason;
-    for (auto& [key, e] : entries_) {
-      if (e.waiting) out.to_fail.push_back(std::move(e.waiting));
-      else out.tensors.push_back(take(e));
-    }
+    for (auto& [key, e] : entries_) take_out(e, out);
     entries_.clear();
     per_step_.clear();
   }

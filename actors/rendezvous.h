@@ -1,8 +1,9 @@
 // rendezvous: where a tensor sent across devices waits for its Recv, or a Recv waits for
 // its tensor. A producer never blocks: _Send posts a message to the destination device's
 // actor (a tensor from another process is put here by its link's reader), and the table
-// either hands the tensor to the Recv already waiting or keeps it until the Recv asks. A Recv that asks first is parked with its reply. Entries are keyed
-// by (step id, the transfer's key); an aborted step fails its parked Recvs and drops its
+// either hands the tensor to the Recv already waiting or keeps it until the Recv asks. A
+// Recv that asks first is parked with its reply. Entries are keyed by (step id, the
+// transfer's key); an aborted step fails its parked Recvs and drops its
 // tensors, and anything arriving later for it is refused. A step that ends on the device
 // is closed the same way (close()), so a tensor that arrives for it afterwards is dropped
 // rather than kept; a tensor that waits longer than a given age for a step that never
@@ -161,6 +162,7 @@ class rendezvous_table {
   // Under mutex_:
   void remember_closed(std::int64_t step, const status& reason);  // ok: ended normally
   void abort_locked(std::int64_t step, const status& error, dropped& out);
+  void take_out(entry& e, dropped& out);  // its parked Recv or its tensor, into `out`
   static status ended_error(std::int64_t step);
   tensor take(entry& e);
   entry_map::iterator erase(entry_map::iterator it);  // keeps per_step_ right

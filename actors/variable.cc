@@ -150,9 +150,8 @@ caf::behavior variable_behavior(variable_actor* self, std::string name, dtype ty
             break;
           }
         }
-        if (refuse) refuse(cancelled_error("the lease of variable '", s.var, "' was withdrawn: its step aborted"));
         // (Not waiting any more: already served.)
-        drain();  // a withdrawn request may have been the last to hold a direct lease back
+        if (refuse) refuse(cancelled_error("the lease of variable '", s.var, "' was withdrawn: its step aborted"));
       },
       [=](var_release_atom, tensor& value, const status_reply& r) {
         auto& s = self->state;

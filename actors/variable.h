@@ -1,9 +1,9 @@
 // Variable shards as actors.
 //
 // Each resource variable is one actor holding the current value (in a variable_cell it
-// shares with its updates, below). Updates to it are serialized by its lease; a read hands out the current
-// tensor, which the reader may keep: an update never writes into a buffer a reader still
-// holds (it copies first: copy on write), so a read is a snapshot.
+// shares with its updates, below). Updates to it are serialized by its lease; a read
+// hands out the current tensor, which the reader may keep: an update never writes into a
+// buffer a reader still holds (it copies first: copy on write), so a read is a snapshot.
 //
 // Protocol (every request carries a reply, called exactly once; see actors/reply.h):
 //   (var_read_atom, reply<tensor>)          the value; failed_precondition if uninitialized

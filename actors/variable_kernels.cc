@@ -276,8 +276,8 @@ class variable_update_kernel final : public async_op_kernel {
   }
 
  private:
-  // Whether leases are taken and given back directly (variable_cell): not under a
-  // simulation, whose world orders every exchange with an actor in virtual time.
+  // Whether leases are taken directly (variable_cell::try_lease): not under a simulation,
+  // whose world orders every exchange with an actor in virtual time.
   bool direct() const { return !simulated_ && direct_enabled(); }
   static bool direct_enabled() {
     static const bool on = [] {
@@ -343,8 +343,7 @@ class variable_update_kernel final : public async_op_kernel {
 
     ~operation() {
       for (std::size_t i = 0; i < leased.size(); ++i) {
-        if (!leased[i]) continue;
-        caf::anon_send(vars[i]->actor(), var_release_atom::value, std::move(values[i]), status_reply());
+        if (leased[i]) caf::anon_send(vars[i]->actor(), var_release_atom::value, std::move(values[i]), status_reply());
       }
     }
     void finish() {

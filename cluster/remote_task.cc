@@ -501,9 +501,6 @@ struct transfer_hub::impl {
       return;
     }
     actors::runtime_device* dev = cluster->find_device(k.recv_device);
-    // A restart between the lookup and here leaves `dev` the earlier life's (kept, ended):
-    // the tensor goes to the life its key names when that is the present one.
-    if (dev != nullptr && dev->incarnation() != k.recv_device_incarnation) dev = cluster->find_device(k.recv_device);
     caf::actor device = dev == nullptr ? caf::actor() : dev->self();
     if (!device) {
       ++refused;
