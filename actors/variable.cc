@@ -173,6 +173,13 @@ caf::actor spawn_variable(caf::actor_system& system, std::string name, dtype typ
   return spawn_unpinned(system, variable_behavior, std::move(name), type, std::move(shape), std::move(cell));
 }
 
+bool variable_cell::try_read(tensor* out) {
+  std::lock_guard<std::mutex> lock(mutex);
+  if (!alive || leased || waiting > 0 || !value.initialized()) return false;
+  *out = value;
+  return true;
+}
+
 bool variable_cell::try_lease(tensor* out) {
   std::lock_guard<std::mutex> lock(mutex);
   if (!alive || leased || waiting > 0 || !value.initialized()) return false;

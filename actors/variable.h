@@ -25,7 +25,9 @@
 // naming the variable. An update kernel takes a lease directly through the variable's
 // cell (variable_cell::try_lease, on its own thread, no message) while nothing waits in
 // the actor, and asks the actor otherwise, so requests keep their order; it gives the
-// lease back by message (a release once the actor was told to end fails). Not under a
+// lease back by message (a release once the actor was told to end fails). Reads
+// (ReadVariableOp, ResourceGather) take the value directly the same way
+// (variable_cell::try_read). Not under a
 // simulation (its world orders every exchange with an actor in virtual time), nor with
 // TROUPE_VARIABLE_DIRECT=0.
 //
@@ -64,15 +66,18 @@ using var_withdraw_atom = caf::atom_constant<caf::atom("varwithdr")>;
 // How many requests may wait behind a lease.
 constexpr std::size_t k_max_waiting = 100000;
 
-// A variable's value and lease, shared by its actor and its updates: an update takes the
-// lease directly, on its own thread, when nothing waits in the actor (no message, no
-// hand-off to the actor's thread); otherwise it asks the actor, which serves requests in
-// their order. The actor's handlers take the same lock.
+// A variable's value and lease, shared by its actor and its kernels: an update takes the
+// lease, a read the value, directly, on its own thread, when nothing waits in the actor
+// (no message, no hand-off to the actor's thread); otherwise it asks the actor, which
+// serves requests in their order. The actor's handlers take the same lock.
 struct variable_cell {
   // The value for an update, when the variable has one, is not leased and no request
   // waits: true, `*out` set and the lease held (give it back by var_release_atom, which
   // fails once the actor is gone). False: ask the actor (var_lease_atom).
   bool try_lease(tensor* out);
+  // The value for a read (a snapshot, as var_read_atom's), under the same conditions:
+  // true and `*out` set, or false: ask the actor.
+  bool try_read(tensor* out);
 
   // The state, under `mutex`: for the variable's actor (actors/variable.cc) alone.
   std::mutex mutex;

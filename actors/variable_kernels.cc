@@ -38,6 +38,30 @@ result<variable_resource*> variable_input(const kernel_context& ctx, int i, cons
   return v;
 }
 
+// Whether a kernel reaches its variables' values through their cells directly (on its own
+// thread, no message: variable_cell::try_read, try_lease) while nothing waits in their
+// actors: not under a simulation, whose world orders every exchange with an actor in
+// virtual time, nor with TROUPE_VARIABLE_DIRECT=0.
+bool direct_access(kernel_construction& c) {
+  static const bool enabled = [] {
+    const char* e = std::getenv("TROUPE_VARIABLE_DIRECT");
+    return e == nullptr || std::string(e) != "0";
+  }();
+  auto* dev = runtime_device::from(c.device());
+  return enabled && (dev == nullptr || dev->simulation() == nullptr);
+}
+
+// Reads `v`'s value, then calls `then` with it: at once, on this thread, when `direct`
+// and the value is free (variable_cell::try_read), else with the variable actor's answer.
+template <class Then>
+void read_value(variable_resource& v, bool direct, Then then) {
+  if (direct && v.cell() != nullptr) {
+    tensor value;
+    if (v.cell()->try_read(&value)) return then(result<tensor>(std::move(value)));
+  }
+  caf::anon_send(v.actor(), var_read_atom::value, reply<tensor>(std::move(then), v.peer()));
+}
+
 class var_handle_kernel final : public kernels::op_kernel {
  public:
   explicit var_handle_kernel(kernel_construction& c) : op_kernel(c) {
@@ -70,7 +94,9 @@ class var_handle_kernel final : public kernels::op_kernel {
 
 class read_variable_kernel final : public async_op_kernel {
  public:
-  explicit read_variable_kernel(kernel_construction& c) : async_op_kernel(c) { c.get_attr("dtype", &dtype_); }
+  explicit read_variable_kernel(kernel_construction& c) : async_op_kernel(c), direct_(direct_access(c)) {
+    c.get_attr("dtype", &dtype_);
+  }
   void compute_async(kernel_context& ctx, done_callback done) override {
     auto v = variable_input(ctx, 0, name());
     if (!v.ok()) return ctx.fail(v.error()), done();
@@ -79,16 +105,16 @@ class read_variable_kernel final : public async_op_kernel {
                                       "' holds ", dtype_name((*v)->value_type())));
       return done();
     }
-    caf::anon_send((*v)->actor(), var_read_atom::value,
-                   reply<tensor>([&ctx, done](result<tensor> r) {
-                     if (r.ok()) ctx.set_output(0, std::move(*r));
-                     else ctx.fail(r.error());
-                     done();
-                   }, (*v)->peer()));
+    read_value(**v, direct_, [&ctx, done](result<tensor> r) {
+      if (r.ok()) ctx.set_output(0, std::move(*r));
+      else ctx.fail(r.error());
+      done();
+    });
   }
 
  private:
   dtype dtype_ = dtype::invalid;
+  bool direct_;
 };
 
 class assign_variable_kernel final : public async_op_kernel {
@@ -128,7 +154,7 @@ class var_is_initialized_kernel final : public async_op_kernel {
 
 class resource_gather_kernel final : public async_op_kernel {
  public:
-  explicit resource_gather_kernel(kernel_construction& c) : async_op_kernel(c) {
+  explicit resource_gather_kernel(kernel_construction& c) : async_op_kernel(c), direct_(direct_access(c)) {
     c.get_attr("batch_dims", &batch_dims_);
     if (c.device() != nullptr) accelerator_ = c.device()->accelerator();
     if (accelerator_ != nullptr && batch_dims_ != 0) {
@@ -144,56 +170,56 @@ class resource_gather_kernel final : public async_op_kernel {
     if (!v.ok()) return ctx.fail(v.error()), done();
     if (accelerator_ != nullptr) return gather_on_device(ctx, **v, std::move(done));
     int batch_dims = static_cast<int>(batch_dims_);
-    caf::anon_send((*v)->actor(), var_read_atom::value,
-                   reply<tensor>([&ctx, done, batch_dims](result<tensor> r) {
-                     if (!r.ok()) {
-                       ctx.fail(r.error());
-                       return done();
-                     }
-                     // The copy runs on the variable's thread when cheaper than a hand-off
-                     // (the gathered bytes at ~1 ns per 8 bytes, under 20 us), else on the pool.
-                     const tensor& params = *r;
-                     if (is_phantom(params) || is_phantom(ctx.input(1))) {  // a shape-only simulation's
-                       std::vector<std::int64_t> dims = ctx.input(1).shape().dims();
-                       for (int d = batch_dims + 1; d < params.rank(); ++d) dims.push_back(params.dim(d));
-                       ctx.set_output(0, phantom_tensor(params.type(), tensor_shape(std::move(dims))));
-                       return done();
-                     }
-                     const double row_bytes = params.num_elements() == 0 || params.dim(0) == 0
-                                                  ? 0
-                                                  : static_cast<double>(params.byte_size()) / static_cast<double>(params.dim(0));
-                     const double bytes = static_cast<double>(ctx.input(1).num_elements()) * row_bytes;
-                     auto gather = [&ctx, done, batch_dims, params = std::move(*r)] {
-                       account_scope memory(ctx.step().memory);  // the device's, on any thread
-                       result<tensor> out = internal_error("not gathered");
-                       status thrown = kernels::catch_exceptions(
-                           [&] { out = kernels::gather(params, ctx.input(1), batch_dims); });
-                       if (!thrown.ok()) ctx.fail(std::move(thrown));
-                       else if (out.ok()) ctx.set_output(0, std::move(*out));
-                       else ctx.fail(out.error());
-                       done();
-                     };
-                     if (bytes / 8 > kernels::op_kernel::k_inline_ns) ctx.pool().schedule(std::move(gather));
-                     else gather();
-                   }, (*v)->peer()));
+    read_value(**v, direct_, [&ctx, done, batch_dims](result<tensor> r) {
+      if (!r.ok()) {
+        ctx.fail(r.error());
+        return done();
+      }
+      // The copy runs on the thread that read the value (this one, or the variable's)
+      // when cheaper than a hand-off (the gathered bytes at ~1 ns per 8 bytes, under
+      // 20 us), else on the pool.
+      const tensor& params = *r;
+      if (is_phantom(params) || is_phantom(ctx.input(1))) {  // a shape-only simulation's
+        std::vector<std::int64_t> dims = ctx.input(1).shape().dims();
+        for (int d = batch_dims + 1; d < params.rank(); ++d) dims.push_back(params.dim(d));
+        ctx.set_output(0, phantom_tensor(params.type(), tensor_shape(std::move(dims))));
+        return done();
+      }
+      const double row_bytes = params.num_elements() == 0 || params.dim(0) == 0
+                                   ? 0
+                                   : static_cast<double>(params.byte_size()) / static_cast<double>(params.dim(0));
+      const double bytes = static_cast<double>(ctx.input(1).num_elements()) * row_bytes;
+      auto gather = [&ctx, done, batch_dims, params = std::move(*r)] {
+        account_scope memory(ctx.step().memory);  // the device's, on any thread
+        result<tensor> out = internal_error("not gathered");
+        status thrown = kernels::catch_exceptions(
+            [&] { out = kernels::gather(params, ctx.input(1), batch_dims); });
+        if (!thrown.ok()) ctx.fail(std::move(thrown));
+        else if (out.ok()) ctx.set_output(0, std::move(*out));
+        else ctx.fail(out.error());
+        done();
+      };
+      if (bytes / 8 > kernels::op_kernel::k_inline_ns) ctx.pool().schedule(std::move(gather));
+      else gather();
+    });
   }
 
  private:
   // The device gathers the rows (enqueued: cheap, so here); a value in host memory (set by
   // a checkpoint's restore) is copied in first.
   void gather_on_device(kernel_context& ctx, variable_resource& v, done_callback done) {
-    caf::anon_send(v.actor(), var_read_atom::value,
-                   reply<tensor>([this, &ctx, done](result<tensor> r) {
-                     if (r.ok() && r->on_host()) r = accelerator_->to_device(*r);
-                     if (r.ok()) r = accelerator_->gather(*r, ctx.input(1));
-                     if (r.ok()) ctx.set_output(0, std::move(*r));
-                     else ctx.fail(r.error());
-                     done();
-                   }, v.peer()));
+    read_value(v, direct_, [this, &ctx, done](result<tensor> r) {
+      if (r.ok() && r->on_host()) r = accelerator_->to_device(*r);
+      if (r.ok()) r = accelerator_->gather(*r, ctx.input(1));
+      if (r.ok()) ctx.set_output(0, std::move(*r));
+      else ctx.fail(r.error());
+      done();
+    });
   }
 
   std::int64_t batch_dims_ = 0;
   kernels::accelerator* accelerator_ = nullptr;
+  bool direct_;
 };
 
 class destroy_resource_kernel final : public kernels::op_kernel {
@@ -220,11 +246,10 @@ class destroy_resource_kernel final : public kernels::op_kernel {
 // every variable has its value back. Subclasses see the leased values in input order.
 class variable_update_kernel final : public async_op_kernel {
  public:
-  explicit variable_update_kernel(kernel_construction& c) : async_op_kernel(c) {
+  explicit variable_update_kernel(kernel_construction& c) : async_op_kernel(c), direct_(direct_access(c)) {
     if (auto* dev = runtime_device::from(c.device()); dev != nullptr && dev->simulation() != nullptr) {
       timer_ = dev->simulation()->timer_of(dev->name(), dev->task());
       def_ = c.node();
-      simulated_ = true;
     }
     if (c.device() != nullptr) accelerator_ = c.device()->accelerator();
     for (dtype t : c.input_types()) input_is_value_.push_back(t != dtype::resource);
@@ -276,17 +301,7 @@ class variable_update_kernel final : public async_op_kernel {
   }
 
  private:
-  // Whether leases are taken directly (variable_cell::try_lease): not under a simulation,
-  // whose world orders every exchange with an actor in virtual time.
-  bool direct() const { return !simulated_ && direct_enabled(); }
-  static bool direct_enabled() {
-    static const bool on = [] {
-      const char* e = std::getenv("TROUPE_VARIABLE_DIRECT");
-      return e == nullptr || std::string(e) != "0";
-    }();
-    return on;
-  }
-  bool simulated_ = false;
+  bool direct_;                     // leases taken directly (direct_access)
   kernel_timer* timer_ = nullptr;  // under a simulation: the device's kernels' timer
   tf::NodeDef def_;                 // and the node (its cost's key)
   kernels::accelerator* accelerator_ = nullptr;  // the device's memory and streams (a GPU), or null
@@ -381,7 +396,7 @@ class variable_update_kernel final : public async_op_kernel {
     // through its actor (which also refuses a step that aborted: withdrawn). The release
     // always goes to the actor: one after the actor was told to end fails, as the
     // protocol says, rather than store into a variable that is going.
-    while (op->next < op->vars.size() && op->kernel->direct() && !op->ctx->cancellation().is_cancelled()) {
+    while (op->next < op->vars.size() && op->kernel->direct_ && !op->ctx->cancellation().is_cancelled()) {
       const std::size_t i = op->order[op->next];
       variable_cell* cell = op->vars[i]->cell();
       if (cell == nullptr || !cell->try_lease(&op->values[i])) break;

@@ -315,8 +315,8 @@ TEST_CASE("a variable killed under a lease: the release learns it, and the reque
   CHECK_THAT(s.message(), Catch::Contains("variable 'w'"));
 }
 
-TEST_CASE("an update takes a free variable's lease directly, through the actor while requests wait there, and "
-          "none once the actor has ended", "[actors][failure]") {
+TEST_CASE("an update takes a free variable's lease (a read its value) directly, through the actor while requests "
+          "wait there, and none once the actor has ended", "[actors][failure]") {
   auto cluster = ps_worker_cluster(1, 1);
   auto cell = std::make_shared<actors::variable_cell>();
   caf::actor var = actors::spawn_variable(cluster->system(), "w", dtype::float32, partial_shape::scalar(), cell);
@@ -335,27 +335,33 @@ TEST_CASE("an update takes a free variable's lease directly, through the actor w
                                         "variable 'w'"));
     return future;
   };
-  tensor leased;
+  tensor leased, snapshot;
   CHECK_FALSE(cell->try_lease(&leased));  // no value yet: the actor says why
+  CHECK_FALSE(cell->try_read(&snapshot));
   auto assigned = std::make_shared<std::promise<status>>();
   caf::anon_send(var, actors::var_assign_atom::value, tensor::scalar(1.0f),
                  actors::status_reply([assigned](result<actors::done_t> r) { assigned->set_value(r.ok() ? status() : r.error()); },
                                       "variable 'w'"));
   REQUIRE(assigned->get_future().get().ok());
 
+  REQUIRE(cell->try_read(&snapshot));  // free: no message
+  CHECK(snapshot.scalar_value<float>() == 1.0f);
   REQUIRE(cell->try_lease(&leased));  // free: no message
   CHECK(leased.scalar_value<float>() == 1.0f);
   tensor second;
   CHECK_FALSE(cell->try_lease(&second));  // held
+  CHECK_FALSE(cell->try_read(&second));   // a read waits for the update too
   auto waiting = read();
   REQUIRE(waiting.wait_for(100ms) == std::future_status::timeout);  // waits in the actor behind the lease
   // The release goes to the actor, which serves the read; with a request waiting there,
-  // no direct lease slips in before it.
+  // no direct lease or read slips in before it.
   auto given_back = release(tensor::scalar(2.0f));
   REQUIRE(waiting.wait_for(5s) == std::future_status::ready);
   CHECK(waiting.get()->scalar_value<float>() == 2.0f);
   REQUIRE(given_back.get().ok());
 
+  REQUIRE(cell->try_read(&snapshot));
+  CHECK(snapshot.scalar_value<float>() == 2.0f);
   REQUIRE(cell->try_lease(&leased));
   CHECK(leased.scalar_value<float>() == 2.0f);
   REQUIRE(release(tensor::scalar(3.0f)).get().ok());
@@ -376,6 +382,7 @@ TEST_CASE("an update takes a free variable's lease directly, through the actor w
   }
   REQUIRE(ended);
   CHECK_FALSE(cell->try_lease(&leased));
+  CHECK_FALSE(cell->try_read(&snapshot));
 }
 
 TEST_CASE("two updates leasing the same variables in opposite input orders never deadlock", "[actors][failure]") {
