@@ -37,6 +37,7 @@
 #include "cluster/certificates.h"
 #include "cluster/wire_bytes.h"
 #include "core/shared_memory.h"
+#include "core/switches.h"
 
 namespace troupe::cluster {
 namespace {
@@ -222,10 +223,7 @@ struct connection {
 // Whether senders may write their tensors themselves (tensor_link::send):
 // TROUPE_LINK_INLINE=0 leaves every write to the links' writers.
 bool inline_writes_enabled() {
-  static const bool enabled = [] {
-    const char* v = std::getenv("TROUPE_LINK_INLINE");
-    return v == nullptr || std::string_view(v) != "0";
-  }();
+  static const bool enabled = env_switch("TROUPE_LINK_INLINE", true);
   return enabled;
 }
 
@@ -523,10 +521,7 @@ void set_socket_options(int fd) {
 // address and port in another address family) leaves that listener TCP only. TLS links
 // stay on TCP. TROUPE_LINK_LOCAL=0 turns it off.
 bool local_sockets_enabled() {
-  static const bool enabled = [] {
-    const char* v = std::getenv("TROUPE_LINK_LOCAL");
-    return v == nullptr || std::string_view(v) != "0";
-  }();
+  static const bool enabled = env_switch("TROUPE_LINK_LOCAL", true);
   return enabled;
 }
 
@@ -923,8 +918,7 @@ std::int64_t default_shared_memory_bytes() {
 }
 
 bool share_large_buffers_with_links() {
-  const char* on = std::getenv("TROUPE_LINK_ZERO_COPY");
-  if (default_shared_memory_bytes() <= 0 || (on != nullptr && std::string_view(on) == "0")) return false;
+  if (default_shared_memory_bytes() <= 0 || !env_switch("TROUPE_LINK_ZERO_COPY", true)) return false;
   return share_large_buffers(k_min_shared_chunk);
 }
 

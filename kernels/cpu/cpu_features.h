@@ -8,6 +8,8 @@
 #include <cstdint>
 #include <cstdlib>
 
+#include "core/switches.h"
+
 namespace troupe::kernels {
 
 // Floats in one AVX-512 vector.
@@ -26,10 +28,7 @@ constexpr std::uint16_t first_lanes(std::int64_t n) {
 // so that a machine with AVX-512 also tests what an AVX2 machine runs. OpenBLAS picks its
 // kernels when the library loads: set OPENBLAS_CORETYPE=Haswell beside it (CTest does).
 inline bool avx512_hidden() {
-  static const bool hidden = [] {
-    const char* v = std::getenv("TROUPE_HIDE_AVX512");
-    return v != nullptr && v[0] != '\0' && !(v[0] == '0' && v[1] == '\0');
-  }();
+  static const bool hidden = env_switch("TROUPE_HIDE_AVX512", false);
   return hidden;
 }
 

@@ -65,6 +65,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "core/switches.h"
 #include "kernels/cpu/spatial.h"
 #include "kernels/cuda/gpu_cudnn_launch.h"
 #include "kernels/cuda/gpu_kernel.h"
@@ -87,10 +88,7 @@ bool exact_float32() {
 
 // True unless env TROUPE_CUDNN_AUTOTUNE=0: convolution algorithms are chosen by measuring them.
 bool autotune() {
-  static const bool on = [] {
-    const char* value = std::getenv("TROUPE_CUDNN_AUTOTUNE");
-    return value == nullptr || std::string_view(value) != "0";
-  }();
+  static const bool on = env_switch("TROUPE_CUDNN_AUTOTUNE", true);
   return on;
 }
 

@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "core/memory.h"
+#include "core/switches.h"
 
 namespace troupe::kernels::gpu {
 
@@ -66,10 +67,7 @@ constexpr std::size_t k_small = std::size_t{1} << 20;
 int device_count() { return census().count; }
 
 bool allow_tf32() {
-  static const bool allowed = [] {
-    const char* v = std::getenv("TROUPE_ALLOW_TF32");
-    return v != nullptr && std::string(v) == "1";
-  }();
+  static const bool allowed = env_switch("TROUPE_ALLOW_TF32", false);
   return allowed;
 }
 std::string no_gpu_reason() { return census().reason; }

@@ -13,6 +13,7 @@
 #include "core/npy.h"
 #include "core/random.h"
 #include "core/retry.h"
+#include "core/switches.h"
 #include "core/tensor.h"
 #include "core/tensor_eigen.h"
 #include "core/cpu_time.h"
@@ -67,6 +68,23 @@ TEST_CASE("run_retried makes a request again while its failure may pass, pausing
   CHECK(s.error_code() == code::unavailable);
   CHECK(calls >= 2);  // at least one pause (a loaded machine may oversleep it past the deadline)
   CHECK(calls <= 12);  // 1 + 2 + 4 + 4 + 4 + 4 ms of pauses after 6 tries: past 20 ms after the 8th
+}
+
+TEST_CASE("an environment switch: its fallback unset or empty, off only for 0", "[core]") {
+  const char* name = "TROUPE_TEST_SWITCH";
+  ::unsetenv(name);
+  CHECK(env_switch(name, true));
+  CHECK_FALSE(env_switch(name, false));
+  ::setenv(name, "", 1);
+  CHECK(env_switch(name, true));
+  CHECK_FALSE(env_switch(name, false));
+  ::setenv(name, "0", 1);
+  CHECK_FALSE(env_switch(name, true));
+  ::setenv(name, "1", 1);
+  CHECK(env_switch(name, false));
+  ::setenv(name, "00", 1);  // not "0": on
+  CHECK(env_switch(name, false));
+  ::unsetenv(name);
 }
 
 TEST_CASE("str_cat writes every argument as a stream would", "[core]") {
