@@ -60,7 +60,8 @@ struct device_state {
   // abort from the master (by step id) or the device's exit can reach them.
   struct running_step {
     std::int64_t step_id;
-    caf::response_promise promise;
+    caf::response_promise promise;  // a run's request, answered by finish(), or
+    reply<std::vector<tensor>> answer;  // a run with its reply: answered when it ends
     std::shared_ptr<kernels::cancellation_manager> cancel;
     caf::actor_addr owner;
     // Set while the start waits out an injected delay (runtime_device::start_delay).
@@ -97,6 +98,17 @@ status arrive(runtime_device& dev, std::int64_t step_id, const transfer_key_ptr&
 
 using device_actor = caf::stateful_actor<device_state>;
 
+// Answers a run: its reply when it came with one (which the thread that ended the step
+// may have called already: a reply answers once), else its request's promise.
+void answer_step(device_state::running_step& step, std::vector<tensor> fetches) {
+  if (step.answer) return step.answer(std::move(fetches));
+  step.promise.deliver(std::move(fetches));
+}
+void answer_step(device_state::running_step& step, caf::error error) {
+  if (step.answer) return step.answer(to_status(error));
+  step.promise.deliver(std::move(error));
+}
+
 // Aborts `step_id` here: its parked Recvs fail, its running partition's waiting kernels
 // are cancelled, later traffic for it is refused.
 void abort_here(device_actor* self, std::int64_t step_id, const status& reason) {
@@ -119,8 +131,8 @@ caf::behavior device_behavior(device_actor* self, device_options options) {
   self->set_exit_handler([self](caf::exit_msg& msg) {
     auto& st = self->state;
     for (auto& [request, step] : st.running) {
+      answer_step(step, st.gone());  // first: a cancelled kernel may end the step at once
       step.cancel->start_cancel();
-      step.promise.deliver(st.gone());
     }
     st.running.clear();
     for (auto& [request, preparing] : st.preparing) preparing.promise.deliver(st.gone());
@@ -134,7 +146,7 @@ caf::behavior device_behavior(device_actor* self, device_options options) {
     auto it = st.running.find(request);
     if (it == st.running.end()) return;
     const std::int64_t step_id = it->second.step_id;
-    it->second.promise.deliver(std::move(outcome));
+    answer_step(it->second, std::move(outcome));
     st.running.erase(it);
     st.rendezvous->close(step_id);
   };
@@ -155,12 +167,16 @@ caf::behavior device_behavior(device_actor* self, device_options options) {
   // Runs a registered step's partition on the pool. The completion keeps the partition
   // alive: the actor may exit (and drop its partitions) while a step still waits in an
   // asynchronous kernel.
+  // A run with its reply is answered by the thread that ends it, before the actor
+  // hears (and closes the step's rendezvous): no hand-off to the actor's thread on the
+  // way to the answer.
   auto start_step = [self](std::uint64_t request, std::int64_t step_id, std::shared_ptr<const executable> exec,
                            std::vector<tensor> feeds, std::shared_ptr<kernels::cancellation_manager> cancel) {
     caf::actor me = caf::actor_cast<caf::actor>(self);
     kernels::cancellation_manager* c = cancel.get();
     exec->run(step_id, std::move(feeds), self->state.options.device->pool(),
-              [me, request, cancel, exec](result<std::vector<tensor>> r) {
+              [me, request, cancel, exec, answer = self->state.running.at(request).answer](result<std::vector<tensor>> r) {
+                if (answer) answer(r);
                 if (r.ok()) {
                   caf::anon_send(me, step_done_atom::value, request, std::move(*r));
                 } else {
@@ -174,6 +190,51 @@ caf::behavior device_behavior(device_actor* self, device_options options) {
     caf::actor_addr owner = caf::actor_cast<caf::actor_addr>(self->current_sender());
     if (owner && self->state.owners.insert(owner).second) self->monitor(owner);
     return owner;
+  };
+  // The partition a run names, when the step may start here.
+  auto runnable = [self](std::uint64_t handle, std::int64_t step_id,
+                         const std::vector<tensor>& feeds) -> result<std::shared_ptr<const executable>> {
+    auto& st = self->state;
+    auto it = st.partitions.find(handle);
+    if (it == st.partitions.end()) return not_found_error("device ", st.device_name(), " has no partition ", handle);
+    if (st.rendezvous->is_aborted(step_id)) {
+      return aborted_error("step ", step_id, " was aborted before it started on ", st.device_name());
+    }
+    TROUPE_RETURN_IF_ERROR(it->second.exec->check_feeds(feeds));
+    return it->second.exec;
+  };
+  // Starts a run (now, or after an injected delay or a simulation's control plane),
+  // answered through `promise` or `answer` when it ends.
+  auto begin_run = [self, start_step, owner_of_request](std::shared_ptr<const executable> exec, std::int64_t step_id,
+                                                        std::vector<tensor> feeds, caf::response_promise promise,
+                                                        reply<std::vector<tensor>> answer) {
+    auto& st = self->state;
+    rendezvous_table::active_scope active(*st.rendezvous, st.options.device);
+    std::uint64_t request = st.next_request++;
+    auto cancel = std::make_shared<kernels::cancellation_manager>();
+    st.running.emplace(request, device_state::running_step{step_id, std::move(promise), std::move(answer), cancel,
+                                                           owner_of_request(), nullptr, {}});
+    // A later start (a stall fault, a simulation's control plane): the step waits for
+    // its start_atom.
+    auto defer = [&] {
+      auto& step = st.running.at(request);
+      step.delayed_exec = std::move(exec);
+      step.delayed_feeds = std::move(feeds);
+    };
+    if (const auto delay = st.options.device->start_delay(); delay.count() > 0) {
+      self->delayed_send(self, delay, start_atom::value, request);
+      return defer();
+    }
+    if (auto* sim = st.options.device->simulation()) {
+      caf::actor me = caf::actor_cast<caf::actor>(self);
+      std::int64_t feed_bytes = 0;
+      for (const tensor& f : feeds) feed_bytes += f.initialized() ? static_cast<std::int64_t>(f.byte_size()) : 0;
+      if (sim->delay_step_start(st.options.device->task(), feed_bytes,
+                                [me, request] { caf::anon_send(me, start_atom::value, request); })) {
+        return defer();
+      }
+    }
+    start_step(request, step_id, std::move(exec), std::move(feeds), std::move(cancel));
   };
   return {
       [=](prepare_atom, std::uint64_t token, executable_spec& spec) -> caf::result<std::uint64_t> {
@@ -242,45 +303,17 @@ caf::behavior device_behavior(device_actor* self, device_options options) {
       },
       [=](run_atom, std::uint64_t handle, std::int64_t step_id,
           std::vector<tensor>& feeds) -> caf::result<std::vector<tensor>> {
-        auto& st = self->state;
-        rendezvous_table::active_scope active(*st.rendezvous, st.options.device);
-        auto it = st.partitions.find(handle);
-        if (it == st.partitions.end()) {
-          return to_caf_error(not_found_error("device ", st.device_name(), " has no partition ", handle));
-        }
-        if (st.rendezvous->is_aborted(step_id)) {
-          return to_caf_error(aborted_error("step ", step_id, " was aborted before it started on ", st.device_name()));
-        }
-        std::shared_ptr<const executable> exec = it->second.exec;
-        status s = exec->check_feeds(feeds);
-        if (!s.ok()) return to_caf_error(s);
-        std::uint64_t request = st.next_request++;
+        auto exec = runnable(handle, step_id, feeds);
+        if (!exec.ok()) return to_caf_error(exec.error());
         auto promise = self->make_response_promise<std::vector<tensor>>();
-        auto cancel = std::make_shared<kernels::cancellation_manager>();
-        st.running.emplace(request, device_state::running_step{step_id, promise, cancel, owner_of_request(), nullptr, {}});
-        // A later start (a stall fault, a simulation's control plane): the step waits for
-        // its start_atom.
-        auto defer = [&] {
-          auto& step = st.running.at(request);
-          step.delayed_exec = std::move(exec);
-          step.delayed_feeds = std::move(feeds);
-          return promise;
-        };
-        if (const auto delay = st.options.device->start_delay(); delay.count() > 0) {
-          self->delayed_send(self, delay, start_atom::value, request);
-          return defer();
-        }
-        if (auto* sim = st.options.device->simulation()) {
-          caf::actor me = caf::actor_cast<caf::actor>(self);
-          std::int64_t feed_bytes = 0;
-          for (const tensor& f : feeds) feed_bytes += f.initialized() ? static_cast<std::int64_t>(f.byte_size()) : 0;
-          if (sim->delay_step_start(st.options.device->task(), feed_bytes,
-                                    [me, request] { caf::anon_send(me, start_atom::value, request); })) {
-            return defer();
-          }
-        }
-        start_step(request, step_id, std::move(exec), std::move(feeds), std::move(cancel));
+        begin_run(std::move(*exec), step_id, std::move(feeds), promise, {});
         return promise;
+      },
+      [=](run_atom, std::uint64_t handle, std::int64_t step_id, std::vector<tensor>& feeds,
+          reply<std::vector<tensor>>& answer) {
+        auto exec = runnable(handle, step_id, feeds);
+        if (!exec.ok()) return answer(exec.error());
+        begin_run(std::move(*exec), step_id, std::move(feeds), caf::response_promise(), std::move(answer));
       },
       [=](start_atom, std::uint64_t request) {
         auto& st = self->state;

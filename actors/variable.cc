@@ -163,6 +163,7 @@ caf::behavior variable_behavior(variable_actor* self, std::string name, dtype ty
         r(done_t{});
         drain();
       },
+      [=](var_drain_atom) { drain(); },
   };
 }
 
@@ -177,6 +178,15 @@ bool variable_cell::try_read(tensor* out) {
   std::lock_guard<std::mutex> lock(mutex);
   if (!alive || leased || waiting > 0 || !value.initialized()) return false;
   *out = value;
+  return true;
+}
+
+bool variable_cell::try_release(tensor value, bool* drain) {
+  std::lock_guard<std::mutex> lock(mutex);
+  if (!alive) return false;
+  this->value = std::move(value);
+  leased = false;
+  *drain = waiting > 0;
   return true;
 }
 

@@ -18,6 +18,8 @@
 //   (var_release_atom, tensor, status_reply) gives the (updated) value back, answered once
 //                                           it is stored (an update whose variable died
 //                                           meanwhile fails: its write is not lost silently)
+//   (var_drain_atom)                        a lease came back directly: serve the
+//                                           requests that wait for it
 //   (var_withdraw_atom, id)                 the lease request `id` belongs to a step that
 //                                           aborted: if it still waits, it fails `cancelled`
 // Requests that arrive during a lease wait, in order, inside the actor (no thread waits);
@@ -25,9 +27,11 @@
 // naming the variable. An update kernel takes a lease directly through the variable's
 // cell (variable_cell::try_lease, on its own thread, no message) while nothing waits in
 // the actor, and asks the actor otherwise, so requests keep their order; it gives the
-// lease back by message (a release once the actor was told to end fails). Reads
-// (ReadVariableOp, ResourceGather) take the value directly the same way
-// (variable_cell::try_read). Not under a
+// lease back directly too (variable_cell::try_release), and tells the actor
+// (var_drain_atom) when requests wait for it. A release, direct or by message, fails
+// once the variable is gone: its actor ended, or its resource let go of it (which tells
+// the actor to end). Reads (ReadVariableOp, ResourceGather) take the value directly the
+// same way (variable_cell::try_read). Not under a
 // simulation (its world orders every exchange with an actor in virtual time), nor with
 // TROUPE_VARIABLE_DIRECT=0.
 //
@@ -62,6 +66,7 @@ using var_init_atom = caf::atom_constant<caf::atom("varinit")>;
 using var_lease_atom = caf::atom_constant<caf::atom("varlease")>;
 using var_release_atom = caf::atom_constant<caf::atom("varrelease")>;
 using var_withdraw_atom = caf::atom_constant<caf::atom("varwithdr")>;
+using var_drain_atom = caf::atom_constant<caf::atom("vardrain")>;
 
 // How many requests may wait behind a lease.
 constexpr std::size_t k_max_waiting = 100000;
@@ -78,13 +83,17 @@ struct variable_cell {
   // The value for a read (a snapshot, as var_read_atom's), under the same conditions:
   // true and `*out` set, or false: ask the actor.
   bool try_read(tensor* out);
+  // Gives a lease back (taken either way) with the updated value: true, with `*drain`
+  // set when requests wait in the actor (send it var_drain_atom); false when the
+  // variable is gone (the value with it: the update fails `unavailable`).
+  bool try_release(tensor value, bool* drain);
 
   // The state, under `mutex`: for the variable's actor (actors/variable.cc) alone.
   std::mutex mutex;
   tensor value;             // uninitialized until assigned
   bool leased = false;
   std::size_t waiting = 0;  // requests waiting in the actor
-  bool alive = true;        // false once the actor has ended
+  bool alive = true;        // false once the actor has ended or its resource let go of it
 };
 
 class variable_resource final : public actor_resource {
@@ -96,6 +105,12 @@ class variable_resource final : public actor_resource {
                     std::shared_ptr<variable_cell> cell = nullptr)
       : actor_resource(kind_name, std::move(name), std::move(actor)), lease_key_(std::move(lease_key)), dtype_(type),
         shape_(std::move(shape)), cell_(std::move(cell)) {}
+  // The variable is gone for its updates before its actor is told to end.
+  ~variable_resource() override {
+    if (cell_ == nullptr) return;
+    std::lock_guard<std::mutex> lock(cell_->mutex);
+    cell_->alive = false;
+  }
   variable_cell* cell() const { return cell_.get(); }
 
   dtype value_type() const { return dtype_; }

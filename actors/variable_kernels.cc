@@ -13,6 +13,7 @@
 #include "actors/withdrawable.h"
 #include "core/cpu_time.h"
 #include "core/phantom.h"
+#include "core/switches.h"
 #include "graph/attr.h"
 #include "kernels/kernel_registry.h"
 #include "kernels/training_ops.h"
@@ -43,10 +44,7 @@ result<variable_resource*> variable_input(const kernel_context& ctx, int i, cons
 // actors: not under a simulation, whose world orders every exchange with an actor in
 // virtual time, nor with TROUPE_VARIABLE_DIRECT=0.
 bool direct_access(kernel_construction& c) {
-  static const bool enabled = [] {
-    const char* e = std::getenv("TROUPE_VARIABLE_DIRECT");
-    return e == nullptr || std::string(e) != "0";
-  }();
+  static const bool enabled = env_switch("TROUPE_VARIABLE_DIRECT", true);
   auto* dev = runtime_device::from(c.device());
   return enabled && (dev == nullptr || dev->simulation() == nullptr);
 }
@@ -279,6 +277,7 @@ class variable_update_kernel final : public async_op_kernel {
     op->ctx = &ctx;
     op->done = std::move(done);
     op->kernel = this;
+    op->direct = direct_;
     for (int i = 0; i < ctx.num_inputs(); ++i) {
       if (ctx.input(i).type() != dtype::resource) continue;
       auto v = variable_input(ctx, i, name());
@@ -347,6 +346,7 @@ class variable_update_kernel final : public async_op_kernel {
     kernel_context* ctx = nullptr;
     done_callback done;
     const variable_update_kernel* kernel = nullptr;
+    bool direct = false;  // the kernel's direct_ (read here: the kernel may go first)
     std::vector<variable_resource*> vars;
     std::vector<tensor> values;
     std::vector<bool> leased;
@@ -358,8 +358,27 @@ class variable_update_kernel final : public async_op_kernel {
 
     ~operation() {
       for (std::size_t i = 0; i < leased.size(); ++i) {
-        if (leased[i]) caf::anon_send(vars[i]->actor(), var_release_atom::value, std::move(values[i]), status_reply());
+        if (leased[i] && !give_back_directly(i, nullptr)) {
+          caf::anon_send(vars[i]->actor(), var_release_atom::value, std::move(values[i]), status_reply());
+        }
       }
+    }
+    // Gives lease `i` back through the variable's cell (variable_cell::try_release), when
+    // leases are direct: true, and `*error` (when given) set if the variable was gone.
+    // False: give it back by message.
+    bool give_back_directly(std::size_t i, status* error) {
+      variable_cell* cell = direct ? vars[i]->cell() : nullptr;
+      if (cell == nullptr) return false;
+      leased[i] = false;
+      bool drain = false;
+      if (!cell->try_release(std::move(values[i]), &drain)) {
+        if (error != nullptr && error->ok()) {
+          *error = unavailable_error(vars[i]->label(), " went away before its update came back");
+        }
+        return true;
+      }
+      if (drain) caf::anon_send(vars[i]->actor(), var_drain_atom::value);
+      return true;
     }
     void finish() {
       if (!release_error.ok()) ctx->fail(release_error);
@@ -371,12 +390,15 @@ class variable_update_kernel final : public async_op_kernel {
   // Gives every leased value back; `op` finishes once every variable has confirmed (a
   // variable that died with the value fails the update with `unavailable`).
   static void release_all(const std::shared_ptr<operation>& op) {
-    int pending = 0;
-    for (std::size_t i = 0; i < op->vars.size(); ++i) pending += op->leased[i] ? 1 : 0;
-    if (pending == 0) return op->finish();
-    op->releases_pending.store(pending);
+    // Directly (no answer to wait for; nothing else touches release_error yet), else by
+    // message, each answered on its variable's thread.
+    std::vector<std::size_t> by_message;
     for (std::size_t i = 0; i < op->vars.size(); ++i) {
-      if (!op->leased[i]) continue;
+      if (op->leased[i] && !op->give_back_directly(i, &op->release_error)) by_message.push_back(i);
+    }
+    if (by_message.empty()) return op->finish();
+    op->releases_pending.store(static_cast<int>(by_message.size()));
+    for (std::size_t i : by_message) {
       op->leased[i] = false;
       caf::anon_send(op->vars[i]->actor(), var_release_atom::value, std::move(op->values[i]),
                      status_reply(
@@ -393,10 +415,8 @@ class variable_update_kernel final : public async_op_kernel {
 
   static void lease_next(std::shared_ptr<operation> op) {
     // Directly while each variable is free (variable_cell) and the step goes on, else
-    // through its actor (which also refuses a step that aborted: withdrawn). The release
-    // always goes to the actor: one after the actor was told to end fails, as the
-    // protocol says, rather than store into a variable that is going.
-    while (op->next < op->vars.size() && op->kernel->direct_ && !op->ctx->cancellation().is_cancelled()) {
+    // through its actor (which also refuses a step that aborted: withdrawn).
+    while (op->next < op->vars.size() && op->direct && !op->ctx->cancellation().is_cancelled()) {
       const std::size_t i = op->order[op->next];
       variable_cell* cell = op->vars[i]->cell();
       if (cell == nullptr || !cell->try_lease(&op->values[i])) break;

@@ -640,6 +640,7 @@ struct service_state {
     caf::actor device;
     std::uint64_t device_handle = 0;
     caf::actor_addr client;
+    std::shared_ptr<const std::string> device_name;  // "device /job:..." (whom a run's reply names)
   };
   std::map<std::uint64_t, partition> partitions;  // by the service's handle
   std::map<std::pair<caf::actor_addr, std::uint64_t>, std::uint64_t> tokens;  // (client, its token) -> ours
@@ -805,7 +806,8 @@ caf::behavior task_service(service_actor* self, task_service_options options, st
                 [self, built](std::uint64_t device_handle) {
                   auto& st = self->state;
                   const std::uint64_t handle = st.next_handle++;
-                  st.partitions[handle] = {built->device, device_handle, built->client};
+                  st.partitions[handle] = {built->device, device_handle, built->client,
+                                           std::make_shared<const std::string>(str_cat("device ", built->device_name))};
                   built->promise.deliver(handle);
                 },
                 [built](caf::error& e) { built->promise.deliver(std::move(e)); });
@@ -836,13 +838,16 @@ caf::behavior task_service(service_actor* self, task_service_options options, st
         auto& st = self->state;
         auto it = st.partitions.find(handle);
         if (it == st.partitions.end()) return answer->fail(not_found_error("task ", st.options.task, " has no partition ", handle));
-        self->request(it->second.device, caf::infinite, run_atom::value, it->second.device_handle, step_id, std::move(feeds))
-            .then(
-                [answer, task = st.options.task](std::vector<tensor>& fetches) {
-                  if (status s = check_crossable(fetches, "fetch", task); !s.ok()) return answer->fail(s);
-                  answer->deliver(std::move(fetches));
-                },
-                [answer](caf::error& e) { answer->fail(to_status(e)); });
+        // Answered by the thread that ends the step (the device's run with a reply): no
+        // hand-off to this thread on the way back.
+        self->send(it->second.device, run_atom::value, it->second.device_handle, step_id, std::move(feeds),
+                   actors::reply<std::vector<tensor>>(
+                       [answer, task = st.options.task](result<std::vector<tensor>> r) {
+                         if (!r.ok()) return answer->fail(r.error());
+                         if (status s = check_crossable(*r, "fetch", task); !s.ok()) return answer->fail(s);
+                         answer->deliver(std::move(*r));
+                       },
+                       it->second.device_name));
       },
       [self](abort_step_atom, std::int64_t step_id, const caf::error& reason) {
         if (!from_verified(self)) return;

@@ -17,6 +17,8 @@
 #include <thread>
 
 #include "actors/cluster.h"
+#include "actors/device_actor.h"
+#include "actors/messages.h"
 #include "actors/session.h"
 #include "actors/variable.h"
 #include "graph/attr.h"
@@ -116,6 +118,66 @@ TEST_CASE("a device killed while a step is parked in it fails the step at once, 
   auto again = pending_step(*s, {}, {"y"}).wait(5s);
   REQUIRE_FALSE(again.ok());
   CHECK(again.error().error_code() != code::deadline_exceeded);
+}
+
+TEST_CASE("a run with its reply is answered with its fetches, and also for an unknown partition, a wrong feed "
+          "and a device that dies", "[actors][failure]") {
+  auto cluster = ps_worker_cluster(1, 1);
+  caf::actor device = cluster->device_actor(k_ps);
+  caf::scoped_actor self{cluster->system()};
+  auto prepare = [&](actors::executable_spec spec) {
+    result<std::uint64_t> handle = internal_error("no answer");
+    self->request(device, 10s, actors::prepare_atom::value, std::uint64_t{1}, std::move(spec))
+        .receive([&](std::uint64_t h) { handle = h; }, [&](caf::error& e) { handle = actors::to_status(e); });
+    return handle;
+  };
+  // Runs partition `handle` with its reply; the answer, when it comes within `within`.
+  auto run = [&](std::uint64_t handle, std::int64_t step, std::vector<tensor> feeds) {
+    auto answered = std::make_shared<std::promise<result<std::vector<tensor>>>>();
+    auto future = answered->get_future();
+    caf::anon_send(device, actors::run_atom::value, handle, step, std::move(feeds),
+                   actors::reply<std::vector<tensor>>(
+                       [answered](result<std::vector<tensor>> r) { answered->set_value(std::move(r)); },
+                       "the device"));
+    return future;
+  };
+  auto negate = prepare(testing::negate_spec());
+  REQUIRE(negate.ok());
+  auto answer = run(*negate, 1, {tensor::scalar(2.0f)});
+  REQUIRE(answer.wait_for(5s) == std::future_status::ready);
+  auto fetched = answer.get();
+  REQUIRE(fetched.ok());
+  CHECK((*fetched)[0].scalar_value<float>() == -2.0f);
+  auto unknown = run(99, 2, {});
+  REQUIRE(unknown.wait_for(5s) == std::future_status::ready);
+  auto missing = unknown.get();
+  REQUIRE_FALSE(missing.ok());
+  CHECK(missing.error().error_code() == code::not_found);
+  CHECK_THAT(missing.error().message(), Catch::Contains("no partition 99"));
+  auto wrong_feed = run(*negate, 3, {});
+  REQUIRE(wrong_feed.wait_for(5s) == std::future_status::ready);
+  CHECK_FALSE(wrong_feed.get().ok());
+  // Parked in a dequeue when the device ends: answered UNAVAILABLE naming the device (its
+  // exit handler answers before it cancels the step). Killed, it runs no handler: the
+  // step's end or the reply's last copy answers, UNAVAILABLE too.
+  const auto reason = GENERATE(caf::exit_reason::user_shutdown, caf::exit_reason::kill);
+  auto parked = prepare(testing::parked_spec());
+  REQUIRE(parked.ok());
+  auto waiting = run(*parked, 4, {});
+  REQUIRE(waiting.wait_for(200ms) == std::future_status::timeout);
+  caf::anon_send_exit(device, reason);
+  REQUIRE(waiting.wait_for(5s) == std::future_status::ready);
+  auto gone = waiting.get();
+  REQUIRE_FALSE(gone.ok());
+  INFO(gone.error().to_string());
+  CHECK(gone.error().error_code() == code::unavailable);
+  if (reason == caf::exit_reason::user_shutdown) CHECK_THAT(gone.error().message(), Catch::Contains(k_ps));
+  // Sent to a device already gone: its reply answers for it.
+  auto late = run(*negate, 5, {tensor::scalar(1.0f)});
+  REQUIRE(late.wait_for(5s) == std::future_status::ready);
+  auto after = late.get();
+  REQUIRE_FALSE(after.ok());
+  CHECK(after.error().error_code() == code::unavailable);
 }
 
 TEST_CASE("a device that is gone before a step is prepared fails the step, not the session", "[actors][failure]") {
@@ -260,6 +322,18 @@ TEST_CASE("a gather over the memory limit fails its step instead of its variable
   CHECK(few->at(0).shape() == tensor_shape({2, 1024}));
 }
 
+// Whether the variable's actor has ended (its cell says so), waiting up to 5 s.
+bool ended(actors::variable_cell& cell) {
+  for (int i = 0; i < 500; ++i) {
+    {
+      std::lock_guard<std::mutex> lock(cell.mutex);
+      if (!cell.alive) return true;
+    }
+    std::this_thread::sleep_for(10ms);
+  }
+  return false;
+}
+
 TEST_CASE("an update whose variable actor is gone fails naming the variable; a lease outlives no actor",
           "[actors][failure]") {
   auto cluster = ps_worker_cluster(1, 1);
@@ -274,6 +348,7 @@ TEST_CASE("an update whose variable actor is gone fails naming the variable; a l
       cluster->find_device(k_ps)->resources().lookup("", v.name));
   REQUIRE(var != nullptr);
   caf::anon_send_exit(var->actor(), caf::exit_reason::kill);
+  REQUIRE(ended(*var->cell()));  // (a release that comes before the end succeeds)
   auto r = pending_step(*s, {}, {}, {"add"}).wait(5s);
   REQUIRE_FALSE(r.ok());
   CHECK(r.error().error_code() == code::unavailable);
@@ -366,23 +441,49 @@ TEST_CASE("an update takes a free variable's lease (a read its value) directly, 
   CHECK(leased.scalar_value<float>() == 2.0f);
   REQUIRE(release(tensor::scalar(3.0f)).get().ok());
 
+  // A lease given back directly: free again at once; with a request waiting, the actor
+  // is told (var_drain_atom) and serves it.
+  REQUIRE(cell->try_lease(&leased));
+  bool drain = true;
+  REQUIRE(cell->try_release(tensor::scalar(4.0f), &drain));
+  CHECK_FALSE(drain);
+  REQUIRE(cell->try_read(&snapshot));
+  CHECK(snapshot.scalar_value<float>() == 4.0f);
+  REQUIRE(cell->try_lease(&leased));
+  auto behind = read();
+  REQUIRE(behind.wait_for(100ms) == std::future_status::timeout);
+  REQUIRE(cell->try_release(tensor::scalar(3.0f), &drain));
+  CHECK(drain);
+  CHECK_FALSE(cell->try_lease(&second));  // the read waits first
+  REQUIRE(behind.wait_for(100ms) == std::future_status::timeout);  // until the actor hears
+  caf::anon_send(var, actors::var_drain_atom::value);
+  REQUIRE(behind.wait_for(5s) == std::future_status::ready);
+  CHECK(behind.get()->scalar_value<float>() == 3.0f);
+
   // Killed under a direct lease: its release fails, and no direct lease comes after.
   REQUIRE(cell->try_lease(&leased));
   caf::anon_send_exit(var, caf::exit_reason::kill);
   auto late = release(tensor::scalar(4.0f));
   REQUIRE(late.wait_for(5s) == std::future_status::ready);
   CHECK(late.get().error_code() == code::unavailable);
-  bool ended = false;
-  for (int i = 0; i < 500 && !ended; ++i) {
-    {
-      std::lock_guard<std::mutex> lock(cell->mutex);
-      ended = !cell->alive;
-    }
-    if (!ended) std::this_thread::sleep_for(10ms);
-  }
-  REQUIRE(ended);
+  REQUIRE(ended(*cell));
   CHECK_FALSE(cell->try_lease(&leased));
   CHECK_FALSE(cell->try_read(&snapshot));
+  CHECK_FALSE(cell->try_release(tensor::scalar(5.0f), &drain));
+
+  // A variable whose resource let go of it is gone for a direct release at once, before
+  // its actor hears that it must end.
+  auto cell2 = std::make_shared<actors::variable_cell>();
+  auto resource = std::make_shared<actors::variable_resource>(
+      "v", "v", dtype::float32, partial_shape::scalar(),
+      actors::spawn_variable(cluster->system(), "v", dtype::float32, partial_shape::scalar(), cell2), cell2);
+  {
+    std::lock_guard<std::mutex> lock(cell2->mutex);
+    cell2->value = tensor::scalar(1.0f);
+  }
+  REQUIRE(cell2->try_lease(&leased));
+  resource.reset();
+  CHECK_FALSE(cell2->try_release(std::move(leased), &drain));
 }
 
 TEST_CASE("two updates leasing the same variables in opposite input orders never deadlock", "[actors][failure]") {

@@ -1,11 +1,12 @@
 // What the actor tests share: a session over a builder's graph, failing the test (with
 // the error) when the graph is invalid or the session cannot start; a cluster of PS and
-// worker tasks; a step started with run_async and waited for with a timeout; and a
-// bounded wait for a shutdown that might hang.
+// worker tasks; a step started with run_async and waited for with a timeout; a bounded
+// wait for a shutdown that might hang; and partitions for device actors' own protocol.
 #pragma once
 
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
@@ -20,8 +21,11 @@
 #include <vector>
 
 #include "actors/cluster.h"
+#include "actors/executor.h"
 #include "actors/session.h"
+#include "graph/attr.h"
 #include "graph/builder.h"
+#include "graph/ops.h"
 #include "placement/cluster_spec.h"
 
 namespace troupe::testing {
@@ -110,6 +114,54 @@ inline void shutdown_within(std::chrono::seconds limit, const std::string& what,
     std::abort();
   }
   t.join();
+}
+
+// The partition of `root`'s graph that feeds `feeds` and fetches `fetches` (every other
+// node runs), for a device actor's prepare_atom.
+inline actors::executable_spec spec_of(const graph::scope& root, const std::vector<std::string>& feeds,
+                                       const std::vector<std::string>& fetches) {
+  auto g = root.to_graph();
+  REQUIRE(g.ok());
+  auto shared = std::make_shared<const graph::graph>(std::move(*g));
+  actors::executable_spec spec;
+  spec.graph = shared;
+  for (const auto& f : feeds) spec.feeds.push_back(*shared->resolve(f));
+  // A step runs every node but the fed ones (as the session prunes).
+  for (int id = 0; id < shared->num_nodes(); ++id) {
+    if (std::none_of(spec.feeds.begin(), spec.feeds.end(), [&](const graph::endpoint& e) { return e.node == id; })) {
+      spec.nodes.push_back(id);
+    }
+  }
+  for (const auto& f : fetches) spec.fetches.push_back(*shared->resolve(f));
+  return spec;
+}
+
+// -x, computed here.
+inline tensor ops_negated(const tensor& x) {
+  tensor y(x.type(), x.shape());
+  const auto in = x.flat<float>();
+  const auto out = y.flat<float>();
+  for (std::size_t i = 0; i < in.size(); ++i) out[i] = -in[i];
+  return y;
+}
+
+// y = -x.
+inline actors::executable_spec negate_spec() {
+  auto root = graph::scope::new_root();
+  auto x = ops::placeholder(root.with_name("x"), dtype::float32);
+  ops::neg(root.with_name("y"), x);
+  return spec_of(root, {"x:0"}, {"y:0"});
+}
+
+// A step that waits in a dequeue from an empty queue.
+inline actors::executable_spec parked_spec() {
+  auto root = graph::scope::new_root();
+  const tf::AttrValue types = graph::attr_value(std::vector<dtype>{dtype::float32});
+  auto q = root.with_name("q").add("FIFOQueueV2", {},
+                                   {{"component_types", types},
+                                    {"shapes", graph::attr_value(std::vector<partial_shape>{partial_shape::scalar()})}});
+  root.with_name("dequeue").add("QueueDequeueV2", {q.out(0)}, {{"component_types", types}});
+  return spec_of(root, {}, {"dequeue:0"});
 }
 
 }  // namespace troupe::testing

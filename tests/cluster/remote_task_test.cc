@@ -32,6 +32,7 @@
 #include "graph/builder.h"
 #include "graph/ops.h"
 #include "cluster/task_processes.h"
+#include "tests/actors/session_fixture.h"
 
 namespace troupe::cluster {
 namespace {
@@ -46,6 +47,10 @@ const std::string k_cluster_id = "remote-test";
 
 // Where each task of a test cluster publishes its service.
 using port_map = std::map<std::string, int>;
+using testing::negate_spec;
+using testing::ops_negated;
+using testing::parked_spec;
+using testing::spec_of;
 
 std::string task_of(const std::string& device) { return device.substr(0, device.find("/device:")); }
 
@@ -148,52 +153,6 @@ struct client_system {
 
 connect_options hello(const std::string& cluster_id = k_cluster_id, const std::string& task = k_task) {
   return {task, cluster_id, "/job:worker/replica:0/task:0", 3000ms};
-}
-
-actors::executable_spec spec_of(const graph::scope& root, const std::vector<std::string>& feeds,
-                                const std::vector<std::string>& fetches) {
-  auto g = root.to_graph();
-  REQUIRE(g.ok());
-  auto shared = std::make_shared<const graph::graph>(std::move(*g));
-  actors::executable_spec spec;
-  spec.graph = shared;
-  for (const auto& f : feeds) spec.feeds.push_back(*shared->resolve(f));
-  // A step runs every node but the fed ones (as the session prunes).
-  for (int id = 0; id < shared->num_nodes(); ++id) {
-    if (std::none_of(spec.feeds.begin(), spec.feeds.end(), [&](const graph::endpoint& e) { return e.node == id; })) {
-      spec.nodes.push_back(id);
-    }
-  }
-  for (const auto& f : fetches) spec.fetches.push_back(*shared->resolve(f));
-  return spec;
-}
-
-// -x, computed here.
-tensor ops_negated(const tensor& x) {
-  tensor y(x.type(), x.shape());
-  const auto in = x.flat<float>();
-  const auto out = y.flat<float>();
-  for (std::size_t i = 0; i < in.size(); ++i) out[i] = -in[i];
-  return y;
-}
-
-// y = -x.
-actors::executable_spec negate_spec() {
-  auto root = graph::scope::new_root();
-  auto x = ops::placeholder(root.with_name("x"), dtype::float32);
-  ops::neg(root.with_name("y"), x);
-  return spec_of(root, {"x:0"}, {"y:0"});
-}
-
-// A step that waits in a dequeue from an empty queue.
-actors::executable_spec parked_spec() {
-  auto root = graph::scope::new_root();
-  const tf::AttrValue types = graph::attr_value(std::vector<dtype>{dtype::float32});
-  auto q = root.with_name("q").add("FIFOQueueV2", {},
-                                   {{"component_types", types},
-                                    {"shapes", graph::attr_value(std::vector<partial_shape>{partial_shape::scalar()})}});
-  root.with_name("dequeue").add("QueueDequeueV2", {q.out(0)}, {{"component_types", types}});
-  return spec_of(root, {}, {"dequeue:0"});
 }
 
 template <typename T>
