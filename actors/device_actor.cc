@@ -56,8 +56,9 @@ struct device_state {
   };
   std::map<std::uint64_t, preparation> preparing;
   std::set<caf::actor_addr> owners;  // monitored
-  // Running steps by request: the client's promise, and the step's cancellation, so an
-  // abort from the master (by step id) or the device's exit can reach them.
+  // Running steps by request: the client's promise (or the run's reply), and the step's
+  // cancellation, so an abort from the master (by step id) or the device's exit can
+  // reach them.
   struct running_step {
     std::int64_t step_id;
     caf::response_promise promise;  // a run's request, answered by finish(), or
@@ -176,7 +177,17 @@ caf::behavior device_behavior(device_actor* self, device_options options) {
     kernels::cancellation_manager* c = cancel.get();
     exec->run(step_id, std::move(feeds), self->state.options.device->pool(),
               [me, request, cancel, exec, answer = self->state.running.at(request).answer](result<std::vector<tensor>> r) {
-                if (answer) answer(r);
+                if (answer) {
+                  // The fetches go to the reply alone; the actor only closes the step,
+                  // also when the reply's own work throws.
+                  const status outcome = r.ok() ? status() : r.error();
+                  try {
+                    answer(std::move(r));
+                  } catch (...) {
+                  }
+                  if (outcome.ok()) return caf::anon_send(me, step_done_atom::value, request, std::vector<tensor>{});
+                  return caf::anon_send(me, step_fail_atom::value, request, to_caf_error(outcome));
+                }
                 if (r.ok()) {
                   caf::anon_send(me, step_done_atom::value, request, std::move(*r));
                 } else {

@@ -9,6 +9,7 @@
 #include <mutex>
 #include <set>
 #include <span>
+#include <thread>
 #include <utility>
 
 #include "core/cpu_time.h"
@@ -532,6 +533,14 @@ struct executor_access {
         : ctx(inputs, outputs, types, info) {}
     kernels::kernel_context ctx;
     std::atomic<bool> completed{false};
+    // While compute_async runs on `caller`: the nodes a completion on that same thread
+    // made ready, for the caller's loop to run (under its budget) rather than a nested
+    // process() per completion (a chain of kernels that complete at once, such as reads
+    // of free variables, would nest without bound). `inside` is only read and written on
+    // `caller`.
+    std::thread::id caller;
+    bool inside = false;
+    std::vector<int> ready_inside;
   };
 
   // Runs ready nodes until no inline work is left; off the compute pool, only up to
@@ -582,14 +591,21 @@ struct executor_access {
         auto finish = [s, index, call, tracer, start](const status* thrown) {
           if (call->completed.exchange(true)) return;
           if (tracer != nullptr) trace(s, index, start, call->ctx.cpu_ns());
+          const bool nested = std::this_thread::get_id() == call->caller && call->inside;
           std::vector<int> more;
           complete(s, index, thrown != nullptr ? *thrown : call->ctx.get_status(),
-                   s->outputs.data() + s->exec->plan_->nodes[static_cast<std::size_t>(index)].output_offset, more);
+                   s->outputs.data() + s->exec->plan_->nodes[static_cast<std::size_t>(index)].output_offset,
+                   nested ? call->ready_inside : more);
           if (!more.empty()) process(s, std::move(more));
         };
+        call->caller = std::this_thread::get_id();
+        call->inside = true;
         status thrown = kernels::catch_exceptions([&] {
           static_cast<kernels::async_op_kernel&>(*n.kernel).compute_async(call->ctx, [finish] { finish(nullptr); });
         });
+        call->inside = false;
+        ready.insert(ready.end(), call->ready_inside.begin(), call->ready_inside.end());
+        call->ready_inside.clear();
         if (!thrown.ok()) finish(&thrown);
         continue;
       }

@@ -28,9 +28,9 @@
 // cell (variable_cell::try_lease, on its own thread, no message) while nothing waits in
 // the actor, and asks the actor otherwise, so requests keep their order; it gives the
 // lease back directly too (variable_cell::try_release), and tells the actor
-// (var_drain_atom) when requests wait for it. A release, direct or by message, fails
-// once the variable is gone: its actor ended, or its resource let go of it (which tells
-// the actor to end). Reads (ReadVariableOp, ResourceGather) take the value directly the
+// (var_drain_atom) when requests wait for it. A direct release fails once the variable
+// is gone: its actor ended, or its resource let go of it (which tells the actor to end);
+// one by message, once the actor ended. Reads (ReadVariableOp, ResourceGather) take the value directly the
 // same way (variable_cell::try_read). Not under a
 // simulation (its world orders every exchange with an actor in virtual time), nor with
 // TROUPE_VARIABLE_DIRECT=0.

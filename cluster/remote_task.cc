@@ -28,6 +28,7 @@
 #include "core/address.h"
 #include "actors/rendezvous.h"
 #include "graph/graph.h"
+#include "kernels/kernel.h"
 
 namespace troupe::cluster {
 namespace {
@@ -403,8 +404,9 @@ struct link_route {
   tensor_link* link = nullptr;
 };
 
-// Where a run that came over a link is answered: back over that link, from the service's
-// thread. A link gone takes nothing (its client has failed the run already).
+// Where a run that came over a link is answered: back over that link, from the thread
+// that ended the step (or the service's, for a run refused there). A link gone takes
+// nothing (its client has failed the run already).
 class link_answer {
  public:
   link_answer(std::shared_ptr<link_route> route, std::uint64_t id) : route_(std::move(route)), id_(id) {}
@@ -845,7 +847,9 @@ caf::behavior task_service(service_actor* self, task_service_options options, st
                        [answer, task = st.options.task](result<std::vector<tensor>> r) {
                          if (!r.ok()) return answer->fail(r.error());
                          if (status s = check_crossable(*r, "fetch", task); !s.ok()) return answer->fail(s);
-                         answer->deliver(std::move(*r));
+                         // (Packing the answer may throw: no memory for its frame.)
+                         status sent = kernels::catch_exceptions([&] { answer->deliver(std::move(*r)); });
+                         if (!sent.ok()) answer->fail(sent.with_context(str_cat("answering a step of task ", task)));
                        },
                        it->second.device_name));
       },

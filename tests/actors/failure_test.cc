@@ -452,6 +452,15 @@ TEST_CASE("an update takes a free variable's lease (a read its value) directly, 
   REQUIRE(cell->try_lease(&leased));
   auto behind = read();
   REQUIRE(behind.wait_for(100ms) == std::future_status::timeout);
+  bool parked = false;  // in the actor (the release below does not pass its mailbox)
+  for (int i = 0; i < 500 && !parked; ++i) {
+    {
+      std::lock_guard<std::mutex> lock(cell->mutex);
+      parked = cell->waiting == 1;
+    }
+    if (!parked) std::this_thread::sleep_for(10ms);
+  }
+  REQUIRE(parked);
   REQUIRE(cell->try_release(tensor::scalar(3.0f), &drain));
   CHECK(drain);
   CHECK_FALSE(cell->try_lease(&second));  // the read waits first
@@ -484,6 +493,31 @@ TEST_CASE("an update takes a free variable's lease (a read its value) directly, 
   REQUIRE(cell2->try_lease(&leased));
   resource.reset();
   CHECK_FALSE(cell2->try_release(std::move(leased), &drain));
+}
+
+TEST_CASE("a chain of 20,000 updates that each complete at once runs without nesting a call per update",
+          "[actors][failure]") {
+  // Free variables: each lease, update and release happens inside the kernel's call, so
+  // each node completes before its compute_async returns; the executor takes the next
+  // one in its loop (a nested call per completion overflowed no stack until it did).
+  auto cluster = ps_worker_cluster(1, 1);
+  auto root = graph::scope::new_root();
+  auto ps = root.with_device("/job:ps/task:0");
+  auto v = graph::make_variable(ps, "counter", {}, dtype::float32, ops::scalar(root, 0.0f));
+  auto one = ops::scalar(ps, 1.0f);
+  constexpr int k_updates = 20000;
+  graph::operation last = v.initializer;
+  for (int i = 0; i < k_updates; ++i) {
+    last = ps.with_control_dependencies({last})
+               .with_name("add" + std::to_string(i))
+               .add("AssignAddVariableOp", {v.handle, one}, {{"dtype", graph::attr_value(dtype::float32)}});
+  }
+  ps.with_control_dependencies({last}).with_name("value").add("ReadVariableOp", {v.handle},
+                                                                 {{"dtype", graph::attr_value(dtype::float32)}});
+  auto s = make_session(root, on(cluster));
+  auto r = s->run({}, {"value:0"});
+  REQUIRE(r.ok());
+  CHECK(r->at(0).scalar_value<float>() == static_cast<float>(k_updates));
 }
 
 TEST_CASE("two updates leasing the same variables in opposite input orders never deadlock", "[actors][failure]") {
