@@ -1,7 +1,12 @@
 #include "actors/device_actor.h"
 
+#include <atomic>
 #include <map>
+#include <mutex>
+#include <optional>
 #include <set>
+#include <utility>
+#include <vector>
 
 #include "actors/messages.h"
 #include "actors/rendezvous.h"
@@ -18,9 +23,76 @@ struct prepare_outcome {
   bool held = false;  // held back once by BUGGIFY partition.slow_prepare
 };
 
+
 }  // namespace troupe::actors::detail
 
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(troupe::actors::detail::prepare_outcome)
+
+namespace troupe::actors {
+
+// A device's prepared partitions and running steps, shared by its actor and the threads
+// that start runs without it (start_run) or end runs with a reply, under one lock (never
+// held while a step is answered or cancelled: both may run the step's code).
+struct device_runs {
+  struct partition {
+    std::shared_ptr<const executable> exec;
+    caf::actor_addr owner;  // who registered it (a session's master, a task service)
+    std::uint64_t token;    // the preparation's, for forget_atom
+  };
+  // Running steps by request: the client's promise (or the run's reply), and the step's
+  // cancellation, so an abort from the master (by step id) or the device's exit can
+  // reach them.
+  struct running_step {
+    std::int64_t step_id;
+    caf::response_promise promise;      // a run's request, answered by the actor, or
+    reply<std::vector<tensor>> answer;  // a run with its reply: answered when it ends
+    std::shared_ptr<kernels::cancellation_manager> cancel;
+    caf::actor_addr owner;
+    // Set while the start waits out an injected delay (runtime_device::start_delay).
+    std::shared_ptr<const executable> delayed_exec;
+    std::vector<tensor> delayed_feeds;
+  };
+  std::mutex mutex;
+  std::map<std::uint64_t, partition> partitions;
+  std::map<std::uint64_t, running_step> running;
+  bool closed = false;  // the actor has ended: no step starts without it any more
+  std::atomic<std::uint64_t> next_request{1};
+
+  // The partitions `drop` picks, taken out (the caller lets them go after the lock: an
+  // executable's end may take a while).
+  template <class Drop>
+  std::vector<partition> drop_partitions(Drop drop) {
+    std::vector<partition> out;
+    std::lock_guard<std::mutex> lock(mutex);
+    for (auto it = partitions.begin(); it != partitions.end();) {
+      if (!drop(it->first, it->second)) {
+        ++it;
+        continue;
+      }
+      out.push_back(std::move(it->second));
+      it = partitions.erase(it);
+    }
+    return out;
+  }
+  // At the actor's end: every running step and partition taken out; nothing starts
+  // without the actor from then on.
+  std::pair<std::map<std::uint64_t, running_step>, std::map<std::uint64_t, partition>> close() {
+    std::lock_guard<std::mutex> lock(mutex);
+    closed = true;
+    return {std::exchange(running, {}), std::exchange(partitions, {})};
+  }
+  // The running step `request`, taken out (none: answered already).
+  std::optional<running_step> take(std::uint64_t request) {
+    std::lock_guard<std::mutex> lock(mutex);
+    auto it = running.find(request);
+    if (it == running.end()) return std::nullopt;
+    std::optional<running_step> out(std::move(it->second));
+    running.erase(it);
+    return out;
+  }
+};
+
+}  // namespace troupe::actors
 
 namespace troupe::actors {
 namespace {
@@ -42,13 +114,9 @@ constexpr auto k_slow_prepare = std::chrono::milliseconds(300);
 struct device_state {
   device_options options;
   // Registered partitions and who registered them (a session's master): an owner that
-  // goes down without unregistering its partitions (a crash, or a kill) loses them.
-  struct partition {
-    std::shared_ptr<const executable> exec;
-    caf::actor_addr owner;
-    std::uint64_t token;  // the preparation's, for forget_atom
-  };
-  std::map<std::uint64_t, partition> partitions;
+  // goes down without unregistering its partitions (a crash, or a kill) loses them. The
+  // device's (runtime_device::runs), under its lock.
+  std::shared_ptr<device_runs> runs;
   struct preparation {
     caf::response_promise promise;
     caf::actor_addr owner;
@@ -56,20 +124,6 @@ struct device_state {
   };
   std::map<std::uint64_t, preparation> preparing;
   std::set<caf::actor_addr> owners;  // monitored
-  // Running steps by request: the client's promise (or the run's reply), and the step's
-  // cancellation, so an abort from the master (by step id) or the device's exit can
-  // reach them.
-  struct running_step {
-    std::int64_t step_id;
-    caf::response_promise promise;  // a run's request, answered by finish(), or
-    reply<std::vector<tensor>> answer;  // a run with its reply: answered when it ends
-    std::shared_ptr<kernels::cancellation_manager> cancel;
-    caf::actor_addr owner;
-    // Set while the start waits out an injected delay (runtime_device::start_delay).
-    std::shared_ptr<const executable> delayed_exec;
-    std::vector<tensor> delayed_feeds;
-  };
-  std::map<std::uint64_t, running_step> running;
   std::shared_ptr<rendezvous_table> rendezvous;  // the device's (runtime_device::rendezvous)
   std::uint64_t next_handle = 1;
   std::uint64_t next_request = 1;
@@ -79,8 +133,18 @@ struct device_state {
   caf::error gone() const { return to_caf_error(unavailable_error("device ", device_name(), " went down")); }
   // The table may outlive the actor (its device holds it): what reaches it later is
   // dropped, and the Recvs still parked fail.
+  // Runs with a reply still running are answered and cancelled (a killed actor runs no
+  // exit handler).
   ~device_state() {
-    if (rendezvous != nullptr) rendezvous->shut(unavailable_error("device ", name_at_start, " went down"));
+    const status down = unavailable_error("device ", name_at_start, " went down");
+    if (runs != nullptr) {
+      auto [left, partitions] = runs->close();
+      for (auto& [request, step] : left) {
+        if (step.answer) step.answer(down);
+        step.cancel->start_cancel();
+      }
+    }
+    if (rendezvous != nullptr) rendezvous->shut(down);
   }
   std::string name_at_start;  // for the destructor, which runs as the actor ends
 };
@@ -101,11 +165,11 @@ using device_actor = caf::stateful_actor<device_state>;
 
 // Answers a run: its reply when it came with one (which the thread that ended the step
 // may have called already: a reply answers once), else its request's promise.
-void answer_step(device_state::running_step& step, std::vector<tensor> fetches) {
+void answer_step(device_runs::running_step& step, std::vector<tensor> fetches) {
   if (step.answer) return step.answer(std::move(fetches));
   step.promise.deliver(std::move(fetches));
 }
-void answer_step(device_state::running_step& step, caf::error error) {
+void answer_step(device_runs::running_step& step, caf::error error) {
   if (step.answer) return step.answer(to_status(error));
   step.promise.deliver(std::move(error));
 }
@@ -116,26 +180,61 @@ void abort_here(device_actor* self, std::int64_t step_id, const status& reason) 
   auto& st = self->state;
   st.rendezvous->abort(step_id, reason);
   std::vector<std::shared_ptr<kernels::cancellation_manager>> cancels;
-  for (auto& [request, step] : st.running) {
-    if (step.step_id == step_id) cancels.push_back(step.cancel);
+  {
+    std::lock_guard<std::mutex> lock(st.runs->mutex);
+    for (auto& [request, step] : st.runs->running) {
+      if (step.step_id == step_id) cancels.push_back(step.cancel);
+    }
   }
   for (auto& c : cancels) c->start_cancel();
+}
+
+// Runs running step `request`'s partition on `dev` (cheap nodes on this thread, the rest
+// on the pool). A run with its reply ends on the thread that ends it: answered, taken out
+// of the running steps and its rendezvous closed there, with no hand-off to the actor;
+// another's end goes to the device's actor `me` (step_done_atom, step_fail_atom), which
+// answers its request. The completion keeps the partition alive: the actor may exit (and
+// drop its partitions) while a step still waits in an asynchronous kernel.
+void run_partition(runtime_device& dev, caf::actor me, std::uint64_t request, std::int64_t step_id,
+                   std::shared_ptr<const executable> exec, std::vector<tensor> feeds,
+                   std::shared_ptr<kernels::cancellation_manager> cancel, reply<std::vector<tensor>> answer) {
+  kernels::cancellation_manager* c = cancel.get();
+  const executable* e = exec.get();
+  e->run(step_id, std::move(feeds), dev.pool(),
+         [me, request, step_id, cancel, exec, answer = std::move(answer), runs = dev.runs(),
+          table = dev.rendezvous()](result<std::vector<tensor>> r) {
+           if (answer) {
+             // Answered first (the device's end may have answered already: a reply
+             // answers once); a reply whose own work throws still lets the step close.
+             try {
+               answer(std::move(r));
+             } catch (...) {
+             }
+             runs->take(request);
+             table->close(step_id);
+             return;
+           }
+           if (r.ok()) return caf::anon_send(me, step_done_atom::value, request, std::move(*r));
+           caf::anon_send(me, step_fail_atom::value, request, to_caf_error(r.error()));
+         },
+         c);
 }
 
 caf::behavior device_behavior(device_actor* self, device_options options) {
   self->state.options = std::move(options);
   self->state.rendezvous = self->state.options.device->rendezvous();
+  self->state.runs = self->state.options.device->runs();
   self->state.name_at_start = self->state.options.device->name();
   // When the device goes, every request still open is answered, and its running steps
   // are cancelled: kernels waiting on other actors fail now instead of finishing against
   // a device that is gone.
   self->set_exit_handler([self](caf::exit_msg& msg) {
     auto& st = self->state;
-    for (auto& [request, step] : st.running) {
+    auto [running, partitions] = st.runs->close();
+    for (auto& [request, step] : running) {
       answer_step(step, st.gone());  // first: a cancelled kernel may end the step at once
       step.cancel->start_cancel();
     }
-    st.running.clear();
     for (auto& [request, preparing] : st.preparing) preparing.promise.deliver(st.gone());
     st.preparing.clear();
     self->quit(msg.reason);
@@ -144,57 +243,32 @@ caf::behavior device_behavior(device_actor* self, device_options options) {
   // step's rendezvous entries.
   auto finish = [self](std::uint64_t request, auto&& outcome) {
     auto& st = self->state;
-    auto it = st.running.find(request);
-    if (it == st.running.end()) return;
-    const std::int64_t step_id = it->second.step_id;
-    answer_step(it->second, std::move(outcome));
-    st.running.erase(it);
-    st.rendezvous->close(step_id);
+    std::optional<device_runs::running_step> step = st.runs->take(request);
+    if (!step) return;
+    answer_step(*step, std::move(outcome));
+    st.rendezvous->close(step->step_id);
   };
   self->set_down_handler([self](caf::down_msg& msg) {
     auto& st = self->state;
     st.owners.erase(msg.source);
-    for (auto it = st.partitions.begin(); it != st.partitions.end();) {
-      it = it->second.owner == msg.source ? st.partitions.erase(it) : std::next(it);
-    }
+    st.runs->drop_partitions([&](std::uint64_t, const device_runs::partition& p) { return p.owner == msg.source; });
     std::set<std::int64_t> orphaned;
-    for (const auto& [request, step] : st.running) {
-      if (step.owner == msg.source) orphaned.insert(step.step_id);
+    {
+      std::lock_guard<std::mutex> lock(st.runs->mutex);
+      for (const auto& [request, step] : st.runs->running) {
+        if (step.owner == msg.source) orphaned.insert(step.step_id);
+      }
     }
     for (std::int64_t step_id : orphaned) {
       abort_here(self, step_id, unavailable_error("the session that ran step ", step_id, " went down"));
     }
   });
-  // Runs a registered step's partition on the pool. The completion keeps the partition
-  // alive: the actor may exit (and drop its partitions) while a step still waits in an
-  // asynchronous kernel.
-  // A run with its reply is answered by the thread that ends it, before the actor
-  // hears (and closes the step's rendezvous): no hand-off to the actor's thread on the
-  // way to the answer.
+  // Runs a registered step's partition (run_partition).
   auto start_step = [self](std::uint64_t request, std::int64_t step_id, std::shared_ptr<const executable> exec,
-                           std::vector<tensor> feeds, std::shared_ptr<kernels::cancellation_manager> cancel) {
-    caf::actor me = caf::actor_cast<caf::actor>(self);
-    kernels::cancellation_manager* c = cancel.get();
-    exec->run(step_id, std::move(feeds), self->state.options.device->pool(),
-              [me, request, cancel, exec, answer = self->state.running.at(request).answer](result<std::vector<tensor>> r) {
-                if (answer) {
-                  // The fetches go to the reply alone; the actor only closes the step,
-                  // also when the reply's own work throws.
-                  const status outcome = r.ok() ? status() : r.error();
-                  try {
-                    answer(std::move(r));
-                  } catch (...) {
-                  }
-                  if (outcome.ok()) return caf::anon_send(me, step_done_atom::value, request, std::vector<tensor>{});
-                  return caf::anon_send(me, step_fail_atom::value, request, to_caf_error(outcome));
-                }
-                if (r.ok()) {
-                  caf::anon_send(me, step_done_atom::value, request, std::move(*r));
-                } else {
-                  caf::anon_send(me, step_fail_atom::value, request, to_caf_error(r.error()));
-                }
-              },
-              c);
+                           std::vector<tensor> feeds, std::shared_ptr<kernels::cancellation_manager> cancel,
+                           reply<std::vector<tensor>> answer) {
+    run_partition(*self->state.options.device, caf::actor_cast<caf::actor>(self), request, step_id, std::move(exec),
+                  std::move(feeds), std::move(cancel), std::move(answer));
   };
   // Monitors whoever sent the current request, once.
   auto owner_of_request = [self] {
@@ -206,13 +280,18 @@ caf::behavior device_behavior(device_actor* self, device_options options) {
   auto runnable = [self](std::uint64_t handle, std::int64_t step_id,
                          const std::vector<tensor>& feeds) -> result<std::shared_ptr<const executable>> {
     auto& st = self->state;
-    auto it = st.partitions.find(handle);
-    if (it == st.partitions.end()) return not_found_error("device ", st.device_name(), " has no partition ", handle);
+    std::shared_ptr<const executable> exec;
+    {
+      std::lock_guard<std::mutex> lock(st.runs->mutex);
+      auto it = st.runs->partitions.find(handle);
+      if (it != st.runs->partitions.end()) exec = it->second.exec;
+    }
+    if (exec == nullptr) return not_found_error("device ", st.device_name(), " has no partition ", handle);
     if (st.rendezvous->is_aborted(step_id)) {
       return aborted_error("step ", step_id, " was aborted before it started on ", st.device_name());
     }
-    TROUPE_RETURN_IF_ERROR(it->second.exec->check_feeds(feeds));
-    return it->second.exec;
+    TROUPE_RETURN_IF_ERROR(exec->check_feeds(feeds));
+    return exec;
   };
   // Starts a run (now, or after an injected delay or a simulation's control plane),
   // answered through `promise` or `answer` when it ends.
@@ -221,16 +300,22 @@ caf::behavior device_behavior(device_actor* self, device_options options) {
                                                         reply<std::vector<tensor>> answer) {
     auto& st = self->state;
     rendezvous_table::active_scope active(*st.rendezvous, st.options.device);
-    std::uint64_t request = st.next_request++;
+    const std::uint64_t request = st.runs->next_request++;
     auto cancel = std::make_shared<kernels::cancellation_manager>();
-    st.running.emplace(request, device_state::running_step{step_id, std::move(promise), std::move(answer), cancel,
-                                                           owner_of_request(), nullptr, {}});
+    caf::actor_addr owner = owner_of_request();
+    {
+      std::lock_guard<std::mutex> lock(st.runs->mutex);
+      st.runs->running.emplace(request, device_runs::running_step{step_id, std::move(promise), answer, cancel,
+                                                                  std::move(owner), nullptr, {}});
+    }
     // A later start (a stall fault, a simulation's control plane): the step waits for
     // its start_atom.
     auto defer = [&] {
-      auto& step = st.running.at(request);
-      step.delayed_exec = std::move(exec);
-      step.delayed_feeds = std::move(feeds);
+      std::lock_guard<std::mutex> lock(st.runs->mutex);
+      auto it = st.runs->running.find(request);
+      if (it == st.runs->running.end()) return;  // (ended meanwhile: its device's exit)
+      it->second.delayed_exec = std::move(exec);
+      it->second.delayed_feeds = std::move(feeds);
     };
     if (const auto delay = st.options.device->start_delay(); delay.count() > 0) {
       self->delayed_send(self, delay, start_atom::value, request);
@@ -245,7 +330,7 @@ caf::behavior device_behavior(device_actor* self, device_options options) {
         return defer();
       }
     }
-    start_step(request, step_id, std::move(exec), std::move(feeds), std::move(cancel));
+    start_step(request, step_id, std::move(exec), std::move(feeds), std::move(cancel), std::move(answer));
   };
   return {
       [=](prepare_atom, std::uint64_t token, executable_spec& spec) -> caf::result<std::uint64_t> {
@@ -292,10 +377,15 @@ caf::behavior device_behavior(device_actor* self, device_options options) {
         if (!outcome.exec.ok()) return preparing.promise.deliver(to_caf_error(outcome.exec.error()));
         if (preparing.owner && st.owners.count(preparing.owner) == 0) return;  // its owner went down meanwhile
         const std::uint64_t handle = st.next_handle++;
-        st.partitions.emplace(handle, device_state::partition{std::move(*outcome.exec), preparing.owner, preparing.token});
+        {
+          std::lock_guard<std::mutex> lock(st.runs->mutex);
+          st.runs->partitions.emplace(handle, device_runs::partition{std::move(*outcome.exec), preparing.owner, preparing.token});
+        }
         preparing.promise.deliver(handle);
       },
-      [=](unprepare_atom, std::uint64_t handle) { self->state.partitions.erase(handle); },
+      [=](unprepare_atom, std::uint64_t handle) {
+        self->state.runs->drop_partitions([&](std::uint64_t h, const device_runs::partition&) { return h == handle; });
+      },
       [=](forget_atom, std::uint64_t token) {
         auto& st = self->state;
         const caf::actor_addr owner = caf::actor_cast<caf::actor_addr>(self->current_sender());
@@ -307,10 +397,8 @@ caf::behavior device_behavior(device_actor* self, device_options options) {
           it->second.promise.deliver(to_caf_error(cancelled_error("the preparation was given up")));
           it = st.preparing.erase(it);
         }
-        for (auto it = st.partitions.begin(); it != st.partitions.end();) {
-          const bool forget = it->second.token == token && it->second.owner == owner;
-          it = forget ? st.partitions.erase(it) : std::next(it);
-        }
+        st.runs->drop_partitions(
+            [&](std::uint64_t, const device_runs::partition& p) { return p.token == token && p.owner == owner; });
       },
       [=](run_atom, std::uint64_t handle, std::int64_t step_id,
           std::vector<tensor>& feeds) -> caf::result<std::vector<tensor>> {
@@ -328,16 +416,27 @@ caf::behavior device_behavior(device_actor* self, device_options options) {
       },
       [=](start_atom, std::uint64_t request) {
         auto& st = self->state;
-        auto it = st.running.find(request);
-        if (it == st.running.end() || it->second.delayed_exec == nullptr) return;  // answered meanwhile
-        auto exec = std::move(it->second.delayed_exec);
-        auto feeds = std::move(it->second.delayed_feeds);
-        if (it->second.cancel->is_cancelled() || st.rendezvous->is_aborted(it->second.step_id)) {
-          return finish(request, to_caf_error(aborted_error("step ", it->second.step_id, " was aborted before it started on ",
+        std::shared_ptr<const executable> exec;
+        std::vector<tensor> feeds;
+        std::int64_t step_id = 0;
+        std::shared_ptr<kernels::cancellation_manager> cancel;
+        reply<std::vector<tensor>> answer;
+        {
+          std::lock_guard<std::mutex> lock(st.runs->mutex);
+          auto it = st.runs->running.find(request);
+          if (it == st.runs->running.end() || it->second.delayed_exec == nullptr) return;  // answered meanwhile
+          exec = std::move(it->second.delayed_exec);
+          feeds = std::move(it->second.delayed_feeds);
+          step_id = it->second.step_id;
+          cancel = it->second.cancel;
+          answer = it->second.answer;
+        }
+        if (cancel->is_cancelled() || st.rendezvous->is_aborted(step_id)) {
+          return finish(request, to_caf_error(aborted_error("step ", step_id, " was aborted before it started on ",
                                                             st.device_name())));
         }
         rendezvous_table::active_scope active(*st.rendezvous, st.options.device);
-        start_step(request, it->second.step_id, std::move(exec), std::move(feeds), it->second.cancel);
+        start_step(request, step_id, std::move(exec), std::move(feeds), std::move(cancel), std::move(answer));
       },
       [=](step_done_atom, std::uint64_t request, std::vector<tensor>& fetches) {
         finish(request, std::move(fetches));
@@ -361,7 +460,10 @@ caf::behavior device_behavior(device_actor* self, device_options options) {
         auto& st = self->state;
         const auto now = env::now();
         std::set<std::int64_t> running_ids;  // once per sweep, not kept up to date per step
-        for (const auto& [request, step] : st.running) running_ids.insert(step.step_id);
+        {
+          std::lock_guard<std::mutex> lock(st.runs->mutex);
+          for (const auto& [request, step] : st.runs->running) running_ids.insert(step.step_id);
+        }
         st.rendezvous->sweep(now - k_orphan_age, [&](std::int64_t id) { return running_ids.count(id) > 0; });
         if (st.rendezvous->keep_sweeping()) self->delayed_send(self, k_sweep_every, sweep_atom::value);
       },
@@ -376,9 +478,15 @@ caf::behavior device_behavior(device_actor* self, device_options options) {
       [=](stats_atom) {
         auto& st = self->state;
         device_stats stats;
-        stats.partitions = static_cast<std::int64_t>(st.partitions.size());
+        {
+          std::lock_guard<std::mutex> lock(st.runs->mutex);
+          stats.partitions = static_cast<std::int64_t>(st.runs->partitions.size());
+        }
         stats.preparing = static_cast<std::int64_t>(st.preparing.size());
-        stats.running_steps = static_cast<std::int64_t>(st.running.size());
+        {
+          std::lock_guard<std::mutex> lock(st.runs->mutex);
+          stats.running_steps = static_cast<std::int64_t>(st.runs->running.size());
+        }
         const auto [entries, bytes] = st.rendezvous->waiting();
         stats.rendezvous_entries = static_cast<std::int64_t>(entries);
         stats.rendezvous_bytes = bytes;
@@ -402,9 +510,41 @@ caf::behavior device_behavior(device_actor* self, device_options options) {
 caf::actor spawn_device(caf::actor_system& system, device_options options) {
   runtime_device* dev = options.device;
   dev->set_rendezvous(std::make_shared<rendezvous_table>(options.rendezvous_limit));
+  dev->set_runs(std::make_shared<device_runs>());
   caf::actor a = system.spawn(device_behavior, std::move(options));
   dev->set_self(a);
   return a;
+}
+
+bool start_run(runtime_device& dev, std::uint64_t handle, std::int64_t step_id, std::vector<tensor>& feeds,
+               const reply<std::vector<tensor>>& answer, const caf::actor_addr& owner) {
+  const std::shared_ptr<device_runs>& runs = dev.runs();
+  if (!answer || runs == nullptr || !dev.self() || dev.simulation() != nullptr || dev.start_delay().count() > 0 || !dev.alive().ok()) {
+    return false;
+  }
+  std::shared_ptr<const executable> exec;
+  {
+    std::lock_guard<std::mutex> lock(runs->mutex);
+    auto it = runs->partitions.find(handle);
+    if (it != runs->partitions.end()) exec = it->second.exec;
+  }
+  rendezvous_table& table = *dev.rendezvous();
+  if (exec == nullptr || table.is_aborted(step_id) || !exec->check_feeds(feeds).ok()) return false;
+  const std::uint64_t request = runs->next_request++;
+  auto cancel = std::make_shared<kernels::cancellation_manager>();
+  {
+    // Among the running steps before it starts (an abort or the device's end reaches
+    // it); none once the device has ended (its exit took them all) or is ending.
+    std::lock_guard<std::mutex> lock(runs->mutex);
+    if (!dev.alive().ok() || runs->closed) return false;
+    runs->running.emplace(request, device_runs::running_step{step_id, caf::response_promise(), answer, cancel, owner,
+                                                             nullptr, {}});
+  }
+  // An abort between the look above and the registration found no step to cancel.
+  if (table.is_aborted(step_id)) cancel->start_cancel();
+  rendezvous_table::active_scope active(table, &dev);
+  run_partition(dev, dev.self(), request, step_id, std::move(exec), std::move(feeds), std::move(cancel), answer);
+  return true;
 }
 
 void deliver_transfer(runtime_device& dev, std::int64_t step_id, const transfer_key_ptr& key, tensor value) {

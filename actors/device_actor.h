@@ -97,6 +97,17 @@ caf::actor spawn_device(caf::actor_system& system, device_options options);
 // 2) aborts the step in the table at once and then through the actor.
 void deliver_transfer(runtime_device& dev, std::int64_t step_id, const transfer_key_ptr& key, tensor value);
 
+// Starts partition `handle`'s run of step `step_id` on `dev` (spawned by spawn_device)
+// from this thread, as the actor's run with a reply would, among the device's running
+// steps (an abort, the device's end and `owner`'s, which prepared the partition, reach
+// it): no hand-off to the actor before the step starts (a link's reader, for a run that
+// came over it). Cheap nodes run on this thread. False, with `feeds` untouched and
+// nothing started, when the actor must decide: a partition it does not have, a step
+// aborted here, feeds that do not fit, an injected delay, a simulation, a device killed
+// or ended; then send it the run.
+bool start_run(runtime_device& dev, std::uint64_t handle, std::int64_t step_id, std::vector<tensor>& feeds,
+               const reply<std::vector<tensor>>& answer, const caf::actor_addr& owner);
+
 }  // namespace troupe::actors
 
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(troupe::actors::device_stats)

@@ -37,6 +37,7 @@ namespace troupe::actors {
 class simulation;
 class transfer_key;
 class rendezvous_table;
+struct device_runs;
 
 // A device of another process may take a _Send's tensor from the sending kernel's own
 // thread, straight onto the link to its task, instead of through a message to its
@@ -169,6 +170,10 @@ class runtime_device final : public kernels::device {
   // a link's reader delivers into directly (deliver_transfer, actors/device_actor.h).
   const std::shared_ptr<rendezvous_table>& rendezvous() const { return rendezvous_; }
   void set_rendezvous(std::shared_ptr<rendezvous_table> table) { rendezvous_ = std::move(table); }
+  // Its actor's prepared partitions (set once, likewise), from which a link's reader
+  // starts a run directly (start_run, actors/device_actor.h).
+  const std::shared_ptr<device_runs>& runs() const { return runs_; }
+  void set_runs(std::shared_ptr<device_runs> runs) { runs_ = std::move(runs); }
 
   // Its task's life (device_directory: the transfers' keys carry it); set once at start.
   std::uint64_t incarnation() const { return incarnation_; }
@@ -269,6 +274,7 @@ class runtime_device final : public kernels::device {
   std::shared_ptr<kernels::device> accelerator_;
   caf::actor self_;
   std::shared_ptr<rendezvous_table> rendezvous_;
+  std::shared_ptr<device_runs> runs_;
   std::uint64_t incarnation_ = 0;
   std::shared_ptr<const device_directory> directory_;
   step_tracer* tracer_ = nullptr;

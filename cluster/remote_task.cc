@@ -431,15 +431,47 @@ class link_answer {
   std::uint64_t id_;
 };
 
+// A run that came over a link, to the service (in-process only), with its reply.
 using link_run_atom = caf::atom_constant<caf::atom("rlinkrun")>;
 
 }  // namespace
 }  // namespace troupe::cluster
 
-// A run that came over a link, to the service (in-process only).
-CAF_ALLOW_UNSAFE_MESSAGE_TYPE(std::shared_ptr<const troupe::cluster::link_answer>)
-
 namespace troupe::cluster {
+
+// A task service's prepared partitions, by the service's handle: the device's actor, name
+// and handle, and the client that prepared it. Shared with the task's transfer hub, which
+// starts the runs its links carry on them itself (under the lock).
+struct served_partitions {
+  struct partition {
+    caf::actor device;
+    std::string device_name;
+    std::uint64_t device_handle = 0;
+    caf::actor_addr client;
+    std::shared_ptr<const std::string> label;  // "device /job:..." (whom a run's reply names)
+  };
+  std::mutex mutex;
+  std::map<std::uint64_t, partition> by_handle;
+};
+
+namespace {
+
+// The reply of a run that came over a link: its fetches, checked, back over the link, on
+// the thread that ends the step.
+actors::reply<std::vector<tensor>> answer_over_link(std::shared_ptr<const link_answer> answer, const std::string& task,
+                                                    std::shared_ptr<const std::string> device) {
+  return actors::reply<std::vector<tensor>>(
+      [answer = std::move(answer), task](result<std::vector<tensor>> r) {
+        if (!r.ok()) return answer->fail(r.error());
+        if (status s = check_crossable(*r, "fetch", task); !s.ok()) return answer->fail(s);
+        // (Packing the answer may throw: no memory for its frame.)
+        status sent = kernels::catch_exceptions([&] { answer->deliver(std::move(*r)); });
+        if (!sent.ok()) answer->fail(sent.with_context(str_cat("answering a step of task ", task)));
+      },
+      std::move(device));
+}
+
+}  // namespace
 
 struct transfer_hub::impl {
   actors::cluster* cluster = nullptr;
@@ -461,11 +493,13 @@ struct transfer_hub::impl {
   };
   std::vector<kept_link> links;
   caf::actor service;  // under `mutex`: where the runs the links carry go (serve_runs)
+  std::shared_ptr<served_partitions> partitions;  // under `mutex`: the service's
   std::atomic<std::int64_t> delivered{0}, refused{0}, stale{0};
   std::set<std::uint64_t> stale_lives;  // under `mutex`: the incarnations said so far
 
   // A frame of a run from a client (steps over the links), on the link's reader thread:
-  // a whole run goes to the service, which answers over `link`.
+  // a whole run starts on its device from this thread (actors::start_run), or goes to the
+  // service, which answers over `link`, when the device must decide (see start_run).
   void control(const std::string& from, const std::shared_ptr<link_route>& link, control_reader& reader,
                std::string_view key, tensor value) {
     std::uint64_t id = 0;
@@ -482,14 +516,30 @@ struct transfer_hub::impl {
     }
     control_message& run = **read;
     caf::actor to;
+    std::shared_ptr<served_partitions> served;
     {
       std::lock_guard<std::mutex> lock(mutex);
       to = service;
+      served = partitions;
     }
     auto answer = std::make_shared<const link_answer>(link, run.id);
     if (!to) return answer->fail(unavailable_error("task ", task, " serves no steps yet"));
-    caf::anon_send(to, link_run_atom::value, std::move(answer), static_cast<std::uint64_t>(run.header[0]),
-                   run.header[1], std::move(run.values));
+    std::optional<served_partitions::partition> part;
+    if (served != nullptr) {
+      std::lock_guard<std::mutex> lock(served->mutex);
+      auto it = served->by_handle.find(static_cast<std::uint64_t>(run.header[0]));
+      if (it != served->by_handle.end()) part = it->second;
+    }
+    // One reply, whoever answers (unanswered, it names the device, or the service).
+    auto reply = answer_over_link(answer, task,
+                                  part ? part->label : std::make_shared<const std::string>(str_cat("task ", task, "'s service")));
+    actors::runtime_device* dev = part ? cluster->find_device(part->device_name) : nullptr;
+    if (dev != nullptr && dev->self() == part->device &&
+        actors::start_run(*dev, part->device_handle, run.header[1], run.values, reply, to.address())) {
+      return;
+    }
+    caf::anon_send(to, link_run_atom::value, std::move(reply), static_cast<std::uint64_t>(run.header[0]), run.header[1],
+                   std::move(run.values));
   }
 
   // A tensor from another process: into the rendezvous of the device it is for, on this
@@ -547,12 +597,14 @@ transfer_hub::~transfer_hub() {
     std::lock_guard<std::mutex> lock(impl_->mutex);
     links.swap(impl_->links);
     impl_->service = caf::actor();
+    impl_->partitions = nullptr;
   }
   for (auto& k : links) k.end();  // each joins its threads
 }
-void transfer_hub::serve_runs(caf::actor service) {
+void transfer_hub::serve_runs(caf::actor service, std::shared_ptr<served_partitions> partitions) {
   std::lock_guard<std::mutex> lock(impl_->mutex);
   impl_->service = std::move(service);
+  impl_->partitions = std::move(partitions);
 }
 int transfer_hub::port() const { return impl_->listener->port(); }
 std::size_t transfer_hub::links() const {
@@ -638,13 +690,7 @@ struct service_state {
   std::uint16_t link_port = 0;   // the task's transfer hub's, which the hello tells (0: none)
   std::uint64_t next_handle = 1;
   std::uint64_t next_token = 1;
-  struct partition {
-    caf::actor device;
-    std::uint64_t device_handle = 0;
-    caf::actor_addr client;
-    std::shared_ptr<const std::string> device_name;  // "device /job:..." (whom a run's reply names)
-  };
-  std::map<std::uint64_t, partition> partitions;  // by the service's handle
+  std::shared_ptr<served_partitions> partitions;  // by the service's handle, shared with its hub
   std::map<std::pair<caf::actor_addr, std::uint64_t>, std::uint64_t> tokens;  // (client, its token) -> ours
   std::set<caf::actor_addr> clients;  // monitored
   // Over TLS: the challenge each asker was given (by its actor: one process may greet
@@ -695,17 +741,21 @@ void watch_client(service_actor* self, const caf::actor_addr& client) {
   if (client && self->state.clients.insert(client).second) self->monitor(client);
 }
 
-caf::behavior task_service(service_actor* self, task_service_options options, std::uint16_t link_port) {
+caf::behavior task_service(service_actor* self, task_service_options options, std::uint16_t link_port,
+                           std::shared_ptr<served_partitions> partitions) {
   self->state.options = std::move(options);
   self->state.link_port = link_port;
+  self->state.partitions = std::move(partitions);
   // A client that goes leaves no partitions behind.
   self->set_down_handler([self](caf::down_msg& down) {
     auto& st = self->state;
     st.clients.erase(down.source);
-    for (auto it = st.partitions.begin(); it != st.partitions.end();) {
+    std::lock_guard<std::mutex> lock(st.partitions->mutex);
+    auto& partitions = st.partitions->by_handle;
+    for (auto it = partitions.begin(); it != partitions.end();) {
       if (it->second.client == down.source) {
         self->send(it->second.device, unprepare_atom::value, it->second.device_handle);
-        it = st.partitions.erase(it);
+        it = partitions.erase(it);
       } else {
         ++it;
       }
@@ -808,8 +858,12 @@ caf::behavior task_service(service_actor* self, task_service_options options, st
                 [self, built](std::uint64_t device_handle) {
                   auto& st = self->state;
                   const std::uint64_t handle = st.next_handle++;
-                  st.partitions[handle] = {built->device, device_handle, built->client,
-                                           std::make_shared<const std::string>(str_cat("device ", built->device_name))};
+                  {
+                    std::lock_guard<std::mutex> lock(st.partitions->mutex);
+                    st.partitions->by_handle[handle] = {
+                        built->device, built->device_name, device_handle, built->client,
+                        std::make_shared<const std::string>(str_cat("device ", built->device_name))};
+                  }
                   built->promise.deliver(handle);
                 },
                 [built](caf::error& e) { built->promise.deliver(std::move(e)); });
@@ -817,10 +871,11 @@ caf::behavior task_service(service_actor* self, task_service_options options, st
       [self](unprepare_atom, std::uint64_t handle) {
         if (!from_verified(self)) return;
         auto& st = self->state;
-        auto it = st.partitions.find(handle);
-        if (it == st.partitions.end()) return;
+        std::lock_guard<std::mutex> lock(st.partitions->mutex);
+        auto it = st.partitions->by_handle.find(handle);
+        if (it == st.partitions->by_handle.end()) return;
         self->send(it->second.device, unprepare_atom::value, it->second.device_handle);
-        st.partitions.erase(it);
+        st.partitions->by_handle.erase(it);
       },
       [self](forget_atom, std::uint64_t client_token) {
         if (!from_verified(self)) return;
@@ -835,23 +890,19 @@ caf::behavior task_service(service_actor* self, task_service_options options, st
       },
       // A step that came over a tensor link (from its hub: the link's TLS, when the
       // cluster has it, proved the client), answered over it.
-      [self](link_run_atom, const std::shared_ptr<const link_answer>& answer, std::uint64_t handle,
+      [self](link_run_atom, actors::reply<std::vector<tensor>>& answer, std::uint64_t handle,
              std::int64_t step_id, std::vector<tensor>& feeds) {
         auto& st = self->state;
-        auto it = st.partitions.find(handle);
-        if (it == st.partitions.end()) return answer->fail(not_found_error("task ", st.options.task, " has no partition ", handle));
+        std::optional<served_partitions::partition> part;
+        {
+          std::lock_guard<std::mutex> lock(st.partitions->mutex);
+          auto it = st.partitions->by_handle.find(handle);
+          if (it != st.partitions->by_handle.end()) part = it->second;
+        }
+        if (!part) return answer(not_found_error("task ", st.options.task, " has no partition ", handle));
         // Answered by the thread that ends the step (the device's run with a reply): no
         // hand-off to this thread on the way back.
-        self->send(it->second.device, run_atom::value, it->second.device_handle, step_id, std::move(feeds),
-                   actors::reply<std::vector<tensor>>(
-                       [answer, task = st.options.task](result<std::vector<tensor>> r) {
-                         if (!r.ok()) return answer->fail(r.error());
-                         if (status s = check_crossable(*r, "fetch", task); !s.ok()) return answer->fail(s);
-                         // (Packing the answer may throw: no memory for its frame.)
-                         status sent = kernels::catch_exceptions([&] { answer->deliver(std::move(*r)); });
-                         if (!sent.ok()) answer->fail(sent.with_context(str_cat("answering a step of task ", task)));
-                       },
-                       it->second.device_name));
+        self->send(part->device, run_atom::value, part->device_handle, step_id, std::move(feeds), std::move(answer));
       },
       [self](abort_step_atom, std::int64_t step_id, const caf::error& reason) {
         if (!from_verified(self)) return;
@@ -1617,8 +1668,9 @@ caf::actor spawn_task_service(caf::actor_system& system, task_service_options op
   transfer_hub* hub = options.hub;
   options.hub = nullptr;
   const auto port = static_cast<std::uint16_t>(hub != nullptr ? hub->port() : 0);
-  caf::actor service = system.spawn(task_service, std::move(options), port);
-  if (hub != nullptr) hub->serve_runs(service);
+  auto partitions = std::make_shared<served_partitions>();
+  caf::actor service = system.spawn(task_service, std::move(options), port, partitions);
+  if (hub != nullptr) hub->serve_runs(service, std::move(partitions));
   return service;
 }
 

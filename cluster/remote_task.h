@@ -105,6 +105,8 @@ using observe_atom = caf::atom_constant<caf::atom("robserve")>;
 // cluster_options::configure_system and for any process that connects to a service.
 void add_remote_task_support(caf::actor_system_config& config);
 
+struct served_partitions;  // a task service's prepared partitions (remote_task.cc)
+
 // The tensor links of a process's hosted tasks: a listener that accepts links from the
 // tasks of other processes and hands each tensor that arrives to the local device it is
 // for (as the rendezvous message a _Send of this process would post). Its port goes to
@@ -124,9 +126,11 @@ class transfer_hub {
   // Tensors dropped because their key names another incarnation of the receiving
   // device's task (sent for a step prepared for its earlier life).
   std::int64_t stale() const;
-  // Where the steps that clients run over their links go: `service`, the task's service
-  // (spawn_task_service tells its hub; until then such a step fails with UNAVAILABLE).
-  void serve_runs(caf::actor service);
+  // Where the steps that clients run over their links go: `service`, the task's service,
+  // whose prepared partitions (`partitions`) the hub starts such steps on itself, on the
+  // link's thread, when their devices allow (spawn_task_service tells its hub; until then
+  // such a step fails with UNAVAILABLE).
+  void serve_runs(caf::actor service, std::shared_ptr<served_partitions> partitions);
 
   struct impl;  // internal
 

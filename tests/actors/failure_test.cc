@@ -157,6 +157,47 @@ TEST_CASE("a run with its reply is answered with its fetches, and also for an un
   auto wrong_feed = run(*negate, 3, {});
   REQUIRE(wrong_feed.wait_for(5s) == std::future_status::ready);
   CHECK_FALSE(wrong_feed.get().ok());
+  // Started from this thread (start_run, as a link's reader does): answered, and gone
+  // from the device's running steps once answered; what the actor must decide (a
+  // partition it lacks, feeds that do not fit, a step aborted here) is left to it.
+  {
+    actors::runtime_device* dev = cluster->find_device(k_ps);
+    REQUIRE(dev != nullptr);
+    auto answered = std::make_shared<std::promise<result<std::vector<tensor>>>>();
+    auto future = answered->get_future();
+    actors::reply<std::vector<tensor>> reply(
+        [answered](result<std::vector<tensor>> r) { answered->set_value(std::move(r)); }, "the device");
+    std::vector<tensor> feeds{tensor::scalar(3.0f)};
+    REQUIRE(actors::start_run(*dev, *negate, 6, feeds, reply, caf::actor_addr()));
+    REQUIRE(future.wait_for(5s) == std::future_status::ready);
+    auto direct = future.get();
+    REQUIRE(direct.ok());
+    CHECK((*direct)[0].scalar_value<float>() == -3.0f);
+    auto stats = [&] {
+      result<actors::device_stats> out = internal_error("no answer");
+      self->request(device, 10s, actors::stats_atom::value)
+          .receive([&](actors::device_stats& d) { out = d; }, [&](caf::error& e) { out = actors::to_status(e); });
+      return out;
+    };
+    bool closed = false;  // (the step closes after its answer, on the thread that ends it)
+    for (int i = 0; i < 500 && !closed; ++i) {
+      auto now = stats();
+      REQUIRE(now.ok());
+      closed = now->running_steps == 0;
+      if (!closed) std::this_thread::sleep_for(10ms);
+    }
+    CHECK(closed);
+    std::vector<tensor> kept{tensor::scalar(4.0f)};
+    CHECK_FALSE(actors::start_run(*dev, 99, 7, kept, reply, caf::actor_addr()));
+    std::vector<tensor> none;
+    CHECK_FALSE(actors::start_run(*dev, *negate, 8, none, reply, caf::actor_addr()));
+    caf::anon_send(device, actors::abort_step_atom::value, std::int64_t{9},
+                   actors::to_caf_error(cancelled_error("aborted by the test")));
+    REQUIRE(stats().ok());  // (answered after the abort: its mailbox keeps the order)
+    CHECK_FALSE(actors::start_run(*dev, *negate, 9, kept, reply, caf::actor_addr()));
+    REQUIRE(kept.size() == 1);  // untouched when refused
+    CHECK(kept[0].scalar_value<float>() == 4.0f);
+  }
   // Parked in a dequeue when the device ends: answered UNAVAILABLE naming the device (its
   // exit handler answers before it cancels the step). Killed, it runs no handler: the
   // step's end or the reply's last copy answers, UNAVAILABLE too.

@@ -323,6 +323,7 @@ TEST_CASE("a remote device prepares and runs partitions on another process's dev
       self, device,
       caf::make_message(actors::run_atom::value, *handle, std::int64_t{9}, std::vector<tensor>{tensor::scalar(std::int32_t{1})}));
   REQUIRE_FALSE(wrong.ok());
+  INFO(wrong.error().message());
   CHECK(wrong.error().error_code() == code::invalid_argument);
   // Unprepared: the partition is gone there.
   self->send(device, actors::unprepare_atom::value, *handle);
