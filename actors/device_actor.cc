@@ -479,14 +479,11 @@ caf::behavior device_behavior(device_actor* self, device_options options) {
         auto& st = self->state;
         device_stats stats;
         {
-          std::lock_guard<std::mutex> lock(st.runs->mutex);
+          std::lock_guard<std::mutex> lock(st.runs->mutex);  // one look at both
           stats.partitions = static_cast<std::int64_t>(st.runs->partitions.size());
-        }
-        stats.preparing = static_cast<std::int64_t>(st.preparing.size());
-        {
-          std::lock_guard<std::mutex> lock(st.runs->mutex);
           stats.running_steps = static_cast<std::int64_t>(st.runs->running.size());
         }
+        stats.preparing = static_cast<std::int64_t>(st.preparing.size());
         const auto [entries, bytes] = st.rendezvous->waiting();
         stats.rendezvous_entries = static_cast<std::int64_t>(entries);
         stats.rendezvous_bytes = bytes;
