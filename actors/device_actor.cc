@@ -23,7 +23,6 @@ struct prepare_outcome {
   bool held = false;  // held back once by BUGGIFY partition.slow_prepare
 };
 
-
 }  // namespace troupe::actors::detail
 
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(troupe::actors::detail::prepare_outcome)
@@ -81,6 +80,20 @@ struct device_runs {
     closed = true;
     return {std::exchange(running, {}), std::exchange(partitions, {})};
   }
+  // The executable of partition `handle`, or null.
+  std::shared_ptr<const executable> find(std::uint64_t handle) {
+    std::lock_guard<std::mutex> lock(mutex);
+    auto it = partitions.find(handle);
+    return it == partitions.end() ? nullptr : it->second.exec;
+  }
+  // Adds a running step (an abort or the device's end reaches it from now on); false,
+  // and nothing added, once the actor has ended.
+  bool add(std::uint64_t request, running_step step) {
+    std::lock_guard<std::mutex> lock(mutex);
+    if (closed) return false;
+    running.emplace(request, std::move(step));
+    return true;
+  }
   // The running step `request`, taken out (none: answered already).
   std::optional<running_step> take(std::uint64_t request) {
     std::lock_guard<std::mutex> lock(mutex);
@@ -132,9 +145,8 @@ struct device_state {
   const std::string& device_name() const { return options.device->name(); }
   caf::error gone() const { return to_caf_error(unavailable_error("device ", device_name(), " went down")); }
   // The table may outlive the actor (its device holds it): what reaches it later is
-  // dropped, and the Recvs still parked fail.
-  // Runs with a reply still running are answered and cancelled (a killed actor runs no
-  // exit handler).
+  // dropped, and the Recvs still parked fail. Runs with a reply still running are
+  // answered and cancelled (a killed actor runs no exit handler).
   ~device_state() {
     const status down = unavailable_error("device ", name_at_start, " went down");
     if (runs != nullptr) {
@@ -162,6 +174,19 @@ status arrive(runtime_device& dev, std::int64_t step_id, const transfer_key_ptr&
 }
 
 using device_actor = caf::stateful_actor<device_state>;
+
+// The partition `handle` of `dev` for a run of step `step_id` with `feeds`, when the step
+// may start there: the error that says why not otherwise.
+result<std::shared_ptr<const executable>> runnable(runtime_device& dev, std::uint64_t handle, std::int64_t step_id,
+                                                   const std::vector<tensor>& feeds) {
+  std::shared_ptr<const executable> exec = dev.runs()->find(handle);
+  if (exec == nullptr) return not_found_error("device ", dev.name(), " has no partition ", handle);
+  if (dev.rendezvous()->is_aborted(step_id)) {
+    return aborted_error("step ", step_id, " was aborted before it started on ", dev.name());
+  }
+  TROUPE_RETURN_IF_ERROR(exec->check_feeds(feeds));
+  return exec;
+}
 
 // Answers a run: its reply when it came with one (which the thread that ended the step
 // may have called already: a reply answers once), else its request's promise.
@@ -276,23 +301,6 @@ caf::behavior device_behavior(device_actor* self, device_options options) {
     if (owner && self->state.owners.insert(owner).second) self->monitor(owner);
     return owner;
   };
-  // The partition a run names, when the step may start here.
-  auto runnable = [self](std::uint64_t handle, std::int64_t step_id,
-                         const std::vector<tensor>& feeds) -> result<std::shared_ptr<const executable>> {
-    auto& st = self->state;
-    std::shared_ptr<const executable> exec;
-    {
-      std::lock_guard<std::mutex> lock(st.runs->mutex);
-      auto it = st.runs->partitions.find(handle);
-      if (it != st.runs->partitions.end()) exec = it->second.exec;
-    }
-    if (exec == nullptr) return not_found_error("device ", st.device_name(), " has no partition ", handle);
-    if (st.rendezvous->is_aborted(step_id)) {
-      return aborted_error("step ", step_id, " was aborted before it started on ", st.device_name());
-    }
-    TROUPE_RETURN_IF_ERROR(exec->check_feeds(feeds));
-    return exec;
-  };
   // Starts a run (now, or after an injected delay or a simulation's control plane),
   // answered through `promise` or `answer` when it ends.
   auto begin_run = [self, start_step, owner_of_request](std::shared_ptr<const executable> exec, std::int64_t step_id,
@@ -302,12 +310,9 @@ caf::behavior device_behavior(device_actor* self, device_options options) {
     rendezvous_table::active_scope active(*st.rendezvous, st.options.device);
     const std::uint64_t request = st.runs->next_request++;
     auto cancel = std::make_shared<kernels::cancellation_manager>();
-    caf::actor_addr owner = owner_of_request();
-    {
-      std::lock_guard<std::mutex> lock(st.runs->mutex);
-      st.runs->running.emplace(request, device_runs::running_step{step_id, std::move(promise), answer, cancel,
-                                                                  std::move(owner), nullptr, {}});
-    }
+    // (Never refused: the actor is alive.)
+    st.runs->add(request, device_runs::running_step{step_id, std::move(promise), answer, cancel, owner_of_request(),
+                                                    nullptr, {}});
     // A later start (a stall fault, a simulation's control plane): the step waits for
     // its start_atom.
     auto defer = [&] {
@@ -402,7 +407,7 @@ caf::behavior device_behavior(device_actor* self, device_options options) {
       },
       [=](run_atom, std::uint64_t handle, std::int64_t step_id,
           std::vector<tensor>& feeds) -> caf::result<std::vector<tensor>> {
-        auto exec = runnable(handle, step_id, feeds);
+        auto exec = runnable(*self->state.options.device, handle, step_id, feeds);
         if (!exec.ok()) return to_caf_error(exec.error());
         auto promise = self->make_response_promise<std::vector<tensor>>();
         begin_run(std::move(*exec), step_id, std::move(feeds), promise, {});
@@ -410,7 +415,7 @@ caf::behavior device_behavior(device_actor* self, device_options options) {
       },
       [=](run_atom, std::uint64_t handle, std::int64_t step_id, std::vector<tensor>& feeds,
           reply<std::vector<tensor>>& answer) {
-        auto exec = runnable(handle, step_id, feeds);
+        auto exec = runnable(*self->state.options.device, handle, step_id, feeds);
         if (!exec.ok()) return answer(exec.error());
         begin_run(std::move(*exec), step_id, std::move(feeds), caf::response_promise(), std::move(answer));
       },
@@ -519,28 +524,20 @@ bool start_run(runtime_device& dev, std::uint64_t handle, std::int64_t step_id, 
   if (!answer || runs == nullptr || !dev.self() || dev.simulation() != nullptr || dev.start_delay().count() > 0 || !dev.alive().ok()) {
     return false;
   }
-  std::shared_ptr<const executable> exec;
-  {
-    std::lock_guard<std::mutex> lock(runs->mutex);
-    auto it = runs->partitions.find(handle);
-    if (it != runs->partitions.end()) exec = it->second.exec;
-  }
-  rendezvous_table& table = *dev.rendezvous();
-  if (exec == nullptr || table.is_aborted(step_id) || !exec->check_feeds(feeds).ok()) return false;
+  auto exec = runnable(dev, handle, step_id, feeds);  // (its error is the actor's to give)
+  if (!exec.ok()) return false;
   const std::uint64_t request = runs->next_request++;
   auto cancel = std::make_shared<kernels::cancellation_manager>();
-  {
-    // Among the running steps before it starts (an abort or the device's end reaches
-    // it); none once the device has ended (its exit took them all) or is ending.
-    std::lock_guard<std::mutex> lock(runs->mutex);
-    if (!dev.alive().ok() || runs->closed) return false;
-    runs->running.emplace(request, device_runs::running_step{step_id, caf::response_promise(), answer, cancel, owner,
-                                                             nullptr, {}});
+  // Among the running steps before it starts; none once the device has ended (its exit
+  // took them all).
+  if (!runs->add(request, device_runs::running_step{step_id, caf::response_promise(), answer, cancel, owner, nullptr, {}})) {
+    return false;
   }
   // An abort between the look above and the registration found no step to cancel.
+  rendezvous_table& table = *dev.rendezvous();
   if (table.is_aborted(step_id)) cancel->start_cancel();
   rendezvous_table::active_scope active(table, &dev);
-  run_partition(dev, dev.self(), request, step_id, std::move(exec), std::move(feeds), std::move(cancel), answer);
+  run_partition(dev, dev.self(), request, step_id, std::move(*exec), std::move(feeds), std::move(cancel), answer);
   return true;
 }
 

@@ -10,9 +10,9 @@
 //       it sent with `token` (its request timed out): drops them, built or not
 //   (run_atom, handle, step_id, vector<tensor>)  -> vector<tensor>    runs one step
 //   (run_atom, handle, step_id, vector<tensor>, reply<vector<tensor>>)  the same, answered
-//       through the reply by the thread that ends the step (a kernel's, a link reader's),
-//       before the actor hears of the end: no hand-off to the actor's thread on the way
-//       to the answer (a task service's runs from its links)
+//       through the reply and closed by the thread that ends the step (a kernel's, a link
+//       reader's), with no hand-off to the actor's thread (a task service's runs from its
+//       links; start_run below starts one without the actor)
 //   (abort_step_atom, step_id, caf::error)                            aborts that step here:
 //       its running partition stops, parked Recvs fail, later traffic for it is refused
 //   (rv_send_atom, step_id, transfer_key_ptr, tensor)    a tensor from a _Send elsewhere
@@ -44,7 +44,8 @@
 //  3. No handler waits or runs unbounded work: cheap nodes of a step run in the handler
 //     that starts or wakes them (the executor's rule), the rest on the compute pool.
 //     Completion comes back as a message that answers the pending request (a run with a
-//     reply is answered before it). Errors come back as caf::error naming the node.
+//     reply is answered and closed where it ends). Errors come back as caf::error naming
+//     the node.
 #pragma once
 
 #include <caf/all.hpp>

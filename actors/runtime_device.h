@@ -170,8 +170,8 @@ class runtime_device final : public kernels::device {
   // a link's reader delivers into directly (deliver_transfer, actors/device_actor.h).
   const std::shared_ptr<rendezvous_table>& rendezvous() const { return rendezvous_; }
   void set_rendezvous(std::shared_ptr<rendezvous_table> table) { rendezvous_ = std::move(table); }
-  // Its actor's prepared partitions (set once, likewise), from which a link's reader
-  // starts a run directly (start_run, actors/device_actor.h).
+  // Its actor's prepared partitions and running steps (set once, likewise), from which a
+  // link's reader starts a run directly (start_run, actors/device_actor.h).
   const std::shared_ptr<device_runs>& runs() const { return runs_; }
   void set_runs(std::shared_ptr<device_runs> runs) { runs_ = std::move(runs); }
 

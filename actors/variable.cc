@@ -32,7 +32,7 @@ struct variable_state {
   ~variable_state() {
     if (cell == nullptr) return;
     std::lock_guard<std::mutex> lock(cell->mutex);
-    cell->alive = false;  // no direct lease from now on
+    cell->alive = false;  // no direct lease, read or release from now on
   }
   static inline const char* name = "troupe-variable";
 };
@@ -174,9 +174,11 @@ caf::actor spawn_variable(caf::actor_system& system, std::string name, dtype typ
   return spawn_unpinned(system, variable_behavior, std::move(name), type, std::move(shape), std::move(cell));
 }
 
+bool variable_cell::free() const { return alive && !leased && waiting == 0 && value.initialized(); }
+
 bool variable_cell::try_read(tensor* out) {
   std::lock_guard<std::mutex> lock(mutex);
-  if (!alive || leased || waiting > 0 || !value.initialized()) return false;
+  if (!free()) return false;
   *out = value;
   return true;
 }
@@ -192,7 +194,7 @@ bool variable_cell::try_release(tensor value, bool* drain) {
 
 bool variable_cell::try_lease(tensor* out) {
   std::lock_guard<std::mutex> lock(mutex);
-  if (!alive || leased || waiting > 0 || !value.initialized()) return false;
+  if (!free()) return false;
   *out = std::move(value);
   value = tensor();
   leased = true;

@@ -30,9 +30,9 @@
 // lease back directly too (variable_cell::try_release), and tells the actor
 // (var_drain_atom) when requests wait for it. A direct release fails once the variable
 // is gone: its actor ended, or its resource let go of it (which tells the actor to end);
-// one by message, once the actor ended. Reads (ReadVariableOp, ResourceGather) take the value directly the
-// same way (variable_cell::try_read). Not under a
-// simulation (its world orders every exchange with an actor in virtual time), nor with
+// one by message, once the actor ended. Reads (ReadVariableOp, ResourceGather) take the
+// value directly the same way (variable_cell::try_read). Not under a simulation (its
+// world orders every exchange with an actor in virtual time), nor with
 // TROUPE_VARIABLE_DIRECT=0.
 //
 // Leases have owners: a lease request waits no longer than its step (an abort withdraws
@@ -77,8 +77,8 @@ constexpr std::size_t k_max_waiting = 100000;
 // serves requests in their order. The actor's handlers take the same lock.
 struct variable_cell {
   // The value for an update, when the variable has one, is not leased and no request
-  // waits: true, `*out` set and the lease held (give it back by var_release_atom, which
-  // fails once the actor is gone). False: ask the actor (var_lease_atom).
+  // waits: true, `*out` set and the lease held (give it back with try_release, or by
+  // var_release_atom). False: ask the actor (var_lease_atom).
   bool try_lease(tensor* out);
   // The value for a read (a snapshot, as var_read_atom's), under the same conditions:
   // true and `*out` set, or false: ask the actor.
@@ -94,6 +94,11 @@ struct variable_cell {
   bool leased = false;
   std::size_t waiting = 0;  // requests waiting in the actor
   bool alive = true;        // false once the actor has ended or its resource let go of it
+
+ private:
+  // Whether the value may be taken without the actor: alive, not leased, no request
+  // waiting, initialized (under `mutex`).
+  bool free() const;
 };
 
 class variable_resource final : public actor_resource {

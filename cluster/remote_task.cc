@@ -452,6 +452,14 @@ struct served_partitions {
   };
   std::mutex mutex;
   std::map<std::uint64_t, partition> by_handle;
+
+  // A copy of partition `handle`, or none.
+  std::optional<partition> find(std::uint64_t handle) {
+    std::lock_guard<std::mutex> lock(mutex);
+    auto it = by_handle.find(handle);
+    if (it == by_handle.end()) return std::nullopt;
+    return it->second;
+  }
 };
 
 namespace {
@@ -525,11 +533,7 @@ struct transfer_hub::impl {
     auto answer = std::make_shared<const link_answer>(link, run.id);
     if (!to) return answer->fail(unavailable_error("task ", task, " serves no steps yet"));
     std::optional<served_partitions::partition> part;
-    if (served != nullptr) {
-      std::lock_guard<std::mutex> lock(served->mutex);
-      auto it = served->by_handle.find(static_cast<std::uint64_t>(run.header[0]));
-      if (it != served->by_handle.end()) part = it->second;
-    }
+    if (served != nullptr) part = served->find(static_cast<std::uint64_t>(run.header[0]));
     // One reply, whoever answers (unanswered, it names the device, or the service).
     auto reply = answer_over_link(answer, task,
                                   part ? part->label : std::make_shared<const std::string>(str_cat("task ", task, "'s service")));
@@ -893,12 +897,7 @@ caf::behavior task_service(service_actor* self, task_service_options options, st
       [self](link_run_atom, actors::reply<std::vector<tensor>>& answer, std::uint64_t handle,
              std::int64_t step_id, std::vector<tensor>& feeds) {
         auto& st = self->state;
-        std::optional<served_partitions::partition> part;
-        {
-          std::lock_guard<std::mutex> lock(st.partitions->mutex);
-          auto it = st.partitions->by_handle.find(handle);
-          if (it != st.partitions->by_handle.end()) part = it->second;
-        }
+        std::optional<served_partitions::partition> part = st.partitions->find(handle);
         if (!part) return answer(not_found_error("task ", st.options.task, " has no partition ", handle));
         // Answered by the thread that ends the step (the device's run with a reply): no
         // hand-off to this thread on the way back.
